@@ -1,0 +1,40 @@
+# gatedgpt: thin wrapper around CMake (the real build is CMakeLists.txt).
+#   make          build into build/
+#   make test     install dependencies, build, run every test (ctest)
+#   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
+#   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
+#   make bench    CPU GEMM library comparison (the full step benchmark comes with the speed issue)
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build deps test demo golden bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+
+build: $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	@$(MAKE) --no-print-directory build
+	@cd $(BUILD) && ctest --output-on-failure
+
+demo: deps
+	@$(MAKE) --no-print-directory build
+	@bash scripts/prepare_tinytext.sh $(BUILD)/prepare_bytes
+	./$(BUILD)/train_gpt --config configs/tiny_gated.ini
+
+golden:
+	/usr/bin/python3 tests/reference/gen_golden.py --out tests/golden
+
+bench: build
+	./$(BUILD)/bench_gemm
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log

@@ -1,0 +1,53 @@
+// data/dataloader.h: batches of token windows from llm.c shards, split across processes.
+//
+// The token stream of a shard is cut into global batches of G = nproc*B*T tokens, back to back
+// from offset 0. Global batch k of a shard covers tokens [k*G, (k+1)*G]; rank r reads the
+// window of B*T+1 tokens starting at k*G + r*B*T: inputs are its first B*T tokens, targets the
+// same shifted by one. So the ranks' inputs are disjoint and, concatenated in rank order, are
+// exactly what 1 process with batch nproc*B gets. A shard holds (num_tokens-1)/G global
+// batches; the tail that does not fill one is skipped. After the last batch of the last shard
+// the loader wraps to the first shard and counts an epoch.
+//
+// Shards are visited in glob order (sorted), one mapped at a time (mmap). Position is
+// (epoch, shard_idx, batch_idx): small and explicit, so saving/restoring it and per-epoch
+// shuffling of shard and batch order (a permutation applied to shard_idx/batch_idx) can be
+// added without touching the reading code.
+//
+// Errors: functions print one line to stderr (naming the file or pattern) and return -1.
+#pragma once
+#include <stdint.h>
+
+#include "shard.h"
+
+typedef struct {
+    // fixed at init
+    int B, T;                  // sequences per batch per process, tokens per sequence
+    int rank, nproc;           // this process, number of processes
+    int vocab_size;            // every token must be < vocab_size (checked when a shard loads)
+    int num_shards;
+    char** shard_paths;        // [num_shards] sorted glob matches (owned)
+    int64_t* shard_batches;    // [num_shards] global batches in each shard
+    int64_t batches_per_epoch; // sum of shard_batches: global batches (= steps) per pass
+    // position: the next batch to return
+    int64_t epoch;             // completed passes over all shards
+    int shard_idx;             // shard of the next batch
+    int64_t batch_idx;         // global batch within that shard
+    // the mapped shard (loaded_idx == -1: none)
+    int loaded_idx;
+    Shard shard;
+} DataLoader;
+
+// Finds shards with glob(3), validates every header, and maps the first shard (checking its
+// tokens). Fails when the pattern matches nothing, a header is bad, or a shard is too short
+// for one global batch of nproc*B*T+1 tokens. On failure *loader needs no dataloader_free.
+int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
+                    int rank, int nproc, int vocab_size);
+
+// Writes this process's next batch: inputs[B*T], targets[B*T] (targets[i] = the token after
+// inputs[i]). Moves to the next shard (mapping and checking it) when needed.
+int dataloader_next(DataLoader* loader, int* inputs, int* targets);
+
+// Back to the first batch of the first shard, epoch 0.
+void dataloader_reset(DataLoader* loader);
+
+void dataloader_free(DataLoader* loader);

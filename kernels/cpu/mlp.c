@@ -1,0 +1,52 @@
+// kernels/cpu/mlp.c: MLP activations (SwiGLU, tanh-GELU), forward and backward.
+#include "../ops.h"
+#include "cpu_common.h"
+
+// gu[N, 2F] = [g | u];  h = silu(g) * u
+void ops_swiglu_forward(float* h, const float* gu, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = gu + (size_t)n * 2 * F;
+        const float* u = g + F;
+        float* o = h + (size_t)n * F;
+        for (int i = 0; i < F; i++) o[i] = g[i] * cpu_sigmoid(g[i]) * u[i];
+    }
+}
+
+// dg = dh * u * sig(g) * (1 + g * (1 - sig(g)));  du = dh * silu(g)
+void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = gu + (size_t)n * 2 * F;
+        const float* u = g + F;
+        const float* d = dh + (size_t)n * F;
+        float* dg = dgu + (size_t)n * 2 * F;
+        float* du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float sg = cpu_sigmoid(g[i]);
+            dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+            du[i] = d[i] * g[i] * sg;
+        }
+    }
+}
+
+#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
+void ops_gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}

@@ -1,0 +1,37 @@
+// kernels/cpu/optim.c: global gradient norm and AdamW.
+#include "../ops.h"
+#include "cpu_common.h"
+
+// Fixed chunks of 4096 summed in double, chunk sums added in order: same bits for any
+// thread count.
+#define SUMSQ_CHUNK 4096
+double ops_sumsq(const float* x, size_t n) {
+    size_t nc = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double* part = cpu_calloc(nc, sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (size_t c = 0; c < nc; c++) total += part[c];
+    free(part);
+    return total;
+}
+
+void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float lr, float b1,
+               float b2, float eps, float wd, float grad_scale, int t) {
+    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    float decay = 1.0f - lr * wd;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    }
+}

@@ -1,0 +1,128 @@
+// kernels/ops.h: the op interface the model calls. One signature per op; each backend
+// (kernels/cpu, later kernels/cuda) implements all of them. model/ includes only this header.
+//
+// Conventions
+// - All tensors are float32 in the backend's memory (host memory for the CPU backend),
+//   row-major, and named with their shape in the comment: N = B*T tokens, C = channels.
+// - Linear weights follow PyTorch's nn.Linear: W[OC, C], y = x W^T.
+// - "+=" in a comment means the op accumulates into that output (gradient accumulation over
+//   micro-steps, residual streams); "=" means it overwrites.
+// - Every op is deterministic for a fixed thread count: static schedules, fixed reduction order.
+#pragma once
+#include <stddef.h>
+
+// ---------------------------------------------------------------------------------------------
+// backend lifetime and memory
+void  ops_init(int threads);                 // threads <= 0: library default
+const char* ops_backend_name(void);          // e.g. "cpu (oneDNN sgemm, 2 threads)"
+int   ops_num_threads(void);
+void* ops_malloc(size_t bytes);              // zero-filled; aborts with a message on failure
+void  ops_free(void* p);
+void  ops_zero(float* x, size_t n);          // x[n] = 0
+void  ops_copy(float* dst, const float* src, size_t n);              // device to device
+void  ops_to_host(void* dst, const void* src, size_t bytes);         // backend -> host
+void  ops_from_host(void* dst, const void* src, size_t bytes);       // host -> backend
+double ops_peak_flops(void);                 // measured fp32 peak FLOP/s of this device
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+// out[N,OC] (= or +=) inp[N,C] @ w[OC,C]^T
+void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
+                        int accumulate);
+// dinp[N,C] = dout[N,OC] @ w[OC,C]   (skipped when dinp is NULL)
+// dw[OC,C] += dout^T @ inp
+void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                         const float* w, int N, int C, int OC);
+
+// ---------------------------------------------------------------------------------------------
+// embeddings: out[B*T, C] = wte[idx] (+ wpe[t] when wpe != NULL)
+void ops_embedding_forward(float* out, const int* idx, const float* wte, const float* wpe,
+                           int B, int T, int C);
+// dwte[V,C] += scatter of dout by idx; dwpe[maxT,C] += sum over b (when dwpe != NULL)
+void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx,
+                            int B, int T, int C);
+
+// ---------------------------------------------------------------------------------------------
+// normalisation over the last dim of inp[N,C]
+//   rmsnorm:   out = inp * rstd * w,                 rstd = 1/sqrt(mean(inp^2) + eps)
+//   layernorm: out = (inp - mean) * rstd * w + b,    rstd = 1/sqrt(var(inp) + eps)
+// mean[N] is written for layernorm only (may be NULL for rmsnorm), rstd[N] always; b NULL for rms.
+typedef enum { OPS_RMSNORM = 0, OPS_LAYERNORM = 1 } OpsNormKind;
+void ops_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                      const float* b, int N, int C, float eps, OpsNormKind kind);
+// dinp[N,C] += ..., dw[C] += ..., db[C] += ... (db NULL for rms)
+void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                       const float* w, const float* mean, const float* rstd, int N, int C,
+                       OpsNormKind kind);
+
+// ---------------------------------------------------------------------------------------------
+// attention (causal, GQA, with the optional output or value gate)
+typedef enum { OPS_GATE_NONE = 0, OPS_GATE_ELEMENTWISE = 1, OPS_GATE_HEADWISE = 2 } OpsGate;
+typedef enum { OPS_GATEPOS_SDPA = 0, OPS_GATEPOS_VALUE = 1 } OpsGatePos;
+typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } OpsGateAct;
+typedef struct {
+    int B, T;
+    int H, Hkv, hd;      // query heads, key/value heads, head dim
+    int qk_norm;         // RMSNorm over hd on q and k (weights [hd])
+    int rope;            // rotate q, k (rotate_half convention) with base rope_base
+    float rope_base;
+    float eps;           // qk-norm epsilon
+    OpsGate gate;
+    OpsGatePos gate_pos;
+    OpsGateAct gate_act;
+} OpsAttnShape;
+// columns of the fused projection qkv[N, QKVG] = [ q (H*hd) | k (Hkv*hd) | v (Hkv*hd) | z (G) ]
+int ops_attn_gate_cols(const OpsAttnShape* s);   // G
+int ops_attn_qkv_cols(const OpsAttnShape* s);    // QKVG
+
+// prep: split qkv, qk-norm (saves qk_rstd[N, H+Hkv]), rope, value gate.
+//   q[N, H*hd], k[N, Hkv*hd], v[N, Hkv*hd] (=)
+void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
+                           const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s);
+// dqkv[N, QKVG] (=) for the q, k, v columns and (value gate) the z columns; the sdpa-gate z
+// columns are written by ops_attention_backward. dqnorm_w[hd], dknorm_w[hd] (+=).
+void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const float* dq,
+                            const float* dk, const float* dv, const float* qkv,
+                            const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
+                            const OpsAttnShape* s);
+// y[N, H*hd] = softmax(q k^T / sqrt(hd), causal) v (=), lse[B,H,T] its row logsumexp (=),
+// yg[N, H*hd] = y * act(z) for the sdpa gate (z read from qkv's gate columns), else yg = y
+// (yg may then alias y).
+void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
+                           const float* v, const float* qkv, const OpsAttnShape* s);
+// from dyg[N, H*hd]: dq, dk, dv (=) and, for the sdpa gate, the z columns of dqkv (=).
+// scratch: [N, H*hd] floats (used for dy when gated)
+void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float* scratch,
+                            const float* dyg, const float* q, const float* k, const float* v,
+                            const float* y, const float* lse, const float* qkv,
+                            const OpsAttnShape* s);
+// F-Attn helper for probes: mean over heads and queries 1..T-1 of p(first token)
+// (later issue; not part of the training step)
+
+// ---------------------------------------------------------------------------------------------
+// MLP activations
+// swiglu: gu[N, 2F] = [g | u] -> h[N,F] = silu(g) * u        (=)
+void ops_swiglu_forward(float* h, const float* gu, int N, int F);
+void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, int F);   // (=)
+// gelu (tanh approximation), elementwise over n
+void ops_gelu_forward(float* out, const float* inp, size_t n);
+void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);     // (=)
+
+// ---------------------------------------------------------------------------------------------
+// fused softmax + cross-entropy over the first V of Vp columns (padding excluded)
+// losses[N] (=) = logsumexp(logits[n, :V]) - logits[n, target[n]]
+void ops_xent_forward(float* losses, const float* logits, const int* targets, int N, int V,
+                      int Vp);
+// dlogits[N,Vp] (=) = (softmax(logits[:, :V]) - onehot(target)) * dloss; 0 in padded columns.
+// dlogits may alias logits.
+void ops_xent_backward(float* dlogits, const float* logits, const int* targets, float dloss,
+                       int N, int V, int Vp);
+
+// ---------------------------------------------------------------------------------------------
+// optimizer
+double ops_sumsq(const float* x, size_t n);   // sum of squares, fixed-order reduction
+// AdamW (PyTorch semantics) on n elements, with g = grad * grad_scale:
+// p *= (1 - lr*wd); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - b1^t, bc2 = 1 - b2^t
+void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float lr, float b1,
+               float b2, float eps, float wd, float grad_scale, int t);

@@ -1,0 +1,855 @@
+// model/config.c: the run configuration: INI files (libinih), `section.key=value` overrides,
+// validation and derived fields. Every key lives in one table (KEYS below): its section, name,
+// type, field and default. Defaults, parsing, writing and comparison all walk that table, so a
+// new key is one line there plus its validation rule in config_finalize and a row in
+// docs/config.md.
+//
+// Errors are one line on stderr:
+//   config error: WHERE: [section] key = value: what is wrong (accepted: what would be)
+// WHERE is "FILE:LINE", "command line", or, for a key left at its default, the config file
+// passed to config_finalize. The functions return -1 and the caller exits non-zero.
+#define _POSIX_C_SOURCE 200809L // strcasecmp
+#include "config.h"
+
+#include <ini.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+// ----------------------------------------------------------------------------------------------
+// the key table
+
+typedef enum { KT_INT, KT_LONG, KT_U64, KT_FLOAT, KT_BOOL, KT_ENUM, KT_STR } KeyType;
+
+typedef struct {
+    const char* section;
+    const char* name;
+    KeyType type;
+    size_t offset;             // of the field in Config
+    size_t size;               // of the field (strings: buffer size incl. NUL)
+    const char* const* enums;  // KT_ENUM: names indexed by value (values are 0..n_enum-1)
+    int n_enum;
+    const char* def;           // default, as it would be written in the INI
+} KeyDef;
+
+static const char* const POS_NAMES[] = {"rope", "learned"};
+static const char* const NORM_NAMES[] = {"rmsnorm", "layernorm"};
+static const char* const MLP_NAMES[] = {"swiglu", "gelu"};
+static const char* const GATE_NAMES[] = {"none", "elementwise", "headwise"};
+static const char* const GATEPOS_NAMES[] = {"sdpa", "value"};
+static const char* const GATEACT_NAMES[] = {"sigmoid", "ns_sigmoid", "silu"};
+static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
+
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define FIELD(f) offsetof(Config, f), sizeof(((Config*)0)->f)
+#define K_INT(sec, name, f, def) {sec, name, KT_INT, FIELD(f), NULL, 0, def}
+#define K_LONG(sec, name, f, def) {sec, name, KT_LONG, FIELD(f), NULL, 0, def}
+#define K_U64(sec, name, f, def) {sec, name, KT_U64, FIELD(f), NULL, 0, def}
+#define K_FLOAT(sec, name, f, def) {sec, name, KT_FLOAT, FIELD(f), NULL, 0, def}
+#define K_BOOL(sec, name, f, def) {sec, name, KT_BOOL, FIELD(f), NULL, 0, def}
+#define K_ENUM(sec, name, f, names, def) {sec, name, KT_ENUM, FIELD(f), names, NELEM(names), def}
+#define K_STR(sec, name, f, def) {sec, name, KT_STR, FIELD(f), NULL, 0, def}
+
+static const KeyDef KEYS[] = {
+    K_INT("model", "vocab_size", model.vocab_size, "50257"),
+    K_INT("model", "n_layer", model.n_layer, "12"),
+    K_INT("model", "d_model", model.d_model, "768"),
+    K_INT("model", "n_head", model.n_head, "12"),
+    K_INT("model", "n_kv_head", model.n_kv_head, "0"),
+    K_INT("model", "head_dim", model.head_dim, "0"),
+    K_INT("model", "d_ff", model.d_ff, "0"),
+    K_INT("model", "max_seq_len", model.max_seq_len, "1024"),
+    K_ENUM("model", "pos", model.pos, POS_NAMES, "rope"),
+    K_FLOAT("model", "rope_base", model.rope_base, "10000"),
+    K_ENUM("model", "norm", model.norm, NORM_NAMES, "rmsnorm"),
+    K_FLOAT("model", "norm_eps", model.norm_eps, "1e-5"),
+    K_BOOL("model", "qk_norm", model.qk_norm, "false"),
+    K_ENUM("model", "mlp", model.mlp, MLP_NAMES, "swiglu"),
+    K_BOOL("model", "tie_embeddings", model.tie_embeddings, "true"),
+    K_ENUM("model", "attn_gate", model.attn_gate, GATE_NAMES, "none"),
+    K_ENUM("model", "gate_position", model.gate_position, GATEPOS_NAMES, "sdpa"),
+    K_ENUM("model", "gate_act", model.gate_act, GATEACT_NAMES, "sigmoid"),
+    K_FLOAT("model", "init_std", model.init_std, "0.02"),
+
+    K_U64("train", "seed", train.seed, "1337"),
+    K_INT("train", "batch_size", train.batch_size, "4"),
+    K_INT("train", "seq_len", train.seq_len, "64"),
+    K_LONG("train", "tokens_per_step", train.tokens_per_step, "0"),
+    K_INT("train", "steps", train.steps, "100"),
+    K_FLOAT("train", "lr", train.lr, "3e-4"),
+    K_FLOAT("train", "min_lr_frac", train.min_lr_frac, "0.1"),
+    K_INT("train", "warmup_steps", train.warmup_steps, "10"),
+    K_ENUM("train", "schedule", train.schedule, SCHED_NAMES, "cosine"),
+    K_FLOAT("train", "wsd_decay_frac", train.wsd_decay_frac, "0.2"),
+    K_FLOAT("train", "weight_decay", train.weight_decay, "0.1"),
+    K_FLOAT("train", "beta1", train.beta1, "0.9"),
+    K_FLOAT("train", "beta2", train.beta2, "0.95"),
+    K_FLOAT("train", "eps", train.eps, "1e-8"),
+    K_FLOAT("train", "grad_clip", train.grad_clip, "1.0"),
+    K_INT("train", "threads", train.threads, "0"),
+
+    K_STR("data", "train_glob", data.train_glob, ""),
+    K_STR("data", "val_glob", data.val_glob, ""),
+
+    K_STR("log", "run_dir", log.run_dir, "runs/run"),
+    K_INT("log", "log_every", log.log_every, "1"),
+    K_INT("log", "val_every", log.val_every, "50"),
+    K_INT("log", "val_batches", log.val_batches, "8"),
+
+    K_INT("checkpoint", "checkpoint_every", ckpt.checkpoint_every, "0"),
+    K_INT("checkpoint", "keep_last", ckpt.keep_last, "2"),
+    K_STR("checkpoint", "dir", ckpt.dir, ""),
+};
+#define N_KEYS NELEM(KEYS)
+_Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");
+// enum fields are read and written through int*
+_Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
+               sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
+               sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
+               sizeof(SchedKind) == sizeof(int), "enums must be int-sized");
+
+static const char* const SECTIONS[] = {"model", "train", "data", "log", "checkpoint"};
+#define SECTIONS_ACCEPTED "model, train, data, log, checkpoint"
+
+static void* field_ptr(Config* c, const KeyDef* k) { return (char*)c + k->offset; }
+static const void* field_cptr(const Config* c, const KeyDef* k) { return (const char*)c + k->offset; }
+
+static int find_key(const char* section, const char* name) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].section, section) == 0 && strcmp(KEYS[i].name, name) == 0) return i;
+    return -1;
+}
+
+static int is_section(const char* s) {
+    for (int i = 0; i < NELEM(SECTIONS); i++)
+        if (strcmp(SECTIONS[i], s) == 0) return 1;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// "did you mean": edit distance to the known names
+
+static int edit_distance(const char* a, const char* b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 1000;
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
+            int best = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            // adjacent transposition ("haed_dim")
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+// How far a typo may be from the real name to be suggested.
+static int near_enough(const char* typed, const char* known) {
+    int len = (int)strlen(typed);
+    int limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    if (edit_distance(typed, known) <= limit) return 1;
+    // "warmup" for "warmup_steps", "n_kv" for "n_kv_head"
+    size_t lt = strlen(typed), lk = strlen(known);
+    if (lt >= 4 && lt < lk && strncmp(typed, known, lt) == 0) return 1;
+    return 0;
+}
+
+// Writes " (did you mean ...?)" into buf, or "" when nothing is close.
+static void suggest_key(const char* section, const char* name, char* buf, size_t n) {
+    buf[0] = '\0';
+    // the exact name in another section: a key put under the wrong header
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) {
+            snprintf(buf, n, " (did you mean [%s] %s? it belongs to section [%s])", KEYS[i].section,
+                     KEYS[i].name, KEYS[i].section);
+            return;
+        }
+    int best = -1, best_d = 1000;
+    for (int pass = 0; pass < 2 && best < 0; pass++)  // same section first, then any section
+        for (int i = 0; i < N_KEYS; i++) {
+            if (pass == 0 && strcmp(KEYS[i].section, section) != 0) continue;
+            if (!near_enough(name, KEYS[i].name)) continue;
+            int d = edit_distance(name, KEYS[i].name);
+            if (d < best_d) best_d = d, best = i;
+        }
+    if (best < 0) return;
+    if (strcmp(KEYS[best].section, section) == 0)
+        snprintf(buf, n, " (did you mean %s?)", KEYS[best].name);
+    else
+        snprintf(buf, n, " (did you mean [%s] %s?)", KEYS[best].section, KEYS[best].name);
+}
+
+static void suggest_section(const char* section, char* buf, size_t n) {
+    buf[0] = '\0';
+    int best = -1, best_d = 1000;
+    for (int i = 0; i < NELEM(SECTIONS); i++) {
+        if (!near_enough(section, SECTIONS[i])) continue;
+        int d = edit_distance(section, SECTIONS[i]);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (best >= 0) snprintf(buf, n, " (did you mean [%s]?)", SECTIONS[best]);
+}
+
+// ----------------------------------------------------------------------------------------------
+// values: parse one string into a field, format a field back
+
+static const char* accepted_for(const KeyDef* k, char* buf, size_t n) {
+    switch (k->type) {
+    case KT_INT: return "an integer such as 12";
+    case KT_LONG: return "an integer such as 524288";
+    case KT_U64: return "an integer from 0 to 18446744073709551615";
+    case KT_FLOAT: return "a number such as 0.1 or 3e-4";
+    case KT_BOOL: return "true, false, 1, 0, yes, no, on, off";
+    case KT_ENUM: {
+        size_t used = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < k->n_enum && used < n; i++)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", k->enums[i]);
+        return buf;
+    }
+    case KT_STR: return "a string";
+    }
+    return "?";
+}
+
+// Is s a number written with a fraction or exponent ("768.5", "1e3")? For a better message.
+static int looks_like_float(const char* s) {
+    if (!strpbrk(s, ".eE") || !strpbrk(s, "0123456789")) return 0;
+    char* end;
+    double v = strtod(s, &end);
+    (void)v;
+    return end != s && *end == '\0';
+}
+
+// Parse `value` into key k of c. Returns 0, or -1 with the reason (no location) in msg.
+static int set_value(Config* c, const KeyDef* k, const char* value, char* msg, size_t n) {
+    char acc[256];
+    void* p = field_ptr(c, k);
+    if (k->type != KT_STR && value[0] == '\0') {
+        snprintf(msg, n, "empty value (accepted: %s)", accepted_for(k, acc, sizeof acc));
+        return -1;
+    }
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG:
+    case KT_U64: {
+        char* end;
+        errno = 0;
+        long long v = 0;
+        unsigned long long u = 0;
+        int neg_u64 = 0;
+        if (k->type == KT_U64) {
+            const char* q = value;
+            while (isspace((unsigned char)*q)) q++;
+            neg_u64 = *q == '-';
+            u = strtoull(value, &end, 10);
+        } else {
+            v = strtoll(value, &end, 10);
+        }
+        if (end == value || *end != '\0' || neg_u64) {
+            if (!neg_u64 && looks_like_float(value))
+                snprintf(msg, n, "not an integer: a fraction or exponent is not accepted for an integer key "
+                         "(accepted: %s)", accepted_for(k, acc, sizeof acc));
+            else
+                snprintf(msg, n, "not an integer (accepted: %s)", accepted_for(k, acc, sizeof acc));
+            return -1;
+        }
+        long long lo = k->type == KT_INT ? INT_MIN : LONG_MIN;
+        long long hi = k->type == KT_INT ? INT_MAX : LONG_MAX;
+        if (errno == ERANGE || (k->type != KT_U64 && (v < lo || v > hi))) {
+            if (k->type == KT_U64)
+                snprintf(msg, n, "out of range (accepted: %s)", accepted_for(k, acc, sizeof acc));
+            else
+                snprintf(msg, n, "out of range (accepted: an integer from %lld to %lld)", lo, hi);
+            return -1;
+        }
+        if (k->type == KT_INT) *(int*)p = (int)v;
+        else if (k->type == KT_LONG) *(long*)p = (long)v;
+        else *(unsigned long long*)p = u;
+        return 0;
+    }
+    case KT_FLOAT: {
+        char* end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (end == value || *end != '\0') {
+            snprintf(msg, n, "not a number (accepted: %s)", accepted_for(k, acc, sizeof acc));
+            return -1;
+        }
+        if (isnan(v) || (isinf(v) && errno != ERANGE)) {
+            snprintf(msg, n, "not a finite number (accepted: %s)", accepted_for(k, acc, sizeof acc));
+            return -1;
+        }
+        if (errno == ERANGE && fabs(v) > 1.0) {
+            snprintf(msg, n, "out of range (accepted: a finite number of magnitude up to %.3g)", (double)FLT_MAX);
+            return -1;
+        }
+        if (errno == ERANGE || (v != 0.0 && (float)v == 0.0f)) {
+            snprintf(msg, n, "too small for float32, it would become 0 (accepted: 0 or a magnitude of "
+                     "at least %.3g)", (double)FLT_TRUE_MIN);
+            return -1;
+        }
+        if (fabs(v) > FLT_MAX) {
+            snprintf(msg, n, "out of range for float32 (accepted: a finite number of magnitude up to %.3g)",
+                     (double)FLT_MAX);
+            return -1;
+        }
+        *(float*)p = (float)v;
+        return 0;
+    }
+    case KT_BOOL: {
+        static const char* const T[] = {"true", "1", "yes", "on"};
+        static const char* const F[] = {"false", "0", "no", "off"};
+        for (int i = 0; i < 4; i++) {
+            if (strcasecmp(value, T[i]) == 0) { *(int*)p = 1; return 0; }
+            if (strcasecmp(value, F[i]) == 0) { *(int*)p = 0; return 0; }
+        }
+        snprintf(msg, n, "not a boolean (accepted: %s)", accepted_for(k, acc, sizeof acc));
+        return -1;
+    }
+    case KT_ENUM:
+        for (int i = 0; i < k->n_enum; i++)
+            if (strcasecmp(value, k->enums[i]) == 0) { *(int*)p = i; return 0; }
+        snprintf(msg, n, "unknown value (accepted: %s)", accepted_for(k, acc, sizeof acc));
+        return -1;
+    case KT_STR: {
+        size_t len = strlen(value);
+        if (len >= k->size) {
+            snprintf(msg, n, "longer than %zu characters (accepted: a shorter string)", k->size - 1);
+            return -1;
+        }
+        for (size_t i = 0; i < len; i++) {
+            unsigned char ch = (unsigned char)value[i];
+            if (ch < 0x20 || ch == 0x7f) {
+                snprintf(msg, n, "contains a control character (accepted: printable text)");
+                return -1;
+            }
+            if ((ch == ';' || ch == '#') && (i == 0 || isspace((unsigned char)value[i - 1]))) {
+                snprintf(msg, n, "'%c' at the start or after a space, which an INI file reads as a comment "
+                         "(accepted: text without a leading ';'/'#' or \" ;\" / \" #\")", ch);
+                return -1;
+            }
+        }
+        if (len > 0 && (isspace((unsigned char)value[0]) || isspace((unsigned char)value[len - 1]))) {
+            snprintf(msg, n, "leading or trailing whitespace (accepted: trimmed text)");
+            return -1;
+        }
+        memcpy(p, value, len + 1);
+        return 0;
+    }
+    }
+    return -1;
+}
+
+// Shortest decimal that reads back to the same float; plain digits for whole numbers.
+static void format_float(float f, char* buf, size_t n) {
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    if (strchr(buf, 'e') && f == floorf(f) && fabsf(f) < 1e9f) snprintf(buf, n, "%.0f", (double)f);
+}
+
+static void format_value(const Config* c, const KeyDef* k, char* buf, size_t n) {
+    const void* p = field_cptr(c, k);
+    switch (k->type) {
+    case KT_INT: snprintf(buf, n, "%d", *(const int*)p); break;
+    case KT_LONG: snprintf(buf, n, "%ld", *(const long*)p); break;
+    case KT_U64: snprintf(buf, n, "%llu", *(const unsigned long long*)p); break;
+    case KT_FLOAT: format_float(*(const float*)p, buf, n); break;
+    case KT_BOOL: snprintf(buf, n, "%s", *(const int*)p ? "true" : "false"); break;
+    case KT_ENUM: {
+        int v = *(const int*)p;
+        snprintf(buf, n, "%s", v >= 0 && v < k->n_enum ? k->enums[v] : "?");
+        break;
+    }
+    case KT_STR: snprintf(buf, n, "%s", (const char*)p); break;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// errors
+
+// "config error: WHERE: [section] key = value: MESSAGE"
+static void print_key_error(const char* where, const char* section, const char* name, const char* value,
+                            const char* message) {
+    fprintf(stderr, "config error: %s: [%s] %s = %s: %s\n", where, section, name,
+            value[0] ? value : "\"\"", message);
+}
+
+// ----------------------------------------------------------------------------------------------
+// public: defaults, enum names, introspection
+
+void config_defaults(Config* c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_KEYS; i++) {
+        char msg[512];
+        if (set_value(c, &KEYS[i], KEYS[i].def, msg, sizeof msg) != 0) {
+            // a bug in the table, not a user error
+            fprintf(stderr, "config: bad default for [%s] %s: %s\n", KEYS[i].section, KEYS[i].name, msg);
+            abort();
+        }
+    }
+    c->model.padded_vocab = (c->model.vocab_size + 127) / 128 * 128;
+}
+
+const char* config_enum_name(const char* key, int value) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (KEYS[i].type == KT_ENUM && strcmp(KEYS[i].name, key) == 0)
+            return value >= 0 && value < KEYS[i].n_enum ? KEYS[i].enums[value] : NULL;
+    return NULL;
+}
+
+int config_key_count(void) { return N_KEYS; }
+
+const char* config_key(int i, const char** section) {
+    if (i < 0 || i >= N_KEYS) return NULL;
+    if (section) *section = KEYS[i].section;
+    return KEYS[i].name;
+}
+
+const char* config_origin(const Config* c, const char* section, const char* key) {
+    int i = find_key(section, key);
+    if (i < 0) return NULL;
+    return c->origin[i][0] ? c->origin[i] : "default";
+}
+
+int config_equal(const Config* a, const Config* b) {
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeyDef* k = &KEYS[i];
+        const void* pa = field_cptr(a, k);
+        const void* pb = field_cptr(b, k);
+        if (k->type == KT_STR) {
+            if (strcmp((const char*)pa, (const char*)pb) != 0) return 0;
+        } else if (memcmp(pa, pb, k->size) != 0) {
+            return 0;
+        }
+    }
+    return a->model.padded_vocab == b->model.padded_vocab;
+}
+
+// ----------------------------------------------------------------------------------------------
+// public: INI file
+
+typedef struct {
+    Config* c;
+    const char* path;
+    FILE* f;
+    int line;            // line number of the text most recently handed to inih
+    int at_line_start;   // the previous chunk ended with '\n'
+    int too_long_line;   // a line did not fit inih's buffer (0 = none)
+    int failed;          // the handler printed an error
+    int set_line[CONFIG_MAX_KEYS]; // line where this file set each key (0 = not set), for duplicates
+} LoadCtx;
+
+#define INI_LINE_MAX 4096 // longest line accepted (incl. newline); string values are < 1024
+
+// fgets-style reader that counts lines, so errors name the right line whatever inih's build
+// options are (the handler's lineno argument is a compile-time option of the library).
+static char* load_reader(char* str, int num, void* stream) {
+    LoadCtx* ctx = (LoadCtx*)stream;
+    char* r = fgets(str, num, ctx->f);
+    if (!r) return NULL;
+    if (ctx->at_line_start) ctx->line++;
+    size_t len = strlen(str);
+    ctx->at_line_start = len > 0 && str[len - 1] == '\n';
+    if (!ctx->at_line_start && !feof(ctx->f) && !ctx->too_long_line) ctx->too_long_line = ctx->line;
+    return r;
+}
+
+static void trim_copy(char* dst, size_t n, const char* src) {
+    while (isspace((unsigned char)*src)) src++;
+    size_t len = strlen(src);
+    while (len > 0 && isspace((unsigned char)src[len - 1])) len--;
+    if (len >= n) len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+static int load_handler(void* user, const char* section_raw, const char* name, const char* value) {
+    LoadCtx* ctx = (LoadCtx*)user;
+    char where[CONFIG_ORIGIN_LEN];
+    snprintf(where, sizeof where, "%s:%d", ctx->path, ctx->line);
+    if (ctx->too_long_line) return 0; // reported after parsing
+    char section[64];
+    trim_copy(section, sizeof section, section_raw);
+    if (section[0] == '\0') {
+        fprintf(stderr, "config error: %s: %s = %s: key outside any section (put it under one of [%s])\n",
+                where, name, value, SECTIONS_ACCEPTED);
+        ctx->failed = 1;
+        return 0;
+    }
+    if (!is_section(section)) {
+        char hint[128];
+        suggest_section(section, hint, sizeof hint);
+        fprintf(stderr, "config error: %s: unknown section [%s]%s (accepted: %s)\n", where, section, hint,
+                SECTIONS_ACCEPTED);
+        ctx->failed = 1;
+        return 0;
+    }
+    int ki = find_key(section, name);
+    if (ki < 0) {
+        char hint[160], msg[256];
+        suggest_key(section, name, hint, sizeof hint);
+        snprintf(msg, sizeof msg, "unknown key in [%s]%s", section, hint);
+        print_key_error(where, section, name, value, msg);
+        ctx->failed = 1;
+        return 0;
+    }
+    if (ctx->set_line[ki]) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "duplicate key, already set at line %d (accepted: each key once per file)",
+                 ctx->set_line[ki]);
+        print_key_error(where, section, name, value, msg);
+        ctx->failed = 1;
+        return 0;
+    }
+    char msg[512];
+    if (set_value(ctx->c, &KEYS[ki], value, msg, sizeof msg) != 0) {
+        print_key_error(where, section, name, value, msg);
+        ctx->failed = 1;
+        return 0;
+    }
+    ctx->set_line[ki] = ctx->line;
+    snprintf(ctx->c->origin[ki], CONFIG_ORIGIN_LEN, "%s", where);
+    return 1;
+}
+
+int config_load_file(Config* c, const char* path) {
+    FILE* f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "config error: %s: cannot open config file: %s\n", path, strerror(errno));
+        return -1;
+    }
+    // inih's run-time options (this Debian build exposes them as globals): plain INI, comments
+    // start with ';' or '#' (inline ones after whitespace), no continuation lines (an indented
+    // line is an ordinary line), stop at the first error. Restored afterwards.
+    bool s_multi = ini_allow_multiline, s_inline = ini_allow_inline_comments, s_stop = ini_stop_on_first_error;
+    bool s_noval = ini_allow_no_value, s_stack = ini_use_stack;
+    char* s_prefix = ini_inline_comment_prefixes;
+    int s_max = ini_max_line;
+    ini_allow_multiline = false;
+    ini_allow_inline_comments = true;
+    ini_inline_comment_prefixes = (char*)";#";
+    ini_stop_on_first_error = true;
+    ini_allow_no_value = false;
+    ini_use_stack = true;
+    ini_max_line = INI_LINE_MAX;
+
+    LoadCtx* ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fclose(f);
+        fprintf(stderr, "config error: %s: out of memory\n", path);
+        return -1;
+    }
+    ctx->c = c;
+    ctx->path = path;
+    ctx->f = f;
+    ctx->at_line_start = 1;
+    int rc = ini_parse_stream(load_reader, ctx, load_handler, ctx);
+    int read_error = ferror(f);
+    int err_errno = errno;
+    fclose(f);
+
+    ini_allow_multiline = s_multi;
+    ini_allow_inline_comments = s_inline;
+    ini_inline_comment_prefixes = s_prefix;
+    ini_stop_on_first_error = s_stop;
+    ini_allow_no_value = s_noval;
+    ini_use_stack = s_stack;
+    ini_max_line = s_max;
+
+    int result = 0;
+    if (ctx->failed) {
+        result = -1;
+    } else if (ctx->too_long_line) {
+        fprintf(stderr, "config error: %s:%d: line longer than %d characters (accepted: shorter lines)\n", path,
+                ctx->too_long_line, INI_LINE_MAX - 2);
+        result = -1;
+    } else if (read_error) {
+        fprintf(stderr, "config error: %s: cannot read config file: %s\n", path, strerror(err_errno));
+        result = -1;
+    } else if (rc != 0) {
+        // inih's own syntax error: it stopped on the line it could not read, our ctx->line
+        fprintf(stderr, "config error: %s:%d: syntax error (accepted: \"[section]\", \"key = value\", "
+                "or a comment starting with ';' or '#')\n", path, rc > 0 ? ctx->line : 0);
+        result = -1;
+    }
+    free(ctx);
+    return result;
+}
+
+// ----------------------------------------------------------------------------------------------
+// public: command-line override "section.key=value"
+
+int config_apply_override(Config* c, const char* arg) {
+    const char* where = "command line";
+    const char* eq = strchr(arg, '=');
+    const char* dot = strchr(arg, '.');
+    if (!eq || !dot || dot > eq || dot == arg || dot + 1 == eq) {
+        fprintf(stderr, "config error: %s: --%s: expected --section.key=value (e.g. --model.n_layer=4)\n",
+                where, arg);
+        return -1;
+    }
+    char section[64], name[128], value[2048];
+    if ((size_t)(dot - arg) >= sizeof section || (size_t)(eq - dot - 1) >= sizeof name ||
+        strlen(eq + 1) >= sizeof value) {
+        fprintf(stderr, "config error: %s: --%.60s...: too long\n", where, arg);
+        return -1;
+    }
+    char tmp[128];
+    memcpy(tmp, arg, (size_t)(dot - arg));
+    tmp[dot - arg] = '\0';
+    trim_copy(section, sizeof section, tmp);
+    memcpy(tmp, dot + 1, (size_t)(eq - dot - 1));
+    tmp[eq - dot - 1] = '\0';
+    trim_copy(name, sizeof name, tmp);
+    trim_copy(value, sizeof value, eq + 1); // like a value in a file
+
+    if (!is_section(section)) {
+        char hint[128];
+        suggest_section(section, hint, sizeof hint);
+        fprintf(stderr, "config error: %s: --%s: unknown section [%s]%s (accepted: %s)\n", where, arg, section,
+                hint, SECTIONS_ACCEPTED);
+        return -1;
+    }
+    int ki = find_key(section, name);
+    if (ki < 0) {
+        char hint[160], msg[256];
+        suggest_key(section, name, hint, sizeof hint);
+        snprintf(msg, sizeof msg, "unknown key in [%s]%s", section, hint);
+        print_key_error(where, section, name, value, msg);
+        return -1;
+    }
+    char msg[512];
+    if (set_value(c, &KEYS[ki], value, msg, sizeof msg) != 0) {
+        print_key_error(where, section, name, value, msg);
+        return -1;
+    }
+    snprintf(c->origin[ki], CONFIG_ORIGIN_LEN, "%s", where);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// public: validation and derived fields
+
+typedef struct {
+    const Config* c;
+    const char* origin; // config file, for keys left at their default
+} FinCtx;
+
+// Error about [section] name, located where that key was set. Always returns -1.
+static int fin_error(const FinCtx* fc, const char* section, const char* name, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fin_error(const FinCtx* fc, const char* section, const char* name, const char* fmt, ...) {
+    int ki = find_key(section, name);
+    char value[1100], where[CONFIG_ORIGIN_LEN + 32], msg[1024];
+    format_value(fc->c, &KEYS[ki], value, sizeof value);
+    const char* o = fc->c->origin[ki];
+    if (strncmp(o, "derived", 7) == 0) o = ""; // not a location (finalize never rejects what it derived)
+    if (o[0]) snprintf(where, sizeof where, "%s", o);
+    else snprintf(where, sizeof where, "%s", fc->origin && fc->origin[0] ? fc->origin : "config");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "config error: %s: [%s] %s = %s%s: %s\n", where, section, name, value[0] ? value : "\"\"",
+            o[0] ? "" : " (default)", msg);
+    return -1;
+}
+
+// " (set at FILE:LINE)" / " (command line)" / " (default)" for the other key of a cross-field rule
+static const char* from(const Config* c, const char* section, const char* name, char* buf, size_t n) {
+    const char* o = config_origin(c, section, name);
+    if (strcmp(o, "default") == 0) snprintf(buf, n, "default");
+    else if (strcmp(o, "command line") == 0 || strncmp(o, "derived", 7) == 0) snprintf(buf, n, "%s", o);
+    else snprintf(buf, n, "set at %s", o);
+    return buf;
+}
+
+// Record that finalize filled in key `name` by `rule`: its origin becomes "derived: RULE", plus
+// where the 0 came from if a file or the command line set it.
+static void mark_derived(Config* c, const char* section, const char* name, const char* rule) {
+    int ki = find_key(section, name);
+    char* o = c->origin[ki];
+    char old[CONFIG_ORIGIN_LEN];
+    snprintf(old, sizeof old, "%s", o);
+    if (old[0]) snprintf(o, CONFIG_ORIGIN_LEN, "derived: %s (0 at %.200s)", rule, old);
+    else snprintf(o, CONFIG_ORIGIN_LEN, "derived: %s", rule);
+}
+
+int config_finalize(Config* c, const char* origin) {
+    FinCtx fc = {c, origin};
+    ModelConfig* m = &c->model;
+    TrainConfig* t = &c->train;
+    char b1[CONFIG_ORIGIN_LEN + 16];
+
+#define REQUIRE_POS(sec, key, v)                                                                      \
+    if ((v) <= 0) return fin_error(&fc, sec, key, "must be positive (accepted: an integer >= 1)")
+#define REQUIRE_NONNEG(sec, key, v, zero_means)                                                       \
+    if ((v) < 0) return fin_error(&fc, sec, key, "must not be negative (accepted: 0 = %s, or an integer >= 1)", zero_means)
+
+    // ---- [model] sizes
+    REQUIRE_POS("model", "vocab_size", m->vocab_size);
+    REQUIRE_POS("model", "n_layer", m->n_layer);
+    REQUIRE_POS("model", "d_model", m->d_model);
+    REQUIRE_POS("model", "n_head", m->n_head);
+    REQUIRE_NONNEG("model", "n_kv_head", m->n_kv_head, "n_head");
+    REQUIRE_NONNEG("model", "head_dim", m->head_dim, "d_model/n_head");
+    REQUIRE_NONNEG("model", "d_ff", m->d_ff, "4*d_model");
+    REQUIRE_POS("model", "max_seq_len", m->max_seq_len);
+    if (m->vocab_size > INT_MAX - 127)
+        return fin_error(&fc, "model", "vocab_size", "too large (accepted: at most %d)", INT_MAX - 127);
+
+    // GQA: every KV head serves n_head/n_kv_head query heads
+    if (m->n_kv_head == 0) {
+        m->n_kv_head = m->n_head;
+        mark_derived(c, "model", "n_kv_head", "n_head");
+    }
+    if (m->n_head % m->n_kv_head != 0)
+        return fin_error(&fc, "model", "n_kv_head", "n_head (%d, %s) is not divisible by n_kv_head (%d) "
+                         "(accepted: a divisor of n_head)", m->n_head, from(c, "model", "n_head", b1, sizeof b1),
+                         m->n_kv_head);
+
+    // head_dim: derived only when d_model splits evenly; an explicit head_dim may make
+    // n_head*head_dim differ from d_model (Qwen3 style; wqkv and wo are sized by n_head*head_dim)
+    int head_dim_derived = 0;
+    if (m->head_dim == 0) {
+        if (m->d_model % m->n_head != 0)
+            return fin_error(&fc, "model", "n_head", "d_model (%d, %s) is not divisible by n_head (%d), so "
+                             "head_dim = 0 cannot be derived (accepted: a divisor of d_model, or set head_dim "
+                             "explicitly)", m->d_model, from(c, "model", "d_model", b1, sizeof b1), m->n_head);
+        m->head_dim = m->d_model / m->n_head;
+        head_dim_derived = 1;
+        mark_derived(c, "model", "head_dim", "d_model/n_head");
+    }
+    if (m->pos == POS_ROPE && m->head_dim % 2 != 0) {
+        if (head_dim_derived)
+            return fin_error(&fc, "model", "pos", "rope needs an even head_dim, but head_dim = d_model/n_head = "
+                             "%d/%d = %d is odd (accepted: an even head_dim, or pos = learned)",
+                             m->d_model, m->n_head, m->head_dim);
+        return fin_error(&fc, "model", "head_dim", "odd head_dim with pos = rope (%s); rope rotates pairs of "
+                         "channels (accepted: an even head_dim, or pos = learned)",
+                         from(c, "model", "pos", b1, sizeof b1));
+    }
+    long long qdim = (long long)m->n_head * m->head_dim;
+    if (qdim > INT_MAX / 4)
+        return fin_error(&fc, "model", "head_dim", "n_head*head_dim = %lld is too large (accepted: at most %d)",
+                         qdim, INT_MAX / 4);
+    if (m->d_ff == 0) {
+        if (m->d_model > INT_MAX / 8)
+            return fin_error(&fc, "model", "d_model", "too large to derive d_ff = 4*d_model (accepted: at most %d)",
+                             INT_MAX / 8);
+        m->d_ff = 4 * m->d_model;
+        mark_derived(c, "model", "d_ff", "4*d_model");
+    }
+    if (m->d_ff > INT_MAX / 2)
+        return fin_error(&fc, "model", "d_ff", "too large (accepted: at most %d)", INT_MAX / 2);
+    if (!(m->rope_base > 0.0f))
+        return fin_error(&fc, "model", "rope_base", "must be positive (accepted: a number > 0, e.g. 10000)");
+    if (!(m->norm_eps > 0.0f))
+        return fin_error(&fc, "model", "norm_eps", "must be positive (accepted: a number > 0, e.g. 1e-5)");
+    if (!(m->init_std > 0.0f))
+        return fin_error(&fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
+    m->padded_vocab = (m->vocab_size + 127) / 128 * 128;
+
+    // ---- [train]
+    REQUIRE_POS("train", "batch_size", t->batch_size);
+    REQUIRE_POS("train", "seq_len", t->seq_len);
+    REQUIRE_POS("train", "steps", t->steps);
+    if (t->seq_len > m->max_seq_len)
+        return fin_error(&fc, "train", "seq_len", "seq_len (%d) is larger than [model] max_seq_len (%d, %s) "
+                         "(accepted: 1 .. max_seq_len)", t->seq_len, m->max_seq_len,
+                         from(c, "model", "max_seq_len", b1, sizeof b1));
+    long long bt = (long long)t->batch_size * t->seq_len;
+    if (t->tokens_per_step < 0)
+        return fin_error(&fc, "train", "tokens_per_step", "must not be negative (accepted: 0 = batch_size*seq_len, "
+                         "or a multiple of batch_size*seq_len)");
+    if (t->tokens_per_step == 0) {
+        t->tokens_per_step = (long)bt;
+        mark_derived(c, "train", "tokens_per_step", "batch_size*seq_len");
+    }
+    if (t->tokens_per_step % bt != 0)
+        return fin_error(&fc, "train", "tokens_per_step", "not a multiple of batch_size*seq_len = %d*%d = %lld "
+                         "(accepted: a multiple of %lld, e.g. %lld)", t->batch_size, t->seq_len, bt, bt,
+                         (t->tokens_per_step / bt + 1) * bt);
+    if (!(t->lr > 0.0f))
+        return fin_error(&fc, "train", "lr", "must be positive (accepted: a number > 0, e.g. 3e-4)");
+    if (!(t->min_lr_frac >= 0.0f && t->min_lr_frac <= 1.0f))
+        return fin_error(&fc, "train", "min_lr_frac", "outside [0, 1] (accepted: 0 <= min_lr_frac <= 1)");
+    if (t->warmup_steps < 0)
+        return fin_error(&fc, "train", "warmup_steps", "must not be negative (accepted: 0 .. steps)");
+    if (t->warmup_steps > t->steps)
+        return fin_error(&fc, "train", "warmup_steps", "warmup_steps (%d) is larger than steps (%d, %s) "
+                         "(accepted: 0 .. steps)", t->warmup_steps, t->steps,
+                         from(c, "train", "steps", b1, sizeof b1));
+    if (!(t->wsd_decay_frac > 0.0f && t->wsd_decay_frac <= 1.0f))
+        return fin_error(&fc, "train", "wsd_decay_frac", "outside (0, 1] (accepted: 0 < wsd_decay_frac <= 1)");
+    if (t->weight_decay < 0.0f)
+        return fin_error(&fc, "train", "weight_decay", "must not be negative (accepted: a number >= 0)");
+    if (!(t->beta1 >= 0.0f && t->beta1 < 1.0f))
+        return fin_error(&fc, "train", "beta1", "outside [0, 1) (accepted: 0 <= beta1 < 1, e.g. 0.9)");
+    if (!(t->beta2 >= 0.0f && t->beta2 < 1.0f))
+        return fin_error(&fc, "train", "beta2", "outside [0, 1) (accepted: 0 <= beta2 < 1, e.g. 0.95)");
+    if (!(t->eps > 0.0f))
+        return fin_error(&fc, "train", "eps", "must be positive (accepted: a number > 0, e.g. 1e-8)");
+    if (t->grad_clip < 0.0f)
+        return fin_error(&fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
+    REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
+
+    // ---- [log], [checkpoint]
+    if (c->log.run_dir[0] == '\0')
+        return fin_error(&fc, "log", "run_dir", "empty (accepted: a directory path, e.g. runs/run)");
+    REQUIRE_POS("log", "log_every", c->log.log_every);
+    REQUIRE_NONNEG("log", "val_every", c->log.val_every, "off");
+    REQUIRE_POS("log", "val_batches", c->log.val_batches);
+    REQUIRE_NONNEG("checkpoint", "checkpoint_every", c->ckpt.checkpoint_every, "off");
+    REQUIRE_NONNEG("checkpoint", "keep_last", c->ckpt.keep_last, "keep all");
+#undef REQUIRE_POS
+#undef REQUIRE_NONNEG
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// public: write
+
+void config_write(const Config* c, FILE* f) {
+    const char* section = NULL;
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeyDef* k = &KEYS[i];
+        if (!section || strcmp(section, k->section) != 0) {
+            if (section) {
+                if (strcmp(section, "model") == 0)
+                    fprintf(f, "; padded_vocab = %d (derived: vocab_size rounded up to a multiple of 128)\n",
+                            c->model.padded_vocab);
+                fprintf(f, "\n");
+            }
+            section = k->section;
+            fprintf(f, "[%s]\n", section);
+        }
+        char value[1100];
+        format_value(c, k, value, sizeof value);
+        if (c->origin[i][0]) {
+            char line[1200];
+            snprintf(line, sizeof line, "%s = %s", k->name, value);
+            fprintf(f, "%-36s ; %s\n", line, c->origin[i]);
+        } else {
+            fprintf(f, "%s = %s\n", k->name, value);
+        }
+    }
+}

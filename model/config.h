@@ -1,0 +1,129 @@
+// model/config.h: ModelConfig / TrainConfig and the run configuration.
+// Parsed from INI files (libinih) with `--section.key=value` overrides; every key has a
+// default, a documented meaning (docs/config.md) and a validation rule.
+#pragma once
+#include <stdio.h>
+
+// ---- enums (the INI spelling is given next to each value) ----
+typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } PosKind;               // "rope" | "learned"
+typedef enum { NORM_RMSNORM = 0, NORM_LAYERNORM = 1 } NormKind;       // "rmsnorm" | "layernorm"
+typedef enum { MLP_SWIGLU = 0, MLP_GELU = 1 } MlpKind;                // "swiglu" | "gelu"
+typedef enum { GATE_NONE = 0, GATE_ELEMENTWISE = 1, GATE_HEADWISE = 2 } GateKind; // "none" | "elementwise" | "headwise"
+typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" | "value"
+typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
+typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
+
+// [model]
+typedef struct {
+    int vocab_size;      // real vocabulary size (token ids 0..vocab_size-1)
+    int padded_vocab;    // derived: vocab_size rounded up to a multiple of 128 (not a key)
+    int n_layer;
+    int d_model;
+    int n_head;          // query heads
+    int n_kv_head;       // key/value heads (GQA); n_head % n_kv_head == 0
+    int head_dim;        // 0 = d_model/n_head; an explicit value may make n_head*head_dim != d_model (Qwen3 style)
+    int d_ff;            // MLP hidden width (swiglu: width of each of gate/up)
+    int max_seq_len;     // positions table size for learned positions; upper bound on T
+    PosKind pos;
+    float rope_base;
+    NormKind norm;
+    float norm_eps;
+    int qk_norm;         // bool: RMSNorm over head_dim on q and k (weights of size head_dim)
+    MlpKind mlp;
+    int tie_embeddings;  // bool: LM head shares the token embedding
+    GateKind attn_gate;
+    GatePos gate_position;
+    GateAct gate_act;
+    float init_std;      // 0.02
+} ModelConfig;
+
+// [train]
+typedef struct {
+    unsigned long long seed;
+    int batch_size;      // B: micro-batch sequences per process
+    int seq_len;         // T: tokens per sequence (<= max_seq_len)
+    long tokens_per_step;// global tokens per optimizer step; grad accum = tokens_per_step/(B*T); 0 = B*T
+    int steps;           // total optimizer steps
+    float lr;            // peak learning rate
+    float min_lr_frac;   // final lr = lr * min_lr_frac (cosine/linear/wsd)
+    int warmup_steps;
+    SchedKind schedule;
+    float wsd_decay_frac;// wsd: fraction of steps spent in the final linear decay
+    float weight_decay;  // decoupled, applied to 2-D parameters (matrices, embeddings) only
+    float beta1, beta2, eps;
+    float grad_clip;     // global-norm clip; 0 = off
+    int threads;         // OpenMP threads; 0 = library default
+} TrainConfig;
+
+// [data]
+typedef struct {
+    char train_glob[1024]; // token shards (llm.c format)
+    char val_glob[1024];
+} DataConfig;
+
+// [log]
+typedef struct {
+    char run_dir[1024];  // where config.ini and log.jsonl are written
+    int log_every;       // print a step line every N steps
+    int val_every;       // validation loss every N steps (0 = off)
+    int val_batches;     // batches per validation
+} LogConfig;
+
+// [checkpoint]
+typedef struct {
+    int checkpoint_every;  // 0 = off
+    int keep_last;         // keep the newest K checkpoints; 0 = keep all
+    char dir[1024];        // empty = <run_dir>/checkpoints
+} CheckpointConfig;
+
+// Upper bound on the number of keys (all sections); config.c static-asserts its table fits.
+#define CONFIG_MAX_KEYS 64
+#define CONFIG_ORIGIN_LEN 256
+
+typedef struct {
+    ModelConfig model;
+    TrainConfig train;
+    DataConfig data;
+    LogConfig log;
+    CheckpointConfig ckpt;
+    // Where each key's value came from, indexed like config_key(): "FILE:LINE", "command line",
+    // "derived: RULE[ (0 at WHERE)]" once config_finalize filled it in, or "" for the default. Read it with config_origin(); not part of the configuration itself
+    // (config_equal ignores it).
+    char origin[CONFIG_MAX_KEYS][CONFIG_ORIGIN_LEN];
+} Config;
+
+// Fill every field with its default.
+void config_defaults(Config* c);
+// Parse an INI file into c (on top of what is there). Returns 0, or prints a one-line error
+// "config error: FILE:LINE: [section] key = value: message (accepted: ...)" to stderr and
+// returns -1. Only syntax is checked here (unknown section/key, number/bool/enum format);
+// ranges and cross-field rules are checked by config_finalize, so a later override can fix
+// a value. A missing file is an error naming the file.
+int config_load_file(Config* c, const char* path);
+// Apply one override "section.key=value" (the leading "--" already stripped). Same errors,
+// with "command line" in place of FILE:LINE.
+int config_apply_override(Config* c, const char* arg);
+// Range and cross-field validation, then the derived fields: n_kv_head 0 -> n_head,
+// head_dim 0 -> d_model/n_head, d_ff 0 -> 4*d_model, tokens_per_step 0 -> batch_size*seq_len,
+// padded_vocab. The one-line error names the offending key and the FILE:LINE it was set at;
+// for a key left at its default, `origin` (the config file, may be NULL) is named instead.
+// Idempotent: finalizing a finalized config changes nothing.
+int config_finalize(Config* c, const char* origin);
+// Write the resolved config as INI (every key, canonical spelling); readable by config_load_file,
+// and loading it back gives a config equal to c (config_equal). Keys not at their default carry
+// a trailing "; FILE:LINE" comment saying where the value came from.
+void config_write(const Config* c, FILE* f);
+// Enum names for printing: config_enum_name("attn_gate", GATE_HEADWISE) == "headwise".
+// NULL for a key that is not an enum or a value out of range.
+const char* config_enum_name(const char* key, int value);
+
+// ---- introspection (tests, --check output, resume checks) ----
+// 1 if every key (and padded_vocab) has the same value in a and b; origins are ignored.
+int config_equal(const Config* a, const Config* b);
+// Where the value of [section] key came from: "FILE:LINE", "command line", "default", or
+// "derived: RULE" (plus " (0 at WHERE)" when the 0 was set explicitly) after config_finalize.
+// NULL if there is no such key.
+const char* config_origin(const Config* c, const char* section, const char* key);
+// Number of keys, and the i-th key's name and section (table order, as config_write writes).
+int config_key_count(void);
+const char* config_key(int i, const char** section);

@@ -1,0 +1,197 @@
+// model/gpt.c: forward and backward orchestration of the whole network over kernels/ops.h.
+// No backend code here: every computation is an ops_* call.
+#include "gpt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static OpsNormKind norm_kind(const ModelConfig* c) {
+    return c->norm == NORM_LAYERNORM ? OPS_LAYERNORM : OPS_RMSNORM;
+}
+
+void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg;
+    param_table_build(&m->table, cfg);
+    size_t bytes = m->table.total * sizeof(float);
+    m->params = ops_malloc(bytes);
+    m->grads = ops_malloc(bytes);
+    float* host = calloc(m->table.total, sizeof(float));
+    if (!host) { fprintf(stderr, "error: out of memory for %zu parameters\n", m->table.total); exit(1); }
+    params_init(host, &m->table, cfg, seed);
+    ops_from_host(m->params, host, bytes);
+    free(host);
+    weights_bind(&m->w, m->params, &m->table, cfg);
+    weights_bind(&m->g, m->grads, &m->table, cfg);
+}
+
+void gpt_alloc_acts(GPT* m, int B, int T) {
+    const ModelConfig* c = &m->cfg;
+    if (m->acts) { ops_free(m->acts); ops_free(m->idx); free(m->res); free(m->layer); }
+    m->B = B; m->T = T;
+    OpsAttnShape* s = &m->attn;
+    memset(s, 0, sizeof(*s));
+    s->B = B; s->T = T; s->H = c->n_head; s->Hkv = c->n_kv_head; s->hd = c->head_dim;
+    s->qk_norm = c->qk_norm; s->rope = c->pos == POS_ROPE; s->rope_base = c->rope_base;
+    s->eps = c->norm_eps; s->gate = (OpsGate)c->attn_gate;
+    s->gate_pos = (OpsGatePos)c->gate_position; s->gate_act = (OpsGateAct)c->gate_act;
+
+    size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
+    size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;
+    size_t QKVG = ops_attn_qkv_cols(s), Vp = c->padded_vocab;
+    size_t Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
+    int sgate = c->attn_gate != GATE_NONE && c->gate_position == GATEPOS_SDPA;
+    int ln = c->norm == NORM_LAYERNORM;
+
+    // Two passes over the same list: the first counts floats, the second hands out pointers.
+    float* base = NULL;
+    size_t off = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        off = 0;
+#define TAKE(ptr, count) do { size_t n_ = (count); (ptr) = base ? base + off : NULL; off += (n_ + 15) & ~(size_t)15; } while (0)
+        if (pass == 1) {
+            m->res = calloc(L + 1, sizeof(float*));
+            m->layer = calloc(L, sizeof(LayerActs));
+        }
+        for (size_t l = 0; l <= L; l++) { float* p; TAKE(p, N * d); if (pass) m->res[l] = p; }
+        for (size_t l = 0; l < L; l++) {
+            LayerActs a = {0};
+            TAKE(a.ln1, N * d); if (ln) TAKE(a.ln1_mean, N); TAKE(a.ln1_rstd, N);
+            TAKE(a.qkv, N * QKVG); TAKE(a.q, N * Hd); TAKE(a.k, N * KVd); TAKE(a.v, N * KVd);
+            if (c->qk_norm) TAKE(a.qk_rstd, N * (c->n_head + c->n_kv_head));
+            TAKE(a.y, N * Hd);
+            if (sgate) TAKE(a.yg, N * Hd);
+            TAKE(a.lse, N * c->n_head);
+            TAKE(a.res_mid, N * d);
+            TAKE(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
+            TAKE(a.mlp_pre, N * Fin); TAKE(a.mlp_act, N * F);
+            if (pass) { a.res_in = m->res[l]; if (!sgate) a.yg = a.y; m->layer[l] = a; }
+        }
+        TAKE(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
+        TAKE(m->logits, N * Vp); TAKE(m->losses, N);
+        size_t dmax = d > Hd ? d : Hd;
+        TAKE(m->dres, N * d); TAKE(m->dnorm, N * dmax); TAKE(m->dqkv, N * QKVG);
+        TAKE(m->dq, N * Hd); TAKE(m->dk, N * KVd); TAKE(m->dv, N * KVd);
+        TAKE(m->dyg, N * Hd); TAKE(m->dscratch, N * Hd);
+        TAKE(m->dmlp_pre, N * Fin); TAKE(m->dmlp_act, N * F);
+#undef TAKE
+        if (pass == 0) base = ops_malloc(off * sizeof(float));
+    }
+    if (!ln) {
+        for (size_t l = 0; l < L; l++) { m->layer[l].ln1_mean = NULL; m->layer[l].ln2_mean = NULL; }
+        m->lnf_mean = NULL;
+    }
+    m->acts = base;
+    m->acts_floats = off;
+    m->idx = ops_malloc(2 * N * sizeof(int));
+    m->targets = m->idx + N;
+}
+
+void gpt_free(GPT* m) {
+    ops_free(m->params); ops_free(m->grads);
+    if (m->acts) { ops_free(m->acts); ops_free(m->idx); }
+    free(m->res); free(m->layer);
+    weights_free(&m->w); weights_free(&m->g);
+    param_table_free(&m->table);
+    memset(m, 0, sizeof(*m));
+}
+
+void gpt_zero_grad(GPT* m) { ops_zero(m->grads, m->table.total); }
+
+float gpt_forward(GPT* m, const int* idx, const int* targets) {
+    const ModelConfig* c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, d = c->d_model, F = c->d_ff;
+    const int Hd = c->n_head * c->head_dim, QKVG = ops_attn_qkv_cols(&m->attn);
+    const int Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
+    const OpsNormKind nk = norm_kind(c);
+    const float eps = c->norm_eps;
+
+    ops_from_host(m->idx, idx, (size_t)N * sizeof(int));
+    if (targets) ops_from_host(m->targets, targets, (size_t)N * sizeof(int));
+
+    // x = wte[idx] (+ wpe[t])
+    ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe, B, T, d);
+    for (int l = 0; l < c->n_layer; l++) {
+        LayerWeights* w = &m->w.layer[l];
+        LayerActs* a = &m->layer[l];
+        // attention: X = norm1(x); [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x += yg Wo^T
+        ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
+        ops_matmul_forward(a->qkv, a->ln1, w->wqkv, N, d, QKVG, 0);
+        ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
+        ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+        ops_copy(a->res_mid, a->res_in, (size_t)N * d);
+        ops_matmul_forward(a->res_mid, a->yg, w->wo, N, Hd, d, 1);
+        // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
+        ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
+        ops_matmul_forward(a->mlp_pre, a->ln2, w->w_in, N, d, Fin, 0);
+        if (c->mlp == MLP_SWIGLU) ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
+        else ops_gelu_forward(a->mlp_act, a->mlp_pre, (size_t)N * F);
+        float* out = m->res[l + 1];
+        ops_copy(out, a->res_mid, (size_t)N * d);
+        ops_matmul_forward(out, a->mlp_act, w->w_out, N, F, d, 1);
+    }
+    ops_norm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[c->n_layer], m->w.lnf_w, m->w.lnf_b, N, d, eps, nk);
+    ops_matmul_forward(m->logits, m->lnf, m->w.lm_head, N, d, c->padded_vocab, 0);
+    if (!targets) return 0.0f;
+
+    ops_xent_forward(m->losses, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
+    float* host = malloc((size_t)N * sizeof(float));
+    ops_to_host(host, m->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += host[i];
+    free(host);
+    return (float)(sum / N);
+}
+
+void gpt_backward(GPT* m, float dloss) {
+    const ModelConfig* c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, d = c->d_model, F = c->d_ff;
+    const int Hd = c->n_head * c->head_dim, QKVG = ops_attn_qkv_cols(&m->attn);
+    const int Fin = c->mlp == MLP_SWIGLU ? 2 * F : F, Vp = c->padded_vocab;
+    const OpsNormKind nk = norm_kind(c);
+
+    // loss -> logits -> final norm. dlogits overwrite the logits in place.
+    ops_xent_backward(m->logits, m->logits, m->targets, dloss / N, N, c->vocab_size, Vp);
+    ops_matmul_backward(m->dnorm, m->g.lm_head, m->logits, m->lnf, m->w.lm_head, N, d, Vp);
+    ops_zero(m->dres, (size_t)N * d);
+    ops_norm_backward(m->dres, m->g.lnf_w, m->g.lnf_b, m->dnorm, m->res[c->n_layer], m->w.lnf_w,
+                      m->lnf_mean, m->lnf_rstd, N, d, nk);
+    // m->dres now holds dL/dx for the residual stream; it flows through every layer's residual
+    // additions unchanged, and each branch's backward adds its contribution.
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        LayerWeights* w = &m->w.layer[l];
+        LayerWeights* g = &m->g.layer[l];
+        LayerActs* a = &m->layer[l];
+        // MLP branch
+        ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
+        if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
+        else ops_gelu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, (size_t)N * F);
+        ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, w->w_in, N, d, Fin);
+        ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,
+                          a->ln2_rstd, N, d, nk);
+        // attention branch
+        ops_matmul_backward(m->dyg, g->wo, m->dres, a->yg, w->wo, N, Hd, d);
+        ops_attention_backward(m->dq, m->dk, m->dv, m->dqkv, m->dscratch, m->dyg, a->q, a->k, a->v,
+                               a->y, a->lse, a->qkv, &m->attn);
+        ops_attn_prep_backward(m->dqkv, g->qnorm_w, g->knorm_w, m->dq, m->dk, m->dv, a->qkv,
+                               a->qk_rstd, w->qnorm_w, w->knorm_w, &m->attn);
+        ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, w->wqkv, N, d, QKVG);
+        ops_norm_backward(m->dres, g->ln1_w, g->ln1_b, m->dnorm, a->res_in, w->ln1_w, a->ln1_mean,
+                          a->ln1_rstd, N, d, nk);
+    }
+    ops_embedding_backward(m->g.wte, m->g.wpe, m->dres, m->idx, B, T, d);
+}
+
+double gpt_matmul_params(const ModelConfig* c) {
+    OpsAttnShape s = {0};
+    s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
+    s.gate = (OpsGate)c->attn_gate; s.gate_pos = (OpsGatePos)c->gate_position;
+    double d = c->d_model, F = c->d_ff;
+    double per_layer = (double)ops_attn_qkv_cols(&s) * d + d * c->n_head * c->head_dim +
+                       (c->mlp == MLP_SWIGLU ? 3.0 : 2.0) * d * F;
+    return c->n_layer * per_layer + (double)c->padded_vocab * d;
+}
+
+double gpt_flops_per_token(const ModelConfig* c, int T) {
+    return 6.0 * gpt_matmul_params(c) + 6.0 * c->n_layer * (double)T * c->n_head * c->head_dim;
+}

@@ -1,0 +1,51 @@
+// model/optim.c: AdamW, clipping and LR schedules (backend work goes through kernels/ops.h).
+#include "optim.h"
+#include <math.h>
+#include <string.h>
+
+void optim_init(Optim* o, const GPT* model) {
+    memset(o, 0, sizeof(*o));
+    o->m = ops_malloc(model->table.total * sizeof(float));
+    o->v = ops_malloc(model->table.total * sizeof(float));
+}
+
+void optim_free(Optim* o) { ops_free(o->m); ops_free(o->v); memset(o, 0, sizeof(*o)); }
+
+float optim_grad_norm(const GPT* model) {
+    // padding between tensors in the arena is always zero, so one pass covers everything
+    return (float)sqrt(ops_sumsq(model->grads, model->table.total));
+}
+
+void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float grad_norm) {
+    // clip_grad_norm_ semantics: scale = clip / (norm + 1e-6) when norm > clip
+    float scale = 1.0f;
+    if (tc->grad_clip > 0.0f && grad_norm > tc->grad_clip) scale = tc->grad_clip / (grad_norm + 1e-6f);
+    o->t++;
+    for (int i = 0; i < model->table.n; i++) {
+        const ParamInfo* p = &model->table.p[i];
+        ops_adamw(model->params + p->offset, model->grads + p->offset, o->m + p->offset,
+                  o->v + p->offset, p->numel, lr, tc->beta1, tc->beta2, tc->eps,
+                  p->decay ? tc->weight_decay : 0.0f, scale, o->t);
+    }
+}
+
+float lr_schedule(const TrainConfig* tc, int step) {
+    const float lr = tc->lr, lo = tc->lr * tc->min_lr_frac;
+    if (step < tc->warmup_steps) return lr * (float)(step + 1) / (float)tc->warmup_steps;
+    int decay_steps = tc->steps - tc->warmup_steps;
+    float prog = decay_steps > 1 ? (float)(step - tc->warmup_steps) / (float)(decay_steps - 1) : 1.0f;
+    if (prog > 1.0f) prog = 1.0f;
+    switch (tc->schedule) {
+    case SCHED_CONSTANT: return lr;
+    case SCHED_LINEAR: return lr + (lo - lr) * prog;
+    case SCHED_WSD: {
+        // stable at lr, then a linear decay to lo over the last wsd_decay_frac of all steps
+        int ndecay = (int)ceilf(tc->wsd_decay_frac * tc->steps);
+        int start = tc->steps - ndecay;
+        if (step < start || ndecay <= 0) return lr;
+        float p = ndecay > 1 ? (float)(step - start) / (float)(ndecay - 1) : 1.0f;
+        return lr + (lo - lr) * (p > 1.0f ? 1.0f : p);
+    }
+    default: return lo + 0.5f * (lr - lo) * (1.0f + cosf(3.14159265358979f * prog));
+    }
+}

@@ -1,0 +1,110 @@
+// model/params.c: parameter table construction, binding, init.
+#include "params.h"
+#include "rng.h"
+#include "../kernels/ops.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add(ParamTable* t, const char* name, int rows, int cols, int residual) {
+    t->p = realloc(t->p, (size_t)(t->n + 1) * sizeof(ParamInfo));
+    if (!t->p) { fprintf(stderr, "error: out of memory building the parameter table\n"); exit(1); }
+    ParamInfo* p = &t->p[t->n++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols > 0 ? cols : 1;
+    p->numel = (size_t)rows * (cols > 0 ? cols : 1);
+    p->offset = t->total;
+    p->decay = p->ndim == 2;
+    p->residual_proj = residual;
+    // keep every tensor 64-byte aligned (16 floats) in the arena for SIMD and cuBLAS
+    t->total += (p->numel + 15) & ~(size_t)15;
+}
+
+static OpsAttnShape attn_shape_of(const ModelConfig* c) {
+    OpsAttnShape s = {0};
+    s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
+    s.gate = (OpsGate)c->attn_gate; s.gate_pos = (OpsGatePos)c->gate_position;
+    return s;
+}
+
+void param_table_build(ParamTable* t, const ModelConfig* c) {
+    memset(t, 0, sizeof(*t));
+    int d = c->d_model, hd = c->head_dim, F = c->d_ff;
+    OpsAttnShape s = attn_shape_of(c);
+    int qkv_rows = ops_attn_qkv_cols(&s);
+    int ln = c->norm == NORM_LAYERNORM;
+    char nm[48];
+    add(t, "wte", c->padded_vocab, d, 0);
+    if (c->pos == POS_LEARNED) add(t, "wpe", c->max_seq_len, d, 0);
+    for (int l = 0; l < c->n_layer; l++) {
+#define P(suffix, rows, cols, res) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); add(t, nm, rows, cols, res); } while (0)
+        P("ln1.w", d, 0, 0);
+        if (ln) P("ln1.b", d, 0, 0);
+        P("attn.wqkv", qkv_rows, d, 0);
+        if (c->qk_norm) { P("attn.q_norm.w", hd, 0, 0); P("attn.k_norm.w", hd, 0, 0); }
+        P("attn.wo", d, c->n_head * hd, 1);
+        P("ln2.w", d, 0, 0);
+        if (ln) P("ln2.b", d, 0, 0);
+        P("mlp.w_in", c->mlp == MLP_SWIGLU ? 2 * F : F, d, 0);
+        P("mlp.w_out", d, F, 1);
+#undef P
+    }
+    add(t, "lnf.w", d, 0, 0);
+    if (ln) add(t, "lnf.b", d, 0, 0);
+    if (!c->tie_embeddings) add(t, "lm_head", c->padded_vocab, d, 0);
+}
+
+void param_table_free(ParamTable* t) { free(t->p); memset(t, 0, sizeof(*t)); }
+
+const ParamInfo* param_find(const ParamTable* t, const char* name) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->p[i].name, name) == 0) return &t->p[i];
+    return NULL;
+}
+
+static float* ptr(float* arena, const ParamTable* t, const char* name) {
+    const ParamInfo* p = param_find(t, name);
+    return p ? arena + p->offset : NULL;
+}
+
+void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const ModelConfig* c) {
+    memset(w, 0, sizeof(*w));
+    char nm[48];
+    w->wte = ptr(arena, t, "wte");
+    w->wpe = ptr(arena, t, "wpe");
+    w->layer = calloc((size_t)c->n_layer, sizeof(LayerWeights));
+    for (int l = 0; l < c->n_layer; l++) {
+        LayerWeights* L = &w->layer[l];
+#define B(field, suffix) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); L->field = ptr(arena, t, nm); } while (0)
+        B(ln1_w, "ln1.w"); B(ln1_b, "ln1.b"); B(wqkv, "attn.wqkv");
+        B(qnorm_w, "attn.q_norm.w"); B(knorm_w, "attn.k_norm.w"); B(wo, "attn.wo");
+        B(ln2_w, "ln2.w"); B(ln2_b, "ln2.b"); B(w_in, "mlp.w_in"); B(w_out, "mlp.w_out");
+#undef B
+    }
+    w->lnf_w = ptr(arena, t, "lnf.w");
+    w->lnf_b = ptr(arena, t, "lnf.b");
+    w->lm_head = c->tie_embeddings ? w->wte : ptr(arena, t, "lm_head");
+}
+
+void weights_free(ModelWeights* w) { free(w->layer); w->layer = NULL; }
+
+void params_init(float* host, const ParamTable* t, const ModelConfig* c, unsigned long long seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo* p = &t->p[i];
+        float* x = host + p->offset;
+        const char* tail = strrchr(p->name, '.');
+        int is_bias = tail && strcmp(tail, ".b") == 0;
+        if (p->ndim == 1) {
+            for (size_t j = 0; j < p->numel; j++) x[j] = is_bias ? 0.0f : 1.0f;
+            continue;
+        }
+        double std = c->init_std;
+        if (p->residual_proj) std /= sqrt(2.0 * c->n_layer);
+        for (size_t j = 0; j < p->numel; j++) x[j] = (float)(std * rng_normal(&rng));
+    }
+}

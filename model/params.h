@@ -1,0 +1,53 @@
+// model/params.h: the named parameter table. Every parameter is a slice of one flat arena
+// (the gradient and AdamW arenas share the layout), in the order docs/architecture.md lists.
+#pragma once
+#include <stddef.h>
+#include "config.h"
+
+typedef struct {
+    char name[48];       // e.g. "h.3.attn.wqkv"
+    int ndim;            // 1 or 2
+    int shape[2];        // [out, in] for matrices
+    size_t offset;       // in floats, into the arena
+    size_t numel;
+    int decay;           // weight decay applies (2-D parameters)
+    int residual_proj;   // output projection into the residual stream (init std scaled)
+} ParamInfo;
+
+typedef struct {
+    ParamInfo* p;
+    int n;
+    size_t total;        // floats in the arena
+} ParamTable;
+
+void param_table_build(ParamTable* t, const ModelConfig* c);
+void param_table_free(ParamTable* t);
+const ParamInfo* param_find(const ParamTable* t, const char* name);   // NULL if absent
+
+// Pointers into one arena (parameters or gradients) by role. NULL where the config has none.
+typedef struct {
+    float *ln1_w, *ln1_b;
+    float *wqkv;             // [H*hd + 2*Hkv*hd + G, d]: rows [q | k | v | gate]
+    float *qnorm_w, *knorm_w;
+    float *wo;               // [d, H*hd]
+    float *ln2_w, *ln2_b;
+    float *w_in;             // [2F, d] swiglu (rows [gate | up]) or [F, d] gelu
+    float *w_out;            // [d, F]
+} LayerWeights;
+
+typedef struct {
+    float *wte;              // [Vp, d]
+    float *wpe;              // [max_seq_len, d]
+    LayerWeights* layer;     // [n_layer]
+    float *lnf_w, *lnf_b;
+    float *lm_head;          // [Vp, d]: wte when tied
+} ModelWeights;
+
+void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const ModelConfig* c);
+void weights_free(ModelWeights* w);
+
+// Initialise a host copy of the arena: matrices and embeddings ~ N(0, init_std), residual
+// output projections (attn.wo, mlp.w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1,
+// norm biases 0. Deterministic in the seed; parameters are drawn in table order.
+void params_init(float* host_arena, const ParamTable* t, const ModelConfig* c,
+                 unsigned long long seed);

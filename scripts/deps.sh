@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# scripts/deps.sh: install the Debian packages that the build, the tests and the demo need.
+# Idempotent, non-interactive, and silent when everything is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  cmake make gcc pkg-config     # build
+  libinih-dev                   # INI parsing of configs
+  libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
+  libopenblas-dev               # the GEMM we compare against (bench), and a fallback
+  bible-kjv                     # the demo corpus (King James Bible), no download needed
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "deps: missing packages: ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" > /tmp/gatedgpt-deps.log 2>&1; then
+  $SUDO apt-get update -q > /tmp/gatedgpt-deps.log 2>&1
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >> /tmp/gatedgpt-deps.log 2>&1 \
+    || { echo "deps: apt-get failed; log:" >&2; tail -20 /tmp/gatedgpt-deps.log >&2; exit 1; }
+fi
+echo "deps: done"

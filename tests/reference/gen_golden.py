@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Generate the golden files the C model is tested against (tests/golden/NAME.bin).
+
+For each tests/golden/NAME.ini:
+  - seed a torch.Generator with [train] seed; draw B x (T+1) tokens in [0, vocab_size)
+    (inputs = tokens[:, :T], targets = tokens[:, 1:]) and then the initial parameters in
+    float32, in the spec's parameter order;
+  - from those exact float32 values, in float64: forward (logits, loss), backward (gradients),
+    and 3 steps of clip + AdamW on the same batch with constant lr;
+  - write everything, rounded to float32, in the spec's golden format.
+It also reruns the same thing in float32 and prints how far that lands from float64, which is
+the accuracy an fp32 implementation can be expected to reach.
+
+Usage:
+  /usr/bin/python3 tests/reference/gen_golden.py [--out tests/golden] [--check] [names...]
+names are NAME or path/NAME.ini (default: every tests/golden/*.ini). --check adds the
+self-tests: finite differences vs autograd, a slow loop-based second forward, the optimizer
+against torch.optim.AdamW + clip_grad_norm_, and a read-back of the written file.
+"""
+import argparse
+import dataclasses
+import glob
+import math
+import os
+import struct
+import sys
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model as M  # noqa: E402
+
+GOLDEN_MAGIC = 20261129
+GOLDEN_VERSION = 1
+N_STEPS = 3
+# AdamW's first update is g / (|g| + eps) per element, so where |g| is within a few eps
+# (eps = 1e-8) of zero it depends on the last bits of g, and an fp32 implementation lands
+# up to lr away from float64. The golden seeds are picked (--find-seed) so that every
+# nonzero gradient element at step 1 is at least this large (exact zeros, e.g. padding rows,
+# are fine: they stay exactly zero in any implementation).
+ADAM_SAFE_GRAD = 3e-7
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_DIR = os.path.normpath(os.path.join(HERE, "..", "golden"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Golden file I/O
+
+def write_golden(path, tensors):
+    """tensors: list of (name, np.ndarray float32 or int32). Little-endian, spec format."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<iii", GOLDEN_MAGIC, GOLDEN_VERSION, len(tensors)))
+        for name, a in tensors:
+            if a.dtype == np.float32:
+                dtype = 0
+            elif a.dtype == np.int32:
+                dtype = 1
+            else:
+                raise TypeError(f"{name}: {a.dtype}")
+            nb = name.encode()
+            f.write(struct.pack("<i", len(nb)))
+            f.write(nb)
+            f.write(struct.pack("<ii", dtype, a.ndim))
+            f.write(struct.pack(f"<{a.ndim}i", *a.shape))
+            f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+
+
+def read_golden(path):
+    out = OrderedDict()
+    with open(path, "rb") as f:
+        buf = f.read()
+    magic, version, n = struct.unpack_from("<iii", buf, 0)
+    assert magic == GOLDEN_MAGIC and version == GOLDEN_VERSION, (magic, version)
+    o = 12
+    for _ in range(n):
+        (ln,) = struct.unpack_from("<i", buf, o); o += 4
+        name = buf[o:o + ln].decode(); o += ln
+        dtype, ndim = struct.unpack_from("<ii", buf, o); o += 8
+        dims = struct.unpack_from(f"<{ndim}i", buf, o); o += 4 * ndim
+        dt = np.dtype("<f4") if dtype == 0 else np.dtype("<i4")
+        cnt = int(np.prod(dims)) if ndim else 1
+        out[name] = np.frombuffer(buf, dt, cnt, o).reshape(dims); o += 4 * cnt
+    assert o == len(buf), "trailing bytes"
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# One golden
+
+def make_inputs(c):
+    """Tokens then float32 initial params, all from one numpy RandomState seeded with
+    [train] seed (its stream is frozen by numpy, so the files regenerate identically)."""
+    rng = np.random.RandomState(c.seed)
+    B, T = c.batch_size, c.seq_len
+    tokens = torch.from_numpy(rng.randint(0, c.vocab_size, size=(B, T + 1)).astype(np.int64))
+    params32 = M.init_params(c, rng)
+    return tokens[:, :T].contiguous(), tokens[:, 1:].contiguous(), params32
+
+
+def min_step1_grad(c, params, idx, tgt):
+    """Smallest nonzero |gradient| element after clipping at step 1 (see ADAM_SAFE_GRAD)."""
+    _, _, grads = M.loss_and_grads(c, params, idx, tgt)
+    grads, _, _ = M.clip_grads(grads, c.grad_clip)
+    a = torch.cat([g.reshape(-1) for g in grads.values()]).abs()
+    return a[a > 0].min().item()
+
+
+def find_seed(c, n):
+    """The seed in [c.seed, c.seed + n) whose step-1 gradients are farthest from zero."""
+    best = None
+    for s in range(c.seed, c.seed + n):
+        cs = dataclasses.replace(c, seed=s)
+        idx, tgt, p32 = make_inputs(cs)
+        p64 = OrderedDict((k, v.double()) for k, v in p32.items())
+        g = min_step1_grad(cs, p64, idx, tgt)
+        if best is None or g > best[1]:
+            best = (s, g)
+    return best
+
+
+def run_reference(c, params, idx, tgt):
+    """Everything a golden holds, computed in params' dtype."""
+    logits, loss, grads = M.loss_and_grads(c, params, idx, tgt)
+    losses, norms, clipped, final = M.train(c, params, idx, tgt, N_STEPS)
+    return dict(logits=logits, loss=loss, grads=grads, losses=losses, norms=norms,
+                clipped=clipped, step3=final)
+
+
+def f32(t):
+    return t.detach().to(torch.float32).numpy()
+
+
+def golden_tensors(c, idx, tgt, params32, r):
+    V = c.vocab_size
+    ts = [("inputs", idx.numpy().astype(np.int32)), ("targets", tgt.numpy().astype(np.int32))]
+    ts += [("param/" + k, f32(v)) for k, v in params32.items()]
+    ts.append(("logits", f32(r["logits"][..., :V])))
+    ts.append(("loss", np.array([r["loss"].item()], dtype=np.float32)))
+    ts += [("grad/" + k, f32(v)) for k, v in r["grads"].items()]
+    ts.append(("losses", np.array(r["losses"], dtype=np.float32)))
+    ts += [("step3/" + k, f32(v)) for k, v in r["step3"].items()]
+    return ts
+
+
+def rel_max(a, b):
+    """max|a-b| / max|b| (b the float64 truth); 0 if both are all zero."""
+    a, b = a.double(), b.double()
+    den = b.abs().max().item()
+    num = (a - b).abs().max().item()
+    return num / den if den > 0 else num
+
+
+def compare_fp32(c, r64, r32):
+    V = c.vocab_size
+    out = dict(loss=abs(r32["loss"].item() - r64["loss"].item()) / abs(r64["loss"].item()),
+               losses=max(abs(a - b) / abs(b) for a, b in zip(r32["losses"], r64["losses"])),
+               logits=rel_max(r32["logits"][..., :V], r64["logits"][..., :V]))
+    for key in ("grads", "step3"):
+        worst = max(((rel_max(r32[key][k], r64[key][k]), k) for k in r64[key]))
+        out[key] = worst
+    out["step3_abs"] = max(((r32["step3"][k].double() - r64["step3"][k]).abs().max().item(), k)
+                           for k in r64["step3"])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Self-checks (--check)
+
+def fd_sample(c, name, p, gen, per_block):
+    """Flat indices to check in parameter `name`: a few from each row block of the fused
+    matrices (wqkv: q | k | v | gate; swiglu w_in: gate | up), a few anywhere otherwise, and
+    one element of a padding row of wte / lm_head."""
+    H, Hkv, hd = c.n_head, c.n_kv_head, c.head_dim
+    if name.endswith("attn.wqkv"):
+        sizes = [H * hd, Hkv * hd, Hkv * hd, c.gate_dim]
+    elif name.endswith("mlp.w_in") and c.mlp == "swiglu":
+        sizes = [c.d_ff, c.d_ff]
+    else:
+        sizes = [p.shape[0]]
+    cols = p[0].numel()
+    out, row0 = [], 0
+    for n in sizes:
+        if n:
+            rows = torch.randint(row0, row0 + n, (per_block,), generator=gen)
+            colsel = torch.randint(0, cols, (per_block,), generator=gen)
+            out += (rows * cols + colsel).tolist()
+        row0 += n
+    if name in ("wte", "lm_head") and c.padded_vocab > c.vocab_size:
+        out.append(c.vocab_size * cols + 3)
+    return out
+
+
+def check_finite_differences(c, p64, idx, tgt, grads, per_block=3, h=1e-5):
+    """Central differences of the float64 loss vs autograd, a few elements of every parameter
+    and of every row block of the fused matrices; padding rows must have gradient exactly 0."""
+    gen = torch.Generator().manual_seed(c.seed + 7)
+    worst, n = 0.0, 0
+    for name, p in p64.items():
+        for fi in fd_sample(c, name, p, gen, per_block):
+            vals = []
+            for sgn in (1, -1):
+                q = OrderedDict((k, v.clone()) for k, v in p64.items())
+                q[name].view(-1)[fi] += sgn * h
+                vals.append(M.forward(c, q, idx, tgt)[1].item())
+            fd = (vals[0] - vals[1]) / (2 * h)
+            ag = grads[name].reshape(-1)[fi].item()
+            err = abs(fd - ag)
+            worst = max(worst, err / max(1e-3, abs(ag)))
+            n += 1
+            if err > 1e-7 + 1e-6 * abs(ag):
+                raise AssertionError(f"FD mismatch {name}[{fi}]: fd={fd:.10g} autograd={ag:.10g}")
+            if name in ("wte", "lm_head") and fi >= c.vocab_size * p.shape[1] and ag != 0.0:
+                raise AssertionError(f"padding row of {name} has gradient {ag}")
+    return worst, n
+
+
+def forward_slow(c, params, idx, tgt):
+    """A second forward written differently on purpose: torch.nn.functional where it exists,
+    explicit loops over batch, position and head for attention, rope as a rotation matrix,
+    GQA by explicit head index, cross-entropy via F.cross_entropy. Returns (logits, loss)."""
+    B, T = idx.shape
+    d, H, Hkv, hd, Fd = c.d_model, c.n_head, c.n_kv_head, c.head_dim, c.d_ff
+    dt = params["wte"].dtype
+
+    def nrm(x, pre):
+        if c.norm == "layernorm":
+            return F.layer_norm(x, (d,), params[pre + ".w"], params[pre + ".b"], c.norm_eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.norm_eps) * params[pre + ".w"]
+
+    def act(z):
+        return {"sigmoid": torch.sigmoid(z), "ns_sigmoid": 0.5 + 0.5 * torch.sigmoid(z),
+                "silu": F.silu(z)}[c.gate_act]
+
+    # rotation matrices R[t] (hd x hd) with q' = R q
+    R = torch.zeros(T, hd, hd, dtype=dt)
+    for t in range(T):
+        for i in range(hd // 2):
+            th = t * c.rope_base ** (-2.0 * i / hd)
+            j = i + hd // 2
+            R[t, i, i], R[t, i, j] = math.cos(th), -math.sin(th)
+            R[t, j, j], R[t, j, i] = math.cos(th), math.sin(th)
+
+    x = F.embedding(idx, params["wte"])
+    if c.pos == "learned":
+        x = x + F.embedding(torch.arange(T), params["wpe"])[None]
+    for l in range(c.n_layer):
+        p = f"h.{l}."
+        a = nrm(x, p + "ln1")
+        W = params[p + "attn.wqkv"]
+        Wq, Wk = W[:H * hd], W[H * hd:H * hd + Hkv * hd]
+        Wv, Wg = W[H * hd + Hkv * hd:H * hd + 2 * Hkv * hd], W[H * hd + 2 * Hkv * hd:]
+        rows = []
+        for b in range(B):
+            qs = [[None] * H for _ in range(T)]
+            ks = [[None] * Hkv for _ in range(T)]
+            vs = [[None] * Hkv for _ in range(T)]
+            for t in range(T):
+                z = F.linear(a[b, t], Wg) if c.attn_gate != "none" else None
+                for h in range(H):
+                    q = F.linear(a[b, t], Wq[h * hd:(h + 1) * hd])
+                    if c.qk_norm:
+                        q = q * torch.rsqrt(q.pow(2).mean() + c.norm_eps) * params[p + "attn.q_norm.w"]
+                    qs[t][h] = R[t] @ q if c.pos == "rope" else q
+                for g in range(Hkv):
+                    k = F.linear(a[b, t], Wk[g * hd:(g + 1) * hd])
+                    if c.qk_norm:
+                        k = k * torch.rsqrt(k.pow(2).mean() + c.norm_eps) * params[p + "attn.k_norm.w"]
+                    ks[t][g] = R[t] @ k if c.pos == "rope" else k
+                    v = F.linear(a[b, t], Wv[g * hd:(g + 1) * hd])
+                    if c.attn_gate != "none" and c.gate_position == "value":
+                        gz = z[g * hd:(g + 1) * hd] if c.attn_gate == "elementwise" else z[g]
+                        v = v * act(gz)
+                    vs[t][g] = v
+            out_b = []
+            for t in range(T):
+                heads = []
+                for h in range(H):
+                    g = h * Hkv // H
+                    s = torch.stack([qs[t][h].dot(ks[u][g]) for u in range(t + 1)]) / math.sqrt(hd)
+                    w = torch.exp(s - s.max())
+                    w = w / w.sum()
+                    y = sum(w[u] * vs[u][g] for u in range(t + 1))
+                    if c.attn_gate != "none" and c.gate_position == "sdpa":
+                        z = F.linear(a[b, t], Wg)
+                        gz = z[h * hd:(h + 1) * hd] if c.attn_gate == "elementwise" else z[h]
+                        y = y * act(gz)
+                    heads.append(y)
+                out_b.append(torch.cat(heads))
+            rows.append(torch.stack(out_b))
+        x = x + F.linear(torch.stack(rows), params[p + "attn.wo"])
+        m = nrm(x, p + "ln2")
+        hin = F.linear(m, params[p + "mlp.w_in"])
+        if c.mlp == "swiglu":
+            hmid = F.silu(hin[..., :Fd]) * hin[..., Fd:]
+        else:
+            hmid = F.gelu(hin, approximate="tanh")
+        x = x + F.linear(hmid, params[p + "mlp.w_out"])
+    logits = F.linear(nrm(x, "lnf"), params["wte"] if c.tie_embeddings else params["lm_head"])
+    loss = F.cross_entropy(logits[..., :c.vocab_size].reshape(B * T, -1), tgt.reshape(-1))
+    return logits, loss
+
+
+def check_slow_forward(c, p64, idx, tgt, r64):
+    logits, loss = forward_slow(c, p64, idx, tgt)
+    dl = (logits - r64["logits"]).abs().max().item()
+    dloss = abs(loss.item() - r64["loss"].item())
+    if dl > 1e-12 or dloss > 1e-12:
+        raise AssertionError(f"slow forward differs: logits {dl:.3g} loss {dloss:.3g}")
+    return max(dl, dloss)
+
+
+def check_optimizer(c, p64, idx, tgt, r64):
+    """The same 3 steps with torch.optim.AdamW (2-D params decayed, others not) and
+    torch.nn.utils.clip_grad_norm_; must agree with the hand-written optimizer."""
+    leaves = OrderedDict((k, v.clone().requires_grad_(True)) for k, v in p64.items())
+    decay = [v for v in leaves.values() if v.dim() == 2]
+    no_decay = [v for v in leaves.values() if v.dim() != 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=c.weight_decay),
+                             dict(params=no_decay, weight_decay=0.0)],
+                            lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps)
+    for _ in range(N_STEPS):
+        opt.zero_grad()
+        _, loss = M.forward(c, leaves, idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(leaves.values()), c.grad_clip)
+        opt.step()
+    worst = max((leaves[k].detach() - r64["step3"][k]).abs().max().item() for k in leaves)
+    if worst > 1e-12:
+        raise AssertionError(f"optimizer differs from torch.optim.AdamW: {worst:.3g}")
+    return worst
+
+
+def check_readback(path, tensors):
+    back = read_golden(path)
+    assert list(back.keys()) == [n for n, _ in tensors]
+    for n, a in tensors:
+        assert back[n].shape == a.shape and np.array_equal(back[n], a), n
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_DIR, help="where NAME.bin goes (default tests/golden)")
+    ap.add_argument("--ini-dir", default=DEFAULT_DIR, help="where NAME.ini is read (default tests/golden)")
+    ap.add_argument("--check", action="store_true", help="also run the self-checks")
+    ap.add_argument("--find-seed", type=int, metavar="N", default=0,
+                    help="write nothing; for each config print the seed in [seed, seed+N) whose "
+                         "step-1 gradients are best conditioned for AdamW (largest min |g|)")
+    ap.add_argument("names", nargs="*")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # reproducible summation order in the float32 comparison run
+
+    if args.names:
+        inis = [n if n.endswith(".ini") else os.path.join(args.ini_dir, n + ".ini") for n in args.names]
+    else:
+        inis = sorted(glob.glob(os.path.join(args.ini_dir, "*.ini")))
+    if not inis:
+        sys.exit(f"gen_golden: no .ini files in {args.ini_dir}")
+    os.makedirs(args.out, exist_ok=True)
+
+    rows = []
+    for ini in inis:
+        name = os.path.splitext(os.path.basename(ini))[0]
+        c = M.load_config(ini)
+        if c.schedule != "constant" or c.warmup_steps != 0:
+            sys.exit(f"gen_golden: {ini}: goldens need schedule=constant and warmup_steps=0 "
+                     "(the reference steps with a constant lr)")
+        if args.find_seed:
+            s, g = find_seed(c, args.find_seed)
+            print(f"{name}: best seed {s} (min nonzero |grad| at step 1 = {g:.2e})")
+            continue
+        idx, tgt, params32 = make_inputs(c)
+        p64 = OrderedDict((k, v.double()) for k, v in params32.items())
+        r64 = run_reference(c, p64, idx, tgt)
+        r32 = run_reference(c, params32, idx, tgt)
+        tensors = golden_tensors(c, idx, tgt, params32, r64)
+        path = os.path.join(args.out, name + ".bin")
+        write_golden(path, tensors)
+        cmp = compare_fp32(c, r64, r32)
+        n_params = sum(v.numel() for v in params32.values())
+        print(f"{name}: wrote {path} ({os.path.getsize(path)} bytes, {len(tensors)} tensors, "
+              f"{n_params} params)")
+        print(f"  loss {r64['loss'].item():.6f}  losses " +
+              " ".join(f"{x:.6f}" for x in r64["losses"]))
+        print("  pre-clip grad norm per step: " +
+              "  ".join(f"{n:.4f}{' (clipped)' if cl else ' (not clipped)'}"
+                        for n, cl in zip(r64["norms"], r64["clipped"])))
+        g1 = min_step1_grad(c, p64, idx, tgt)
+        print(f"  min nonzero |grad| at step 1 (after clip): {g1:.2e}" +
+              ("" if g1 >= ADAM_SAFE_GRAD else
+               f"  WARNING: below {ADAM_SAFE_GRAD:g}, step3 is ill-conditioned for fp32 "
+               "(pick another seed with --find-seed)"))
+        print(f"  fp32 vs fp64: loss {cmp['loss']:.2e}  losses {cmp['losses']:.2e}  "
+              f"logits {cmp['logits']:.2e}  grads {cmp['grads'][0]:.2e} ({cmp['grads'][1]})  "
+              f"step3 {cmp['step3'][0]:.2e} ({cmp['step3'][1]})  "
+              f"step3 abs {cmp['step3_abs'][0]:.2e} ({cmp['step3_abs'][1]})")
+        if args.check:
+            fd, nfd = check_finite_differences(c, p64, idx, tgt, r64["grads"])
+            sf = check_slow_forward(c, p64, idx, tgt, r64)
+            op = check_optimizer(c, p64, idx, tgt, r64)
+            check_readback(path, tensors)
+            print(f"  check: finite differences ok ({nfd} elements, worst rel {fd:.1e}), slow forward ok "
+                  f"({sf:.1e}), torch.optim.AdamW ok ({op:.1e}), read-back ok")
+        rows.append((name, r64, cmp, g1))
+
+    if args.find_seed:
+        return
+    print("\nfp32 vs fp64 (max|a-b|/max|b| per tensor, worst tensor; loss: relative error)")
+    print(f"{'golden':24s} {'loss':>9s} {'losses':>9s} {'logits':>9s} {'grads':>9s} {'step3':>9s}  "
+          f"{'min|g1|':>9s}  grad norms (pre-clip, steps 1-3)")
+    for name, r64, cmp, g1 in rows:
+        print(f"{name:24s} {cmp['loss']:9.1e} {cmp['losses']:9.1e} {cmp['logits']:9.1e} "
+              f"{cmp['grads'][0]:9.1e} {cmp['step3'][0]:9.1e} {g1:9.1e}  " +
+              " ".join(f"{n:.3f}" for n in r64["norms"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,407 @@
+"""Independent PyTorch reference of the gatedgpt model (tests/reference/model.py).
+
+Written from the model specification (the math, parameter layout and golden file format the
+C implementation follows), not from the C code: plain torch ops, autograd for the backward,
+a hand-written AdamW with global-norm clip. gen_golden.py uses it to produce the golden files
+the C model is tested against, so every line here is meant to be the spec's math and nothing
+else.
+
+Conventions (the spec's):
+  - nn.Linear layout: a weight W has shape [out, in] and y = x @ W^T. No linear biases.
+  - Parameters live in an OrderedDict name -> tensor; the order is the order the C side
+    reads them from a golden file (param_shapes() below is the single source of that order).
+  - Vocabulary padded to V_p (a multiple of 128); logits have V_p columns, the loss only
+    looks at the first V = vocab_size of them.
+
+Works in any floating dtype: gen_golden.py runs it in float64 for the golden numbers and in
+float32 to measure how close an fp32 implementation can get.
+"""
+import configparser
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+# Defaults of every key the reference uses (spec: "INI keys (sections and defaults)").
+MODEL_DEFAULTS = dict(
+    vocab_size="50257", n_layer="12", d_model="768", n_head="12", n_kv_head="0", head_dim="0",
+    d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", norm="rmsnorm",
+    norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
+    gate_position="sdpa", gate_act="sigmoid", init_std="0.02",
+)
+TRAIN_DEFAULTS = dict(
+    seed="1337", batch_size="4", seq_len="64", tokens_per_step="0", steps="100", lr="3e-4",
+    min_lr_frac="0.1", warmup_steps="10", schedule="cosine", wsd_decay_frac="0.2",
+    weight_decay="0.1", beta1="0.9", beta2="0.95", eps="1e-8", grad_clip="1.0", threads="0",
+)
+ENUMS = dict(
+    pos=("rope", "learned"), norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
+    attn_gate=("none", "elementwise", "headwise"), gate_position=("sdpa", "value"),
+    gate_act=("sigmoid", "ns_sigmoid", "silu"),
+    schedule=("cosine", "linear", "constant", "wsd"),
+)
+BOOLS = {"true": True, "1": True, "yes": True, "on": True,
+         "false": False, "0": False, "no": False, "off": False}
+
+
+@dataclass
+class Config:
+    # [model]
+    vocab_size: int
+    n_layer: int
+    d_model: int
+    n_head: int
+    n_kv_head: int      # resolved (0 -> n_head)
+    head_dim: int       # resolved (0 -> d_model / n_head)
+    d_ff: int           # resolved (0 -> 4 * d_model)
+    max_seq_len: int
+    pos: str
+    rope_base: float
+    norm: str
+    norm_eps: float
+    qk_norm: bool
+    mlp: str
+    tie_embeddings: bool
+    attn_gate: str
+    gate_position: str
+    gate_act: str
+    init_std: float
+    # [train]
+    seed: int
+    batch_size: int
+    seq_len: int
+    steps: int
+    lr: float
+    warmup_steps: int
+    schedule: str
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    grad_clip: float
+
+    @property
+    def padded_vocab(self):
+        return (self.vocab_size + 127) // 128 * 128
+
+    @property
+    def gate_dim(self):
+        """G: number of gate rows at the end of wqkv (per token gate logits)."""
+        if self.attn_gate == "none":
+            return 0
+        heads = self.n_head if self.gate_position == "sdpa" else self.n_kv_head
+        return heads * self.head_dim if self.attn_gate == "elementwise" else heads
+
+
+def load_config(path):
+    """Read a gatedgpt INI; keys missing from the file take the spec's defaults."""
+    cp = configparser.ConfigParser(comment_prefixes=(";", "#"), inline_comment_prefixes=(";",),
+                                   interpolation=None)
+    with open(path) as f:
+        cp.read_file(f)
+
+    def section(name, defaults, strict):
+        d = dict(defaults)
+        if cp.has_section(name):
+            for k, v in cp.items(name):
+                if k not in d:
+                    # an unknown [model] key could change the math: refuse it; an unknown
+                    # [train] key (logging, schedules) cannot change 3 constant-lr steps
+                    if strict:
+                        raise ValueError(f"{path}: [{name}] {k}: unknown to the reference")
+                    continue
+                d[k] = v.strip()
+        return d
+
+    m = section("model", MODEL_DEFAULTS, strict=True)
+    t = section("train", TRAIN_DEFAULTS, strict=False)
+    if cp.has_section("moe") and int(cp["moe"].get("n_expert", "0")) > 0:
+        raise ValueError(f"{path}: [moe] n_expert > 0: the reference has no MoE")
+
+    def enum(d, k):
+        v = d[k].lower()
+        if v not in ENUMS[k]:
+            raise ValueError(f"{path}: {k}={d[k]} (accepted: {', '.join(ENUMS[k])})")
+        return v
+
+    def boolean(d, k):
+        v = d[k].lower()
+        if v not in BOOLS:
+            raise ValueError(f"{path}: {k}={d[k]} is not a bool")
+        return BOOLS[v]
+
+    n_head = int(m["n_head"])
+    d_model = int(m["d_model"])
+    n_kv_head = int(m["n_kv_head"]) or n_head
+    head_dim = int(m["head_dim"])
+    if head_dim == 0:
+        if d_model % n_head:
+            raise ValueError(f"{path}: head_dim=0 needs n_head | d_model")
+        head_dim = d_model // n_head
+    c = Config(
+        vocab_size=int(m["vocab_size"]), n_layer=int(m["n_layer"]), d_model=d_model,
+        n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
+        d_ff=int(m["d_ff"]) or 4 * d_model, max_seq_len=int(m["max_seq_len"]),
+        pos=enum(m, "pos"), rope_base=float(m["rope_base"]), norm=enum(m, "norm"),
+        norm_eps=float(m["norm_eps"]), qk_norm=boolean(m, "qk_norm"), mlp=enum(m, "mlp"),
+        tie_embeddings=boolean(m, "tie_embeddings"), attn_gate=enum(m, "attn_gate"),
+        gate_position=enum(m, "gate_position"), gate_act=enum(m, "gate_act"),
+        init_std=float(m["init_std"]),
+        seed=int(t["seed"]), batch_size=int(t["batch_size"]), seq_len=int(t["seq_len"]),
+        steps=int(t["steps"]), lr=float(t["lr"]), warmup_steps=int(t["warmup_steps"]),
+        schedule=enum(t, "schedule"), weight_decay=float(t["weight_decay"]),
+        beta1=float(t["beta1"]), beta2=float(t["beta2"]), eps=float(t["eps"]),
+        grad_clip=float(t["grad_clip"]),
+    )
+    if c.n_head % c.n_kv_head:
+        raise ValueError(f"{path}: n_head must be a multiple of n_kv_head")
+    if c.pos == "rope" and c.head_dim % 2:
+        raise ValueError(f"{path}: rope needs an even head_dim")
+    if c.seq_len > c.max_seq_len:
+        raise ValueError(f"{path}: seq_len > max_seq_len")
+    return c
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters
+
+def param_shapes(c):
+    """OrderedDict name -> shape, in the spec's order (the order of the golden files)."""
+    d, H, Hkv, hd, F = c.d_model, c.n_head, c.n_kv_head, c.head_dim, c.d_ff
+    layernorm = c.norm == "layernorm"
+    s = OrderedDict()
+    s["wte"] = (c.padded_vocab, d)
+    if c.pos == "learned":
+        s["wpe"] = (c.max_seq_len, d)
+    for l in range(c.n_layer):
+        p = f"h.{l}."
+        s[p + "ln1.w"] = (d,)
+        if layernorm:
+            s[p + "ln1.b"] = (d,)
+        s[p + "attn.wqkv"] = (H * hd + 2 * Hkv * hd + c.gate_dim, d)
+        if c.qk_norm:
+            s[p + "attn.q_norm.w"] = (hd,)
+            s[p + "attn.k_norm.w"] = (hd,)
+        s[p + "attn.wo"] = (d, H * hd)
+        s[p + "ln2.w"] = (d,)
+        if layernorm:
+            s[p + "ln2.b"] = (d,)
+        s[p + "mlp.w_in"] = (2 * F if c.mlp == "swiglu" else F, d)
+        s[p + "mlp.w_out"] = (d, F)
+    s["lnf.w"] = (d,)
+    if layernorm:
+        s["lnf.b"] = (d,)
+    if not c.tie_embeddings:
+        s["lm_head"] = (c.padded_vocab, d)
+    return s
+
+
+def init_params(c, rng, norm_noise=0.1):
+    """Initial weights in float32, drawn from `rng` (a numpy.random.RandomState, whose stream
+    numpy keeps fixed across versions) in param_shapes() order, as float64 normals rounded
+    to float32 and then scaled in float32.
+
+    Matrices and embeddings (every 2-D param, padding rows included): normal(0, init_std).
+    Norm weights: 1 + normal(0, norm_noise); norm biases: normal(0, norm_noise), so that
+    neither is trivial and their gradients are exercised.
+    """
+    params = OrderedDict()
+    for name, shape in param_shapes(c).items():
+        r = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+        if len(shape) == 2:
+            params[name] = r * np.float32(c.init_std)
+        elif name.endswith(".b"):
+            params[name] = r * np.float32(norm_noise)
+        else:
+            params[name] = 1.0 + r * np.float32(norm_noise)
+    return params
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+
+def rmsnorm(x, w, eps):
+    # x / sqrt(mean(x^2) + eps) * w, over the last dim
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def layernorm(x, w, b, eps):
+    # (x - mean) / sqrt(var + eps) * w + b, biased variance, over the last dim
+    mu = x.mean(-1, keepdim=True)
+    xc = x - mu
+    var = (xc * xc).mean(-1, keepdim=True)
+    return xc / torch.sqrt(var + eps) * w + b
+
+
+def gate_act(z, kind):
+    if kind == "sigmoid":
+        return torch.sigmoid(z)
+    if kind == "ns_sigmoid":
+        return 0.5 + 0.5 * torch.sigmoid(z)
+    if kind == "silu":
+        return z * torch.sigmoid(z)
+    raise ValueError(kind)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def rope(x, base):
+    """x [B, T, nh, hd]; HF Llama/Qwen rotate_half: pairs (i, i + hd/2), i < hd/2,
+    angle = t * base^(-2i/hd)."""
+    T, hd = x.shape[1], x.shape[3]
+    half = hd // 2
+    i = torch.arange(half, dtype=x.dtype)
+    inv_freq = base ** (-2.0 * i / hd)                             # [hd/2]
+    t = torch.arange(T, dtype=x.dtype)
+    ang = t[:, None] * inv_freq[None, :]                           # [T, hd/2]
+    cos = torch.cos(ang)[None, :, None, :]                         # [1, T, 1, hd/2]
+    sin = torch.sin(ang)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def causal_attention(q, k, v):
+    """q [B,T,H,hd], k/v [B,T,Hkv,hd] -> y [B,T,H,hd]. Query head h reads kv head h // (H/Hkv)."""
+    B, T, H, hd = q.shape
+    rep = H // k.shape[2]
+    k = k.repeat_interleave(rep, dim=2)                            # [B,T,H,hd]
+    v = v.repeat_interleave(rep, dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)  # [B,H,T,T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()               # s <= t
+    scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    return torch.einsum("bhts,bshd->bthd", p, v)
+
+
+def norm(c, x, params, prefix):
+    if c.norm == "rmsnorm":
+        return rmsnorm(x, params[prefix + ".w"], c.norm_eps)
+    return layernorm(x, params[prefix + ".w"], params[prefix + ".b"], c.norm_eps)
+
+
+def attention_block(c, a, params, p):
+    """a = Norm1(x) [B,T,d] -> attention output before wo, flattened [B,T,H*hd]."""
+    B, T, _ = a.shape
+    H, Hkv, hd, G = c.n_head, c.n_kv_head, c.head_dim, c.gate_dim
+    u = a @ params[p + "attn.wqkv"].t()                            # [B,T,H*hd+2*Hkv*hd+G]
+    o = 0
+    q = u[..., o:o + H * hd].reshape(B, T, H, hd); o += H * hd
+    k = u[..., o:o + Hkv * hd].reshape(B, T, Hkv, hd); o += Hkv * hd
+    v = u[..., o:o + Hkv * hd].reshape(B, T, Hkv, hd); o += Hkv * hd
+    z = u[..., o:o + G]                                            # gate logits [B,T,G]
+    if c.qk_norm:
+        q = rmsnorm(q, params[p + "attn.q_norm.w"], c.norm_eps)
+        k = rmsnorm(k, params[p + "attn.k_norm.w"], c.norm_eps)
+    if c.pos == "rope":
+        q = rope(q, c.rope_base)
+        k = rope(k, c.rope_base)
+    if c.attn_gate != "none":
+        heads = H if c.gate_position == "sdpa" else Hkv
+        per_head = hd if c.attn_gate == "elementwise" else 1       # headwise: broadcast over hd
+        g = gate_act(z.reshape(B, T, heads, per_head), c.gate_act)
+    if c.attn_gate != "none" and c.gate_position == "value":
+        v = v * g
+    y = causal_attention(q, k, v)                                  # [B,T,H,hd]
+    if c.attn_gate != "none" and c.gate_position == "sdpa":
+        y = y * g
+    return y.reshape(B, T, H * hd)
+
+
+def mlp_block(c, m, params, p):
+    w_in, w_out = params[p + "mlp.w_in"], params[p + "mlp.w_out"]
+    hin = m @ w_in.t()
+    if c.mlp == "swiglu":
+        g, up = hin[..., :c.d_ff], hin[..., c.d_ff:]
+        h = g * torch.sigmoid(g) * up                              # silu(g) * up
+    else:
+        h = gelu_tanh(hin)
+    return h @ w_out.t()
+
+
+def forward(c, params, idx, targets=None):
+    """idx, targets int64 [B,T]. Returns (logits [B,T,V_p], loss scalar or None)."""
+    B, T = idx.shape
+    x = params["wte"][idx]                                         # [B,T,d]
+    if c.pos == "learned":
+        x = x + params["wpe"][:T][None]
+    for l in range(c.n_layer):
+        p = f"h.{l}."
+        a = norm(c, x, params, p + "ln1")
+        x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
+        m = norm(c, x, params, p + "ln2")
+        x = x + mlp_block(c, m, params, p)
+    xf = norm(c, x, params, "lnf")
+    head = params["wte"] if c.tie_embeddings else params["lm_head"]
+    logits = xf @ head.t()                                         # [B,T,V_p]
+    loss = None
+    if targets is not None:
+        lv = logits[..., :c.vocab_size]                            # padding columns excluded
+        lse = torch.logsumexp(lv, dim=-1)
+        picked = lv.gather(-1, targets[..., None])[..., 0]
+        loss = (lse - picked).mean()
+    return logits, loss
+
+
+def loss_and_grads(c, params, idx, targets):
+    """Forward + autograd backward. Returns (logits detached, loss float tensor, grads dict)."""
+    leaves = OrderedDict((k, v.detach().clone().requires_grad_(True)) for k, v in params.items())
+    logits, loss = forward(c, leaves, idx, targets)
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return logits.detach(), loss.detach(), OrderedDict(zip(leaves.keys(), grads))
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimizer: global-norm clip + AdamW (torch.optim.AdamW semantics), written out
+
+def grad_norm(grads):
+    return torch.sqrt(sum((g * g).sum() for g in grads.values()))
+
+
+def clip_grads(grads, grad_clip):
+    """Returns (clipped grads, pre-clip total norm as a float, whether it clipped)."""
+    total = grad_norm(grads)
+    if grad_clip > 0 and total.item() > grad_clip:
+        scale = grad_clip / (total + 1e-6)
+        return OrderedDict((k, g * scale) for k, g in grads.items()), total.item(), True
+    return grads, total.item(), False
+
+
+def adamw_step(c, params, grads, state, t, lr):
+    """One AdamW update at step t (1-based). state: dict name -> (m, v). Returns new params.
+    Weight decay only on 2-D params, applied as p *= (1 - lr*wd) before the Adam update."""
+    b1, b2, eps, wd = c.beta1, c.beta2, c.eps, c.weight_decay
+    new = OrderedDict()
+    for name, p in params.items():
+        g = grads[name]
+        m, v = state.get(name, (torch.zeros_like(p), torch.zeros_like(p)))
+        if p.dim() == 2:
+            p = p * (1.0 - lr * wd)
+        m = b1 * m + (1.0 - b1) * g
+        v = b2 * v + (1.0 - b2) * g * g
+        mhat = m / (1.0 - b1 ** t)
+        vhat = v / (1.0 - b2 ** t)
+        new[name] = p - lr * mhat / (torch.sqrt(vhat) + eps)
+        state[name] = (m, v)
+    return new
+
+
+def train(c, params, idx, targets, n_steps):
+    """n_steps of (forward, backward, clip, AdamW) on the same batch with constant lr = c.lr.
+    Returns (losses [n], pre-clip grad norms [n], clipped flags [n], final params)."""
+    state = {}
+    losses, norms, clipped = [], [], []
+    for t in range(1, n_steps + 1):
+        _, loss, grads = loss_and_grads(c, params, idx, targets)
+        grads, total, did_clip = clip_grads(grads, c.grad_clip)
+        params = adamw_step(c, params, grads, state, t, c.lr)
+        losses.append(loss.item())
+        norms.append(total)
+        clipped.append(did_clip)
+    return losses, norms, clipped, params

@@ -1,0 +1,353 @@
+// tests/test_dataloader.c: shards and the data loader, against shards written to a temp dir.
+// Prints "N passed, M failed"; exits non-zero on any failure.
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../data/dataloader.h"
+#include "../data/shard.h"
+
+static int g_pass = 0, g_fail = 0;
+
+#define CHECK(cond, ...)                                          \
+    do {                                                          \
+        if (cond) {                                               \
+            g_pass++;                                             \
+        } else {                                                  \
+            g_fail++;                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                         \
+            fputc('\n', stderr);                                  \
+        }                                                         \
+    } while (0)
+
+static char g_dir[256];
+
+static const char* tmp_path(const char* name) {
+    static char buf[8][512];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof(buf[k]), "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+// ---- capturing stderr so error messages can be checked ----
+static int g_saved_stderr = -1;
+static const char* g_capture_file;
+
+static void capture_begin(void) {
+    fflush(stderr);
+    g_capture_file = tmp_path("stderr.txt");
+    int fd = open(g_capture_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    g_saved_stderr = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+// returns the captured text (static buffer)
+static const char* capture_end(void) {
+    static char text[4096];
+    fflush(stderr);
+    dup2(g_saved_stderr, 2);
+    close(g_saved_stderr);
+    FILE* f = fopen(g_capture_file, "r");
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    return text;
+}
+
+// ---- writing test shards ----
+// token i of shard s = base + i (mod modulus): every position in the test has a distinct value
+static int* make_tokens(int64_t n, int base, int modulus) {
+    int* t = malloc((size_t)n * sizeof(int));
+    for (int64_t i = 0; i < n; i++) t[i] = (int)((base + i) % modulus);
+    return t;
+}
+
+static void write_shard(const char* path, int64_t n, int base, int modulus) {
+    int* t = make_tokens(n, base, modulus);
+    if (shard_write(path, t, n) != 0) {
+        fprintf(stderr, "could not write test shard %s\n", path);
+        exit(2);
+    }
+    free(t);
+}
+
+static void write_raw(const char* path, const int32_t* header, const void* data, size_t data_bytes) {
+    FILE* f = fopen(path, "wb");
+    fwrite(header, 4, SHARD_HEADER_INTS, f);
+    if (data_bytes) fwrite(data, 1, data_bytes, f);
+    fclose(f);
+}
+
+// ---- tests ----
+
+static void test_shard_roundtrip(void) {
+    // uint16 when every token < 65536
+    const char* p16 = tmp_path("rt16.bin");
+    int t16[5] = {0, 1, 65535, 7, 300};
+    CHECK(shard_write(p16, t16, 5) == 0, "write u16");
+    ShardHeader h;
+    CHECK(shard_read_header(p16, &h) == 0, "header u16");
+    CHECK(h.magic == SHARD_MAGIC_U16 && h.version == 1 && h.token_bytes == 2 && h.num_tokens == 5,
+          "u16 header fields magic=%d version=%d bytes=%d n=%lld", h.magic, h.version, h.token_bytes,
+          (long long)h.num_tokens);
+    CHECK(h.file_bytes == 1024 + 10, "u16 file size %lld", (long long)h.file_bytes);
+    Shard s;
+    CHECK(shard_open(&s, p16, 65536) == 0, "open u16");
+    int got[5];
+    shard_get(&s, 0, 5, got);
+    CHECK(memcmp(got, t16, sizeof(got)) == 0, "u16 tokens round-trip");
+    shard_close(&s);
+
+    // uint32 variant as soon as one token needs it
+    const char* p32 = tmp_path("rt32.bin");
+    int t32[4] = {5, 65536, 127999, 0};
+    CHECK(shard_write(p32, t32, 4) == 0, "write u32");
+    CHECK(shard_read_header(p32, &h) == 0, "header u32");
+    CHECK(h.magic == SHARD_MAGIC_U32 && h.version == 7 && h.token_bytes == 4 && h.num_tokens == 4,
+          "u32 header fields magic=%d version=%d", h.magic, h.version);
+    CHECK(h.file_bytes == 1024 + 16, "u32 file size %lld", (long long)h.file_bytes);
+    CHECK(shard_open(&s, p32, 128000) == 0, "open u32");
+    shard_get(&s, 1, 3, got);
+    CHECK(got[0] == 65536 && got[1] == 127999 && got[2] == 0, "u32 tokens round-trip");
+    shard_close(&s);
+    CHECK(access(tmp_path("rt32.bin.tmp"), F_OK) != 0, "no temp file left behind");
+}
+
+// 1 process: exact tokens, batch after batch, across the shard boundary
+static void test_single_process(void) {
+    const int B = 2, T = 8, BT = 16, V = 50257;
+    // shard 0: 100 tokens -> (100-1)/16 = 6 batches; shard 1: 40 tokens -> 2 batches
+    write_shard(tmp_path("one_000.bin"), 100, 1000, V);
+    write_shard(tmp_path("one_001.bin"), 40, 5000, V);
+    DataLoader dl;
+    CHECK(dataloader_init(&dl, tmp_path("one_*.bin"), B, T, 0, 1, V) == 0, "init");
+    CHECK(dl.num_shards == 2 && dl.batches_per_epoch == 8, "shards=%d batches=%lld", dl.num_shards,
+          (long long)dl.batches_per_epoch);
+    int in[16], tg[16];
+    int ok = 1;
+    for (int b = 0; b < 8; b++) {
+        CHECK(dataloader_next(&dl, in, tg) == 0, "next %d", b);
+        int base = b < 6 ? 1000 + b * BT : 5000 + (b - 6) * BT;
+        for (int i = 0; i < BT; i++) {
+            if (in[i] != base + i || tg[i] != base + i + 1) ok = 0;
+        }
+    }
+    CHECK(ok, "exact input/target tokens over 2 shards");
+    CHECK(dl.epoch == 1 && dl.shard_idx == 0 && dl.batch_idx == 0, "wrapped after one epoch: epoch=%lld",
+          (long long)dl.epoch);
+    dataloader_free(&dl);
+}
+
+// nproc processes each get their slice; together they equal 1 process with batch nproc*B
+static void test_multi_process(int nproc) {
+    const int B = 2, T = 4, BT = 8, V = 50257;
+    char pat[64];
+    snprintf(pat, sizeof(pat), "mp%d_*.bin", nproc);
+    char n0[64], n1[64];
+    snprintf(n0, sizeof(n0), "mp%d_000.bin", nproc);
+    snprintf(n1, sizeof(n1), "mp%d_001.bin", nproc);
+    write_shard(tmp_path(n0), 203, 0, V);
+    write_shard(tmp_path(n1), 77, 20000, V);
+
+    DataLoader ref;
+    CHECK(dataloader_init(&ref, tmp_path(pat), nproc * B, T, 0, 1, V) == 0, "init ref nproc=%d", nproc);
+    DataLoader dl[3];
+    for (int r = 0; r < nproc; r++)
+        CHECK(dataloader_init(&dl[r], tmp_path(pat), B, T, r, nproc, V) == 0, "init rank %d/%d", r, nproc);
+    CHECK(dl[0].batches_per_epoch == ref.batches_per_epoch, "same steps per epoch");
+
+    int steps = (int)ref.batches_per_epoch + 3;  // past the end: the wrap must agree too
+    int ref_in[3 * 8], ref_tg[3 * 8], in[3][8], tg[3][8];
+    int equal = 1, disjoint = 1;
+    for (int s = 0; s < steps; s++) {
+        CHECK(dataloader_next(&ref, ref_in, ref_tg) == 0, "ref next");
+        for (int r = 0; r < nproc; r++) CHECK(dataloader_next(&dl[r], in[r], tg[r]) == 0, "rank next");
+        for (int r = 0; r < nproc; r++) {
+            if (memcmp(in[r], ref_in + r * BT, sizeof(in[r])) != 0) equal = 0;
+            if (memcmp(tg[r], ref_tg + r * BT, sizeof(tg[r])) != 0) equal = 0;
+        }
+        // tokens are distinct per position, so disjoint windows = no shared input value
+        for (int r = 0; r < nproc; r++)
+            for (int q = r + 1; q < nproc; q++)
+                for (int i = 0; i < BT; i++)
+                    for (int j = 0; j < BT; j++)
+                        if (in[r][i] == in[q][j]) disjoint = 0;
+    }
+    CHECK(equal, "nproc=%d: rank slices concatenated == 1-process global batch", nproc);
+    CHECK(disjoint, "nproc=%d: rank inputs are disjoint", nproc);
+    CHECK(dl[nproc - 1].epoch == 1 && ref.epoch == 1, "nproc=%d: all wrapped once", nproc);
+    dataloader_free(&ref);
+    for (int r = 0; r < nproc; r++) dataloader_free(&dl[r]);
+}
+
+// wrap-around with one shard and with several; reset
+static void test_wrap_and_reset(void) {
+    const int B = 1, T = 10, V = 1000;
+    write_shard(tmp_path("wrap_000.bin"), 31, 0, V);  // (31-1)/10 = 3 batches
+    DataLoader dl;
+    CHECK(dataloader_init(&dl, tmp_path("wrap_*.bin"), B, T, 0, 1, V) == 0, "init wrap");
+    int in[10], tg[10], first_in[10], first_tg[10];
+    dataloader_next(&dl, first_in, first_tg);
+    dataloader_next(&dl, in, tg);
+    dataloader_next(&dl, in, tg);
+    CHECK(in[0] == 20 && tg[9] == 30, "last batch of the shard uses the final token");
+    CHECK(dl.epoch == 1, "epoch counted at the wrap");
+    dataloader_next(&dl, in, tg);
+    CHECK(memcmp(in, first_in, sizeof(in)) == 0 && memcmp(tg, first_tg, sizeof(tg)) == 0,
+          "after the wrap: the first batch again");
+    dataloader_next(&dl, in, tg);
+    dataloader_reset(&dl);
+    CHECK(dl.epoch == 0 && dl.shard_idx == 0 && dl.batch_idx == 0, "reset position");
+    dataloader_next(&dl, in, tg);
+    CHECK(memcmp(in, first_in, sizeof(in)) == 0, "after reset: the first batch again");
+    dataloader_free(&dl);
+
+    // 3 shards, tail of each shard skipped, wrap goes back to shard 0
+    write_shard(tmp_path("wrap3_000.bin"), 25, 0, V);    // 2 batches (tokens 0..20 used)
+    write_shard(tmp_path("wrap3_001.bin"), 11, 100, V);  // 1 batch
+    write_shard(tmp_path("wrap3_002.bin"), 15, 200, V);  // 1 batch
+    CHECK(dataloader_init(&dl, tmp_path("wrap3_*.bin"), B, T, 0, 1, V) == 0, "init wrap3");
+    int expect[] = {0, 10, 100, 200, 0, 10, 100, 200, 0};
+    int ok = 1;
+    for (int s = 0; s < 9; s++) {
+        if (dataloader_next(&dl, in, tg) != 0 || in[0] != expect[s] || tg[9] != expect[s] + 10) ok = 0;
+    }
+    CHECK(ok, "3 shards: batch starts 0,10,100,200 repeating");
+    CHECK(dl.epoch == 2, "two wraps, epoch=%lld", (long long)dl.epoch);
+    dataloader_reset(&dl);
+    CHECK(dataloader_next(&dl, in, tg) == 0 && in[0] == 0, "reset from another shard maps shard 0 again");
+    dataloader_free(&dl);
+}
+
+static void test_uint32_loader(void) {
+    const int B = 2, T = 3, V = 128256;  // a Llama-3 sized vocabulary
+    write_shard(tmp_path("u32_000.bin"), 50, 100000, V);
+    ShardHeader h;
+    shard_read_header(tmp_path("u32_000.bin"), &h);
+    CHECK(h.magic == SHARD_MAGIC_U32 && h.version == SHARD_VERSION_U32, "wrote the uint32 variant");
+    DataLoader dl;
+    CHECK(dataloader_init(&dl, tmp_path("u32_*.bin"), B, T, 1, 2, V) == 0, "init u32 rank 1 of 2");
+    int in[6], tg[6];
+    CHECK(dataloader_next(&dl, in, tg) == 0, "next u32");
+    int ok = 1;
+    for (int i = 0; i < 6; i++) ok &= in[i] == 100006 + i && tg[i] == 100007 + i;
+    CHECK(ok, "u32 tokens, rank 1 window starts at B*T");
+    dataloader_free(&dl);
+}
+
+// the call fails with -1 and its one-line message names `name` (and contains `what`)
+#define CHECK_ERROR(call, name, what)                                                         \
+    do {                                                                                      \
+        capture_begin();                                                                      \
+        int rc_ = (call);                                                                     \
+        const char* msg_ = capture_end();                                                     \
+        CHECK(rc_ == -1, "%s: expected -1, got %d", #call, rc_);                              \
+        CHECK(strstr(msg_, name) != NULL, "%s: message does not name '%s': %s", #call, name, msg_); \
+        CHECK(strstr(msg_, what) != NULL, "%s: message lacks '%s': %s", #call, what, msg_);  \
+        printf("  error ok: %s", msg_);                                                       \
+    } while (0)
+
+static void test_errors(void) {
+    DataLoader dl;
+    Shard s;
+    ShardHeader h;
+    int32_t hdr[SHARD_HEADER_INTS];
+    uint16_t data[64];
+    for (int i = 0; i < 64; i++) data[i] = (uint16_t)i;
+
+    // missing file
+    const char* missing = tmp_path("does_not_exist.bin");
+    CHECK_ERROR(shard_read_header(missing, &h), missing, "No such file");
+    CHECK_ERROR(shard_open(&s, missing, 256), missing, "No such file");
+    // empty glob names the pattern
+    const char* pat = tmp_path("nothing_here_*.bin");
+    CHECK_ERROR(dataloader_init(&dl, pat, 1, 4, 0, 1, 256), pat, "no files match");
+
+    // wrong magic
+    memset(hdr, 0, sizeof(hdr));
+    hdr[0] = 12345; hdr[1] = 1; hdr[2] = 64;
+    const char* bad_magic = tmp_path("badmagic_000.bin");
+    write_raw(bad_magic, hdr, data, sizeof(data));
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("badmagic_*.bin"), 1, 4, 0, 1, 256), bad_magic, "magic");
+    // wrong version (for each magic)
+    hdr[0] = SHARD_MAGIC_U16; hdr[1] = 2;
+    const char* bad_ver = tmp_path("badver.bin");
+    write_raw(bad_ver, hdr, data, sizeof(data));
+    CHECK_ERROR(shard_open(&s, bad_ver, 256), bad_ver, "version");
+    hdr[0] = SHARD_MAGIC_U32; hdr[1] = 1; hdr[2] = 32;
+    write_raw(bad_ver, hdr, data, sizeof(data));
+    CHECK_ERROR(shard_read_header(bad_ver, &h), bad_ver, "version");
+    // token count larger than the file
+    hdr[0] = SHARD_MAGIC_U16; hdr[1] = 1; hdr[2] = 1000;
+    const char* trunc = tmp_path("trunc_000.bin");
+    write_raw(trunc, hdr, data, sizeof(data));
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("trunc_*.bin"), 1, 4, 0, 1, 256), trunc, "truncated");
+    CHECK_ERROR(shard_open(&s, trunc, 256), trunc, "1000 tokens");
+    // file shorter than the header
+    const char* tiny = tmp_path("tiny.bin");
+    FILE* f = fopen(tiny, "wb");
+    fwrite(hdr, 4, 10, f);
+    fclose(f);
+    CHECK_ERROR(shard_read_header(tiny, &h), tiny, "too small");
+
+    // token >= vocab_size, named with its offset: in the first shard (init) ...
+    int toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = i;
+    toks[17] = 300;
+    const char* badtok = tmp_path("badtok_000.bin");
+    shard_write(badtok, toks, 40);
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("badtok_*.bin"), 1, 4, 0, 1, 256), badtok, "offset 17");
+    CHECK_ERROR(shard_open(&s, badtok, 256), badtok, ">= vocab_size 256");
+    // ... and in a later shard, caught by dataloader_next when that shard loads
+    toks[17] = 17;
+    shard_write(tmp_path("latebad_000.bin"), toks, 40);
+    toks[33] = 999;
+    const char* latebad = tmp_path("latebad_001.bin");
+    shard_write(latebad, toks, 40);
+    CHECK(dataloader_init(&dl, tmp_path("latebad_*.bin"), 1, 4, 0, 1, 256) == 0, "init with a later bad shard");
+    int in[4], tg[4];
+    for (int i = 0; i < 9; i++) dataloader_next(&dl, in, tg);  // (40-1)/4 = 9 batches in shard 0
+    CHECK_ERROR(dataloader_next(&dl, in, tg), latebad, "offset 33");
+    dataloader_free(&dl);
+
+    // shard shorter than one batch (B*T+1), and than one global batch with 2 processes
+    write_shard(tmp_path("short_000.bin"), 8, 0, 256);
+    const char* shortp = tmp_path("short_001.bin");
+    write_shard(shortp, 8, 0, 256);
+    CHECK(dataloader_init(&dl, tmp_path("short_000.bin"), 1, 7, 0, 1, 256) == 0, "8 tokens = B*T+1 is enough");
+    dataloader_free(&dl);
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("short_*.bin"), 2, 4, 0, 1, 256), "short_000.bin", "fewer than one");
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("short_001.bin"), 1, 4, 1, 2, 256), shortp, "global batch");
+    // bad arguments
+    CHECK_ERROR(dataloader_init(&dl, tmp_path("short_*.bin"), 1, 4, 2, 2, 256), "rank=2", "bad arguments");
+}
+
+int main(void) {
+    const char* tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_shard_roundtrip();
+    test_single_process();
+    test_multi_process(2);
+    test_multi_process(3);
+    test_wrap_and_reset();
+    test_uint32_loader();
+    test_errors();
+
+    // clean up the temp dir
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (g_fail == 0 && system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail == 0 ? 0 : 1;
+}

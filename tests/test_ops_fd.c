@@ -1,0 +1,295 @@
+// tests/test_ops_fd.c: every CPU op's backward against central finite differences, and the
+// whole model's backward against finite differences of its loss, for every variant.
+//
+// Method: a scalar L = sum(out * r) with a fixed random r, accumulated in float64 from the
+// op's float32 outputs; the numerical derivative (L(x+h) - L(x-h)) / 2h on sampled elements
+// (h = 1e-2 for ops, 1e-2 for the model); error = max|num - ana| / max|ana| over the samples.
+// A wrong gradient lands at O(1); float32 rounding and truncation land near 1e-4..1e-3.
+#include <string.h>
+#include "test_util.h"
+#include "../kernels/ops.h"
+#include "../model/gpt.h"
+
+#define FD_H 1e-2
+#define FD_TOL 1e-3        // single ops: measured errors are 1e-6..1e-4
+#define FD_TOL_MODEL 1e-2  // whole model (float32 loss of ~log V): measured up to ~4e-3
+#define FD_SAMPLES 40
+
+typedef double (*LossFn)(void* ctx);
+
+static double dot(const float* a, const float* r, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * r[i];
+    return s;
+}
+
+// Checks ana[] (the analytic gradient of f w.r.t. x[]) on up to FD_SAMPLES elements.
+static void fd_check_tol(const char* what, float* x, size_t n, const float* ana, LossFn f, void* ctx, double tol) {
+    double max_ana = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < n; i++) if (fabs(ana[i]) > max_ana) max_ana = fabs(ana[i]);
+    size_t step = n <= FD_SAMPLES ? 1 : n / FD_SAMPLES;
+    size_t i0 = n <= FD_SAMPLES ? 0 : (size_t)((tu_rand() * 0.5 + 0.5) * step) % step;
+    for (size_t i = i0; i < n; i += step) {
+        float orig = x[i];
+        x[i] = orig + (float)FD_H; double lp = f(ctx);
+        x[i] = orig - (float)FD_H; double lm = f(ctx);
+        x[i] = orig;
+        double num = (lp - lm) / (2.0 * FD_H);
+        double e = fabs(num - ana[i]);
+        if (e > max_err || isnan(e)) max_err = isnan(e) ? INFINITY : e;
+    }
+    double rel = max_err / (max_ana > 1e-6 ? max_ana : 1e-6);
+    TU_CHECK(rel < tol && max_ana > 0.0, "%s: fd rel err %.3e (max |grad| %.3e)", what, rel, max_ana);
+    printf("  %-48s fd rel err %.2e\n", what, rel);
+}
+static void fd_check(const char* what, float* x, size_t n, const float* ana, LossFn f, void* ctx) {
+    fd_check_tol(what, x, n, ana, f, ctx, FD_TOL);
+}
+
+static float* fbuf(size_t n, double scale) { float* p = ops_malloc(n * sizeof(float)); tu_fill(p, n, scale); return p; }
+
+// ---------------------------------------------------------------------------------------------
+typedef struct { float *inp, *w, *out, *r; int N, C, OC; } MatmulCtx;
+static double matmul_loss(void* v) {
+    MatmulCtx* c = v;
+    ops_matmul_forward(c->out, c->inp, c->w, c->N, c->C, c->OC, 0);
+    return dot(c->out, c->r, (size_t)c->N * c->OC);
+}
+static void test_matmul(void) {
+    MatmulCtx c = {0};
+    c.N = 7; c.C = 13; c.OC = 11;
+    c.inp = fbuf(c.N * c.C, 1); c.w = fbuf(c.OC * c.C, 1); c.out = fbuf(c.N * c.OC, 0); c.r = fbuf(c.N * c.OC, 1);
+    float* dinp = fbuf(c.N * c.C, 0);
+    float* dw = fbuf(c.OC * c.C, 0);
+    ops_matmul_backward(dinp, dw, c.r, c.inp, c.w, c.N, c.C, c.OC);
+    fd_check("matmul dinp", c.inp, c.N * c.C, dinp, matmul_loss, &c);
+    fd_check("matmul dw", c.w, c.OC * c.C, dw, matmul_loss, &c);
+    // dw accumulates: a second backward doubles it
+    float* dw2 = fbuf(c.OC * c.C, 0);
+    memcpy(dw2, dw, sizeof(float) * c.OC * c.C);
+    ops_matmul_backward(NULL, dw2, c.r, c.inp, c.w, c.N, c.C, c.OC);
+    int ok = 1;
+    for (int i = 0; i < c.OC * c.C; i++) if (fabsf(dw2[i] - 2 * dw[i]) > 1e-5f * (1 + fabsf(dw[i]))) ok = 0;
+    TU_CHECK(ok, "matmul dw does not accumulate");
+}
+
+typedef struct { float *wte, *wpe, *out, *r; int* idx; int B, T, C; } EmbCtx;
+static double emb_loss(void* v) {
+    EmbCtx* c = v;
+    ops_embedding_forward(c->out, c->idx, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+static void test_embedding(void) {
+    EmbCtx c = {0};
+    c.B = 2; c.T = 5; c.C = 6; int V = 7;
+    c.wte = fbuf(V * c.C, 1); c.wpe = fbuf(c.T * c.C, 1);
+    c.out = fbuf(c.B * c.T * c.C, 0); c.r = fbuf(c.B * c.T * c.C, 1);
+    int idx[10] = {1, 3, 3, 0, 6, 2, 3, 1, 1, 5};
+    c.idx = idx;
+    float* dwte = fbuf(V * c.C, 0);
+    float* dwpe = fbuf(c.T * c.C, 0);
+    ops_embedding_backward(dwte, dwpe, c.r, c.idx, c.B, c.T, c.C);
+    fd_check("embedding dwte (repeated tokens)", c.wte, V * c.C, dwte, emb_loss, &c);
+    fd_check("embedding dwpe", c.wpe, c.T * c.C, dwpe, emb_loss, &c);
+}
+
+typedef struct { float *inp, *w, *b, *out, *mean, *rstd, *r; int N, C; OpsNormKind k; } NormCtx;
+static double norm_loss(void* v) {
+    NormCtx* c = v;
+    ops_norm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, 1e-5f, c->k);
+    return dot(c->out, c->r, (size_t)c->N * c->C);
+}
+static void test_norm(OpsNormKind k) {
+    NormCtx c = {0};
+    c.N = 70; c.C = 16; c.k = k;   // N > one reduction block
+    c.inp = fbuf(c.N * c.C, 2); c.w = fbuf(c.C, 1); c.b = k == OPS_LAYERNORM ? fbuf(c.C, 1) : NULL;
+    c.out = fbuf(c.N * c.C, 0); c.mean = fbuf(c.N, 0); c.rstd = fbuf(c.N, 0); c.r = fbuf(c.N * c.C, 1);
+    norm_loss(&c);
+    float* dinp = fbuf(c.N * c.C, 0);
+    float* dw = fbuf(c.C, 0);
+    float* db = k == OPS_LAYERNORM ? fbuf(c.C, 0) : NULL;
+    ops_norm_backward(dinp, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, c.N, c.C, k);
+    const char* nm = k == OPS_LAYERNORM ? "layernorm" : "rmsnorm";
+    char s[64];
+    snprintf(s, sizeof s, "%s dinp", nm); fd_check(s, c.inp, c.N * c.C, dinp, norm_loss, &c);
+    snprintf(s, sizeof s, "%s dw", nm); fd_check(s, c.w, c.C, dw, norm_loss, &c);
+    if (db) { snprintf(s, sizeof s, "%s db", nm); fd_check(s, c.b, c.C, db, norm_loss, &c); }
+}
+
+// attention prep + attention, one context: qkv (with gate columns) and qk-norm weights in,
+// yg out. Exercises prep (qk-norm, rope, value gate) and attention (GQA, sdpa gate) together
+// and each alone through the choice of variant.
+typedef struct {
+    OpsAttnShape s;
+    float *qkv, *qw, *kw, *q, *k, *v, *rstd, *y, *yg, *lse, *r;
+} AttnCtx;
+static double attn_loss(void* vctx) {
+    AttnCtx* c = vctx;
+    ops_attn_prep_forward(c->q, c->k, c->v, c->rstd, c->qkv, c->qw, c->kw, &c->s);
+    ops_attention_forward(c->y, c->yg, c->lse, c->q, c->k, c->v, c->qkv, &c->s);
+    return dot(c->yg, c->r, (size_t)c->s.B * c->s.T * c->s.H * c->s.hd);
+}
+static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
+    AttnCtx c = {0};
+    OpsAttnShape* s = &c.s;
+    s->B = 2; s->T = 6; s->H = 4; s->Hkv = 2; s->hd = 8;
+    s->qk_norm = qk_norm; s->rope = rope; s->rope_base = 10000.0f; s->eps = 1e-5f;
+    s->gate = gate; s->gate_pos = pos; s->gate_act = act;
+    int N = s->B * s->T, QKVG = ops_attn_qkv_cols(s), Hd = s->H * s->hd, KVd = s->Hkv * s->hd;
+    c.qkv = fbuf((size_t)N * QKVG, 1); c.qw = fbuf(s->hd, 1); c.kw = fbuf(s->hd, 1);
+    c.q = fbuf(N * Hd, 0); c.k = fbuf(N * KVd, 0); c.v = fbuf(N * KVd, 0);
+    c.rstd = fbuf(N * (s->H + s->Hkv), 0); c.y = fbuf(N * Hd, 0);
+    int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
+    c.yg = sgate ? fbuf(N * Hd, 0) : c.y;
+    c.lse = fbuf(N * s->H, 0); c.r = fbuf(N * Hd, 1);
+    attn_loss(&c);
+    float *dq = fbuf(N * Hd, 0), *dk = fbuf(N * KVd, 0), *dv = fbuf(N * KVd, 0);
+    float *dqkv = fbuf((size_t)N * QKVG, 0), *scr = fbuf(N * Hd, 0);
+    float *dqw = fbuf(s->hd, 0), *dkw = fbuf(s->hd, 0);
+    ops_attention_backward(dq, dk, dv, dqkv, scr, c.r, c.q, c.k, c.v, c.y, c.lse, c.qkv, s);
+    ops_attn_prep_backward(dqkv, dqw, dkw, dq, dk, dv, c.qkv, c.rstd, c.qw, c.kw, s);
+    static const char* gn[] = {"none", "elementwise", "headwise"};
+    static const char* an[] = {"sigmoid", "ns_sigmoid", "silu"};
+    char nm[96];
+    snprintf(nm, sizeof nm, "attn qk_norm=%d rope=%d gate=%s@%s/%s dqkv", qk_norm, rope, gn[gate],
+             pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
+    fd_check(nm, c.qkv, (size_t)N * QKVG, dqkv, attn_loss, &c);
+    int G = ops_attn_gate_cols(s);
+    if (G > 0) {
+        // the gate columns alone (they are a small share of qkv, so sample them separately)
+        double md = 0, ma = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = QKVG - G; j < QKVG; j++) {
+                float* x = &c.qkv[(size_t)n * QKVG + j];
+                float o = *x;
+                *x = o + (float)FD_H; double lp = attn_loss(&c);
+                *x = o - (float)FD_H; double lm = attn_loss(&c);
+                *x = o;
+                double num = (lp - lm) / (2 * FD_H), a = dqkv[(size_t)n * QKVG + j];
+                if (fabs(num - a) > md) md = fabs(num - a);
+                if (fabs(a) > ma) ma = fabs(a);
+            }
+        TU_CHECK(md / ma < FD_TOL, "%s gate columns: fd rel err %.3e", nm, md / ma);
+        printf("  %-48s gate cols fd rel err %.2e\n", "", md / ma);
+    }
+    if (qk_norm) {
+        fd_check("  q_norm.w", c.qw, s->hd, dqw, attn_loss, &c);
+        fd_check("  k_norm.w", c.kw, s->hd, dkw, attn_loss, &c);
+    }
+}
+
+typedef struct { float *in, *out, *r; int N, F, swiglu; } ActCtx;
+static double act_loss(void* v) {
+    ActCtx* c = v;
+    if (c->swiglu) ops_swiglu_forward(c->out, c->in, c->N, c->F);
+    else ops_gelu_forward(c->out, c->in, (size_t)c->N * c->F);
+    return dot(c->out, c->r, (size_t)c->N * c->F);
+}
+static void test_act(int swiglu) {
+    ActCtx c = {0};
+    c.N = 5; c.F = 9; c.swiglu = swiglu;
+    int nin = c.N * c.F * (swiglu ? 2 : 1);
+    c.in = fbuf(nin, 3); c.out = fbuf(c.N * c.F, 0); c.r = fbuf(c.N * c.F, 1);
+    float* din = fbuf(nin, 0);
+    if (swiglu) ops_swiglu_backward(din, c.r, c.in, c.N, c.F);
+    else ops_gelu_backward(din, c.r, c.in, (size_t)c.N * c.F);
+    fd_check(swiglu ? "swiglu" : "gelu (tanh)", c.in, nin, din, act_loss, &c);
+}
+
+typedef struct { float *logits, *losses; int* tg; int N, V, Vp; } XentCtx;
+static double xent_loss(void* v) {
+    XentCtx* c = v;
+    ops_xent_forward(c->losses, c->logits, c->tg, c->N, c->V, c->Vp);
+    double s = 0; for (int i = 0; i < c->N; i++) s += c->losses[i];
+    return s * 0.5;   // dloss = 0.5
+}
+static void test_xent(void) {
+    XentCtx c = {0};
+    c.N = 6; c.V = 10; c.Vp = 16;
+    c.logits = fbuf(c.N * c.Vp, 3); c.losses = fbuf(c.N, 0);
+    int tg[6] = {0, 9, 3, 3, 7, 1};
+    c.tg = tg;
+    for (int n = 0; n < c.N; n++) for (int i = c.V; i < c.Vp; i++) c.logits[n * c.Vp + i] = 100.0f; // padding must not leak
+    float* d = fbuf(c.N * c.Vp, 0);
+    ops_xent_backward(d, c.logits, c.tg, 0.5f, c.N, c.V, c.Vp);
+    fd_check("softmax cross-entropy dlogits", c.logits, c.N * c.Vp, d, xent_loss, &c);
+    xent_loss(&c);
+    // loss of row 0 by hand, in double
+    double mx = -1e30, se = 0;
+    for (int i = 0; i < c.V; i++) mx = fmax(mx, c.logits[i]);
+    for (int i = 0; i < c.V; i++) se += exp(c.logits[i] - mx);
+    double want = mx + log(se) - c.logits[tg[0]];
+    TU_CHECK(fabs(c.losses[0] - want) < 1e-5 * fabs(want) + 1e-6, "xent loss %g want %g (padding excluded)", c.losses[0], want);
+    int padzero = 1;
+    for (int n = 0; n < c.N; n++) for (int i = c.V; i < c.Vp; i++) if (d[n * c.Vp + i] != 0.0f) padzero = 0;
+    TU_CHECK(padzero, "xent: padded columns have non-zero gradient");
+}
+
+// ---------------------------------------------------------------------------------------------
+// whole model
+typedef struct { GPT* m; int* idx; int* tg; } ModelCtx;
+static double model_loss(void* v) { ModelCtx* c = v; return gpt_forward(c->m, c->idx, c->tg); }
+
+static void test_model(const char* name, ModelConfig mc) {
+    GPT m;
+    gpt_build(&m, &mc, 7);
+    int B = 2, T = 8, N = B * T;
+    gpt_alloc_acts(&m, B, T);
+    // make norm weights non-trivial so their gradients are exercised
+    for (int i = 0; i < m.table.n; i++) {
+        const ParamInfo* p = &m.table.p[i];
+        if (p->ndim != 1) continue;
+        tu_fill(m.params + p->offset, p->numel, 0.3);
+        for (size_t j = 0; j < p->numel; j++) m.params[p->offset + j] += 1.0f;
+    }
+    int idx[16], tg[16];
+    for (int i = 0; i < N; i++) { idx[i] = (int)((tu_rand() * 0.5 + 0.5) * mc.vocab_size) % mc.vocab_size; tg[i] = (i * 7 + 3) % mc.vocab_size; }
+    ModelCtx c = {&m, idx, tg};
+    gpt_zero_grad(&m);
+    gpt_forward(&m, idx, tg);
+    gpt_backward(&m, 1.0f);
+    for (int i = 0; i < m.table.n; i++) {
+        const ParamInfo* p = &m.table.p[i];
+        char nm[96];
+        snprintf(nm, sizeof nm, "model %s: %s", name, p->name);
+        fd_check_tol(nm, m.params + p->offset, p->numel, m.grads + p->offset, model_loss, &c, FD_TOL_MODEL);
+    }
+    gpt_free(&m);
+}
+
+int main(void) {
+    ops_init(0);
+    printf("finite-difference checks (h=%g, tolerance %g for ops, %g for the model)\n", FD_H, FD_TOL, FD_TOL_MODEL);
+    test_matmul();
+    test_embedding();
+    test_norm(OPS_RMSNORM);
+    test_norm(OPS_LAYERNORM);
+    test_act(1);
+    test_act(0);
+    test_xent();
+    for (int qn = 0; qn <= 1; qn++)
+        for (int rope = 0; rope <= 1; rope++)
+            test_attention(qn, rope, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    for (int g = 1; g <= 2; g++)
+        for (int pos = 0; pos <= 1; pos++)
+            for (int act = 0; act <= 2; act++)
+                test_attention(1, 1, (OpsGate)g, (OpsGatePos)pos, (OpsGateAct)act);
+
+    ModelConfig q = {0};
+    q.vocab_size = 50; q.padded_vocab = 128; q.n_layer = 2; q.d_model = 16; q.n_head = 4;
+    q.n_kv_head = 2; q.head_dim = 4; q.d_ff = 24; q.max_seq_len = 8; q.pos = POS_ROPE;
+    q.rope_base = 10000; q.norm = NORM_RMSNORM; q.norm_eps = 1e-5f; q.qk_norm = 1;
+    q.mlp = MLP_SWIGLU; q.tie_embeddings = 0; q.init_std = 0.3f;
+    ModelConfig g2 = q;
+    g2.n_kv_head = 4; g2.pos = POS_LEARNED; g2.norm = NORM_LAYERNORM; g2.qk_norm = 0;
+    g2.mlp = MLP_GELU; g2.tie_embeddings = 1;
+    for (int gate = 0; gate <= 2; gate++) {
+        q.attn_gate = g2.attn_gate = (GateKind)gate;
+        char nm[64];
+        snprintf(nm, sizeof nm, "qwen gate=%d", gate); test_model(nm, q);
+        snprintf(nm, sizeof nm, "gpt2 gate=%d", gate); test_model(nm, g2);
+    }
+    q.attn_gate = GATE_ELEMENTWISE; q.gate_position = GATEPOS_VALUE; q.gate_act = GATEACT_SILU;
+    test_model("qwen value-gate silu", q);
+    return tu_finish();
+}

@@ -1,0 +1,204 @@
+// train_gpt.c: gatedgpt's entry point. Parse the config, build the model, run the loop.
+//
+//   ./build/train_gpt --config configs/tiny_gated.ini [--section.key=value ...] [--check]
+//
+// One step: grad_accum micro-batches of B x T tokens (forward, backward into the gradient
+// arena), then global-norm clip + AdamW at the scheduled learning rate.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "data/dataloader.h"
+#include "kernels/ops.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void usage(FILE* f) {
+    fprintf(f,
+        "usage: train_gpt --config FILE.ini [--section.key=value ...] [--check]\n"
+        "  --config FILE    INI config (sections [model] [train] [data] [log] [checkpoint]);\n"
+        "                   every key and its default: docs/config.md\n"
+        "  --S.K=V          override key K of section S, e.g. --train.lr=1e-3\n"
+        "  --check          validate the config, print it resolved, and exit\n"
+        "  --help           this text\n");
+}
+
+// mkdir -p
+static int make_dirs(const char* path) {
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char* p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+// Write the resolved config as <run_dir>/config.ini, via a temporary name and rename, so a
+// crash never leaves a half-written file under the final name.
+static int save_config(const Config* c) {
+    char tmp[1100], dst[1100];
+    snprintf(tmp, sizeof(tmp), "%s/config.ini.tmp", c->log.run_dir);
+    snprintf(dst, sizeof(dst), "%s/config.ini", c->log.run_dir);
+    FILE* f = fopen(tmp, "w");
+    if (!f) return -1;
+    config_write(c, f);
+    if (fclose(f) != 0) return -1;
+    return rename(tmp, dst);
+}
+
+// Mean loss over `nbatches` batches from the start of the validation stream.
+static float evaluate(GPT* m, DataLoader* dl, int nbatches, int* in, int* tg) {
+    dataloader_reset(dl);
+    double sum = 0.0;
+    for (int i = 0; i < nbatches; i++) {
+        if (dataloader_next(dl, in, tg) != 0) exit(1);
+        sum += gpt_forward(m, in, tg);
+    }
+    return (float)(sum / nbatches);
+}
+
+int main(int argc, char** argv) {
+    Config cfg;
+    config_defaults(&cfg);
+    const char* config_path = NULL;
+    int check_only = 0;
+    // first pass: the config file; second pass: overrides, so they win regardless of order
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage(stdout); return 0; }
+        if (strcmp(argv[i], "--check") == 0) { check_only = 1; continue; }
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) { fprintf(stderr, "error: --config needs a file name\n"); return 1; }
+            config_path = argv[++i];
+            continue;
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0) { config_path = argv[i] + 9; continue; }
+        if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '=') || !strchr(argv[i], '.')) {
+            fprintf(stderr, "error: unknown argument '%s' (expected --config FILE, --section.key=value or --check; see --help)\n", argv[i]);
+            return 1;
+        }
+    }
+    if (config_path && config_load_file(&cfg, config_path) != 0) return 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) { i++; continue; }
+        if (strncmp(argv[i], "--config=", 9) == 0 || strcmp(argv[i], "--check") == 0) continue;
+        if (config_apply_override(&cfg, argv[i] + 2) != 0) return 1;
+    }
+    if (config_finalize(&cfg, config_path ? config_path : "defaults") != 0) return 1;
+
+    printf("gatedgpt: resolved config%s%s\n", config_path ? " from " : "", config_path ? config_path : "");
+    config_write(&cfg, stdout);
+    if (check_only) return 0;
+
+    const ModelConfig* mc = &cfg.model;
+    const TrainConfig* tc = &cfg.train;
+    if (!cfg.data.train_glob[0]) {
+        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/tinytext/train_*.bin; make demo prepares them)\n",
+                config_path ? config_path : "config");
+        return 1;
+    }
+    if (cfg.ckpt.checkpoint_every > 0)
+        fprintf(stderr, "warning: [checkpoint] checkpoint_every = %d: checkpoint writing is not implemented yet; this run writes no checkpoints\n",
+                cfg.ckpt.checkpoint_every);
+    ops_init(tc->threads);
+    const int B = tc->batch_size, T = tc->seq_len;
+    const int grad_accum = (int)(tc->tokens_per_step / ((long)B * T));
+
+    DataLoader train_dl, val_dl;
+    int have_val = 0;
+    if (dataloader_init(&train_dl, cfg.data.train_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
+    if (cfg.data.val_glob[0] && cfg.log.val_every > 0) {
+        if (dataloader_init(&val_dl, cfg.data.val_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
+        have_val = 1;
+    }
+
+    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
+        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
+        return 1;
+    }
+    char log_path[1100];
+    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);
+    FILE* logf = fopen(log_path, "w");
+    if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
+
+    GPT model;
+    gpt_build(&model, mc, tc->seed);
+    gpt_alloc_acts(&model, B, T);
+    Optim opt;
+    optim_init(&opt, &model);
+
+    double peak = ops_peak_flops();
+    double flops_tok = gpt_flops_per_token(mc, T);
+    printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
+    printf("model: %d parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
+           (int)model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+    printf("batch: B=%d T=%d grad_accum=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
+           B, T, grad_accum, tc->tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
+    fflush(stdout);
+
+    int* in = malloc((size_t)B * T * sizeof(int));
+    int* tg = malloc((size_t)B * T * sizeof(int));
+    int nonfinite_run = 0;
+    if (have_val) {   // the untrained model's validation loss, as the curve's first point
+        float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
+        printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
+        fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":%.6f}\n", vl);
+    }
+    for (int step = 0; step < tc->steps; step++) {
+        double t0 = now_s();
+        gpt_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            if (dataloader_next(&train_dl, in, tg) != 0) return 1;
+            loss += gpt_forward(&model, in, tg) / grad_accum;
+            gpt_backward(&model, 1.0f / grad_accum);
+        }
+        float lr = lr_schedule(tc, step);
+        float norm = optim_grad_norm(&model);
+        int skipped = !isfinite(loss) || !isfinite(norm);
+        if (skipped) {
+            fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
+            if (++nonfinite_run >= 5) { fprintf(stderr, "error: 5 non-finite steps in a row: stopping (lower [train] lr or raise grad_clip)\n"); return 1; }
+        } else {
+            nonfinite_run = 0;
+            optim_step(&opt, &model, tc, lr, norm);
+        }
+        double dt = now_s() - t0;
+        double tok_s = tc->tokens_per_step / dt;
+        double mfu = tok_s * flops_tok / peak;
+        if ((step + 1) % cfg.log.log_every == 0 || step == 0 || step + 1 == tc->steps) {
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s\n",
+                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, skipped ? " | skipped" : "");
+            fflush(stdout);
+        }
+        fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s}\n",
+                step + 1, loss, lr, norm, dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
+        if (have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
+            float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
+            printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
+            fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step + 1, vl);
+        }
+        fflush(logf);
+    }
+    fclose(logf);
+    printf("done: log in %s\n", log_path);
+    free(in); free(tg);
+    optim_free(&opt);
+    gpt_free(&model);
+    dataloader_free(&train_dl);
+    if (have_val) dataloader_free(&val_dl);
+    return 0;
+}
