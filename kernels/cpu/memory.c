@@ -75,7 +75,7 @@ double ops_peak_flops(void) {
     __builtin_cpu_init();
     int w = __builtin_cpu_supports("avx512f") ? 16 : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 8 : 0;
     if (w == 0) { cached = 1e9; return cached; }  // no FMA: a nominal 1 GFLOP/s
-    long iters = 2000000;
+    long iters = 20000000;   // ~50 ms per rep: long enough to hide the thread start-up
     double best = 0.0;
     volatile double sink = 0.0;
     for (int rep = 0; rep < 3; rep++) {

@@ -1,0 +1,178 @@
+// tests/test_train_math.c: the pieces of a training step around the model: LR schedules
+// against their closed forms, AdamW + clipping against a float64 re-computation, gradient
+// accumulation (2 micro-batches of B = 1 batch of 2B), and the init's statistics.
+#include <string.h>
+#include "test_util.h"
+#include "../model/config.h"
+#include "../model/gpt.h"
+#include "../model/optim.h"
+
+static void near(double got, double want, double tol, const char* what) {
+    TU_CHECK(fabs(got - want) <= tol * (fabs(want) > 1e-12 ? fabs(want) : 1.0), "%s: got %.9g want %.9g", what, got, want);
+}
+
+static void test_schedules(void) {
+    TrainConfig tc;
+    Config c;
+    config_defaults(&c);
+    tc = c.train;
+    tc.steps = 100; tc.lr = 1e-3f; tc.min_lr_frac = 0.1f; tc.warmup_steps = 10;
+    const double PI = 3.14159265358979323846;
+    // warmup: linear from lr/warmup at step 0 to lr at step warmup-1
+    tc.schedule = SCHED_COSINE;
+    near(lr_schedule(&tc, 0), 1e-4, 1e-6, "warmup step 0");
+    near(lr_schedule(&tc, 4), 5e-4, 1e-6, "warmup step 4");
+    near(lr_schedule(&tc, 9), 1e-3, 1e-6, "warmup step 9");
+    // cosine: lr at the first decay step, min at the last, midpoint halfway
+    near(lr_schedule(&tc, 10), 1e-3, 1e-6, "cosine start");
+    near(lr_schedule(&tc, 99), 1e-4, 1e-5, "cosine end");
+    double p = (50.0 - 10) / 89.0;
+    near(lr_schedule(&tc, 50), 1e-4 + 0.5 * 9e-4 * (1 + cos(PI * p)), 1e-5, "cosine step 50");
+    tc.schedule = SCHED_LINEAR;
+    near(lr_schedule(&tc, 50), 1e-3 - 9e-4 * p, 1e-5, "linear step 50");
+    near(lr_schedule(&tc, 99), 1e-4, 1e-5, "linear end");
+    tc.schedule = SCHED_CONSTANT;
+    near(lr_schedule(&tc, 77), 1e-3, 1e-6, "constant");
+    // wsd: stable until the last 20 steps, then linear to min
+    tc.schedule = SCHED_WSD; tc.wsd_decay_frac = 0.2f;
+    near(lr_schedule(&tc, 79), 1e-3, 1e-6, "wsd stable");
+    near(lr_schedule(&tc, 80), 1e-3, 1e-6, "wsd decay start");
+    near(lr_schedule(&tc, 99), 1e-4, 1e-5, "wsd end");
+    near(lr_schedule(&tc, 90), 1e-3 - 9e-4 * 10.0 / 19.0, 1e-5, "wsd middle");
+}
+
+static Config tiny(void) {
+    Config c;
+    config_defaults(&c);
+    ModelConfig* m = &c.model;
+    m->vocab_size = 60; m->n_layer = 2; m->d_model = 32; m->n_head = 4; m->n_kv_head = 2;
+    m->head_dim = 8; m->d_ff = 48; m->max_seq_len = 16; m->attn_gate = GATE_ELEMENTWISE; m->qk_norm = 1;
+    c.train.batch_size = 4; c.train.seq_len = 16;
+    config_finalize(&c, "test");
+    return c;
+}
+
+static void test_adamw(void) {
+    // two steps of the optimizer on the real parameter table against a float64 loop
+    Config c = tiny();
+    c.train.grad_clip = 0.5f; c.train.weight_decay = 0.1f;
+    GPT m;
+    gpt_build(&m, &c.model, 3);
+    size_t n = m.table.total;
+    double* p = malloc(n * sizeof(double));
+    double* mo = calloc(n, sizeof(double));
+    double* vo = calloc(n, sizeof(double));
+    float* g = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = m.params[i];
+    Optim o;
+    optim_init(&o, &m);
+    for (int t = 1; t <= 2; t++) {
+        tu_fill(g, n, 2.0);
+        for (int k = 0; k < m.table.n; k++) {   // padding between tensors stays zero
+            const ParamInfo* pi = &m.table.p[k];
+            size_t end = pi->offset + pi->numel, next = k + 1 < m.table.n ? m.table.p[k + 1].offset : n;
+            for (size_t i = end; i < next; i++) g[i] = 0.0f;
+        }
+        memcpy(m.grads, g, n * sizeof(float));
+        float norm = optim_grad_norm(&m);
+        double ref_norm = 0;
+        for (size_t i = 0; i < n; i++) ref_norm += (double)g[i] * g[i];
+        ref_norm = sqrt(ref_norm);
+        near(norm, ref_norm, 1e-6, "grad norm");
+        double scale = ref_norm > c.train.grad_clip ? c.train.grad_clip / (ref_norm + 1e-6) : 1.0;
+        double lr = 1e-2, b1 = c.train.beta1, b2 = c.train.beta2, eps = c.train.eps;
+        optim_step(&o, &m, &c.train, (float)lr, norm);
+        for (int k = 0; k < m.table.n; k++) {
+            const ParamInfo* pi = &m.table.p[k];
+            double wd = pi->decay ? c.train.weight_decay : 0.0;
+            for (size_t i = pi->offset; i < pi->offset + pi->numel; i++) {
+                double gi = g[i] * scale;
+                mo[i] = b1 * mo[i] + (1 - b1) * gi;
+                vo[i] = b2 * vo[i] + (1 - b2) * gi * gi;
+                p[i] = p[i] * (1 - lr * wd) - lr * (mo[i] / (1 - pow(b1, t))) / (sqrt(vo[i] / (1 - pow(b2, t))) + eps);
+            }
+        }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) { double e = fabs(p[i] - m.params[i]); if (e > worst) worst = e; }
+    TU_CHECK(worst < 1e-6, "AdamW vs float64: max abs diff %.3e", worst);
+    printf("  AdamW + clip, 2 steps vs float64: max abs diff %.2e\n", worst);
+    // decay on 2-D tensors only: with a fresh optimizer and zero gradients the Adam update is
+    // exactly 0, so matrices shrink by (1 - lr*wd) and norm weights stay as they are
+    Optim fresh;
+    optim_init(&fresh, &m);
+    ops_zero(m.grads, n);
+    const ParamInfo* ln = param_find(&m.table, "h.0.ln1.w");
+    const ParamInfo* wq = param_find(&m.table, "h.0.attn.wqkv");
+    float ln_before = m.params[ln->offset], wq_before = m.params[wq->offset + 5];
+    optim_step(&fresh, &m, &c.train, 1e-2f, 0.0f);
+    TU_CHECK(m.params[ln->offset] == ln_before, "norm weight decayed: %g -> %g", ln_before, m.params[ln->offset]);
+    near(m.params[wq->offset + 5], wq_before * (1 - 1e-2 * 0.1), 1e-6, "wqkv decays by (1 - lr*wd)");
+    optim_free(&fresh);
+    optim_free(&o);
+    gpt_free(&m);
+    free(p); free(mo); free(vo); free(g);
+}
+
+static void test_grad_accum(void) {
+    // gradient of one batch of 4 sequences == accumulated gradients of 2 micro-batches of 2
+    Config c = tiny();
+    GPT big, small;
+    gpt_build(&big, &c.model, 5);
+    gpt_build(&small, &c.model, 5);
+    gpt_alloc_acts(&big, 4, 16);
+    gpt_alloc_acts(&small, 2, 16);
+    int in[64], tg[64];
+    for (int i = 0; i < 64; i++) { in[i] = (i * 13 + 5) % 60; tg[i] = (i * 7 + 1) % 60; }
+    gpt_zero_grad(&big);
+    float lb = gpt_forward(&big, in, tg);
+    gpt_backward(&big, 1.0f);
+    gpt_zero_grad(&small);
+    float l1 = gpt_forward(&small, in, tg);
+    gpt_backward(&small, 0.5f);
+    float l2 = gpt_forward(&small, in + 32, tg + 32);
+    gpt_backward(&small, 0.5f);
+    near(0.5 * (l1 + l2), lb, 1e-6, "accumulated loss");
+    double e = tu_rel_err(small.grads, big.grads, big.table.total);
+    TU_CHECK(e < 1e-5, "accumulated gradients differ from the big batch: rel %.2e", e);
+    printf("  grad accumulation 2 x B=2 vs B=4: gradient rel err %.2e\n", e);
+    gpt_free(&big);
+    gpt_free(&small);
+}
+
+static void test_init(void) {
+    Config c;
+    config_defaults(&c);
+    c.model.vocab_size = 1000; c.model.n_layer = 6; c.model.d_model = 256; c.model.n_head = 4;
+    c.model.norm = NORM_LAYERNORM;
+    config_finalize(&c, "test");
+    GPT m;
+    gpt_build(&m, &c.model, 11);
+    for (int k = 0; k < m.table.n; k++) {
+        const ParamInfo* p = &m.table.p[k];
+        const float* x = m.params + p->offset;
+        double s = 0, s2 = 0;
+        for (size_t i = 0; i < p->numel; i++) { s += x[i]; s2 += (double)x[i] * x[i]; }
+        double mean = s / p->numel, sd = sqrt(s2 / p->numel - mean * mean);
+        if (p->ndim == 2) {
+            double want = p->residual_proj ? 0.02 / sqrt(12.0) : 0.02;
+            TU_CHECK(fabs(sd - want) < 0.03 * want && fabs(mean) < 0.03 * want, "%s: init std %.5f mean %.5f want std %.5f", p->name, sd, mean, want);
+        } else {
+            int bias = strstr(p->name, ".b") && p->name[strlen(p->name) - 1] == 'b';
+            TU_CHECK(sd == 0.0 && mean == (bias ? 0.0 : 1.0), "%s: norm init mean %g", p->name, mean);
+        }
+    }
+    const ParamInfo* wo = param_find(&m.table, "h.0.attn.wo");
+    TU_CHECK(wo && wo->residual_proj, "attn.wo is a residual projection");
+    printf("  init: matrices N(0, 0.02), residual projections N(0, 0.02/sqrt(2*n_layer)), norms 1/0\n");
+    gpt_free(&m);
+}
+
+int main(void) {
+    ops_init(0);
+    test_schedules();
+    test_adamw();
+    test_grad_accum();
+    test_init();
+    return tu_finish();
+}
