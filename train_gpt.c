@@ -14,7 +14,9 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/optim.h"
+#include "model/sample.h"
 #include "data/dataloader.h"
+#include "data/tokenizer.h"
 #include "kernels/ops.h"
 
 static double now_s(void) {
@@ -69,6 +71,86 @@ static float evaluate(GPT* m, DataLoader* dl, int nbatches, int* in, int* tg) {
         sum += gpt_forward(m, in, tg);
     }
     return (float)(sum / nbatches);
+}
+
+// Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid.
+static int utf8_len(const unsigned char* s, int n) {
+    int len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    for (int i = 1; i < len; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+// Writes s[0..n) as the body of a JSON string: quotes, backslashes and control bytes escaped,
+// valid UTF-8 passed through, and any other byte written as \u00XX so the line stays valid JSON.
+static void json_escape(FILE* f, const unsigned char* s, int n) {
+    for (int i = 0; i < n;) {
+        unsigned char c = s[i];
+        int u = utf8_len(s + i, n - i);
+        if (c == '"' || c == '\\') { fprintf(f, "\\%c", c); i++; }
+        else if (c == '\n') { fputs("\\n", f); i++; }
+        else if (c < 0x20 || u == 0) { fprintf(f, "\\u%04x", c); i++; }
+        else { fwrite(s + i, 1, (size_t)u, f); i += u; }
+    }
+}
+
+// Decoding of sampled tokens: the run's tokenizer, else raw bytes for a byte-level vocab.
+typedef struct { Tokenizer tok; int have_tok; int vocab_size; } Decoder;
+
+static const unsigned char* decode_token(const Decoder* d, int id, int* len, unsigned char* byte) {
+    if (d->have_tok) return tokenizer_token_bytes(&d->tok, id, len);
+    if (d->vocab_size <= 256) { *byte = (unsigned char)id; *len = 1; return byte; }
+    *len = 0;
+    return NULL;
+}
+
+// Generate and print one sample, and log it as a "sample" record.
+static void print_sample(GPT* m, const Config* cfg, const Decoder* d, int step, FILE* logf) {
+    const LogConfig* lc = &cfg->log;
+    int* prompt = NULL;
+    size_t np = 0;
+    if (lc->sample_prompt[0] && d->have_tok) {
+        if (tokenizer_encode(&d->tok, lc->sample_prompt, strlen(lc->sample_prompt), &prompt, &np) != 0) np = 0;
+    } else if (lc->sample_prompt[0] && d->vocab_size <= 256) {
+        np = strlen(lc->sample_prompt);
+        prompt = malloc(np * sizeof(int));
+        for (size_t i = 0; i < np; i++) prompt[i] = (unsigned char)lc->sample_prompt[i];
+    }
+    if (np == 0) {   // start from end-of-text (or a newline for byte-level text)
+        free(prompt);
+        prompt = malloc(sizeof(int));
+        int eot = d->have_tok ? tokenizer_eot(&d->tok) : -1;
+        prompt[0] = eot >= 0 ? eot : (d->vocab_size <= 256 ? '\n' : 0);
+        np = 1;
+    }
+    int* out = malloc((size_t)lc->sample_tokens * sizeof(int));
+    sample_generate(m, prompt, (int)np, lc->sample_tokens, lc->sample_temperature, lc->sample_top_k,
+                    cfg->train.seed + (unsigned long long)step, out);
+    // decode into one buffer: a UTF-8 character may span tokens
+    size_t cap = 64, n = 0;
+    unsigned char* text = malloc(cap);
+    for (int i = 0; i < lc->sample_tokens; i++) {
+        int len;
+        unsigned char byte, idbuf[16];
+        const unsigned char* b = decode_token(d, out[i], &len, &byte);
+        if (!b) { len = snprintf((char*)idbuf, sizeof idbuf, "<%d>", out[i]); b = idbuf; }
+        while (n + (size_t)len + 1 > cap) text = realloc(text, cap *= 2);
+        memcpy(text + n, b, (size_t)len);
+        n += (size_t)len;
+    }
+    printf("---- sample at step %d (temperature %.2f, top-k %d) ----\n%s", step, lc->sample_temperature,
+           lc->sample_top_k, lc->sample_prompt);
+    fwrite(text, 1, n, stdout);
+    printf("\n----\n");
+    fflush(stdout);
+    fprintf(logf, "{\"type\":\"sample\",\"step\":%d,\"prompt\":\"", step);
+    json_escape(logf, (const unsigned char*)lc->sample_prompt, (int)strlen(lc->sample_prompt));
+    fprintf(logf, "\",\"text\":\"");
+    json_escape(logf, text, (int)n);
+    fprintf(logf, "\"}\n");
+    free(text);
+    free(prompt);
+    free(out);
 }
 
 int main(int argc, char** argv) {
@@ -134,6 +216,18 @@ int main(int argc, char** argv) {
     FILE* logf = fopen(log_path, "w");
     if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
 
+    Decoder dec = {0};
+    dec.vocab_size = mc->vocab_size;
+    if (cfg.data.tokenizer[0]) {
+        if (tokenizer_load(&dec.tok, cfg.data.tokenizer) != 0) return 1;
+        dec.have_tok = 1;
+        if (tokenizer_vocab_size(&dec.tok) > mc->vocab_size) {
+            fprintf(stderr, "error: %s: the tokenizer has %d tokens but [model] vocab_size is %d: set vocab_size >= %d\n",
+                    cfg.data.tokenizer, tokenizer_vocab_size(&dec.tok), mc->vocab_size, tokenizer_vocab_size(&dec.tok));
+            return 1;
+        }
+    }
+
     GPT model;
     gpt_build(&model, mc, tc->seed);
     gpt_alloc_acts(&model, B, T);
@@ -191,9 +285,12 @@ int main(int argc, char** argv) {
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
             fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step + 1, vl);
         }
+        if (cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
+            print_sample(&model, &cfg, &dec, step + 1, logf);
         fflush(logf);
     }
     fclose(logf);
+    if (dec.have_tok) tokenizer_free(&dec.tok);
     printf("done: log in %s\n", log_path);
     free(in); free(tg);
     optim_free(&opt);

@@ -99,11 +99,17 @@ static const KeyDef KEYS[] = {
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
+    K_STR("data", "tokenizer", data.tokenizer, ""),
 
     K_STR("log", "run_dir", log.run_dir, "runs/run"),
     K_INT("log", "log_every", log.log_every, "1"),
     K_INT("log", "val_every", log.val_every, "50"),
     K_INT("log", "val_batches", log.val_batches, "8"),
+    K_INT("log", "sample_every", log.sample_every, "0"),
+    K_INT("log", "sample_tokens", log.sample_tokens, "128"),
+    K_FLOAT("log", "sample_temperature", log.sample_temperature, "1.0"),
+    K_INT("log", "sample_top_k", log.sample_top_k, "40"),
+    K_STR("log", "sample_prompt", log.sample_prompt, ""),
 
     K_INT("checkpoint", "checkpoint_every", ckpt.checkpoint_every, "0"),
     K_INT("checkpoint", "keep_last", ckpt.keep_last, "2"),
@@ -818,6 +824,11 @@ int config_finalize(Config* c, const char* origin) {
     REQUIRE_POS("log", "log_every", c->log.log_every);
     REQUIRE_NONNEG("log", "val_every", c->log.val_every, "off");
     REQUIRE_POS("log", "val_batches", c->log.val_batches);
+    REQUIRE_NONNEG("log", "sample_every", c->log.sample_every, "off");
+    REQUIRE_POS("log", "sample_tokens", c->log.sample_tokens);
+    if (!(c->log.sample_temperature > 0.0f))
+        return fin_error(&fc, "log", "sample_temperature", "must be positive (accepted: a number > 0, e.g. 1.0)");
+    REQUIRE_NONNEG("log", "sample_top_k", c->log.sample_top_k, "all tokens");
     REQUIRE_NONNEG("checkpoint", "checkpoint_every", c->ckpt.checkpoint_every, "off");
     REQUIRE_NONNEG("checkpoint", "keep_last", c->ckpt.keep_last, "keep all");
 #undef REQUIRE_POS

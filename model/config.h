@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     char train_glob[1024]; // token shards (llm.c format)
     char val_glob[1024];
+    char tokenizer[1024];  // tokenizer file for samples (ours or llm.c's gpt2_tokenizer.bin); empty = bytes
 } DataConfig;
 
 // [log]
@@ -67,6 +68,11 @@ typedef struct {
     int log_every;       // print a step line every N steps
     int val_every;       // validation loss every N steps (0 = off)
     int val_batches;     // batches per validation
+    int sample_every;    // print a generated sample every N steps (0 = off)
+    int sample_tokens;   // tokens to generate per sample
+    float sample_temperature; // softmax temperature (> 0)
+    int sample_top_k;    // sample among the k most likely tokens (0 = all)
+    char sample_prompt[1024]; // text the sample continues; empty = start from end-of-text
 } LogConfig;
 
 // [checkpoint]

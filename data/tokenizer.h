@@ -1,0 +1,104 @@
+// data/tokenizer.h: byte-level BPE tokenizer: train on text files, encode, decode, save, load.
+//
+// Vocabulary (our format):
+//   ids 0..255            the 256 single bytes
+//   ids 256..256+M-1      merges, in the order training found them: id 256+i = merge i = the
+//                         concatenation of its pair (a, b), both ids < 256+i
+//   id  256+M = V-1       end-of-text, bytes "<|endoftext|>" (never produced by encode)
+// so V = vocab_size = 256 + M + 1.
+//
+// Pre-tokenization (GPT-2-like, on bytes; docs/formats.md has the full rules): text is cut
+// into pre-tokens and merges never cross a pre-token boundary. Letters are A-Z, a-z and every
+// byte >= 0x80 (so UTF-8 text stays inside words); digits 0-9; whitespace is space, \t, \n,
+// \v, \f, \r; everything else is "other". At each position the first rule that matches wins:
+//   1. a contraction: 's 't 'm 'd 're 've 'll (lowercase, as GPT-2)
+//   2. an optional space then a run of letters
+//   3. an optional space then a run of digits
+//   4. an optional space then a run of "other" bytes
+//   5. a run of whitespace up to the end of the text, or, when a non-whitespace byte follows
+//      it, the run minus its last byte (GPT-2's \s+(?!\S): "   word" -> "  ", " word")
+//   6. a single whitespace byte (when it alone precedes a non-whitespace byte, e.g. "\nword")
+//
+// Encoding a pre-token applies the lowest-rank merge present, repeatedly (left to right among
+// equal pairs), which gives the same tokens as applying the merge list in order. Any byte string
+// round-trips: decode(encode(x)) == x, invalid UTF-8 included.
+//
+// Also loads llm.c's gpt2_tokenizer.bin (magic 20240328, versions 1 and 2) for decoding only.
+//
+// Errors: every function that can fail prints one line to stderr naming the file and returns -1.
+// Not thread-safe: encode fills a cache inside the Tokenizer (also through a const pointer).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKENIZER_MAGIC 20250611        // our file format (docs/formats.md)
+#define TOKENIZER_VERSION 1
+#define TOKENIZER_LLMC_MAGIC 20240328   // llm.c's gpt2_tokenizer.bin
+#define TOKENIZER_EOT_TEXT "<|endoftext|>"
+
+typedef struct TokRankMap TokRankMap;   // (a, b) -> merge rank (private)
+typedef struct TokCache TokCache;       // pre-token bytes -> ids (private)
+
+typedef struct {
+    int vocab_size;          // V
+    int n_merges;            // M; 0 for a decode-only (llm.c) tokenizer
+    int eot;                 // end-of-text id, or -1
+    int can_encode;          // 1 when the merges are known (our format); 0 for llm.c files
+    int* merges;             // [2*M]: merge i joins ids merges[2i], merges[2i+1] into id 256+i
+    unsigned char* bytes;    // every token's bytes, concatenated
+    int64_t* offsets;        // [V+1]: token i is bytes[offsets[i] .. offsets[i+1])
+    TokRankMap* ranks;       // encoder lookup, built when can_encode
+    TokCache* cache;         // encoded pre-tokens (bounded; cleared when full)
+} Tokenizer;
+
+// ---- the fixed API ----------------------------------------------------------------------------
+
+// Trains BPE on the text files (read in chunks; memory grows with the number of distinct
+// pre-tokens, not with the corpus). vocab_size counts the 256 bytes, the merges and the
+// end-of-text token (>= 257). Lines holding only "<|endoftext|>" separate documents and are not
+// trained on. Ties between equally frequent pairs go to the lowest (a, b); deterministic. If the
+// corpus has fewer distinct pairs than merges wanted, training stops early with a note on stderr
+// and the vocabulary is smaller.
+int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int vocab_size);
+// Writes path.tmp, fsyncs it and renames it to path.
+int tokenizer_save(const Tokenizer* t, const char* path);
+// Our format, or llm.c's gpt2_tokenizer.bin (decode only). On failure *t needs no free.
+int tokenizer_load(Tokenizer* t, const char* path);
+void tokenizer_free(Tokenizer* t);
+int tokenizer_vocab_size(const Tokenizer* t);
+int tokenizer_eot(const Tokenizer* t);
+// The bytes of token id (*len of them), or NULL (and *len = 0) for an invalid id.
+const unsigned char* tokenizer_token_bytes(const Tokenizer* t, int id, int* len);
+// Appends the ids of text[0..len) to *out (grown with realloc; *out may be NULL with *n_out 0)
+// and advances *n_out. Never emits end-of-text. Fails on a decode-only tokenizer.
+int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int** out, size_t* n_out);
+
+// ---- additions ---------------------------------------------------------------------------------
+
+// Appends the bytes of ids[0..n) to *out (realloc'd), advancing *len. Fails on an invalid id.
+int tokenizer_decode(const Tokenizer* t, const int* ids, size_t n, char** out, size_t* len);
+
+// Encodes one pre-token p[0..n) (n >= 1) into dst, which must hold n ints; returns the count.
+// Only meaningful for a piece that tokenizer_next_piece produced.
+size_t tokenizer_encode_piece(const Tokenizer* t, const unsigned char* p, size_t n, int* dst);
+
+// The pre-tokenizer: the end (exclusive) of the pre-token that starts at s[i], i < n. With
+// eof == 0 the text may continue past n: returns 0 when the answer depends on bytes not yet
+// seen (then call again from i with more text). With eof != 0, s[0..n) is the whole text.
+// A pre-token depends only on the bytes from its start on, so streaming gives the same pieces.
+size_t tokenizer_next_piece(const unsigned char* s, size_t n, size_t i, int eof);
+
+// Streams a text file as documents of pre-tokens. A line holding only "<|endoftext|>" (an
+// optional \r before its \n allowed) ends a document and is dropped; a file starts a new
+// document. Calls doc_begin before the first piece of each non-empty document, piece for each
+// pre-token (never crossing a document), progress with the count of bytes read after each read.
+// Any callback may be NULL; a non-zero return from doc_begin or piece stops and returns -1.
+// Memory is bounded by the chunk size except for a single pre-token longer than 16 MiB, which
+// is cut there.
+typedef struct {
+    int (*doc_begin)(void* ctx);
+    int (*piece)(void* ctx, const unsigned char* p, size_t n);
+    void (*progress)(void* ctx, size_t bytes_read);
+    void* ctx;
+} TokenizerStream;
+int tokenizer_stream_file(const char* path, const TokenizerStream* stream);

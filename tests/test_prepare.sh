@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# tests/test_prepare.sh BUILD_DIR: the `prepare` command end to end on small temporary texts.
+#   shards and tokenizer written, no temporary files left; shard headers; decoding the shards
+#   (prepare --decode) gives back the input with an end-of-text before every document; the
+#   summary and --stats lines; several shards; re-running removes old shards; --tokenizer reuses
+#   a tokenizer bit for bit; a vocabulary over 65536 gives uint32 shards; bad inputs fail with
+#   one line naming the file and leave nothing under a final name.
+set -u
+if [ $# -ne 1 ]; then
+    echo "usage: $0 BUILD_DIR" >&2
+    exit 2
+fi
+BIN=$1/prepare
+[ -x "$BIN" ] || { echo "FAIL: $BIN not found or not executable"; echo "0 passed, 1 failed"; exit 1; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+
+# header int32 number i (0-based) of a shard
+hdr() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | tr -d ' '; }
+# what decoding the shards of these input files must give: "<|endoftext|>" before each
+# non-empty document, separator lines dropped (inputs end with a newline)
+expected() {
+    awk 'FNR == 1 { started = 0 }
+         $0 == "<|endoftext|>" || $0 == "<|endoftext|>\r" { started = 0; next }
+         { if (!started) { printf "<|endoftext|>"; started = 1 } print }' "$@"
+}
+
+# ---- inputs: several documents per file, a file without separators, CRLF, UTF-8, digits ----
+cat >"$TMP/a.txt" <<'EOF'
+<|endoftext|>
+In the beginning was the Word, and the Word was with God.
+It's 1234 o'clock; they're   here -- aren't they?
+
+A second paragraph of the first document.
+<|endoftext|>
+Second document: café, naïve, résumé.
+	Tabbed line.
+<|endoftext|>
+<|endoftext|>
+Third document after an empty one.
+EOF
+printf 'Fourth document, from a file without separators.\nLine two.\n' >"$TMP/b.txt"
+printf 'Validation one.\r\n<|endoftext|>\r\nValidation two, the end.\n' >"$TMP/v.txt"
+# more text so that the tokenizer has something to merge
+for i in $(seq 1 40); do echo "Line $i of filler text: the quick brown fox jumps over the lazy dog."; done >>"$TMP/b.txt"
+
+OUT=$TMP/out
+"$BIN" --train "$TMP/a.txt" "$TMP/b.txt" --val "$TMP/v.txt" --out "$OUT" --vocab-size 300 --stats --quiet \
+    >"$TMP/stdout" 2>"$TMP/stderr"
+rc=$?
+check "prepare exits 0 (rc $rc): $(cat "$TMP/stderr")" [ $rc -eq 0 ]
+for f in tokenizer.bin train_000000.bin val_000000.bin; do
+    check "$f written" [ -s "$OUT/$f" ]
+done
+check "no temporary files left: $(ls "$OUT")" [ -z "$(ls "$OUT" | grep -E '\.(tmp|pending)$')" ]
+check "exactly one train and one val shard: $(ls "$OUT")" [ "$(ls "$OUT" | grep -c '^train_')" = 1 -a "$(ls "$OUT" | grep -c '^val_')" = 1 ]
+
+# headers: uint16 llm.c shards, token count matching the file size and the summary
+for s in train val; do
+    f=$OUT/${s}_000000.bin
+    n=$(hdr "$f" 2)
+    check "$s magic 20240520" [ "$(hdr "$f" 0)" = 20240520 ]
+    check "$s version 1" [ "$(hdr "$f" 1)" = 1 ]
+    check "$s size = 1024 + 2 * $n" [ "$(stat -c %s "$f")" = $((1024 + 2 * n)) ]
+    check "$s summary has $n tokens: $(grep "^$s:" "$TMP/stdout")" grep -q "^$s: .* $n tokens" "$TMP/stdout"
+done
+
+# decoding gives back the text
+"$BIN" --decode "$OUT/train_000000.bin" >"$TMP/train.dec"
+expected "$TMP/a.txt" "$TMP/b.txt" >"$TMP/train.exp"
+check "train shard decodes to the input with end-of-text before each document" cmp -s "$TMP/train.dec" "$TMP/train.exp"
+"$BIN" --decode "$OUT/val_000000.bin" --tokenizer "$OUT/tokenizer.bin" >"$TMP/val.dec"
+expected "$TMP/v.txt" >"$TMP/val.exp"
+check "val shard decodes to the input (CRLF separator)" cmp -s "$TMP/val.dec" "$TMP/val.exp"
+
+# summary lines: documents, bytes (the documents' text, separators excluded), tokens, bytes/token
+tb=$(( $(stat -c %s "$TMP/train.exp") - 13 * 4 ))
+vb=$(( $(stat -c %s "$TMP/val.exp") - 13 * 2 ))
+check "train summary: $(grep '^train:' "$TMP/stdout")" \
+    grep -qE "^train: 4 documents, $tb bytes, [0-9]+ tokens \(4 end-of-text\), [0-9]+\.[0-9]+ bytes/token, 1 shard$" "$TMP/stdout"
+check "val summary: $(grep '^val:' "$TMP/stdout")" \
+    grep -qE "^val: 2 documents, $vb bytes, [0-9]+ tokens \(2 end-of-text\), [0-9]+\.[0-9]+ bytes/token, 1 shard$" "$TMP/stdout"
+check "stats line" grep -qE '^stats: unigram entropy .* train [0-9.]+, val [0-9.]+; val under train frequencies \(add-one\) [0-9.]+' "$TMP/stdout"
+check "tokenizer vocab 300 (header)" [ "$(hdr "$OUT/tokenizer.bin" 2)" = 300 ]
+
+# several shards; their concatenated decoding is the same text
+"$BIN" --train "$TMP/a.txt" "$TMP/b.txt" --val "$TMP/v.txt" --out "$OUT" --vocab-size 300 --shard-tokens 50 --quiet \
+    >"$TMP/stdout2" 2>&1
+check "prepare with --shard-tokens 50" [ $? -eq 0 ]
+nshards=$(ls "$OUT" | grep -c '^train_')
+check "several train shards ($nshards)" [ "$nshards" -gt 2 ]
+for f in "$OUT"/train_*.bin; do "$BIN" --decode "$f"; done >"$TMP/train2.dec"
+check "shards decode, in order, to the same text" cmp -s "$TMP/train2.dec" "$TMP/train.exp"
+check "summary counts the shards" grep -qE "^train: .*, $nshards shards$" "$TMP/stdout2"
+# a re-run with big shards removes the old small ones
+"$BIN" --train "$TMP/a.txt" "$TMP/b.txt" --val "$TMP/v.txt" --out "$OUT" --vocab-size 300 --quiet >"$TMP/stdout3" 2>&1
+check "re-run removes old shards: $(ls "$OUT" | tr '\n' ' ')" [ "$(ls "$OUT" | grep -c '^train_')" = 1 ]
+check "re-run says so" grep -q "removed $((nshards + 1)) old shards" "$TMP/stdout3"
+
+# --tokenizer: reuse a tokenizer; identical shards
+"$BIN" --train "$TMP/a.txt" "$TMP/b.txt" --val "$TMP/v.txt" --out "$TMP/out2" --tokenizer "$OUT/tokenizer.bin" --quiet \
+    >/dev/null 2>&1
+check "--tokenizer run" [ $? -eq 0 ]
+check "--tokenizer: identical train shard" cmp -s "$OUT/train_000000.bin" "$TMP/out2/train_000000.bin"
+check "--tokenizer: identical tokenizer.bin" cmp -s "$OUT/tokenizer.bin" "$TMP/out2/tokenizer.bin"
+"$BIN" --train "$TMP/a.txt" "$TMP/b.txt" --val "$TMP/v.txt" --out "$TMP/out3" --vocab-size 300 --quiet >/dev/null 2>&1
+check "training is deterministic: a second run gives the same tokenizer.bin" cmp -s "$OUT/tokenizer.bin" "$TMP/out3/tokenizer.bin"
+check "training is deterministic: a second run gives the same val shard" cmp -s "$OUT/val_000000.bin" "$TMP/out3/val_000000.bin"
+
+# a vocabulary over 65536 gives uint32 shards: random 8-letter words have enough distinct pairs
+awk 'BEGIN { srand(7); for (i = 0; i < 60000; i++) { w = ""; for (j = 0; j < 8; j++) w = w sprintf("%c", 97 + int(rand() * 26));
+             printf "%s%s", w, (i % 12 == 11) ? "\n" : " " } }' >"$TMP/words.txt"
+"$BIN" --train "$TMP/words.txt" --out "$TMP/big" --vocab-size 70000 --quiet >"$TMP/stdout4" 2>&1
+check "vocab 70000 run: $(tail -2 "$TMP/stdout4")" [ $? -eq 0 ]
+check "vocab 70000: uint32 shard (magic 20240801)" [ "$(hdr "$TMP/big/train_000000.bin" 0)" = 20240801 ]
+check "vocab 70000: version 7" [ "$(hdr "$TMP/big/train_000000.bin" 1)" = 7 ]
+"$BIN" --decode "$TMP/big/train_000000.bin" >"$TMP/big.dec"
+check "vocab 70000: decodes back" cmp -s "$TMP/big.dec" <(expected "$TMP/words.txt")
+
+# ---- errors: one line naming the file, non-zero exit, nothing under a final name ----
+expect_fail() {  # NAME SUBSTRING ARGS...
+    local name=$1 sub=$2
+    shift 2
+    "$BIN" "$@" >"$TMP/o" 2>"$TMP/e"
+    local rc=$?
+    if [ $rc -eq 0 ]; then bad "$name: exit status 0"
+    elif [ $rc -gt 128 ]; then bad "$name: killed by signal $((rc - 128))"
+    elif ! grep -qF -- "$sub" "$TMP/e"; then bad "$name: stderr lacks '$sub': $(cat "$TMP/e")"
+    elif [ "$(grep -c 'error' "$TMP/e")" -ne 1 ]; then bad "$name: want one error line: $(cat "$TMP/e")"
+    else ok; fi
+}
+expect_fail "missing train file" "$TMP/nope.txt" --train "$TMP/a.txt" "$TMP/nope.txt" --out "$TMP/e1"
+check "missing train file: nothing written" [ ! -e "$TMP/e1/tokenizer.bin" ]
+expect_fail "missing val file" "$TMP/nope_val.txt" --train "$TMP/a.txt" --val "$TMP/nope_val.txt" --out "$TMP/e2"
+check "missing val file: nothing written" [ ! -e "$TMP/e2/tokenizer.bin" ]
+expect_fail "train file is a directory" "$TMP" --train "$TMP" --out "$TMP/e3"
+touch "$TMP/afile"
+expect_fail "out dir under a file" "$TMP/afile" --train "$TMP/a.txt" --out "$TMP/afile/sub"
+if [ "$(id -u)" -ne 0 ]; then
+    mkdir "$TMP/ro" && chmod 555 "$TMP/ro"
+    expect_fail "read-only out dir" "$TMP/ro" --train "$TMP/a.txt" --out "$TMP/ro"
+fi
+: >"$TMP/empty.txt"
+expect_fail "empty train file" "$TMP/empty.txt" --train "$TMP/empty.txt" --out "$TMP/e4"
+check "empty train file: no shard under a final name" [ ! -e "$TMP/e4/train_000000.bin" ]
+expect_fail "vocab too small" "--vocab-size" --train "$TMP/a.txt" --out "$TMP/e5" --vocab-size 100
+expect_fail "unknown option" "--frobnicate" --train "$TMP/a.txt" --out "$TMP/e6" --frobnicate
+expect_fail "no --out" "--out" --train "$TMP/a.txt"
+expect_fail "bad tokenizer file" "$TMP/a.txt" --train "$TMP/a.txt" --out "$TMP/e7" --tokenizer "$TMP/a.txt"
+expect_fail "decode a non-shard" "$TMP/a.txt" --decode "$TMP/a.txt" --tokenizer "$OUT/tokenizer.bin"
+expect_fail "decode with a too-small tokenizer" "vocab_size" --decode "$TMP/big/train_000000.bin" --tokenizer "$OUT/tokenizer.bin"
+"$BIN" --help >"$TMP/help" 2>&1
+check "--help exits 0 and documents the options" grep -q -- "--shard-tokens" "$TMP/help"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
