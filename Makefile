@@ -27,8 +27,8 @@ test: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory build
-	@bash scripts/prepare_tinytext.sh $(BUILD)/prepare_bytes
-	./$(BUILD)/train_gpt --config configs/tiny_gated.ini
+	@bash scripts/prepare_kjv.sh $(BUILD)/prepare
+	./$(BUILD)/train_gpt --config configs/demo_kjv_gated.ini
 
 golden:
 	/usr/bin/python3 tests/reference/gen_golden.py --out tests/golden

@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     const ModelConfig* mc = &cfg.model;
     const TrainConfig* tc = &cfg.train;
     if (!cfg.data.train_glob[0]) {
-        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/tinytext/train_*.bin; make demo prepares them)\n",
+        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/kjv/train_*.bin, which scripts/prepare_kjv.sh prepares)\n",
                 config_path ? config_path : "config");
         return 1;
     }
@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     DataLoader train_dl, val_dl;
     int have_val = 0;
     if (dataloader_init(&train_dl, cfg.data.train_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
+    if (cfg.data.shuffle) dataloader_shuffle(&train_dl, tc->seed);
     if (cfg.data.val_glob[0] && cfg.log.val_every > 0) {
         if (dataloader_init(&val_dl, cfg.data.val_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
         have_val = 1;

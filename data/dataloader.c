@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model/rng.h"
+
 static void dataloader_release(DataLoader* loader) {
     shard_close(&loader->shard);
     if (loader->shard_paths) {
@@ -15,8 +17,35 @@ static void dataloader_release(DataLoader* loader) {
     }
     free(loader->shard_paths);
     free(loader->shard_batches);
+    free(loader->shard_order);
+    free(loader->sample_perm);
     memset(loader, 0, sizeof(*loader));
     loader->loaded_idx = -1;
+}
+
+// Fisher-Yates permutation of 0..n-1 from an RNG seeded with (seed, a, b).
+static void permute(int64_t* out, int64_t n, uint64_t seed, uint64_t a, uint64_t b) {
+    Rng r;
+    rng_seed(&r, seed ^ (0x9E3779B97F4A7C15ULL * (a + 1)) ^ (0xD1B54A32D192ED03ULL * (b + 1)));
+    for (int64_t i = 0; i < n; i++) out[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next(&r) % (uint64_t)(i + 1));
+        int64_t t = out[i]; out[i] = out[j]; out[j] = t;
+    }
+}
+
+// The shard file index of position shard_idx in the current epoch's visiting order.
+static int current_shard(DataLoader* loader) {
+    if (!loader->shuffle) return loader->shard_idx;
+    if (loader->order_epoch != loader->epoch) {
+        int64_t* tmp = malloc((size_t)loader->num_shards * sizeof(int64_t));
+        if (!tmp) { fprintf(stderr, "error: dataloader: out of memory\n"); exit(1); }
+        permute(tmp, loader->num_shards, loader->seed, (uint64_t)loader->epoch, UINT64_MAX - 1);
+        for (int i = 0; i < loader->num_shards; i++) loader->shard_order[i] = (int)tmp[i];
+        free(tmp);
+        loader->order_epoch = loader->epoch;
+    }
+    return loader->shard_order[loader->shard_idx];
 }
 
 // Maps shard idx (and checks its tokens against vocab_size) unless it is already mapped.
@@ -41,6 +70,8 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
                     int rank, int nproc, int vocab_size) {
     memset(loader, 0, sizeof(*loader));
     loader->loaded_idx = -1;
+    loader->order_epoch = -1;
+    loader->perm_epoch = -1;
     if (B <= 0 || T <= 0 || nproc <= 0 || rank < 0 || rank >= nproc) {
         fprintf(stderr, "error: dataloader: bad arguments B=%d T=%d rank=%d nproc=%d (need B,T,nproc > 0, 0 <= rank < nproc)\n",
                 B, T, rank, nproc);
@@ -60,7 +91,7 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
     int rc = glob(glob_pattern, 0, NULL, &g);
     if (rc != 0 || g.gl_pathc == 0) {
         if (rc == GLOB_NOMATCH || rc == 0)
-            fprintf(stderr, "error: dataloader: no files match '%s' (prepare data first, e.g. scripts/prepare_tinytext.sh)\n",
+            fprintf(stderr, "error: dataloader: no files match '%s' (prepare data first, e.g. scripts/prepare_kjv.sh)\n",
                     glob_pattern);
         else
             fprintf(stderr, "error: dataloader: glob('%s') failed (%s)\n", glob_pattern,
@@ -120,19 +151,41 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
 }
 
 int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
-    if (dataloader_load(loader, loader->shard_idx) != 0) return -1;
-    int64_t BT = (int64_t)loader->B * loader->T;
-    int64_t G = BT * loader->nproc;
-    int64_t start = loader->batch_idx * G + (int64_t)loader->rank * BT;
-    // inputs = window[0..BT), targets = window[1..BT]: read BT tokens, then BT shifted by one
-    shard_get(&loader->shard, start, BT, inputs);
-    shard_get(&loader->shard, start + 1, BT, targets);
+    int shard = current_shard(loader);
+    if (dataloader_load(loader, shard) != 0) return -1;
+    const int64_t B = loader->B, T = loader->T, BT = B * T;
+    if (!loader->shuffle) {
+        // contiguous: inputs = window[0..BT), targets = window[1..BT]
+        int64_t start = loader->batch_idx * BT * loader->nproc + (int64_t)loader->rank * BT;
+        shard_get(&loader->shard, start, BT, inputs);
+        shard_get(&loader->shard, start + 1, BT, targets);
+    } else {
+        if (loader->perm_epoch != loader->epoch) {   // this shard's sample order for this epoch
+            int64_t ns = (loader->shard.header.num_tokens - 1) / T;
+            if (ns != loader->perm_samples) {
+                free(loader->sample_perm);
+                loader->sample_perm = malloc((size_t)ns * sizeof(int64_t));
+                if (!loader->sample_perm) { fprintf(stderr, "error: dataloader: out of memory\n"); return -1; }
+                loader->perm_samples = ns;
+            }
+            permute(loader->sample_perm, ns, loader->seed, (uint64_t)loader->epoch, (uint64_t)shard);
+            loader->perm_epoch = loader->epoch;
+        }
+        // rank r's B samples of global batch k: perm[k*nproc*B + r*B + j], j < B
+        int64_t first = loader->batch_idx * B * loader->nproc + (int64_t)loader->rank * B;
+        for (int64_t j = 0; j < B; j++) {
+            int64_t start = loader->sample_perm[first + j] * T;
+            shard_get(&loader->shard, start, T, inputs + j * T);
+            shard_get(&loader->shard, start + 1, T, targets + j * T);
+        }
+    }
 
     // advance: next global batch, next shard, or wrap to the first shard
     loader->batch_idx++;
     if (loader->batch_idx == loader->shard_batches[loader->shard_idx]) {
         loader->batch_idx = 0;
         loader->shard_idx++;
+        loader->perm_epoch = -1;   // the next shard draws its own sample order
         if (loader->shard_idx == loader->num_shards) {
             loader->shard_idx = 0;
             loader->epoch++;
@@ -141,11 +194,47 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
     return 0;
 }
 
+void dataloader_shuffle(DataLoader* loader, uint64_t seed) {
+    loader->shuffle = 1;
+    loader->seed = seed;
+    if (!loader->shard_order) loader->shard_order = calloc((size_t)loader->num_shards, sizeof(int));
+    if (!loader->shard_order) { fprintf(stderr, "error: dataloader: out of memory\n"); exit(1); }
+    dataloader_reset(loader);
+}
+
+void dataloader_get_state(const DataLoader* loader, DataLoaderState* state) {
+    state->epoch = loader->epoch;
+    state->shard_idx = loader->shard_idx;
+    state->batch_idx = loader->batch_idx;
+}
+
+int dataloader_set_state(DataLoader* loader, const DataLoaderState* st) {
+    if (st->epoch < 0 || st->shard_idx < 0 || st->shard_idx >= loader->num_shards) {
+        fprintf(stderr, "error: dataloader: saved position (epoch %lld, shard %lld) does not fit the %d shard(s) of this data set\n",
+                (long long)st->epoch, (long long)st->shard_idx, loader->num_shards);
+        return -1;
+    }
+    loader->epoch = st->epoch;
+    loader->shard_idx = (int)st->shard_idx;
+    loader->order_epoch = -1;
+    loader->perm_epoch = -1;
+    int shard = current_shard(loader);
+    if (st->batch_idx < 0 || st->batch_idx >= loader->shard_batches[shard]) {
+        fprintf(stderr, "error: dataloader: saved batch %lld is past the %lld batches of shard '%s' (different data or batch shape?)\n",
+                (long long)st->batch_idx, (long long)loader->shard_batches[shard], loader->shard_paths[shard]);
+        return -1;
+    }
+    loader->batch_idx = st->batch_idx;
+    return 0;
+}
+
 void dataloader_reset(DataLoader* loader) {
-    // the mapped shard stays; the next call maps shard 0 if another one is loaded
+    // the mapped shard stays; the next call maps the first shard if another one is loaded
     loader->epoch = 0;
     loader->shard_idx = 0;
     loader->batch_idx = 0;
+    loader->order_epoch = -1;
+    loader->perm_epoch = -1;
 }
 
 void dataloader_free(DataLoader* loader) {

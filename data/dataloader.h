@@ -8,10 +8,16 @@
 // batches; the tail that does not fill one is skipped. After the last batch of the last shard
 // the loader wraps to the first shard and counts an epoch.
 //
-// Shards are visited in glob order (sorted), one mapped at a time (mmap). Position is
-// (epoch, shard_idx, batch_idx): small and explicit, so saving/restoring it and per-epoch
-// shuffling of shard and batch order (a permutation applied to shard_idx/batch_idx) can be
-// added without touching the reading code.
+// A sample is a window of T+1 tokens starting at a multiple of T; a shard holds
+// (num_tokens-1)/T samples. Unshuffled, global batch k of a shard is samples k*nproc*B ..
+// (k+1)*nproc*B - 1 in order (rank r takes the r-th B of them), which is the contiguous layout
+// above. With dataloader_shuffle(seed), every epoch visits the shards in a permuted order and
+// each shard's samples in a permuted order, both drawn from (seed, epoch[, shard]) alone, so
+// every rank computes the same permutations and the order is reproducible.
+//
+// Shards are mapped one at a time (mmap). The position is (epoch, shard_idx, batch_idx) with
+// shard_idx counting shards in the epoch's visiting order: DataLoaderState saves and restores
+// it, and the next batch after a restore is exactly the one that would have come.
 //
 // Errors: functions print one line to stderr (naming the file or pattern) and return -1.
 #pragma once
@@ -35,7 +41,22 @@ typedef struct {
     // the mapped shard (loaded_idx == -1: none)
     int loaded_idx;
     Shard shard;
+    // shuffling (off unless dataloader_shuffle was called)
+    int shuffle;
+    uint64_t seed;
+    int* shard_order;          // [num_shards] visiting order of the current epoch
+    int64_t order_epoch;       // epoch shard_order was drawn for (-1: none)
+    int64_t* sample_perm;      // sample order of the mapped shard for perm_epoch
+    int64_t perm_epoch;        // (-1: none)
+    int64_t perm_samples;      // length of sample_perm
 } DataLoader;
+
+// The loader's position: what a checkpoint stores to resume the data stream exactly.
+typedef struct {
+    int64_t epoch;
+    int64_t shard_idx;
+    int64_t batch_idx;
+} DataLoaderState;
 
 // Finds shards with glob(3), validates every header, and maps the first shard (checking its
 // tokens). Fails when the pattern matches nothing, a header is bad, or a shard is too short
@@ -49,5 +70,14 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets);
 
 // Back to the first batch of the first shard, epoch 0.
 void dataloader_reset(DataLoader* loader);
+
+// Turn on per-epoch shuffling of shard order and of sample order within each shard, drawn
+// from seed. Call after init and before the first batch (it resets the position).
+void dataloader_shuffle(DataLoader* loader, uint64_t seed);
+
+// Save / restore the position. Restore fails (-1, one line naming the field) when the state
+// does not fit this loader's shards (a different data set or batch shape).
+void dataloader_get_state(const DataLoader* loader, DataLoaderState* state);
+int dataloader_set_state(DataLoader* loader, const DataLoaderState* state);
 
 void dataloader_free(DataLoader* loader);

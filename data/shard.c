@@ -72,6 +72,8 @@ int shard_write(const char* path, const int* tokens, int64_t num_tokens) {
             ok = fwrite(b16, 2, (size_t)n, f) == (size_t)n;
         }
     }
+    // on disk before the rename makes it visible under its final name
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
         shard_error(path, "write to '%s' failed: %s", tmp, strerror(errno));

@@ -99,6 +99,7 @@ static const KeyDef KEYS[] = {
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
+    K_BOOL("data", "shuffle", data.shuffle, "true"),
     K_STR("data", "tokenizer", data.tokenizer, ""),
 
     K_STR("log", "run_dir", log.run_dir, "runs/run"),

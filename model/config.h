@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     char train_glob[1024]; // token shards (llm.c format)
     char val_glob[1024];
+    int shuffle;           // bool: shuffle shard and sample order per epoch (seeded by [train] seed)
     char tokenizer[1024];  // tokenizer file for samples (ours or llm.c's gpt2_tokenizer.bin); empty = bytes
 } DataConfig;
 

@@ -231,7 +231,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 50 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 51 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "dir") == 0 && strcmp(sec, "checkpoint") == 0);
@@ -456,7 +456,7 @@ static void test_roundtrip(void) {
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
         "train.schedule=linear", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
         "train.beta2=0.999", "train.eps=1e-30", "train.grad_clip=2.5", "train.threads=5",
-        "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.tokenizer=tok/t.bin",
+        "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said",
@@ -532,8 +532,8 @@ static void test_shipped_configs(void) {
     CHECK(m->qk_norm == 1 && m->attn_gate == GATE_ELEMENTWISE && m->pos == POS_ROPE && m->mlp == MLP_SWIGLU);
     CHECK(c.train.seq_len == 128 && c.train.batch_size == 8 && c.train.steps == 200 && c.train.lr == 1e-3f);
     CHECK(c.train.warmup_steps == 20);
-    CHECK(strcmp(c.data.train_glob, "data/tinytext/train_*.bin") == 0);
-    CHECK(strcmp(c.data.val_glob, "data/tinytext/val_*.bin") == 0);
+    CHECK(strcmp(c.data.train_glob, "data/kjv/train_*.bin") == 0);
+    CHECK(strcmp(c.data.val_glob, "data/kjv/val_*.bin") == 0);
     CHECK(strcmp(c.log.run_dir, "runs/tiny_gated") == 0);
 
     // the baseline differs from the gated config only in attn_gate and run_dir

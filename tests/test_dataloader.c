@@ -329,6 +329,88 @@ static void test_errors(void) {
     CHECK_ERROR(dataloader_init(&dl, tmp_path("short_*.bin"), 1, 4, 2, 2, 256), "rank=2", "bad arguments");
 }
 
+// Shuffled loading: each epoch visits every sample once, in an order that changes per epoch;
+// N ranks together give the 1-process batch; save/restore continues exactly; bad states fail.
+static void test_shuffle_and_state(void) {
+    const int B = 2, T = 4;
+    // 3 shards of 8 samples each (33 tokens); token values distinct across shards
+    write_shard(tmp_path("sh_a.bin"), 33, 0, 60000);
+    write_shard(tmp_path("sh_b.bin"), 33, 1000, 60000);
+    write_shard(tmp_path("sh_c.bin"), 33, 2000, 60000);
+    const char* pat = tmp_path("sh_*.bin");
+    DataLoader dl;
+    if (dataloader_init(&dl, pat, B, T, 0, 1, 60000) != 0) { CHECK(0, "init"); return; }
+    dataloader_shuffle(&dl, 42);
+    int in[8], tg[8];
+    int per_epoch = (int)dl.batches_per_epoch;   // 3 shards x 8 samples / B = 12
+    CHECK(per_epoch == 12, "batches per epoch %d", per_epoch);
+    int first_epoch[12 * 8], second_epoch[12 * 8];
+    for (int e = 0; e < 2; e++) {
+        int seen[3 * 8] = {0};
+        for (int k = 0; k < per_epoch; k++) {
+            dataloader_next(&dl, in, tg);
+            for (int j = 0; j < B; j++) {
+                int v = in[j * T];   // first token of the sample identifies it: base + 4*s
+                int shard = v / 1000, s = (v % 1000) / T;
+                if (shard < 3 && s < 8) seen[shard * 8 + s]++;
+                CHECK(tg[j * T] == v + 1 && in[j * T + T - 1] == v + T - 1, "sample is a contiguous window");
+            }
+            memcpy((e == 0 ? first_epoch : second_epoch) + k * 8, in, sizeof in);
+        }
+        int once = 1;
+        for (int i = 0; i < 24; i++) if (seen[i] != 1) once = 0;
+        CHECK(once, "epoch %d visits every sample exactly once", e);
+    }
+    CHECK(memcmp(first_epoch, second_epoch, sizeof first_epoch) != 0, "epochs 0 and 1 differ in order");
+    int sequential = 1;
+    for (int k = 0; k < 12 && sequential; k++) if (first_epoch[k * 8] != (k / 4) * 1000 + (k % 4) * 8) sequential = 0;
+    CHECK(!sequential, "shuffled order is not the file order");
+
+    // the same seed gives the same stream; ranks of 2 processes concatenate to the 1-process batch
+    DataLoader ref, r0, r1;
+    dataloader_init(&ref, pat, 2 * B, T, 0, 1, 60000);
+    dataloader_init(&r0, pat, B, T, 0, 2, 60000);
+    dataloader_init(&r1, pat, B, T, 1, 2, 60000);
+    dataloader_shuffle(&ref, 7); dataloader_shuffle(&r0, 7); dataloader_shuffle(&r1, 7);
+    int ok = 1;
+    for (int k = 0; k < 15; k++) {
+        int a[16], at[16], x[8], xt[8], y[8], yt[8];
+        dataloader_next(&ref, a, at); dataloader_next(&r0, x, xt); dataloader_next(&r1, y, yt);
+        if (memcmp(a, x, sizeof x) || memcmp(a + 8, y, sizeof y) || memcmp(at, xt, sizeof xt) || memcmp(at + 8, yt, sizeof yt)) ok = 0;
+    }
+    CHECK(ok, "2 shuffled ranks == 1 shuffled process with 2B, across an epoch boundary");
+    dataloader_free(&ref); dataloader_free(&r0); dataloader_free(&r1);
+
+    // save / restore: the next batches after a restore are the ones that would have come
+    dataloader_reset(&dl);
+    for (int k = 0; k < 17; k++) dataloader_next(&dl, in, tg);   // into epoch 1
+    DataLoaderState st;
+    dataloader_get_state(&dl, &st);
+    int want[10][8];
+    for (int k = 0; k < 10; k++) dataloader_next(&dl, want[k], tg);
+    DataLoader d2;
+    dataloader_init(&d2, pat, B, T, 0, 1, 60000);
+    dataloader_shuffle(&d2, 42);
+    CHECK(dataloader_set_state(&d2, &st) == 0, "restore");
+    ok = 1;
+    for (int k = 0; k < 10; k++) { dataloader_next(&d2, in, tg); if (memcmp(in, want[k], sizeof in)) ok = 0; }
+    CHECK(ok, "restored loader continues with the same 10 batches (epoch %lld shard %lld batch %lld)",
+          (long long)st.epoch, (long long)st.shard_idx, (long long)st.batch_idx);
+    DataLoaderState bad = st;
+    bad.shard_idx = 3;
+    capture_begin();
+    int rc = dataloader_set_state(&d2, &bad);
+    const char* msg = capture_end();
+    CHECK(rc == -1 && strstr(msg, "does not fit"), "bad shard position rejected: %s", msg);
+    bad = st; bad.batch_idx = 99;
+    capture_begin();
+    rc = dataloader_set_state(&d2, &bad);
+    msg = capture_end();
+    CHECK(rc == -1 && strstr(msg, "sh_"), "bad batch position rejected naming the shard: %s", msg);
+    dataloader_free(&d2);
+    dataloader_free(&dl);
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -343,6 +425,7 @@ int main(void) {
     test_wrap_and_reset();
     test_uint32_loader();
     test_errors();
+    test_shuffle_and_state();
 
     // clean up the temp dir
     char cmd[400];

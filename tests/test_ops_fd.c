@@ -129,10 +129,10 @@ static double attn_loss(void* vctx) {
     ops_attention_forward(c->y, c->yg, c->lse, c->q, c->k, c->v, c->qkv, &c->s);
     return dot(c->yg, c->r, (size_t)c->s.B * c->s.T * c->s.H * c->s.hd);
 }
-static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
+static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
     AttnCtx c = {0};
     OpsAttnShape* s = &c.s;
-    s->B = 2; s->T = 6; s->H = 4; s->Hkv = 2; s->hd = 8;
+    s->B = B; s->T = T; s->H = 4; s->Hkv = 2; s->hd = 8;
     s->qk_norm = qk_norm; s->rope = rope; s->rope_base = 10000.0f; s->eps = 1e-5f;
     s->gate = gate; s->gate_pos = pos; s->gate_act = act;
     int N = s->B * s->T, QKVG = ops_attn_qkv_cols(s), Hd = s->H * s->hd, KVd = s->Hkv * s->hd;
@@ -151,7 +151,7 @@ static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, 
     static const char* gn[] = {"none", "elementwise", "headwise"};
     static const char* an[] = {"sigmoid", "ns_sigmoid", "silu"};
     char nm[96];
-    snprintf(nm, sizeof nm, "attn qk_norm=%d rope=%d gate=%s@%s/%s dqkv", qk_norm, rope, gn[gate],
+    snprintf(nm, sizeof nm, "attn T=%d qk_norm=%d rope=%d gate=%s@%s/%s dqkv", T, qk_norm, rope, gn[gate],
              pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
     fd_check(nm, c.qkv, (size_t)N * QKVG, dqkv, attn_loss, &c);
     int G = ops_attn_gate_cols(s);
@@ -176,6 +176,10 @@ static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, 
         fd_check("  q_norm.w", c.qw, s->hd, dqw, attn_loss, &c);
         fd_check("  k_norm.w", c.kw, s->hd, dkw, attn_loss, &c);
     }
+}
+
+static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
+    test_attention_shape(2, 6, qk_norm, rope, gate, pos, act);
 }
 
 typedef struct { float *in, *out, *r; int N, F, swiglu; } ActCtx;
@@ -270,6 +274,8 @@ int main(void) {
     for (int qn = 0; qn <= 1; qn++)
         for (int rope = 0; rope <= 1; rope++)
             test_attention(qn, rope, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    // longer than one query tile of the CPU kernel (128 rows), so tiles and their key ranges meet
+    test_attention_shape(1, 150, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     for (int g = 1; g <= 2; g++)
         for (int pos = 0; pos <= 1; pos++)
             for (int act = 0; act <= 2; act++)

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# tests/test_train_text.sh BUILD_DIR: a short run of the trainer on real text (the KJV Bible,
-# byte-level) lowers the validation loss, writes its run directory, and prints its step lines.
+# tests/test_train_text.sh BUILD_DIR: a short run of the trainer on real text (the KJV Bible in
+# its 8192-token BPE) lowers the validation loss, writes its run directory, prints its step lines
+# and a decoded sample.
 set -euo pipefail
 build=$1
-bash scripts/prepare_tinytext.sh "$build/prepare_bytes" > /dev/null
+bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 "$build/train_gpt" --config configs/tiny_gated.ini --train.steps=60 --train.warmup_steps=5 \
-    --log.val_every=30 --log.val_batches=4 --log.run_dir="$run" --log.log_every=10 | tee "$run/out.txt"
+    --log.val_every=30 --log.val_batches=4 --log.run_dir="$run" --log.log_every=10 \
+    --log.sample_every=60 --log.sample_tokens=16 | tee "$run/out.txt"
 grep -q "^step    60/60 | loss" "$run/out.txt" || { echo "FAIL: no step line for step 60"; exit 1; }
 test -s "$run/config.ini" || { echo "FAIL: resolved config not saved in the run dir"; exit 1; }
 first=$(grep '"type":"eval"' "$run/log.jsonl" | head -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
@@ -15,6 +17,8 @@ last=$(grep '"type":"eval"' "$run/log.jsonl" | tail -1 | sed 's/.*"val_loss":\([
 steps=$(grep -c '"type":"step"' "$run/log.jsonl")
 echo "val loss: $first (untrained) -> $last after $steps steps"
 [ "$steps" = 60 ] || { echo "FAIL: $steps step records in log.jsonl, want 60"; exit 1; }
-# byte-level: ln(256) = 5.55 untrained; require a drop of at least 1.5 nats
+grep -q '^---- sample at step 60' "$run/out.txt" || { echo "FAIL: no sample printed"; exit 1; }
+grep -q '"type":"sample"' "$run/log.jsonl" || { echo "FAIL: no sample record in log.jsonl"; exit 1; }
+# untrained: about ln(8192) = 9.01 nats; require a drop of at least 1.5 nats
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.5) }' || { echo "FAIL: val loss did not fall enough"; exit 1; }
 echo "1 passed, 0 failed"

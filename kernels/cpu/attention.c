@@ -196,64 +196,78 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward: one task per (b, h); each query row t computes its scores against keys 0..t,
-// stores the row logsumexp, and writes y (and yg = y * a(z) for the sdpa gate).
+// Attention by query tiles of ATT_TILE rows, each a pair of small GEMMs on the calling thread
+// (the tasks are parallel): S = scale * Q_tile K[0:t1]^T, causal softmax in place (P), then
+// Y_tile = P V[0:t1]. Keys past the tile's last query are never computed; inside the tile the
+// upper triangle is masked to 0. q/k/v rows of one head are strided views ([N, H*hd] layout).
+#define ATT_TILE 128
+
+static inline int att_tile_end(int t0, int T) { return t0 + ATT_TILE < T ? t0 + ATT_TILE : T; }
+
+// S[rows, t1] (row stride t1) for queries t0..t0+rows-1 -> P in place, masked; returns lse rows.
+static void att_scores(float* S, float* lse_rows, const float* Q, int ldq, const float* K, int ldk,
+                       int t0, int rows, int t1, int hd, float scale) {
+    cpu_sgemm('N', 'T', rows, t1, hd, scale, Q, ldq, K, ldk, 0.0f, S, t1);
+    for (int r = 0; r < rows; r++) {
+        float* row = S + (size_t)r * t1;
+        int last = t0 + r;                 // keys 0..last are visible
+        float mx = -INFINITY;
+        for (int u = 0; u <= last; u++) mx = row[u] > mx ? row[u] : mx;
+        float sum = 0.0f;
+        for (int u = 0; u <= last; u++) { row[u] = expf(row[u] - mx); sum += row[u]; }
+        float inv = 1.0f / sum;
+        for (int u = 0; u <= last; u++) row[u] *= inv;
+        for (int u = last + 1; u < t1; u++) row[u] = 0.0f;
+        lse_rows[r] = mx + logf(sum);
+    }
+}
+
+// Forward: one task per (b, h), query tiles in order.
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
     const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = (H + 2 * Hkv) * hd;
     const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel
     {
-        float* sc = cpu_calloc((size_t)T, sizeof(float));
+        float* S = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                int kh = h / rep;
-                for (int t = 0; t < T; t++) {
+                const float* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
+                const float* Kb = k + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
+                const float* Vb = v + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
+                float* Ybh = y + (size_t)b * T * ldq + (size_t)h * hd;
+                for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
+                    int t1 = att_tile_end(t0, T), rows = t1 - t0;
+                    att_scores(S, lse + ((size_t)b * H + h) * T + t0, Qbh + (size_t)t0 * ldq, ldq,
+                               Kb, ldk, t0, rows, t1, hd, scale);
+                    cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)t0 * ldq, ldq);
+                }
+                // the sdpa gate (or a copy when yg is a separate buffer)
+                for (int t = 0; t < T && (sgate || yg != y); t++) {
                     size_t n = (size_t)b * T + t;
-                    const float* qt = q + (n * H + h) * hd;
-                    float mx = -INFINITY;
-                    for (int u = 0; u <= t; u++) {
-                        const float* ku = k + (((size_t)b * T + u) * Hkv + kh) * hd;
-                        float d = 0.0f;
-                        for (int i = 0; i < hd; i++) d += qt[i] * ku[i];
-                        sc[u] = d * scale;
-                        if (sc[u] > mx) mx = sc[u];
-                    }
-                    float sum = 0.0f;
-                    for (int u = 0; u <= t; u++) { sc[u] = expf(sc[u] - mx); sum += sc[u]; }
-                    float inv = 1.0f / sum;
-                    float* yt = y + (n * H + h) * hd;
-                    for (int i = 0; i < hd; i++) yt[i] = 0.0f;
-                    for (int u = 0; u <= t; u++) {
-                        const float* vu = v + (((size_t)b * T + u) * Hkv + kh) * hd;
-                        float p = sc[u] * inv;
-                        for (int i = 0; i < hd; i++) yt[i] += p * vu[i];
-                    }
-                    lse[((size_t)b * H + h) * T + t] = mx + logf(sum);
-                    if (sgate) {
-                        const float* z = qkv + n * QKVG + zoff;
-                        float* ygt = yg + (n * H + h) * hd;
-                        for (int i = 0; i < hd; i++) {
-                            float zz = s->gate == OPS_GATE_ELEMENTWISE ? z[h * hd + i] : z[h];
-                            ygt[i] = yt[i] * gate_act(s->gate_act, zz);
-                        }
-                    } else if (yg != y) {
-                        float* ygt = yg + (n * H + h) * hd;
-                        for (int i = 0; i < hd; i++) ygt[i] = yt[i];
+                    const float* yt = y + (n * H + h) * hd;
+                    float* ygt = yg + (n * H + h) * hd;
+                    const float* z = qkv + n * QKVG + zoff;
+                    for (int i = 0; i < hd; i++) {
+                        float g = 1.0f;
+                        if (sgate) g = gate_act(s->gate_act, s->gate == OPS_GATE_ELEMENTWISE ? z[h * hd + i] : z[h]);
+                        ygt[i] = yt[i] * g;
                     }
                 }
             }
-        free(sc);
+        free(S);
     }
 }
 
-// Backward: one task per (b, kv head) so that dk and dv rows have a single writer; the query
-// heads of the group are walked in order (deterministic). With p = exp(s - lse):
-//   dv_u += p_tu dy_t;  dp_tu = dy_t . v_u;  ds_tu = p_tu (dp_tu - D_t), D_t = dy_t . y_t
-//   dq_t = scale * sum_u ds_tu k_u;  dk_u += scale * ds_tu q_t
+// Backward: one task per (b, kv head) so that dk and dv have a single writer; the query heads
+// of the group and their tiles are walked in order (deterministic). Per tile, with P recomputed
+// from the scores and the saved row logsumexp, P = exp(s - lse):
+//   dP = dY V^T;  dS = P * (dP - D) * scale, D_t = dy_t . y_t
+//   dQ = dS K;  dK += dS^T Q;  dV += P^T dY
 // sdpa gate: dy = dyg * a(z);  dz = dyg . y * a'(z)  (per channel, or summed over hd for headwise)
 void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float* scratch,
                             const float* dyg, const float* q, const float* k, const float* v,
@@ -262,6 +276,7 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
     const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = (H + 2 * Hkv) * hd;
     const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const float* dy = dyg;
     if (sgate) {
@@ -290,36 +305,53 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
         }
         dy = scratch;
     }
-    #pragma omp parallel for collapse(2) schedule(static)
+    #pragma omp parallel
+    {
+        float* P = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
+        float* dS = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
-                for (int u = 0; u < T; u++) {
-                    size_t ku = (((size_t)b * T + u) * Hkv + kh) * hd;
-                    for (int i = 0; i < hd; i++) { dk[ku + i] = 0.0f; dv[ku + i] = 0.0f; }
-                }
-                for (int h = kh * rep; h < (kh + 1) * rep; h++)
-                    for (int t = 0; t < T; t++) {
-                        size_t n = (size_t)b * T + t;
-                        const float* qt = q + (n * H + h) * hd;
-                        const float* dyt = dy + (n * H + h) * hd;
-                        const float* yt = y + (n * H + h) * hd;
-                        float* dqt = dq + (n * H + h) * hd;
-                        float L = lse[((size_t)b * H + h) * T + t];
-                        float D = 0.0f;
-                        for (int i = 0; i < hd; i++) D += dyt[i] * yt[i];
-                        for (int i = 0; i < hd; i++) dqt[i] = 0.0f;
-                        for (int u = 0; u <= t; u++) {
-                            size_t ku = (((size_t)b * T + u) * Hkv + kh) * hd;
-                            float sdot = 0.0f, dp = 0.0f;
-                            for (int i = 0; i < hd; i++) { sdot += qt[i] * k[ku + i]; dp += dyt[i] * v[ku + i]; }
-                            float pr = expf(sdot * scale - L);
-                            float ds = pr * (dp - D) * scale;
-                            for (int i = 0; i < hd; i++) {
-                                dqt[i] += ds * k[ku + i];
-                                dk[ku + i] += ds * qt[i];
-                                dv[ku + i] += pr * dyt[i];
-                            }
+                const float* Kb = k + (size_t)b * T * ldk + (size_t)kh * hd;
+                const float* Vb = v + (size_t)b * T * ldk + (size_t)kh * hd;
+                float* dKb = dk + (size_t)b * T * ldk + (size_t)kh * hd;
+                float* dVb = dv + (size_t)b * T * ldk + (size_t)kh * hd;
+                for (int u = 0; u < T; u++)
+                    for (int i = 0; i < hd; i++) { dKb[(size_t)u * ldk + i] = 0.0f; dVb[(size_t)u * ldk + i] = 0.0f; }
+                for (int h = kh * rep; h < (kh + 1) * rep; h++) {
+                    const float* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
+                    const float* Ybh = y + (size_t)b * T * ldq + (size_t)h * hd;
+                    const float* dYbh = dy + (size_t)b * T * ldq + (size_t)h * hd;
+                    float* dQbh = dq + (size_t)b * T * ldq + (size_t)h * hd;
+                    for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
+                        int t1 = att_tile_end(t0, T), rows = t1 - t0;
+                        const float* Qt = Qbh + (size_t)t0 * ldq;
+                        const float* dYt = dYbh + (size_t)t0 * ldq;
+                        const float* L = lse + ((size_t)b * H + h) * T + t0;
+                        cpu_sgemm('N', 'T', rows, t1, hd, scale, Qt, ldq, Kb, ldk, 0.0f, P, t1);
+                        for (int r = 0; r < rows; r++) {
+                            float* p = P + (size_t)r * t1;
+                            int last = t0 + r;
+                            for (int u = 0; u <= last; u++) p[u] = expf(p[u] - L[r]);
+                            for (int u = last + 1; u < t1; u++) p[u] = 0.0f;
                         }
+                        cpu_sgemm('N', 'T', rows, t1, hd, 1.0f, dYt, ldq, Vb, ldk, 0.0f, dS, t1);
+                        for (int r = 0; r < rows; r++) {
+                            const float* dyt = dYt + (size_t)r * ldq;
+                            const float* yt = Ybh + (size_t)(t0 + r) * ldq;
+                            float D = 0.0f;
+                            for (int i = 0; i < hd; i++) D += dyt[i] * yt[i];
+                            float* ds = dS + (size_t)r * t1;
+                            const float* p = P + (size_t)r * t1;
+                            for (int u = 0; u < t1; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+                        }
+                        cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, dS, t1, Kb, ldk, 0.0f, dQbh + (size_t)t0 * ldq, ldq);
+                        cpu_sgemm('T', 'N', t1, hd, rows, 1.0f, dS, t1, Qt, ldq, 1.0f, dKb, ldk);
+                        cpu_sgemm('T', 'N', t1, hd, rows, 1.0f, P, t1, dYt, ldq, 1.0f, dVb, ldk);
                     }
+                }
             }
+        free(P);
+        free(dS);
+    }
 }

@@ -33,4 +33,10 @@ static inline void* cpu_calloc(size_t n, size_t size) {
     return p;
 }
 
+// Row-major sgemm through the chosen BLAS (kernels/cpu/matmul.c):
+// C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, op = transpose when ta/tb == 'T'.
+// Inside an OpenMP parallel region it runs on the calling thread alone.
+void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc);
+
 static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -4,8 +4,8 @@
 #include "cpu_common.h"
 #ifdef GATEDGPT_GEMM_DNNL
 #include <dnnl.h>
-static void sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
-                  const float* B, int ldb, float beta, float* C, int ldc) {
+void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
     dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (st != dnnl_success) {
         fprintf(stderr, "error: dnnl_sgemm failed (status %d) for M=%d N=%d K=%d\n", (int)st, M, N, K);
@@ -14,8 +14,8 @@ static void sgemm(char ta, char tb, int M, int N, int K, float alpha, const floa
 }
 #else
 #include <cblas.h>
-static void sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
-                  const float* B, int ldb, float beta, float* C, int ldc) {
+void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
     cblas_sgemm(CblasRowMajor, ta == 'T' ? CblasTrans : CblasNoTrans,
                 tb == 'T' ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -24,12 +24,12 @@ static void sgemm(char ta, char tb, int M, int N, int K, float alpha, const floa
 // out[N,OC] (=|+=) inp[N,C] @ w[OC,C]^T
 void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
                         int accumulate) {
-    sgemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, accumulate ? 1.0f : 0.0f, out, OC);
+    cpu_sgemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
 // dinp[N,C] = dout[N,OC] @ w[OC,C];  dw[OC,C] += dout^T[OC,N] @ inp[N,C]
 void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                          const float* w, int N, int C, int OC) {
-    if (dinp) sgemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    sgemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dinp) cpu_sgemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+    cpu_sgemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
 }
