@@ -15,6 +15,8 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "model/sample.h"
+#include "model/probe.h"
+#include "train/spike.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -153,6 +155,32 @@ static void print_sample(GPT* m, const Config* cfg, const Decoder* d, int step, 
     free(out);
 }
 
+// The stability probe (docs/metrics.md): one JSON record and a console line.
+static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf) {
+    double t0 = now_s();
+    ProbeResult r;
+    probe_run(m, in, tg, step, &r);
+    r.ms = (float)((now_s() - t0) * 1e3);
+    probe_write_json(&r, logf);
+    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f | %.0f ms\n", step,
+           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, r.ms);
+    probe_free(&r);
+}
+
+// Returns 1 when x is a spike (z > spike_z) and writes its record; sets *skip when z exceeds a
+// non-zero skip threshold.
+static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z_thr, float skip_z,
+                       int step, FILE* logf, int* skip) {
+    double mean, sd, z = spike_z(w, x, &mean, &sd);
+    if (!(z > spike_z_thr)) return 0;
+    int skipped = skip_z > 0.0f && z > skip_z;
+    if (skipped) *skip = 1;
+    fprintf(logf, "{\"type\":\"spike\",\"step\":%d,\"kind\":\"%s\",\"value\":%.6g,\"mean\":%.6g,\"std\":%.6g,\"z\":%.3f,\"skipped\":%s}\n",
+            step, kind, x, mean, sd, z, skipped ? "true" : "false");
+    printf("step %5d | %s spike: %.4g vs mean %.4g (z = %.1f)%s\n", step, kind, x, mean, z, skipped ? " | update skipped" : "");
+    return 1;
+}
+
 int main(int argc, char** argv) {
     Config cfg;
     config_defaults(&cfg);
@@ -246,12 +274,26 @@ int main(int argc, char** argv) {
 
     int* in = malloc((size_t)B * T * sizeof(int));
     int* tg = malloc((size_t)B * T * sizeof(int));
+    // the probe batch: the first validation batch (else the first training batch), fixed for
+    // the whole run so that probes at different steps measure the same tokens
+    int* probe_in = malloc((size_t)B * T * sizeof(int));
+    int* probe_tg = malloc((size_t)B * T * sizeof(int));
+    if (cfg.metrics.probe_every > 0) {
+        DataLoader* src = have_val ? &val_dl : &train_dl;
+        if (dataloader_next(src, probe_in, probe_tg) != 0) return 1;
+        dataloader_reset(src);
+        if (src == &train_dl && cfg.data.shuffle) dataloader_shuffle(&train_dl, tc->seed);
+    }
+    SpikeWindow loss_win, grad_win;
+    spike_init(&loss_win, cfg.metrics.spike_window);
+    spike_init(&grad_win, cfg.metrics.spike_window);
     int nonfinite_run = 0;
     if (have_val) {   // the untrained model's validation loss, as the curve's first point
         float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
         printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
         fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":%.6f}\n", vl);
     }
+    if (cfg.metrics.probe_every > 0) run_probe(&model, probe_in, probe_tg, 0, logf);
     for (int step = 0; step < tc->steps; step++) {
         double t0 = now_s();
         gpt_zero_grad(&model);
@@ -266,10 +308,19 @@ int main(int argc, char** argv) {
         int skipped = !isfinite(loss) || !isfinite(norm);
         if (skipped) {
             fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
-            if (++nonfinite_run >= 5) { fprintf(stderr, "error: 5 non-finite steps in a row: stopping (lower [train] lr or raise grad_clip)\n"); return 1; }
+            fprintf(logf, "{\"type\":\"spike\",\"step\":%d,\"kind\":\"nonfinite\",\"value\":null,\"mean\":null,\"std\":null,\"z\":null,\"skipped\":true}\n", step + 1);
+            if (++nonfinite_run >= cfg.metrics.max_nonfinite) {
+                fprintf(stderr, "error: %d non-finite steps in a row: stopping (lower [train] lr or raise [metrics] max_nonfinite)\n", nonfinite_run);
+                return 1;
+            }
         } else {
             nonfinite_run = 0;
-            optim_step(&opt, &model, tc, lr, norm);
+            // spikes: z-scores against the trailing windows; spikes stay out of the windows
+            int loss_spike = check_spike(&loss_win, "loss", loss, cfg.metrics.spike_z, cfg.metrics.skip_loss_z, step + 1, logf, &skipped);
+            int grad_spike = check_spike(&grad_win, "grad_norm", norm, cfg.metrics.spike_z, cfg.metrics.skip_grad_z, step + 1, logf, &skipped);
+            if (!loss_spike) spike_push(&loss_win, loss);
+            if (!grad_spike) spike_push(&grad_win, norm);
+            if (!skipped) optim_step(&opt, &model, tc, lr, norm);
         }
         double dt = now_s() - t0;
         double tok_s = tc->tokens_per_step / dt;
@@ -286,6 +337,8 @@ int main(int argc, char** argv) {
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
             fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step + 1, vl);
         }
+        if (cfg.metrics.probe_every > 0 && ((step + 1) % cfg.metrics.probe_every == 0 || step + 1 == tc->steps))
+            run_probe(&model, probe_in, probe_tg, step + 1, logf);
         if (cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
             print_sample(&model, &cfg, &dec, step + 1, logf);
         fflush(logf);
@@ -293,7 +346,8 @@ int main(int argc, char** argv) {
     fclose(logf);
     if (dec.have_tok) tokenizer_free(&dec.tok);
     printf("done: log in %s\n", log_path);
-    free(in); free(tg);
+    free(in); free(tg); free(probe_in); free(probe_tg);
+    spike_free(&loss_win); spike_free(&grad_win);
     optim_free(&opt);
     gpt_free(&model);
     dataloader_free(&train_dl);

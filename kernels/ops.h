@@ -96,8 +96,23 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                             const float* dyg, const float* q, const float* k, const float* v,
                             const float* y, const float* lse, const float* qkv,
                             const OpsAttnShape* s);
-// F-Attn helper for probes: mean over heads and queries 1..T-1 of p(first token)
-// (later issue; not part of the training step)
+
+// ---------------------------------------------------------------------------------------------
+// probe statistics (instrumented forward passes; not part of the training step). Outputs marked
+// "host" are written to host memory.
+// F-Attn: p_first[b,h,t] = exp(q_t . k_0 / sqrt(hd) - lse[b,h,t]), the attention probability
+// on the sequence's first token. head_mean[H] (host) = its mean over b and queries t = 1..T-1.
+void ops_attn_first_token(float* head_mean, const float* q, const float* k, const float* lse,
+                          const OpsAttnShape* s);
+// Gate scores act(z) of the gate columns of qkv[N, QKVG]: their sum and a 10-bin histogram
+// over [0, 1] (scores outside are clamped into the end bins). sum, count, hist[10]: host.
+void ops_gate_stats(const float* qkv, const OpsAttnShape* s, double* sum, long* count,
+                    long* hist);
+// max over x[N, C] of |x| (or of |x - base| when base != NULL), and the token index n of the
+// (first) max. host outputs.
+void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos);
+// median of |x| (or |x - base|) over N*C values (host result; the lower median for even n)
+float ops_abs_median(const float* x, const float* base, int N, int C);
 
 // ---------------------------------------------------------------------------------------------
 // MLP activations

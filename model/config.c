@@ -115,6 +115,13 @@ static const KeyDef KEYS[] = {
     K_INT("checkpoint", "checkpoint_every", ckpt.checkpoint_every, "0"),
     K_INT("checkpoint", "keep_last", ckpt.keep_last, "2"),
     K_STR("checkpoint", "dir", ckpt.dir, ""),
+
+    K_INT("metrics", "probe_every", metrics.probe_every, "50"),
+    K_INT("metrics", "spike_window", metrics.spike_window, "100"),
+    K_FLOAT("metrics", "spike_z", metrics.spike_z, "5"),
+    K_FLOAT("metrics", "skip_loss_z", metrics.skip_loss_z, "0"),
+    K_FLOAT("metrics", "skip_grad_z", metrics.skip_grad_z, "0"),
+    K_INT("metrics", "max_nonfinite", metrics.max_nonfinite, "5"),
 };
 #define N_KEYS NELEM(KEYS)
 _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");
@@ -124,8 +131,8 @@ _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int)
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
                sizeof(SchedKind) == sizeof(int), "enums must be int-sized");
 
-static const char* const SECTIONS[] = {"model", "train", "data", "log", "checkpoint"};
-#define SECTIONS_ACCEPTED "model, train, data, log, checkpoint"
+static const char* const SECTIONS[] = {"model", "train", "data", "log", "checkpoint", "metrics"};
+#define SECTIONS_ACCEPTED "model, train, data, log, checkpoint, metrics"
 
 static void* field_ptr(Config* c, const KeyDef* k) { return (char*)c + k->offset; }
 static const void* field_cptr(const Config* c, const KeyDef* k) { return (const char*)c + k->offset; }
@@ -832,6 +839,16 @@ int config_finalize(Config* c, const char* origin) {
     REQUIRE_NONNEG("log", "sample_top_k", c->log.sample_top_k, "all tokens");
     REQUIRE_NONNEG("checkpoint", "checkpoint_every", c->ckpt.checkpoint_every, "off");
     REQUIRE_NONNEG("checkpoint", "keep_last", c->ckpt.keep_last, "keep all");
+    REQUIRE_NONNEG("metrics", "probe_every", c->metrics.probe_every, "off");
+    if (c->metrics.spike_window < 2)
+        return fin_error(&fc, "metrics", "spike_window", "must be at least 2 (accepted: an integer >= 2, e.g. 100)");
+    if (!(c->metrics.spike_z > 0.0f))
+        return fin_error(&fc, "metrics", "spike_z", "must be positive (accepted: a number > 0, e.g. 5)");
+    if (c->metrics.skip_loss_z < 0.0f)
+        return fin_error(&fc, "metrics", "skip_loss_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
+    if (c->metrics.skip_grad_z < 0.0f)
+        return fin_error(&fc, "metrics", "skip_grad_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
+    REQUIRE_POS("metrics", "max_nonfinite", c->metrics.max_nonfinite);
 #undef REQUIRE_POS
 #undef REQUIRE_NONNEG
     return 0;

@@ -87,12 +87,23 @@ typedef struct {
 #define CONFIG_MAX_KEYS 64
 #define CONFIG_ORIGIN_LEN 256
 
+// [metrics]: the stability probe and the spike detector (docs/metrics.md)
+typedef struct {
+    int probe_every;      // probe forward on a fixed validation batch every N steps (0 = off)
+    int spike_window;     // trailing window (steps) for the loss / grad-norm z-scores
+    float spike_z;        // log a spike record when z exceeds this
+    float skip_loss_z;    // skip the update when the loss z-score exceeds this (0 = never)
+    float skip_grad_z;    // skip the update when the grad-norm z-score exceeds this (0 = never)
+    int max_nonfinite;    // stop after this many non-finite steps in a row
+} MetricsConfig;
+
 typedef struct {
     ModelConfig model;
     TrainConfig train;
     DataConfig data;
     LogConfig log;
     CheckpointConfig ckpt;
+    MetricsConfig metrics;
     // Where each key's value came from, indexed like config_key(): "FILE:LINE", "command line",
     // "derived: RULE[ (0 at WHERE)]" once config_finalize filled it in, or "" for the default. Read it with config_origin(); not part of the configuration itself
     // (config_equal ignores it).

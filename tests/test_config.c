@@ -231,10 +231,10 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 51 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 57 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
-    CHECK(strcmp(config_key(n - 1, &sec), "dir") == 0 && strcmp(sec, "checkpoint") == 0);
+    CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
     CHECK(config_key(n, &sec) == NULL);
 }
 
@@ -461,6 +461,8 @@ static void test_roundtrip(void) {
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said",
         "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.dir=ck/dir",
+        "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
+        "metrics.skip_grad_z=9", "metrics.max_nonfinite=2",
     };
     int n = (int)(sizeof args / sizeof args[0]);
     CHECK(n == config_key_count()); // one override per key
@@ -527,7 +529,7 @@ static void test_shipped_configs(void) {
         return;
     }
     ModelConfig* m = &c.model;
-    CHECK(m->vocab_size == 256 && m->padded_vocab == 256 && m->n_layer == 4 && m->d_model == 128);
+    CHECK(m->vocab_size == 8192 && m->padded_vocab == 8192 && m->n_layer == 4 && m->d_model == 128);
     CHECK(m->n_head == 4 && m->n_kv_head == 2 && m->head_dim == 32 && m->d_ff == 384);
     CHECK(m->qk_norm == 1 && m->attn_gate == GATE_ELEMENTWISE && m->pos == POS_ROPE && m->mlp == MLP_SWIGLU);
     CHECK(c.train.seq_len == 128 && c.train.batch_size == 8 && c.train.steps == 200 && c.train.lr == 1e-3f);
@@ -602,7 +604,7 @@ static void test_errors(void) {
     // [name, ini text, stage, expected substring]; line 1 of each text is line 1 of the file
     struct { const char* name; const char* ini; Stage stage; const char* expect; } cases[] = {
         {"unknown_section", "[model]\nn_layer = 4\n[modle]\nd_model = 8\n", STAGE_LOAD,
-         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, train, data, log, checkpoint)"},
+         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, train, data, log, checkpoint, metrics)"},
         {"unknown_section_far", "[optimizer]\nlr = 1\n", STAGE_LOAD, "unknown section [optimizer] (accepted:"},
         {"unknown_key", "[model]\nn_kv_heads = 2\n", STAGE_LOAD,
          "unknown_key.ini:2: [model] n_kv_heads = 2: unknown key in [model] (did you mean n_kv_head?)"},

@@ -19,6 +19,9 @@ echo "val loss: $first (untrained) -> $last after $steps steps"
 [ "$steps" = 60 ] || { echo "FAIL: $steps step records in log.jsonl, want 60"; exit 1; }
 grep -q '^---- sample at step 60' "$run/out.txt" || { echo "FAIL: no sample printed"; exit 1; }
 grep -q '"type":"sample"' "$run/log.jsonl" || { echo "FAIL: no sample record in log.jsonl"; exit 1; }
+probes=$(grep -c '"type":"probe"' "$run/log.jsonl")
+[ "$probes" = 3 ] || { echo "FAIL: $probes probe records, want 3 (steps 0, 50, 60)"; exit 1; }
+grep -q '"type":"probe","step":60,.*"layers":\[{"layer":0,"f_attn":' "$run/log.jsonl" || { echo "FAIL: probe record malformed"; exit 1; }
 # untrained: about ln(8192) = 9.01 nats; require a drop of at least 1.5 nats
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.5) }' || { echo "FAIL: val loss did not fall enough"; exit 1; }
 echo "1 passed, 0 failed"

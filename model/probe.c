@@ -1,0 +1,105 @@
+// model/probe.c: the stability probe over the model's saved activations (kernels/ops.h only).
+#include "probe.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SINK_THRESHOLD 0.3f
+
+void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult* r) {
+    const ModelConfig* c = &m->cfg;
+    const int N = m->B * m->T, d = c->d_model, H = c->n_head, T = m->T;
+    memset(r, 0, sizeof(*r));
+    r->step = step;
+    r->n_layer = c->n_layer;
+    r->has_gate = c->attn_gate != GATE_NONE;
+    r->layer = calloc((size_t)c->n_layer, sizeof(ProbeLayer));
+    r->loss = gpt_forward(m, idx, targets);
+    double uni = 0.0;
+    for (int q = 1; q < T; q++) uni += 1.0 / (q + 1);
+    r->f_attn_uniform = T > 1 ? (float)(uni / (T - 1)) : 1.0f;
+    float* heads = malloc((size_t)H * sizeof(float));
+    double gsum_all = 0.0;
+    long gcount_all = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        LayerActs* a = &m->layer[l];
+        ProbeLayer* p = &r->layer[l];
+        // F-Attn from the saved logsumexp: no attention matrix is formed
+        ops_attn_first_token(heads, a->q, a->k, a->lse, &m->attn);
+        double sum = 0.0;
+        p->f_attn_max_head = 0.0f;
+        for (int h = 0; h < H; h++) {
+            sum += heads[h];
+            if (heads[h] > p->f_attn_max_head) p->f_attn_max_head = heads[h];
+            if (heads[h] > SINK_THRESHOLD) p->sink_heads++;
+        }
+        p->f_attn = (float)(sum / H);
+        // M-Act: the residual after the layer, and each branch's output (difference of the
+        // residual streams around it)
+        const float* out = m->res[l + 1];
+        ops_absmax(out, NULL, N, d, &p->m_act, &p->m_act_pos);
+        float med = ops_abs_median(out, NULL, N, d);
+        p->m_act_ratio = med > 0.0f ? p->m_act / med : INFINITY;
+        ops_absmax(a->res_mid, a->res_in, N, d, &p->attn_out_max, &p->attn_out_pos);
+        ops_absmax(out, a->res_mid, N, d, &p->mlp_out_max, &p->mlp_out_pos);
+        p->m_act_pos %= T; p->attn_out_pos %= T; p->mlp_out_pos %= T;
+        // gate scores
+        p->gate_mean = NAN;
+        if (r->has_gate) {
+            double gsum;
+            long gcount, hist[10];
+            ops_gate_stats(a->qkv, &m->attn, &gsum, &gcount, hist);
+            p->gate_mean = gcount ? (float)(gsum / gcount) : NAN;
+            for (int i = 0; i < 10; i++) p->gate_hist[i] = gcount ? (float)hist[i] / gcount : 0.0f;
+            gsum_all += gsum;
+            gcount_all += gcount;
+        }
+        r->f_attn_mean += p->f_attn / c->n_layer;
+        r->m_act_mean += p->m_act / c->n_layer;
+    }
+    r->gate_mean = gcount_all ? (float)(gsum_all / gcount_all) : NAN;
+    free(heads);
+}
+
+void probe_free(ProbeResult* r) { free(r->layer); r->layer = NULL; }
+
+static void jfloat(FILE* f, float v) {
+    if (isfinite(v)) fprintf(f, "%.6g", v);
+    else fputs("null", f);
+}
+
+void probe_write_json(const ProbeResult* r, FILE* f) {
+    fprintf(f, "{\"type\":\"probe\",\"step\":%d,\"loss\":", r->step);
+    jfloat(f, r->loss);
+    fputs(",\"f_attn_uniform\":", f); jfloat(f, r->f_attn_uniform);
+    fputs(",\"f_attn_mean\":", f); jfloat(f, r->f_attn_mean);
+    fputs(",\"m_act_mean\":", f); jfloat(f, r->m_act_mean);
+    fputs(",\"gate_mean\":", f); jfloat(f, r->gate_mean);
+    fputs(",\"ms\":", f); jfloat(f, r->ms);
+    fputs(",\"layers\":[", f);
+    for (int l = 0; l < r->n_layer; l++) {
+        const ProbeLayer* p = &r->layer[l];
+        fprintf(f, "%s{\"layer\":%d,\"f_attn\":", l ? "," : "", l);
+        jfloat(f, p->f_attn);
+        fputs(",\"f_attn_max_head\":", f); jfloat(f, p->f_attn_max_head);
+        fprintf(f, ",\"sink_heads\":%d,\"m_act\":", p->sink_heads);
+        jfloat(f, p->m_act);
+        fprintf(f, ",\"m_act_pos\":%d,\"m_act_ratio\":", p->m_act_pos);
+        jfloat(f, p->m_act_ratio);
+        fputs(",\"attn_out_max\":", f); jfloat(f, p->attn_out_max);
+        fprintf(f, ",\"attn_out_pos\":%d,\"mlp_out_max\":", p->attn_out_pos);
+        jfloat(f, p->mlp_out_max);
+        fprintf(f, ",\"mlp_out_pos\":%d,\"gate_mean\":", p->mlp_out_pos);
+        jfloat(f, p->gate_mean);
+        fputs(",\"gate_hist\":", f);
+        if (r->has_gate) {
+            fputc('[', f);
+            for (int i = 0; i < 10; i++) { if (i) fputc(',', f); jfloat(f, p->gate_hist[i]); }
+            fputc(']', f);
+        } else {
+            fputs("null", f);
+        }
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+}

@@ -1,0 +1,139 @@
+// tests/test_probe.c: the stability probe's statistics against direct computations in double:
+// F-Attn from the logsumexp vs an explicitly formed attention matrix, gate-score mean and
+// histogram, abs-max and median, the spike detector's z-scores; and the probe over a model.
+#include <string.h>
+#include "test_util.h"
+#include "../kernels/ops.h"
+#include "../model/gpt.h"
+#include "../model/probe.h"
+#include "../train/spike.h"
+
+static float* fbuf(size_t n, double scale) { float* p = ops_malloc(n * sizeof(float)); tu_fill(p, n, scale); return p; }
+
+static void test_first_token(void) {
+    OpsAttnShape s = {0};
+    s.B = 2; s.T = 9; s.H = 4; s.Hkv = 2; s.hd = 8; s.gate = OPS_GATE_NONE;
+    int N = s.B * s.T, QKVG = ops_attn_qkv_cols(&s);
+    float *q = fbuf(N * 32, 1.5), *k = fbuf(N * 16, 1.5), *v = fbuf(N * 16, 1), *y = fbuf(N * 32, 0);
+    float *lse = fbuf(N * 4, 0), *qkv = fbuf((size_t)N * QKVG, 0), heads[4];
+    ops_attention_forward(y, y, lse, q, k, v, qkv, &s);
+    ops_attn_first_token(heads, q, k, lse, &s);
+    double worst = 0;
+    for (int h = 0; h < 4; h++) {
+        double acc = 0;   // explicit softmax row in double, probability of key 0, queries 1..T-1
+        for (int b = 0; b < 2; b++)
+            for (int t = 1; t < 9; t++) {
+                double sc[9], mx = -1e30, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    double d = 0;
+                    for (int i = 0; i < 8; i++) d += (double)q[((b * 9 + t) * 4 + h) * 8 + i] * k[((b * 9 + u) * 2 + h / 2) * 8 + i];
+                    sc[u] = d / sqrt(8.0);
+                    if (sc[u] > mx) mx = sc[u];
+                }
+                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                acc += exp(sc[0] - mx) / sum;
+            }
+        double want = acc / 16.0, e = fabs(heads[h] - want) / want;
+        if (e > worst) worst = e;
+    }
+    TU_CHECK(worst < 1e-5, "F-Attn from lse vs explicit attention: rel err %.2e", worst);
+    printf("  F-Attn per head from the logsumexp vs explicit softmax: rel err %.2e\n", worst);
+}
+
+static void test_gate_stats(void) {
+    OpsAttnShape s = {0};
+    s.B = 1; s.T = 5; s.H = 2; s.Hkv = 1; s.hd = 4; s.gate = OPS_GATE_ELEMENTWISE; s.gate_pos = OPS_GATEPOS_SDPA;
+    s.gate_act = OPS_ACT_SIGMOID;
+    int N = 5, QKVG = ops_attn_qkv_cols(&s), G = ops_attn_gate_cols(&s);
+    float* qkv = fbuf((size_t)N * QKVG, 4);
+    double sum; long count, hist[10];
+    ops_gate_stats(qkv, &s, &sum, &count, hist);
+    double want = 0; long wh[10] = {0};
+    for (int n = 0; n < N; n++)
+        for (int j = QKVG - G; j < QKVG; j++) {
+            double g = 1 / (1 + exp(-(double)qkv[n * QKVG + j]));
+            want += g;
+            wh[(int)(g * 10) > 9 ? 9 : (int)(g * 10)]++;
+        }
+    TU_CHECK(count == N * G && fabs(sum - want) < 1e-4, "gate sum %g want %g count %ld", sum, want, count);
+    TU_CHECK(memcmp(hist, wh, sizeof wh) == 0, "gate histogram differs");
+}
+
+static void test_absmax_median(void) {
+    int N = 7, C = 5;
+    float* x = fbuf(N * C, 1);
+    float* base = fbuf(N * C, 1);
+    x[3 * C + 2] = -9.0f;   // the max, at token 3
+    float mx; int pos;
+    ops_absmax(x, NULL, N, C, &mx, &pos);
+    TU_CHECK(mx == 9.0f && pos == 3, "absmax %g at %d", mx, pos);
+    ops_absmax(x, base, N, C, &mx, &pos);
+    TU_CHECK(fabsf(mx - fabsf(-9.0f - base[3 * C + 2])) < 1e-6f && pos == 3, "absmax of a difference");
+    float med = ops_abs_median(x, NULL, N, C);
+    int below = 0, above = 0;   // the lower median: 17 values below or equal, 17 above or equal
+    for (int i = 0; i < N * C; i++) { if (fabsf(x[i]) < med) below++; if (fabsf(x[i]) > med) above++; }
+    TU_CHECK(below == 17 && above == 17, "median %g: %d below, %d above", med, below, above);
+}
+
+static void test_spike(void) {
+    SpikeWindow w;
+    spike_init(&w, 20);
+    double mean, sd;
+    TU_CHECK(isnan(spike_z(&w, 1.0, &mean, &sd)), "no z-score before 10 values");
+    for (int i = 0; i < 20; i++) spike_push(&w, 3.0 + 0.01 * ((i % 5) - 2));   // mean 3, std ~0.0145
+    double z = spike_z(&w, 3.5, &mean, &sd);
+    double want_sd = sqrt((4 * (0.02 * 0.02 + 0.01 * 0.01) * 2) / 19.0);   // 4 reps of (-2..2)*0.01
+    TU_CHECK(fabs(mean - 3.0) < 1e-12 && fabs(sd - want_sd) < 1e-9, "window mean %g std %g want %g", mean, sd, want_sd);
+    TU_CHECK(fabs(z - 0.5 / want_sd) < 1e-6, "z %g", z);
+    TU_CHECK(spike_z(&w, 3.01, &mean, &sd) < 1.0, "an ordinary value is not a spike");
+    for (int i = 0; i < 25; i++) spike_push(&w, 7.0);   // the ring forgets the old values
+    spike_z(&w, 7.0, &mean, &sd);
+    TU_CHECK(mean == 7.0 && sd == 0.0, "window keeps the last 20 values");
+    spike_free(&w);
+}
+
+static void test_probe_model(void) {
+    ModelConfig c = {0};
+    c.vocab_size = 50; c.padded_vocab = 128; c.n_layer = 2; c.d_model = 16; c.n_head = 4; c.n_kv_head = 2;
+    c.head_dim = 4; c.d_ff = 24; c.max_seq_len = 8; c.pos = POS_ROPE; c.rope_base = 10000;
+    c.norm = NORM_RMSNORM; c.norm_eps = 1e-5f; c.mlp = MLP_SWIGLU; c.tie_embeddings = 1;
+    c.init_std = 0.5f; c.attn_gate = GATE_HEADWISE;
+    GPT m;
+    gpt_build(&m, &c, 3);
+    gpt_alloc_acts(&m, 2, 8);
+    int idx[16], tg[16];
+    for (int i = 0; i < 16; i++) { idx[i] = (i * 7) % 50; tg[i] = (i * 3 + 1) % 50; }
+    ProbeResult r;
+    probe_run(&m, idx, tg, 5, &r);
+    double want_uniform = 0;
+    for (int q = 1; q < 8; q++) want_uniform += 1.0 / (q + 1);
+    want_uniform /= 7;
+    TU_CHECK(fabs(r.f_attn_uniform - want_uniform) < 1e-6, "uniform reference %g want %g", r.f_attn_uniform, want_uniform);
+    // M-Act of layer 1 equals max |res[2]| by direct scan; the MLP branch max equals |res[2] - res_mid|
+    float mx = 0; int pos = 0;
+    for (int i = 0; i < 16 * 16; i++) if (fabsf(m.res[2][i]) > mx) { mx = fabsf(m.res[2][i]); pos = (i / 16) % 8; }
+    TU_CHECK(r.layer[1].m_act == mx && r.layer[1].m_act_pos == pos, "M-Act %g@%d want %g@%d", r.layer[1].m_act, r.layer[1].m_act_pos, mx, pos);
+    double hsum = 0;
+    for (int i = 0; i < 10; i++) hsum += r.layer[0].gate_hist[i];
+    TU_CHECK(r.has_gate && fabs(hsum - 1.0) < 1e-6 && r.gate_mean > 0 && r.gate_mean < 1, "gate histogram sums to %g, mean %g", hsum, r.gate_mean);
+    TU_CHECK(fabsf(r.m_act_mean - 0.5f * (r.layer[0].m_act + r.layer[1].m_act)) < 1e-6f, "run-level M-Act is the mean over layers");
+    FILE* f = tmpfile();
+    probe_write_json(&r, f);
+    rewind(f);
+    char line[8192];
+    TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"type\":\"probe\",\"step\":5,") && strstr(line, "\"gate_hist\":["),
+             "probe JSON: %.200s", line);
+    fclose(f);
+    probe_free(&r);
+    gpt_free(&m);
+}
+
+int main(void) {
+    ops_init(0);
+    test_first_token();
+    test_gate_stats();
+    test_absmax_median();
+    test_spike();
+    test_probe_model();
+    return tu_finish();
+}

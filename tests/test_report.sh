@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# tests/test_report.sh: scripts/report.py on synthetic run directories
+# (tests/report_fixtures/make_runs.py: a baseline and a gated run with probe and spike records,
+# and a minimal run with step records only).
+#   the summary table holds the numbers the generator computed from the values it wrote;
+#   the PNGs exist and are valid PNG files; missing data gives '-' and skipped figures, not a
+#   crash; a stale figure is removed; a bad log (invalid JSON, no "type", a missing field, an
+#   empty file, no log, no run directory) stops the report with an error naming the file and
+#   line, and a non-zero exit; an incomplete last line (a run still writing) is only a warning.
+# Skips (exit 0) when python3-numpy or python3-matplotlib is missing. PYTHON overrides the
+# interpreter (default /usr/bin/python3, the one Debian's packages serve).
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=$(command -v python3 || echo python3)
+if ! "$PY" -c 'import numpy, matplotlib' >/dev/null 2>&1; then
+    echo "skipped: numpy/matplotlib missing (install python3-numpy python3-matplotlib, e.g. scripts/deps.sh)"
+    exit 0
+fi
+REPORT=scripts/report.py
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+
+# a valid PNG: the 8-byte signature, an IHDR chunk first with a non-zero size, IEND last
+is_png() {
+    [ -s "$1" ] || return 1
+    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || return 1
+    [ "$(head -c 16 "$1" | tail -c 4)" = "IHDR" ] || return 1
+    local w h
+    w=$(head -c 20 "$1" | tail -c 4 | od -An -tu1 | awk '{print $1*16777216 + $2*65536 + $3*256 + $4}')
+    h=$(head -c 24 "$1" | tail -c 4 | od -An -tu1 | awk '{print $1*16777216 + $2*65536 + $3*256 + $4}')
+    [ "$w" -gt 0 ] && [ "$h" -gt 0 ] || return 1
+    [ "$(tail -c 8 "$1" | head -c 4)" = "IEND" ]
+}
+
+# ---- fixtures ----
+RUNS=$TMP/runs
+"$PY" tests/report_fixtures/make_runs.py "$RUNS" >"$TMP/expect.txt" 2>"$TMP/gen.err"
+check "fixture generator exits 0: $(cat "$TMP/gen.err")" [ $? -eq 0 ]
+check "generator printed 3 expected rows" [ "$(grep -c '^EXPECT | ' "$TMP/expect.txt")" = 3 ]
+uniform=$(awk '/^UNIFORM/ {print $2}' "$TMP/expect.txt")
+
+# ---- the full report: baseline, gated, minimal ----
+OUT=$TMP/out
+"$PY" $REPORT "$RUNS/baseline" "$RUNS/gated" "$RUNS/minimal" --out "$OUT" >"$TMP/r.out" 2>"$TMP/r.err"
+rc=$?
+check "report exits 0 (rc $rc): $(cat "$TMP/r.err")" [ $rc -eq 0 ]
+check "no traceback" ! grep -q Traceback "$TMP/r.err"
+check "report.md written" [ -s "$OUT/report.md" ]
+check "summary header" grep -qxF "| run | attn_gate | steps | final val loss | spikes (loss/grad) | M-Act | F-Attn | mean gate | median tokens/s |" "$OUT/report.md"
+while IFS= read -r line; do
+    row=${line#EXPECT }
+    name=$(echo "$row" | awk -F' [|] ' '{print $2}')
+    got=$(grep -E "^\| $name \| " "$OUT/report.md" | head -1)
+    check "summary row of $name: want '$row', got '$got'" [ "$got" = "$row" ]
+done < <(grep '^EXPECT | ' "$TMP/expect.txt")
+check "uniform F-Attn $uniform noted" grep -qF "F-Attn = $uniform" "$OUT/report.md"
+check "config difference: attn_gate none vs elementwise" grep -qxF "| [model] attn_gate | none | elementwise |" "$OUT/report.md"
+for v in 0.467 0.048 1053 94 0.116; do
+    check "paper reference $v in the report" grep -qE "\| $v \||\| $v\$" "$OUT/report.md"
+done
+check "spike table lists the loss spike at step 37" grep -qE '^\| 37 \| loss \| ' "$OUT/report.md"
+check "spike table lists the grad-norm spike at step 150" grep -qE '^\| 150 \| grad_norm \| ' "$OUT/report.md"
+check "per-layer table of the gated run has a gate column" grep -qF "| layer | F-Attn | largest head | sink heads | M-Act | at pos | max/median | attn out max | at pos | MLP out max | at pos | gate mean |" "$OUT/report.md"
+check "non-finite step (-nan) noted" grep -qF "baseline: 1 step(s) with a non-finite loss (first at step 90)" "$OUT/report.md"
+check "missing config.ini noted" grep -qF "minimal: no config.ini" "$OUT/report.md"
+check "a sample is quoted" grep -qF 'And God said, Let there be "light" | and there was light.' "$OUT/report.md"
+for f in loss m_act f_attn gate_hist probes; do
+    check "$f.png is a valid PNG" is_png "$OUT/$f.png"
+    check "$f.png referenced in report.md" grep -qF "]($f.png)" "$OUT/report.md"
+done
+check "no figure skipped" ! grep -q "Figure skipped" "$OUT/report.md"
+
+# ---- missing data: a run with step records only; figures skipped with a note ----
+"$PY" $REPORT "$RUNS/minimal" --out "$OUT" >"$TMP/m.out" 2>"$TMP/m.err"
+rc=$?
+check "report on a steps-only run exits 0 (rc $rc): $(cat "$TMP/m.err")" [ $rc -eq 0 ]
+check "steps-only: loss.png still a valid PNG" is_png "$OUT/loss.png"
+for f in m_act f_attn gate_hist probes; do
+    check "steps-only: stale $f.png removed" [ ! -e "$OUT/$f.png" ]
+done
+check "steps-only: 4 figures skipped with a note" [ "$(grep -c '^_Figure skipped: ' "$OUT/report.md")" = 4 ]
+check "steps-only: no config comparison with one run" ! grep -q "What differs" "$OUT/report.md"
+
+# one run, default output directory = the run directory; baseline only: no gate figure
+cp -r "$RUNS/baseline" "$TMP/solo"
+"$PY" $REPORT "$TMP/solo" >"$TMP/s.out" 2>"$TMP/s.err"
+rc=$?
+check "single run, default --out (rc $rc): $(cat "$TMP/s.err")" [ $rc -eq 0 ]
+check "single run: report.md in the run directory" [ -s "$TMP/solo/report.md" ]
+check "single run: gate figure skipped (no gate)" grep -qF "_Figure skipped: no run has a gate" "$TMP/solo/report.md"
+check "single run: m_act.png valid" is_png "$TMP/solo/m_act.png"
+
+# ---- errors: non-zero exit, the file (and line) named, no traceback ----
+expect_error() {  # what, pattern, report args...
+    local what=$1 pat=$2
+    shift 2
+    "$PY" $REPORT "$@" --out "$TMP/err_out" >"$TMP/e.out" 2>"$TMP/e.err"
+    local rc=$?
+    check "$what: non-zero exit" [ $rc -ne 0 ]
+    check "$what: message matches '$pat', got: $(cat "$TMP/e.err")" grep -qF "$pat" "$TMP/e.err"
+    check "$what: no traceback" ! grep -q Traceback "$TMP/e.err"
+}
+mkrun() { rm -rf "$TMP/$1"; cp -r "$RUNS/baseline" "$TMP/$1"; }
+
+mkrun badjson
+sed -i '5s/.*/{"type":"step","step":4,"loss":/' "$TMP/badjson/log.jsonl"
+expect_error "invalid JSON on line 5" "$TMP/badjson/log.jsonl:5: invalid JSON" "$RUNS/gated" "$TMP/badjson"
+
+mkrun notype
+sed -i '3s/.*/{"step":2,"loss":8.1}/' "$TMP/notype/log.jsonl"
+expect_error "record without a type" "$TMP/notype/log.jsonl:3: record without a \"type\"" "$TMP/notype"
+
+mkrun noloss
+sed -i '7s/.*/{"type":"step","step":6,"lr":1e-3}/' "$TMP/noloss/log.jsonl"
+expect_error "step record without loss" "$TMP/noloss/log.jsonl:7: \"step\" record: field \"loss\" is missing" "$TMP/noloss"
+
+mkrun notobject
+sed -i '2s/.*/[1, 2, 3]/' "$TMP/notobject/log.jsonl"
+expect_error "a line that is not an object" "$TMP/notobject/log.jsonl:2: a record must be a JSON object" "$TMP/notobject"
+
+mkrun empty
+: >"$TMP/empty/log.jsonl"
+expect_error "empty log" "$TMP/empty/log.jsonl: the log is empty" "$TMP/empty"
+
+mkrun nolog
+rm "$TMP/nolog/log.jsonl"
+expect_error "no log.jsonl" "$TMP/nolog: no log.jsonl" "$TMP/nolog"
+
+expect_error "missing run directory" "$TMP/does_not_exist: no such run directory" "$RUNS/gated" "$TMP/does_not_exist"
+
+# an incomplete last line (no newline: the trainer is still writing it) is a warning only
+mkrun partial
+printf '{"type":"step","step":201,"lo' >>"$TMP/partial/log.jsonl"
+"$PY" $REPORT "$TMP/partial" --out "$TMP/partial_out" >"$TMP/p.out" 2>"$TMP/p.err"
+rc=$?
+check "incomplete last line: exit 0 (rc $rc): $(cat "$TMP/p.err")" [ $rc -eq 0 ]
+check "incomplete last line: warning names the line" grep -qF "$TMP/partial/log.jsonl:$(wc -l <"$TMP/partial/log.jsonl" | awk '{print $1 + 1}'): ignoring an incomplete last line" "$TMP/p.err"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
