@@ -46,22 +46,24 @@ void ops_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, by
 void ops_from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 
 // ---- measured peak: independent FMA chains at the widest vector width the CPU has ----
-// 16 accumulators hide the FMA latency (4 cycles x 2 ports = 8 in flight minimum).
-#define PEAK_ACC 16
-#define PEAK_DEF(NAME, TARGET, W)                                                           \
+// ACC accumulators hide the FMA latency (4 cycles x 2 pipes = 8 in flight at least) and, with
+// the two operands, must fit the register file (16 ymm for AVX2, 32 zmm for AVX-512), or the
+// loop spills to memory and measures the load/store ports instead.
+#define PEAK_DEF(NAME, TARGET, W, ACC)                                                       \
     __attribute__((target(TARGET))) static double NAME(long iters) {                        \
         typedef float vec __attribute__((vector_size(W * 4)));                              \
-        vec acc[PEAK_ACC], a, b;                                                            \
+        vec acc[ACC], a, b;                                                                 \
         for (int i = 0; i < W; i++) { a[i] = 0.999999f; b[i] = 1e-7f; }                   \
-        for (int j = 0; j < PEAK_ACC; j++) for (int i = 0; i < W; i++) acc[j][i] = (float)j; \
-        for (long it = 0; it < iters; it++) {                                               \
-            for (int j = 0; j < PEAK_ACC; j++) acc[j] = acc[j] * a + b;                     \
-        }                                                                                   \
-        float s = 0; for (int j = 0; j < PEAK_ACC; j++) for (int i = 0; i < W; i++) s += acc[j][i]; \
+        for (int j = 0; j < ACC; j++) for (int i = 0; i < W; i++) acc[j][i] = (float)j;     \
+        for (long it = 0; it < iters; it++)                                                 \
+            for (int j = 0; j < ACC; j++) acc[j] = acc[j] * a + b;                          \
+        float s = 0; for (int j = 0; j < ACC; j++) for (int i = 0; i < W; i++) s += acc[j][i]; \
         return (double)s;                                                                   \
     }
-PEAK_DEF(peak_avx512, "avx512f,fma", 16)
-PEAK_DEF(peak_avx2, "avx2,fma", 8)
+#define PEAK_ACC_AVX512 16
+#define PEAK_ACC_AVX2 12
+PEAK_DEF(peak_avx512, "avx512f,fma", 16, PEAK_ACC_AVX512)
+PEAK_DEF(peak_avx2, "avx2,fma", 8, PEAK_ACC_AVX2)
 
 static double now_s(void) {
     struct timespec ts;
@@ -83,7 +85,8 @@ double ops_peak_flops(void) {
         #pragma omp parallel reduction(+ : sink)
         { sink += (w == 16) ? peak_avx512(iters) : peak_avx2(iters); }
         double dt = now_s() - t0;
-        double flops = 2.0 * w * PEAK_ACC * (double)iters * ops_num_threads() / dt;
+        int acc = w == 16 ? PEAK_ACC_AVX512 : PEAK_ACC_AVX2;
+        double flops = 2.0 * w * acc * (double)iters * ops_num_threads() / dt;
         if (flops > best) best = flops;
     }
     cached = best;
