@@ -96,6 +96,12 @@ static void json_escape(FILE* f, const unsigned char* s, int n) {
     }
 }
 
+// A JSON number, or null when x is not finite (JSON has no NaN or Infinity).
+static void json_number(FILE* f, double x) {
+    if (isfinite(x)) fprintf(f, "%.6f", x);
+    else fputs("null", f);
+}
+
 // Decoding of sampled tokens: the run's tokenizer, else raw bytes for a byte-level vocab.
 typedef struct { Tokenizer tok; int have_tok; int vocab_size; } Decoder;
 
@@ -330,8 +336,12 @@ int main(int argc, char** argv) {
                    step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, skipped ? " | skipped" : "");
             fflush(stdout);
         }
-        fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s}\n",
-                step + 1, loss, lr, norm, dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
+        fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":", step + 1);
+        json_number(logf, loss);
+        fprintf(logf, ",\"lr\":%.6e,\"grad_norm\":", lr);
+        json_number(logf, norm);
+        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s}\n",
+                dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
         if (have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
             float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);

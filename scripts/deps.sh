@@ -9,6 +9,7 @@ PACKAGES=(
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
   bible-kjv                     # the demo corpus (King James Bible), no download needed
+  python3-numpy python3-matplotlib   # scripts/report.py (ablation reports)
 )
 
 missing=()

@@ -220,13 +220,21 @@ class Run:
         return int(self.steps[-1]["step"]) if self.steps else None
 
     def spike_counts(self):
-        """(total, loss, grad_norm), or None when the run shows no spike detector."""
+        """(loss + grad_norm, loss, grad_norm) spike records, or None when the run shows no
+        spike detector. Non-finite steps ("nonfinite" records) are counted by skipped_steps."""
         detector = "spike" in self.types or "metrics" in self.cfg
         if not detector:
             return None
         n_loss = sum(1 for s in self.spikes if s["kind"] == "loss")
         n_grad = sum(1 for s in self.spikes if s["kind"] == "grad_norm")
-        return (len(self.spikes), n_loss, n_grad)
+        return (n_loss + n_grad, n_loss, n_grad)
+
+    def skipped_steps(self):
+        """Step records whose update was skipped (non-finite, or a spike over skip_*_z)."""
+        flags = [s.get("skipped") for s in self.steps]
+        if not flags or not all(isinstance(f, bool) for f in flags):
+            return None
+        return sum(flags)
 
     def layer_values(self, probe, key):
         layers = probe.get("layers") or []
@@ -328,6 +336,20 @@ def smooth(y):
         return np.nanmedian(windows, axis=1), w
 
 
+class PlainLogFormatter(matplotlib.ticker.LogFormatter):
+    """matplotlib's choice of which log ticks to label, written as plain numbers (0.6, 2, 100)."""
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def log_axis(ax, which="y"):
+    """Log scale with plain tick labels (0.6, 2, 100; not 6e-01 or 2x10^0)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_formatter(PlainLogFormatter())
+    axis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def fig_loss(runs, path):
     if not any(r.steps or r.evals for r in runs):
         return "no step or eval records in any run"
@@ -348,6 +370,9 @@ def fig_loss(runs, path):
         if r.evals:
             ax.plot([e["step"] for e in r.evals], [e["val_loss"] for e in r.evals], "o--",
                     color=c, ms=5, lw=0.8, mfc="white", label=f"{r.name} val")
+        skipped = [s["step"] for s in r.steps if s.get("skipped") is True][:200]
+        for j, st in enumerate(skipped):
+            ax.axvline(st, color=c, ls=":", lw=0.9, alpha=0.7, label=f"{r.name} update skipped" if j == 0 else None)
         ls = [s for s in r.spikes if s["kind"] == "loss" and finite(s.get("value"))]
         if ls:
             ax.scatter([s["step"] for s in ls], [s["value"] for s in ls], marker="X", s=70,
@@ -369,7 +394,7 @@ def fig_loss(runs, path):
             if gs:
                 ax2.scatter([s["step"] for s in gs], [s["value"] for s in gs], marker="X", s=70,
                             color=color(i), edgecolor="black", zorder=5, label=f"{r.name} grad-norm spike")
-        ax2.set_yscale("log")
+        log_axis(ax2)
         ax2.set_ylabel("grad norm (before clipping)")
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize=8)
@@ -407,7 +432,7 @@ def _per_layer_fig(runs, path, key, ylabel, title, logy=False, uniform=False, ma
         ax.axhline(SINK_HEAD_THRESHOLD, color="red", ls=":", lw=0.8, alpha=0.6,
                    label=f"sink-head threshold ({SINK_HEAD_THRESHOLD})")
     if logy:
-        ax.set_yscale("log")
+        log_axis(ax)
     ax.set_xlabel("layer")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -459,7 +484,7 @@ def fig_gate(runs, path):
         cmap = plt.get_cmap("viridis")
         for j, h in enumerate(hs):
             ax.step(edges, np.append(h, h[-1]), where="post", lw=0.9, alpha=0.8,
-                    color=cmap(j / max(1, len(hs) - 1)), label=f"layer {j}" if len(hs) <= 8 else None)
+                    color=cmap(0.85 * j / max(1, len(hs) - 1)), label=f"layer {j}" if len(hs) <= 8 else None)
         p = r.last_probe
         gm = r.probe_gate_mean(p)
         ax.set_title(f"{r.name}: step {int(p['step'])}, mean gate {fmt(gm, '.3f')}", fontsize=9)
@@ -489,7 +514,7 @@ def fig_probes(runs, path):
             if pts:
                 ax.plot(*zip(*pts), "o-", ms=3, color=color(i), label=r.name)
         if logy:
-            ax.set_yscale("log")
+            log_axis(ax)
         else:
             vals = [v for ln in ax.lines for v in ln.get_ydata()]
             if vals and min(vals) >= 0 and max(vals) <= 1:
@@ -507,8 +532,8 @@ def fig_probes(runs, path):
 
 FIGURES = [
     ("loss.png", "Loss", fig_loss,
-     "Train loss (faint: every step; solid: trailing mean) and validation loss (circles); "
-     "loss spikes as crosses. Below: the gradient norm before clipping, grad-norm spikes as crosses."),
+     "Train loss (faint: every step; solid: trailing median) and validation loss (circles); "
+     "loss spikes as crosses, steps whose update was skipped as dotted vertical lines. Below: the gradient norm before clipping, grad-norm spikes as crosses."),
     ("m_act.png", "M-Act per layer", fig_m_act,
      "Max |h| of the residual stream after each layer at the last probe (log scale). "
      "Massive activations show as a jump of one to three orders of magnitude in the early layers."),
@@ -558,6 +583,7 @@ def summary_rows(runs):
             fmt(r.last_step(), "d"),
             fmt(r.final_val_loss(), ".4f"),
             "-" if sc is None else f"{sc[0]} ({sc[1]}/{sc[2]})",
+            fmt(r.skipped_steps(), "d"),
             fmt(r.probe_m_act(p) if p else None, ".1f"),
             fmt(r.probe_f_attn(p) if p else None, ".3f"),
             fmt(r.probe_gate_mean(p) if (p and r.has_gate) else None, ".3f"),
@@ -567,7 +593,7 @@ def summary_rows(runs):
 
 
 SUMMARY_HEADER = ["run", "attn_gate", "steps", "final val loss", "spikes (loss/grad)",
-                  "M-Act", "F-Attn", "mean gate", "median tokens/s"]
+                  "skipped steps", "M-Act", "F-Attn", "mean gate", "median tokens/s"]
 
 
 def layer_table(r):
@@ -611,8 +637,10 @@ def write_report(runs, out, notes_fig):
     L.append(md_table(SUMMARY_HEADER, summary_rows(runs)))
     L.append("")
     L.append("- **steps**: the last step record. **final val loss**: the last eval record "
-             "(nats/token). **spikes**: spike records, loss/grad-norm ('-': the trainer logged no "
-             "spike detection). **M-Act**: mean over layers of max |h| of the residual stream, last "
+             "(nats/token). **spikes**: loss and grad-norm spike records, total "
+             "(loss/grad) ('-': the trainer logged no spike detection). **skipped steps**: steps "
+             "whose update was skipped (non-finite loss or gradient, or a spike above "
+             "`skip_loss_z`/`skip_grad_z`). **M-Act**: mean over layers of max |h| of the residual stream, last "
              "probe. **F-Attn**: attention on the first token, mean over layers, heads and queries "
              "1..T-1, last probe. **mean gate**: mean gate score, last probe. **median tokens/s**: "
              "over all step records. '-': no such data in the log. Definitions: docs/metrics.md.")
@@ -645,7 +673,12 @@ def write_report(runs, out, notes_fig):
             p = r.last_probe
             t = layer_table(r)
             if t:
-                L.append(f"**{r.name}**, step {int(p['step'])}:\n")
+                extra = ""
+                if finite(p.get("loss")):
+                    extra += f", probe-batch loss {p['loss']:.4f}"
+                if finite(p.get("ms")):
+                    extra += f", {p['ms']:.0f} ms"
+                L.append(f"**{r.name}**, step {int(p['step'])}{extra}:\n")
                 L.append(t)
                 L.append("")
 
@@ -653,7 +686,12 @@ def write_report(runs, out, notes_fig):
     if spiky:
         L.append("## Spikes\n")
         for r in spiky:
-            L.append(f"**{r.name}**: {len(r.spikes)} spike records" + (" (first 30)" if len(r.spikes) > 30 else "") + "\n")
+            kinds = {}
+            for sp in r.spikes:
+                kinds[sp["kind"]] = kinds.get(sp["kind"], 0) + 1
+            L.append(f"**{r.name}**: {len(r.spikes)} spike records ("
+                     + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")"
+                     + (", the first 30:" if len(r.spikes) > 30 else ":") + "\n")
             rows = [[fmt(int(s["step"]), "d"), s["kind"], fmt(s.get("value"), ".4g"), fmt(s.get("mean"), ".4g"),
                      fmt(s.get("std"), ".3g"), fmt(s.get("z"), ".1f"),
                      "yes" if s.get("skipped") is True else ("no" if s.get("skipped") is False else "-")]

@@ -10,7 +10,7 @@
 # Skips (exit 0) when python3-numpy or python3-matplotlib is missing. PYTHON overrides the
 # interpreter (default /usr/bin/python3, the one Debian's packages serve).
 set -u
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3 || echo python3)
 if ! "$PY" -c 'import numpy, matplotlib' >/dev/null 2>&1; then
@@ -25,6 +25,7 @@ fail=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+not() { ! "$@"; }
 
 # a valid PNG: the 8-byte signature, an IHDR chunk first with a non-zero size, IEND last
 is_png() {
@@ -50,12 +51,12 @@ OUT=$TMP/out
 "$PY" $REPORT "$RUNS/baseline" "$RUNS/gated" "$RUNS/minimal" --out "$OUT" >"$TMP/r.out" 2>"$TMP/r.err"
 rc=$?
 check "report exits 0 (rc $rc): $(cat "$TMP/r.err")" [ $rc -eq 0 ]
-check "no traceback" ! grep -q Traceback "$TMP/r.err"
+check "no traceback" not grep -q Traceback "$TMP/r.err"
 check "report.md written" [ -s "$OUT/report.md" ]
-check "summary header" grep -qxF "| run | attn_gate | steps | final val loss | spikes (loss/grad) | M-Act | F-Attn | mean gate | median tokens/s |" "$OUT/report.md"
+check "summary header" grep -qxF "| run | attn_gate | steps | final val loss | spikes (loss/grad) | skipped steps | M-Act | F-Attn | mean gate | median tokens/s |" "$OUT/report.md"
 while IFS= read -r line; do
     row=${line#EXPECT }
-    name=$(echo "$row" | awk -F' [|] ' '{print $2}')
+    name=$(echo "$row" | cut -d'|' -f2 | tr -d ' ')
     got=$(grep -E "^\| $name \| " "$OUT/report.md" | head -1)
     check "summary row of $name: want '$row', got '$got'" [ "$got" = "$row" ]
 done < <(grep '^EXPECT | ' "$TMP/expect.txt")
@@ -66,6 +67,10 @@ for v in 0.467 0.048 1053 94 0.116; do
 done
 check "spike table lists the loss spike at step 37" grep -qE '^\| 37 \| loss \| ' "$OUT/report.md"
 check "spike table lists the grad-norm spike at step 150" grep -qE '^\| 150 \| grad_norm \| ' "$OUT/report.md"
+check "spike table: the skipped loss spike at step 37" grep -qE '^\| 37 \| loss \| .* \| yes \|$' "$OUT/report.md"
+check "spike table: the non-finite step 90 (null fields as '-')" grep -qxF '| 90 | nonfinite | - | - | - | - | yes |' "$OUT/report.md"
+check "per-layer table: a null m_act_ratio shows '-'" grep -qE '^\| 3 \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \| [0-9.]+ \| 0 \| - \| ' "$OUT/report.md"
+check "probe-batch loss in the per-layer heading" grep -qE '^\*\*gated\*\*, step 200, probe-batch loss [0-9.]+, 42 ms:' "$OUT/report.md"
 check "per-layer table of the gated run has a gate column" grep -qF "| layer | F-Attn | largest head | sink heads | M-Act | at pos | max/median | attn out max | at pos | MLP out max | at pos | gate mean |" "$OUT/report.md"
 check "non-finite step (-nan) noted" grep -qF "baseline: 1 step(s) with a non-finite loss (first at step 90)" "$OUT/report.md"
 check "missing config.ini noted" grep -qF "minimal: no config.ini" "$OUT/report.md"
@@ -74,7 +79,7 @@ for f in loss m_act f_attn gate_hist probes; do
     check "$f.png is a valid PNG" is_png "$OUT/$f.png"
     check "$f.png referenced in report.md" grep -qF "]($f.png)" "$OUT/report.md"
 done
-check "no figure skipped" ! grep -q "Figure skipped" "$OUT/report.md"
+check "no figure skipped" not grep -q "Figure skipped" "$OUT/report.md"
 
 # ---- missing data: a run with step records only; figures skipped with a note ----
 "$PY" $REPORT "$RUNS/minimal" --out "$OUT" >"$TMP/m.out" 2>"$TMP/m.err"
@@ -85,7 +90,7 @@ for f in m_act f_attn gate_hist probes; do
     check "steps-only: stale $f.png removed" [ ! -e "$OUT/$f.png" ]
 done
 check "steps-only: 4 figures skipped with a note" [ "$(grep -c '^_Figure skipped: ' "$OUT/report.md")" = 4 ]
-check "steps-only: no config comparison with one run" ! grep -q "What differs" "$OUT/report.md"
+check "steps-only: no config comparison with one run" not grep -q "What differs" "$OUT/report.md"
 
 # one run, default output directory = the run directory; baseline only: no gate figure
 cp -r "$RUNS/baseline" "$TMP/solo"
@@ -104,9 +109,9 @@ expect_error() {  # what, pattern, report args...
     local rc=$?
     check "$what: non-zero exit" [ $rc -ne 0 ]
     check "$what: message matches '$pat', got: $(cat "$TMP/e.err")" grep -qF "$pat" "$TMP/e.err"
-    check "$what: no traceback" ! grep -q Traceback "$TMP/e.err"
+    check "$what: no traceback" not grep -q Traceback "$TMP/e.err"
 }
-mkrun() { rm -rf "$TMP/$1"; cp -r "$RUNS/baseline" "$TMP/$1"; }
+mkrun() { rm -rf "${TMP:?}/$1"; cp -r "$RUNS/baseline" "$TMP/$1"; }
 
 mkrun badjson
 sed -i '5s/.*/{"type":"step","step":4,"loss":/' "$TMP/badjson/log.jsonl"
