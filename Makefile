@@ -3,7 +3,7 @@
 #   make test     install dependencies, build, run every test (ctest)
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
-#   make bench    CPU GEMM library comparison (the full step benchmark comes with the speed issue)
+#   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -34,7 +34,7 @@ golden:
 	/usr/bin/python3 tests/reference/gen_golden.py --out tests/golden
 
 bench: build
-	./$(BUILD)/bench_gemm
+	./$(BUILD)/bench_train
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log
