@@ -77,10 +77,6 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
 #undef TAKE
         if (pass == 0) base = ops_malloc(off * sizeof(float));
     }
-    if (!ln) {
-        for (size_t l = 0; l < L; l++) { m->layer[l].ln1_mean = NULL; m->layer[l].ln2_mean = NULL; }
-        m->lnf_mean = NULL;
-    }
     m->acts = base;
     m->acts_floats = off;
     m->idx = ops_malloc(2 * N * sizeof(int));

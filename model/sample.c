@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-// index of the k-th largest value's threshold: returns the value v such that exactly the top
-// k logits are >= v (ties at the boundary are all kept)
+// The k-th largest of x[0..n): the logits >= it are the top k (ties at the boundary are all
+// kept). scratch[n] is overwritten.
 static float topk_threshold(const float* x, int n, int k, float* scratch) {
     memcpy(scratch, x, (size_t)n * sizeof(float));
-    // partial selection sort is O(n k); k is small (<= a few hundred) in practice, else sort
+    // partial selection sort, O(n k): k is a top-k of tens, once per sampled token
     int lo = 0;
     for (int i = 0; i < k; i++) {
         int best = lo;
