@@ -125,13 +125,13 @@ void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t 
 
 // ---------------------------------------------------------------------------------------------
 // fused softmax + cross-entropy over the first V of Vp columns (padding excluded)
-// losses[N] (=) = logsumexp(logits[n, :V]) - logits[n, target[n]]
-void ops_xent_forward(float* losses, const float* logits, const int* targets, int N, int V,
-                      int Vp);
-// dlogits[N,Vp] (=) = (softmax(logits[:, :V]) - onehot(target)) * dloss; 0 in padded columns.
-// dlogits may alias logits.
-void ops_xent_backward(float* dlogits, const float* logits, const int* targets, float dloss,
-                       int N, int V, int Vp);
+// lse[N] (=) = logsumexp(logits[n, :V]); losses[N] (=) = lse[n] - logits[n, target[n]]
+void ops_xent_forward(float* losses, float* lse, const float* logits, const int* targets, int N,
+                      int V, int Vp);
+// dlogits[N,Vp] (=) = (exp(logits[:, :V] - lse) - onehot(target)) * dloss, from the forward's
+// lse; 0 in padded columns. dlogits may alias logits.
+void ops_xent_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+                       float dloss, int N, int V, int Vp);
 
 // ---------------------------------------------------------------------------------------------
 // optimizer

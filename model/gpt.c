@@ -68,7 +68,7 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
             if (pass) { a.res_in = m->res[l]; if (!sgate) a.yg = a.y; m->layer[l] = a; }
         }
         TAKE(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
-        TAKE(m->logits, N * Vp); TAKE(m->losses, N);
+        TAKE(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
         size_t dmax = d > Hd ? d : Hd;
         TAKE(m->dres, N * d); TAKE(m->dnorm, N * dmax); TAKE(m->dqkv, N * QKVG);
         TAKE(m->dq, N * Hd); TAKE(m->dk, N * KVd); TAKE(m->dv, N * KVd);
@@ -130,7 +130,7 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     ops_matmul_forward(m->logits, m->lnf, m->w.lm_head, N, d, c->padded_vocab, 0);
     if (!targets) return 0.0f;
 
-    ops_xent_forward(m->losses, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
+    ops_xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
     float* host = malloc((size_t)N * sizeof(float));
     ops_to_host(host, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -147,7 +147,7 @@ void gpt_backward(GPT* m, float dloss) {
     const OpsNormKind nk = norm_kind(c);
 
     // loss -> logits -> final norm. dlogits overwrite the logits in place.
-    ops_xent_backward(m->logits, m->logits, m->targets, dloss / N, N, c->vocab_size, Vp);
+    ops_xent_backward(m->logits, m->logits, m->lse, m->targets, dloss / N, N, c->vocab_size, Vp);
     ops_matmul_backward(m->dnorm, m->g.lm_head, m->logits, m->lnf, m->w.lm_head, N, d, Vp);
     ops_zero(m->dres, (size_t)N * d);
     ops_norm_backward(m->dres, m->g.lnf_w, m->g.lnf_b, m->dnorm, m->res[c->n_layer], m->w.lnf_w,

@@ -43,6 +43,7 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd;   // [N, d], [N], [N]
     float* logits;       // [N, Vp] (overwritten by dlogits in backward)
     float* losses;       // [N]
+    float* lse;          // [N] logsumexp of each logits row (saved for the backward)
     int *idx, *targets;  // [N] in backend memory
     // backward scratch
     float *dres, *dnorm, *dqkv, *dq, *dk, *dv, *dyg, *dscratch, *dmlp_pre, *dmlp_act;

@@ -200,22 +200,23 @@ static void test_act(int swiglu) {
     fd_check(swiglu ? "swiglu" : "gelu (tanh)", c.in, nin, din, act_loss, &c);
 }
 
-typedef struct { float *logits, *losses; int* tg; int N, V, Vp; } XentCtx;
+typedef struct { float *logits, *losses, *lse; int* tg; int N, V, Vp; } XentCtx;
 static double xent_loss(void* v) {
     XentCtx* c = v;
-    ops_xent_forward(c->losses, c->logits, c->tg, c->N, c->V, c->Vp);
+    ops_xent_forward(c->losses, c->lse, c->logits, c->tg, c->N, c->V, c->Vp);
     double s = 0; for (int i = 0; i < c->N; i++) s += c->losses[i];
     return s * 0.5;   // dloss = 0.5
 }
 static void test_xent(void) {
     XentCtx c = {0};
     c.N = 6; c.V = 10; c.Vp = 16;
-    c.logits = fbuf(c.N * c.Vp, 3); c.losses = fbuf(c.N, 0);
+    c.logits = fbuf(c.N * c.Vp, 3); c.losses = fbuf(c.N, 0); c.lse = fbuf(c.N, 0);
     int tg[6] = {0, 9, 3, 3, 7, 1};
     c.tg = tg;
     for (int n = 0; n < c.N; n++) for (int i = c.V; i < c.Vp; i++) c.logits[n * c.Vp + i] = 100.0f; // padding must not leak
     float* d = fbuf(c.N * c.Vp, 0);
-    ops_xent_backward(d, c.logits, c.tg, 0.5f, c.N, c.V, c.Vp);
+    xent_loss(&c);   // the forward saves lse for the backward
+    ops_xent_backward(d, c.logits, c.lse, c.tg, 0.5f, c.N, c.V, c.Vp);
     fd_check("softmax cross-entropy dlogits", c.logits, c.N * c.Vp, d, xent_loss, &c);
     xent_loss(&c);
     // loss of row 0 by hand, in double

@@ -211,10 +211,8 @@ static void att_scores(float* S, float* lse_rows, const float* Q, int ldq, const
     for (int r = 0; r < rows; r++) {
         float* row = S + (size_t)r * t1;
         int last = t0 + r;                 // keys 0..last are visible
-        float mx = -INFINITY;
-        for (int u = 0; u <= last; u++) mx = row[u] > mx ? row[u] : mx;
-        float sum = 0.0f;
-        for (int u = 0; u <= last; u++) { row[u] = expf(row[u] - mx); sum += row[u]; }
+        float mx = cpu_row_max(row, last + 1);
+        float sum = cpu_row_sum_exp(row, row, last + 1, mx);
         float inv = 1.0f / sum;
         for (int u = 0; u <= last; u++) row[u] *= inv;
         for (int u = last + 1; u < t1; u++) row[u] = 0.0f;
@@ -332,7 +330,7 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                         for (int r = 0; r < rows; r++) {
                             float* p = P + (size_t)r * t1;
                             int last = t0 + r;
-                            for (int u = 0; u <= last; u++) p[u] = expf(p[u] - L[r]);
+                            for (int u = 0; u <= last; u++) p[u] = cpu_expf(p[u] - L[r]);
                             for (int u = last + 1; u < t1; u++) p[u] = 0.0f;
                         }
                         cpu_sgemm('N', 'T', rows, t1, hd, 1.0f, dYt, ldq, Vb, ldk, 0.0f, dS, t1);

@@ -35,7 +35,7 @@ void ops_gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + cpu_tanhf(GELU_K * (x + 0.044715f * x * x * x)));
     }
 }
 
@@ -44,7 +44,7 @@ void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t 
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
+        float th = cpu_tanhf(u);
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = grad * dout[i];
