@@ -262,6 +262,20 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    if (cfg.data.bos) {   // every sample (train, val, probe) starts with the BOS token
+        int bos = cfg.data.bos_token;
+        if (bos < 0) {
+            bos = tokenizer_eot(&dec.tok);
+            if (bos < 0) {
+                fprintf(stderr, "error: %s: [data] bos = true and bos_token = -1, but this tokenizer has no end-of-text token: set [data] bos_token\n",
+                        cfg.data.tokenizer);
+                return 1;
+            }
+        }
+        dataloader_set_bos(&train_dl, bos);
+        if (have_val) dataloader_set_bos(&val_dl, bos);
+        printf("data: every sample starts with BOS token %d\n", bos);
+    }
 
     GPT model;
     gpt_build(&model, mc, tc->seed);

@@ -72,6 +72,7 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
     loader->loaded_idx = -1;
     loader->order_epoch = -1;
     loader->perm_epoch = -1;
+    loader->bos = -1;
     if (B <= 0 || T <= 0 || nproc <= 0 || rank < 0 || rank >= nproc) {
         fprintf(stderr, "error: dataloader: bad arguments B=%d T=%d rank=%d nproc=%d (need B,T,nproc > 0, 0 <= rank < nproc)\n",
                 B, T, rank, nproc);
@@ -180,6 +181,16 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
         }
     }
 
+    if (loader->bos >= 0) {   // shift each sample right by one behind the bos token
+        for (int64_t j = 0; j < B; j++) {
+            int* x = inputs + j * T;
+            int* y = targets + j * T;
+            for (int64_t i = 0; i < T; i++) y[i] = x[i];
+            for (int64_t i = T - 1; i > 0; i--) x[i] = x[i - 1];
+            x[0] = loader->bos;
+        }
+    }
+
     // advance: next global batch, next shard, or wrap to the first shard
     loader->batch_idx++;
     if (loader->batch_idx == loader->shard_batches[loader->shard_idx]) {
@@ -201,6 +212,8 @@ void dataloader_shuffle(DataLoader* loader, uint64_t seed) {
     if (!loader->shard_order) { fprintf(stderr, "error: dataloader: out of memory\n"); exit(1); }
     dataloader_reset(loader);
 }
+
+void dataloader_set_bos(DataLoader* loader, int bos) { loader->bos = bos < 0 ? -1 : bos; }
 
 void dataloader_get_state(const DataLoader* loader, DataLoaderState* state) {
     state->epoch = loader->epoch;

@@ -49,6 +49,7 @@ typedef struct {
     int64_t* sample_perm;      // sample order of the mapped shard for perm_epoch
     int64_t perm_epoch;        // (-1: none)
     int64_t perm_samples;      // length of sample_perm
+    int bos;                   // >= 0: every sample starts with this token (dataloader_set_bos)
 } DataLoader;
 
 // The loader's position: what a checkpoint stores to resume the data stream exactly.
@@ -74,6 +75,13 @@ void dataloader_reset(DataLoader* loader);
 // Turn on per-epoch shuffling of shard order and of sample order within each shard, drawn
 // from seed. Call after init and before the first batch (it resets the position).
 void dataloader_shuffle(DataLoader* loader, uint64_t seed);
+
+// Start every sample with token `bos` (the end-of-text/BOS id; -1 turns it off), as
+// pre-training on packed documents does: a sample's window of T stream tokens w[0..T) becomes
+// inputs = [bos, w0, ..., w(T-2)], targets = [w0, ..., w(T-1)], so the model predicts every
+// stream token once and the first position always holds the same token (a place for an
+// attention sink to form). Windows, their order and the position are unchanged.
+void dataloader_set_bos(DataLoader* loader, int bos);
 
 // Save / restore the position. Restore fails (-1, one line naming the field) when the state
 // does not fit this loader's shards (a different data set or batch shape).

@@ -101,6 +101,8 @@ static const KeyDef KEYS[] = {
     K_STR("data", "val_glob", data.val_glob, ""),
     K_BOOL("data", "shuffle", data.shuffle, "true"),
     K_STR("data", "tokenizer", data.tokenizer, ""),
+    K_BOOL("data", "bos", data.bos, "false"),
+    K_INT("data", "bos_token", data.bos_token, "-1"),
 
     K_STR("log", "run_dir", log.run_dir, "runs/run"),
     K_INT("log", "log_every", log.log_every, "1"),
@@ -825,6 +827,13 @@ int config_finalize(Config* c, const char* origin) {
     if (t->grad_clip < 0.0f)
         return fin_error(&fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
     REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
+
+    // ---- [data]
+    if (c->data.bos_token < -1 || c->data.bos_token >= m->vocab_size)
+        return fin_error(&fc, "data", "bos_token", "%d is not a token id (accepted: -1 = the tokenizer's end-of-text, or 0 <= id < vocab_size %d)",
+                         c->data.bos_token, m->vocab_size);
+    if (c->data.bos && c->data.bos_token < 0 && c->data.tokenizer[0] == '\0')
+        return fin_error(&fc, "data", "bos_token", "-1 (the tokenizer's end-of-text) but [data] tokenizer is empty (fix: set bos_token to the id, or set tokenizer)");
 
     // ---- [log], [checkpoint]
     if (c->log.run_dir[0] == '\0')

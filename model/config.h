@@ -61,6 +61,8 @@ typedef struct {
     char val_glob[1024];
     int shuffle;           // bool: shuffle shard and sample order per epoch (seeded by [train] seed)
     char tokenizer[1024];  // tokenizer file for samples (ours or llm.c's gpt2_tokenizer.bin); empty = bytes
+    int bos;               // bool: every sample starts with the BOS token (dataloader_set_bos)
+    int bos_token;         // its id; -1 = the tokenizer's end-of-text token
 } DataConfig;
 
 // [log]

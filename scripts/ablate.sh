@@ -5,8 +5,10 @@
 # usage: scripts/ablate.sh configs/ablations/NAME.txt [--steps N] [--np P] [--out DIR]
 #                          [--build DIR] [-- --section.key=value ...]
 #
-#   NAME.txt     one config file per line, relative to configs/ (blank lines and # comments
-#                allowed); NAME alone means configs/ablations/NAME.txt
+#   NAME.txt     one config file per line, relative to configs/, optionally followed by
+#                overrides for that run only (e.g. "tiny_gated.ini --train.lr=5e-3"; values
+#                without spaces); blank lines and # comments allowed; NAME alone means
+#                configs/ablations/NAME.txt
 #   --steps N    override [train] steps of every run (--train.steps=N)
 #   --np P       run each config under `mpirun -np P --oversubscribe` (P > 1)
 #   --out DIR    where the runs and the report go (default runs/ablate_NAME); run X.ini goes to
@@ -74,19 +76,25 @@ if [ "$np" -gt 1 ]; then
 fi
 
 # ---- the configs of the list ----
-configs=() names=()
+configs=() names=() own=()
 lineno=0
 while IFS= read -r line || [ -n "$line" ]; do
     lineno=$((lineno + 1))
     line=${line%%#*}
     line=$(echo "$line" | tr -d '\r' | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
     [ -n "$line" ] || continue
+    read -r -a words <<<"$line"
+    line=${words[0]}
+    for o in "${words[@]:1}"; do
+        [[ "$o" == --*.*=* ]] || die "$list:$lineno: '$o' is not an override --section.key=value"
+        case "$o" in --log.run_dir=*) die "$list:$lineno: '$o': each run's run_dir is set by ablate.sh" ;; esac
+    done
     [ -f "configs/$line" ] || die "$list:$lineno: configs/$line not found"
     n=$(basename "$line"); n=${n%.ini}
     for prev in ${names[@]+"${names[@]}"}; do
         [ "$prev" != "$n" ] || die "$list:$lineno: two configs named '$n' (each run directory is named after its config)"
     done
-    configs+=("configs/$line"); names+=("$n")
+    configs+=("configs/$line"); names+=("$n"); own+=("${words[*]:1}")
 done <"$list"
 [ ${#configs[@]} -gt 0 ] || die "$list lists no configs"
 
@@ -112,7 +120,8 @@ resolved() {  # value of [section] key in a resolved config dump (train_gpt --ch
 same_keys=("train seed" "data train_glob" "data val_glob" "data shuffle")
 for i in "${!configs[@]}"; do
     chk="$chkdir/${names[$i]}.ini"
-    if ! "$train" --config "${configs[$i]}" ${common[@]+"${common[@]}"} --log.run_dir="$out/${names[$i]}" --check \
+    read -r -a mine <<<"${own[$i]}"
+    if ! "$train" --config "${configs[$i]}" ${mine[@]+"${mine[@]}"} ${common[@]+"${common[@]}"} --log.run_dir="$out/${names[$i]}" --check \
             >"$chk" 2>"$chk.err"; then
         cat "$chk.err" >&2
         die "config ${configs[$i]} (run '${names[$i]}') does not load with these overrides; nothing was run"
@@ -150,7 +159,8 @@ for i in "${!configs[@]}"; do
     n=${names[$i]}
     dir="$out/$n"
     mkdir -p "$dir"
-    cmd=("$train" --config "${configs[$i]}" ${common[@]+"${common[@]}"} --log.run_dir="$dir")
+    read -r -a mine <<<"${own[$i]}"
+    cmd=("$train" --config "${configs[$i]}" ${mine[@]+"${mine[@]}"} ${common[@]+"${common[@]}"} --log.run_dir="$dir")
     echo "ablate: [$((i + 1))/${#configs[@]}] $n: ${launch[*]+${launch[*]} }${cmd[*]}"
     echo "ablate:   console output: $dir/train.log"
     t0=$SECONDS

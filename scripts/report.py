@@ -273,6 +273,12 @@ class Run:
             return sum(1.0 / (q + 1) for q in range(1, T)) / (T - 1)
         return None
 
+    def probe_m_act_ratio(self, probe):
+        """Mean over layers of max |h| / median |h| of the residual stream (outliers vs a
+        uniformly larger stream: massive activations give ratios of 100-1000)."""
+        vals = [x for x in self.layer_values(probe, "m_act_ratio") if is_num(x) and math.isfinite(x)]
+        return float(np.mean(vals)) if vals else None
+
     def median_tokens_per_s(self):
         v = [s["tokens_per_s"] for s in self.steps if finite(s.get("tokens_per_s"))]
         return float(np.median(v)) if v else None
@@ -596,6 +602,65 @@ SUMMARY_HEADER = ["run", "attn_gate", "steps", "final val loss", "spikes (loss/g
                   "skipped steps", "M-Act", "F-Attn", "mean gate", "median tokens/s"]
 
 
+# ------------------------------------------------------------------------------------------
+# seeds: runs whose configs differ only in [train] seed (and run_dir) form a group
+
+SEED_KEY = ("train", "seed")
+
+
+def seed_groups(runs):
+    """[(label, [runs])] for groups of 2+ runs with configs equal up to the seed; None when no
+    such group exists. The label lists what sets the group apart from the first group."""
+    with_cfg = [r for r in runs if r.cfg]
+    def key(r):
+        return tuple(sorted((sec, k, v) for sec, kv in r.cfg.items() for k, v in kv.items()
+                            if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY))
+    groups = {}
+    for r in with_cfg:
+        groups.setdefault(key(r), []).append(r)
+    multi = [g for g in groups.values() if len(g) > 1]
+    if not multi:
+        return None
+    base = dict(((s, k), v) for s, k, v in key(multi[0][0]))
+    out = []
+    for g in multi:
+        mine = dict(((s, k), v) for s, k, v in key(g[0]))
+        diff = [f"[{s}] {k} = {v}" for (s, k), v in mine.items() if base.get((s, k)) != v]
+        diff += [f"[{s}] {k} unset" for (s, k) in base if (s, k) not in mine]
+        out.append(("; ".join(diff) if diff else "(first group)", g))
+    return out
+
+
+def spread(vals, spec):
+    """'mean [min, max]' over the non-missing values"""
+    v = [x for x in vals if x is not None and math.isfinite(x)]
+    if not v:
+        return "-"
+    return f"{format(float(np.mean(v)), spec)} [{format(min(v), spec)}, {format(max(v), spec)}]"
+
+
+def seed_rows(groups):
+    rows = []
+    for label, g in groups:
+        probes = [(r, r.last_probe) for r in g]
+        sc = [r.spike_counts() for r in g]
+        rows.append([
+            label, g[0].attn_gate or "-",
+            ", ".join(r.conf("train", "seed", "?") for r in g),
+            spread([r.final_val_loss() for r in g], ".4f"),
+            spread([r.probe_m_act(p) if p else None for r, p in probes], ".2f"),
+            spread([r.probe_m_act_ratio(p) if p else None for r, p in probes], ".1f"),
+            spread([r.probe_f_attn(p) if p else None for r, p in probes], ".4f"),
+            spread([r.probe_gate_mean(p) if (p and r.has_gate) else None for r, p in probes], ".3f"),
+            "-" if any(s is None for s in sc) else ", ".join(str(s[0]) for s in sc),
+        ])
+    return rows
+
+
+SEED_HEADER = ["group (differs from the first in)", "attn_gate", "seeds", "final val loss",
+               "M-Act", "M-Act max/median", "F-Attn", "mean gate", "spikes per run"]
+
+
 def layer_table(r):
     p = r.last_probe
     cols = [("layer", "layer", "d"), ("F-Attn", "f_attn", ".3f"), ("largest head", "f_attn_max_head", ".3f"),
@@ -649,6 +714,15 @@ def write_report(runs, out, notes_fig):
         L.append(f"- Uniform attention would give F-Attn = {', '.join(f'{u:.3f}' for u in unif)} "
                  f"(mean over q = 1..T-1 of 1/(q+1)).")
     L.append("")
+    groups = seed_groups(runs)
+    if groups:
+        L.append("## Across seeds\n")
+        L.append("Runs whose configs differ only in `[train] seed` are grouped; each cell is the "
+                 "mean over the group's seeds and [min, max] (last probe for the probe figures). "
+                 "**M-Act max/median**: mean over layers of the residual stream's max |h| over its "
+                 "median |h|.\n")
+        L.append(md_table(SEED_HEADER, seed_rows(groups)))
+        L.append("")
     L.append("Paper reference (Qiu et al. 2025, Table 4: 15B MoE, 3.5T tokens; baseline vs the "
              "elementwise SDPA sigmoid gate):\n")
     L.append(md_table(["", "F-Attn", "M-Act", "mean gate"],

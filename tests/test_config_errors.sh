@@ -100,7 +100,7 @@ expect_fail "override breaks a rule" "command line: [model] n_kv_head = 3: n_hea
     --config "$good" --check --model.n_kv_head=3
 expect_fail "missing config file" "$TMP/no_such.ini: cannot open config file" --config "$TMP/no_such.ini" --check
 
-for f in "$ROOT"/configs/*.ini; do
+for f in "$ROOT"/configs/*.ini "$ROOT"/configs/*/*.ini; do
     expect_ok "$(basename "$f") --check" --config "$f" --check
 done
 expect_ok "override fixes a bad file value" --config "$HERE/config_errors/steps_zero.ini" --check --train.steps=10

@@ -411,6 +411,39 @@ static void test_shuffle_and_state(void) {
     dataloader_free(&dl);
 }
 
+// bos: each sample's window of T stream tokens behind the BOS token; the same windows and
+// order as without it (contiguous and shuffled), and the inputs/targets still shift by one.
+static void test_bos(void) {
+    const int B = 3, T = 5, BT = 15, V = 50257, BOS = 50256;
+    write_shard(tmp_path("bos_000.bin"), 200, 100, V);
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        DataLoader a, b;
+        CHECK(dataloader_init(&a, tmp_path("bos_*.bin"), B, T, 0, 1, V) == 0, "init");
+        CHECK(dataloader_init(&b, tmp_path("bos_*.bin"), B, T, 0, 1, V) == 0, "init");
+        if (shuffled) { dataloader_shuffle(&a, 7); dataloader_shuffle(&b, 7); }
+        dataloader_set_bos(&b, BOS);
+        int ain[15], atg[15], bin[15], btg[15];
+        int ok = 1;
+        for (int step = 0; step < 20; step++) {
+            CHECK(dataloader_next(&a, ain, atg) == 0 && dataloader_next(&b, bin, btg) == 0, "next");
+            for (int j = 0; j < B; j++) {
+                const int* w = ain + j * T;   // the sample's window w[0..T) without bos
+                if (bin[j * T] != BOS) ok = 0;
+                for (int i = 0; i < T; i++) if (btg[j * T + i] != w[i]) ok = 0;
+                for (int i = 1; i < T; i++) if (bin[j * T + i] != w[i - 1]) ok = 0;
+            }
+        }
+        (void)BT;
+        CHECK(ok, "bos (%s): inputs = [BOS, w0..w(T-2)], targets = w0..w(T-1) for 20 batches", shuffled ? "shuffled" : "contiguous");
+        dataloader_set_bos(&b, -1);
+        dataloader_reset(&a); dataloader_reset(&b);
+        CHECK(dataloader_next(&a, ain, atg) == 0 && dataloader_next(&b, bin, btg) == 0, "next");
+        CHECK(memcmp(ain, bin, sizeof ain) == 0 && memcmp(atg, btg, sizeof atg) == 0, "bos -1 turns it off");
+        dataloader_free(&a);
+        dataloader_free(&b);
+    }
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -426,6 +459,7 @@ int main(void) {
     test_uint32_loader();
     test_errors();
     test_shuffle_and_state();
+    test_bos();
 
     // clean up the temp dir
     char cmd[400];

@@ -81,6 +81,24 @@ for f in loss m_act f_attn gate_hist probes; do
 done
 check "no figure skipped" not grep -q "Figure skipped" "$OUT/report.md"
 
+# ---- seeds: a copy of the baseline with another seed and another final val loss is grouped
+# with it; the group's cell is mean [min, max] of the two runs' values ----
+check "no seed table without repeated configs" not grep -qF "## Across seeds" "$OUT/report.md"
+cp -r "$RUNS/baseline" "$RUNS/baseline_s2"
+sed -i 's/^seed = 1337 /seed = 2024 /' "$RUNS/baseline_s2/config.ini"
+last=$(grep '"type":"eval"' "$RUNS/baseline/log.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
+other=$(awk -v a="$last" 'BEGIN { printf "%.6f", a + 0.5 }')
+sed -i "s/\"val_loss\":$last}/\"val_loss\":$other}/" "$RUNS/baseline_s2/log.jsonl"
+want=$(awk -v a="$last" -v b="$other" 'BEGIN { printf "%.4f [%.4f, %.4f]", (a + b) / 2, a, b }')
+"$PY" $REPORT "$RUNS/baseline" "$RUNS/gated" "$RUNS/baseline_s2" --out "$TMP/seeds" >"$TMP/s.out" 2>"$TMP/s.err"
+check "seed report exits 0: $(cat "$TMP/s.err")" [ $? -eq 0 ]
+check "seed table present" grep -qF "## Across seeds" "$TMP/seeds/report.md"
+row=$(grep -F "| (first group) | none | 1337, 2024 | " "$TMP/seeds/report.md" | head -1)
+check "seed group row: seeds 1337, 2024 and val loss $want, got '$row'" [ -n "$row" ]
+check "seed group val loss mean [min, max] = $want" grep -qF "| 1337, 2024 | $want | " "$TMP/seeds/report.md"
+check "the gated run (one seed) forms no group" not grep -qE "^\| .* \| elementwise \| 1337 \| " "$TMP/seeds/report.md"
+rm -rf "$RUNS/baseline_s2"
+
 # ---- missing data: a run with step records only; figures skipped with a note ----
 "$PY" $REPORT "$RUNS/minimal" --out "$OUT" >"$TMP/m.out" 2>"$TMP/m.err"
 rc=$?
