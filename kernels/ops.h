@@ -136,6 +136,11 @@ void ops_xent_backward(float* dlogits, const float* logits, const float* lse, co
 // ---------------------------------------------------------------------------------------------
 // optimizer
 double ops_sumsq(const float* x, size_t n);   // sum of squares, fixed-order reduction
+// The partial sums behind ops_sumsq: part[c] (host) = sum of x[i]^2 (in double) over chunk c,
+// i in [c*OPS_SUMSQ_CHUNK, (c+1)*OPS_SUMSQ_CHUNK) of x[n]; ops_sumsq adds them in order of c.
+// Lets a ZeRO-1 shard aligned to chunks contribute exactly its chunks to the global norm.
+#define OPS_SUMSQ_CHUNK 4096
+void ops_sumsq_chunks(double* part, const float* x, size_t n);
 // AdamW (PyTorch semantics) on n elements, with g = grad * grad_scale:
 // p *= (1 - lr*wd); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - b1^t, bc2 = 1 - b2^t

@@ -96,6 +96,7 @@ static const KeyDef KEYS[] = {
     K_FLOAT("train", "eps", train.eps, "1e-8"),
     K_FLOAT("train", "grad_clip", train.grad_clip, "1.0"),
     K_INT("train", "threads", train.threads, "0"),
+    K_INT("train", "zero_stage", train.zero_stage, "0"),
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
@@ -827,6 +828,8 @@ int config_finalize(Config* c, const char* origin) {
     if (t->grad_clip < 0.0f)
         return fin_error(&fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
     REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
+    if (t->zero_stage != 0 && t->zero_stage != 1)
+        return fin_error(&fc, "train", "zero_stage", "must be 0 or 1 (accepted: 0 = all-reduce, 1 = ZeRO-1 sharded optimizer state)");
 
     // ---- [data]
     if (c->data.bos_token < -1 || c->data.bos_token >= m->vocab_size)

@@ -53,6 +53,7 @@ typedef struct {
     float beta1, beta2, eps;
     float grad_clip;     // global-norm clip; 0 = off
     int threads;         // OpenMP threads; 0 = library default
+    int zero_stage;      // data parallelism: 0 = all-reduce gradients, 1 = ZeRO-1 (sharded AdamW state)
 } TrainConfig;
 
 // [data]

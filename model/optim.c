@@ -3,11 +3,17 @@
 #include <math.h>
 #include <string.h>
 
-void optim_init(Optim* o, const GPT* model) {
+void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi) {
     memset(o, 0, sizeof(*o));
-    o->m = ops_malloc(model->table.total * sizeof(float));
-    o->v = ops_malloc(model->table.total * sizeof(float));
+    if (hi > model->table.total) hi = model->table.total;
+    if (lo > hi) lo = hi;
+    o->lo = lo;
+    o->hi = hi;
+    o->m = ops_malloc((hi - lo) * sizeof(float));
+    o->v = ops_malloc((hi - lo) * sizeof(float));
 }
+
+void optim_init(Optim* o, const GPT* model) { optim_init_range(o, model, 0, model->table.total); }
 
 void optim_free(Optim* o) { ops_free(o->m); ops_free(o->v); memset(o, 0, sizeof(*o)); }
 
@@ -22,10 +28,14 @@ void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float gra
     if (tc->grad_clip > 0.0f && grad_norm > tc->grad_clip) scale = tc->grad_clip / (grad_norm + 1e-6f);
     o->t++;
     for (int i = 0; i < model->table.n; i++) {
+        // the part [a, b) of tensor i inside this process's range
         const ParamInfo* p = &model->table.p[i];
-        ops_adamw(model->params + p->offset, model->grads + p->offset, o->m + p->offset,
-                  o->v + p->offset, p->numel, lr, tc->beta1, tc->beta2, tc->eps,
-                  p->decay ? tc->weight_decay : 0.0f, scale, o->t);
+        size_t a = p->offset > o->lo ? p->offset : o->lo;
+        size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+        if (a >= b) continue;
+        ops_adamw(model->params + a, model->grads + a, o->m + (a - o->lo), o->v + (a - o->lo),
+                  b - a, lr, tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f,
+                  scale, o->t);
     }
 }
 

@@ -4,17 +4,23 @@
 #include "gpt.h"
 
 typedef struct {
-    float* m;        // [table.total] first moment, backend memory
-    float* v;        // [table.total] second moment
+    float* m;        // [hi - lo] first moment of the parameters this process updates, backend memory
+    float* v;        // [hi - lo] second moment
     int t;           // AdamW steps taken (bias correction)
+    size_t lo, hi;   // the range of the flat parameter arena this process updates:
+                     // [0, table.total) unless ZeRO-1 gives it one shard (train/dist.h)
 } Optim;
 
+// AdamW state for the whole arena.
 void optim_init(Optim* o, const GPT* model);
+// AdamW state for the arena range [lo, hi) only (ZeRO-1: this process's shard).
+void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi);
 void optim_free(Optim* o);
 // Global L2 norm of all gradients (before clipping).
 float optim_grad_norm(const GPT* model);
-// One AdamW step at learning rate lr: clip (if tc->grad_clip > 0 and the norm exceeds it),
-// weight decay on 2-D parameters only. `grad_norm` is optim_grad_norm's value.
+// One AdamW step at learning rate lr on the parameters of [lo, hi): clip (if tc->grad_clip > 0
+// and the norm exceeds it), weight decay on 2-D parameters only. `grad_norm` is the global norm
+// of all gradients (optim_grad_norm, or dist_grad_norm under ZeRO-1).
 void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float grad_norm);
 // Learning rate for step s (0-based) of tc->steps: linear warmup over warmup_steps, then
 // cosine | linear | constant | wsd decay to lr * min_lr_frac (docs/config.md).

@@ -8,6 +8,7 @@ PACKAGES=(
   libinih-dev                   # INI parsing of configs
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
+  libopenmpi-dev openmpi-bin    # data-parallel training under mpirun (train/comm_mpi.c)
   bible-kjv                     # the demo corpus (King James Bible), no download needed
   python3-numpy python3-matplotlib   # scripts/report.py (ablation reports)
 )

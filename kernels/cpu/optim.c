@@ -2,19 +2,23 @@
 #include "../ops.h"
 #include "cpu_common.h"
 
-// Fixed chunks of 4096 summed in double, chunk sums added in order: same bits for any
-// thread count.
-#define SUMSQ_CHUNK 4096
-double ops_sumsq(const float* x, size_t n) {
-    size_t nc = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double* part = cpu_calloc(nc, sizeof(double));
+// Fixed chunks of OPS_SUMSQ_CHUNK summed in double, chunk sums added in order: same bits for
+// any thread count.
+void ops_sumsq_chunks(double* part, const float* x, size_t n) {
+    size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     #pragma omp parallel for schedule(static)
     for (size_t c = 0; c < nc; c++) {
-        size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+        size_t i0 = c * OPS_SUMSQ_CHUNK, i1 = i0 + OPS_SUMSQ_CHUNK < n ? i0 + OPS_SUMSQ_CHUNK : n;
         double s = 0.0;
         for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
         part[c] = s;
     }
+}
+
+double ops_sumsq(const float* x, size_t n) {
+    size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    double* part = cpu_calloc(nc, sizeof(double));
+    ops_sumsq_chunks(part, x, n);
     double total = 0.0;
     for (size_t c = 0; c < nc; c++) total += part[c];
     free(part);

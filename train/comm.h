@@ -1,0 +1,41 @@
+// train/comm.h: the communication layer of data-parallel training. One interface, two builds:
+// train/comm_mpi.c (MPI collectives on host buffers: the CPU backend) when MPI is found, and
+// train/comm_single.c (one process; every collective is the identity) when it is not. The NCCL
+// implementation for device buffers joins with the CUDA backend (docs/distributed.md).
+//
+// Every collective is called by all ranks in the same order with the same sizes. Sums over
+// ranks are taken in rank order by MPI's reduction for a fixed process count, so a run is
+// repeatable bit for bit with the same number of processes.
+#pragma once
+#include <stddef.h>
+
+typedef struct {
+    int rank, size;        // this process and the number of processes (1 without mpirun)
+    int local_rank;        // rank among the processes on this node (picks the GPU)
+    int mpi;               // 1 when MPI is initialised (launched under mpirun, MPI build)
+    double seconds;        // wall time spent in collectives since comm_init (for the step log)
+} Comm;
+
+// Initialises MPI when this binary was built with it (a plain ./train_gpt is rank 0 of 1).
+void comm_init(Comm* c, int* argc, char*** argv);
+// Finalises MPI after a barrier. Call once, on success only; errors go through comm_abort.
+void comm_finalize(Comm* c);
+// Stops every rank of the job: prints "error: rank R of N: <why>" and calls MPI_Abort
+// (exit(code) without MPI). Use it for errors after comm_init that may hit one rank only.
+void comm_abort(Comm* c, int code, const char* why);
+// Name of the implementation, e.g. "mpi (Open MPI v4.1.4), 2 ranks" or "single process".
+const char* comm_name(const Comm* c);
+
+void comm_barrier(Comm* c);
+// x[n] (host) = sum over ranks of x[n], in place.
+void comm_allreduce_sum_f32(Comm* c, float* x, size_t n);
+void comm_allreduce_sum_f64(Comm* c, double* x, size_t n);
+// x[n] (host) = max over ranks, in place.
+void comm_allreduce_max_f64(Comm* c, double* x, size_t n);
+// ZeRO-1. The flat array x[n] is cut into size shards: shard r = x[off[r] .. off[r]+cnt[r]).
+// reduce_scatter: x's own shard (on this rank) = sum over ranks of that shard; the rest of x
+// is left unspecified. allgather: every rank's shard of x is copied to all ranks.
+void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
+void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
+// Rank 0's bytes buf[n] to every rank.
+void comm_broadcast(Comm* c, void* buf, size_t n);

@@ -1,0 +1,66 @@
+// train/dist.c: data parallelism (train/dist.h). The arenas are host memory on the CPU
+// backend, which is what the MPI collectives take; the NCCL build passes device pointers.
+#include "dist.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../kernels/ops.h"
+
+void dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
+    memset(d, 0, sizeof(*d));
+    d->comm = c;
+    d->zero_stage = zero_stage;
+    d->total = total;
+    int n = c->size;
+    d->off = calloc((size_t)n, sizeof(size_t));
+    d->cnt = calloc((size_t)n, sizeof(size_t));
+    d->nchunks = (total + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    d->part = calloc(d->nchunks ? d->nchunks : 1, sizeof(double));
+    if (!d->off || !d->cnt || !d->part) { fprintf(stderr, "error: out of host memory (dist_init)\n"); exit(1); }
+    // shard length: total / n rounded up to whole chunks
+    size_t chunks_per = (d->nchunks + (size_t)n - 1) / (size_t)n;
+    size_t shard = chunks_per * OPS_SUMSQ_CHUNK;
+    for (int r = 0; r < n; r++) {
+        size_t a = (size_t)r * shard, b = a + shard;
+        if (a > total) a = total;
+        if (b > total) b = total;
+        d->off[r] = a;
+        d->cnt[r] = b - a;
+    }
+    if (zero_stage == 1) { d->lo = d->off[c->rank]; d->hi = d->lo + d->cnt[c->rank]; }
+    else { d->lo = 0; d->hi = total; }
+}
+
+void dist_free(Dist* d) {
+    free(d->off); free(d->cnt); free(d->part);
+    memset(d, 0, sizeof(*d));
+}
+
+void dist_reduce_grads(Dist* d, float* grads) {
+    // zero_stage 0 is the all-reduce taken as reduce-scatter + all-gather (what a ring
+    // all-reduce does anyway): MPI's all-reduce may add the ranks' values in another order than
+    // its reduce-scatter (it does with 3 ranks), and this way both stages sum every element
+    // identically, so ZeRO-1 trains bit for bit like ZeRO-0.
+    comm_reduce_scatter_sum_f32(d->comm, grads, d->off, d->cnt);
+    if (d->zero_stage == 0) comm_allgather_f32(d->comm, grads, d->off, d->cnt);
+}
+
+float dist_grad_norm(Dist* d, const float* grads) {
+    if (d->zero_stage == 1 && d->comm->size > 1) {
+        // each process fills its own chunks, zeros elsewhere; the sum over processes then holds
+        // every chunk exactly once (x + 0 is exact)
+        memset(d->part, 0, d->nchunks * sizeof(double));
+        ops_sumsq_chunks(d->part + d->lo / OPS_SUMSQ_CHUNK, grads + d->lo, d->hi - d->lo);
+        comm_allreduce_sum_f64(d->comm, d->part, d->nchunks);
+    } else {
+        ops_sumsq_chunks(d->part, grads, d->total);
+    }
+    double s = 0.0;
+    for (size_t i = 0; i < d->nchunks; i++) s += d->part[i];
+    return (float)sqrt(s);
+}
+
+void dist_gather_params(Dist* d, float* params) {
+    if (d->zero_stage == 1) comm_allgather_f32(d->comm, params, d->off, d->cnt);
+}

@@ -1,0 +1,35 @@
+// train/dist.h: data parallelism over the communication layer (train/comm.h): gradient
+// averaging (zero_stage 0: all-reduce) or ZeRO-1 (reduce-scatter the gradients, each process
+// updates one shard of the parameters with its shard of the AdamW state, all-gather the
+// parameters), and the global gradient norm.
+//
+// Shards: the flat arena of `total` floats is cut into `size` contiguous ranges in rank order,
+// each a whole number of OPS_SUMSQ_CHUNK floats (the last one shorter), so every process sums
+// exactly the norm chunks it owns and the global norm has the same bits under zero_stage 0
+// and 1 (the chunk sums are added in one fixed order either way).
+#pragma once
+#include <stddef.h>
+#include "comm.h"
+
+typedef struct {
+    Comm* comm;
+    int zero_stage;        // 0 or 1
+    size_t total;          // floats in the parameter / gradient arenas
+    size_t* off;           // [size] start of each rank's shard
+    size_t* cnt;           // [size] its length
+    size_t lo, hi;         // the range this process updates: its shard (ZeRO-1) or [0, total)
+    size_t nchunks;        // norm chunks over the arena
+    double* part;          // [nchunks] host: per-chunk sums of squares
+} Dist;
+
+void dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
+void dist_free(Dist* d);
+// After the micro-steps: the sum over processes of grads[total] (every process called backward
+// with dloss = 1 / (grad_accum * size), so the sum is the global-batch mean). zero_stage 0: all
+// of grads; 1: only [lo, hi) is valid afterwards. Both stages add each element's values in
+// the same order (one reduce-scatter), so their sums have the same bits.
+void dist_reduce_grads(Dist* d, float* grads);
+// sqrt of the sum of squares of all gradients of the global batch (after dist_reduce_grads).
+float dist_grad_norm(Dist* d, const float* grads);
+// ZeRO-1: every process's updated shard of params[total] to all processes (no-op for 0).
+void dist_gather_params(Dist* d, float* params);
