@@ -1,0 +1,86 @@
+// train/comm_nccl.c: NCCL collectives on device buffers (train/comm_nccl.h).
+#include "comm_nccl.h"
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define NCCL_CHECK(call) nccl_check((call), #call, __FILE__, __LINE__)
+
+static void cuda_check(cudaError_t e, const char* what, const char* file, int line) {
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "error: %s:%d: %s: %s (%s)\n  hint: check that the GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES) and the driver supports CUDA %d.%d\n",
+            file, line, what, cudaGetErrorString(e), cudaGetErrorName(e), CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    exit(1);
+}
+
+static void nccl_check(ncclResult_t r, const char* what, const char* file, int line) {
+    if (r == ncclSuccess) return;
+    fprintf(stderr, "error: %s:%d: %s: %s\n  hint: rerun with NCCL_DEBUG=INFO; on several nodes set NCCL_SOCKET_IFNAME / NCCL_IB_HCA (docs/distributed.md)\n",
+            file, line, what, ncclGetErrorString(r));
+    exit(1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+int nccl_init(NcclComm* n, Comm* c) {
+    memset(n, 0, sizeof(*n));
+    n->comm = c;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        cudaGetLastError();   // clear the sticky "no device" error
+        fprintf(stderr, "nccl: no CUDA device on rank %d\n", c->rank);
+        return -1;
+    }
+    n->device = c->local_rank % ndev;
+    CUDA_CHECK(cudaSetDevice(n->device));
+    ncclUniqueId id;
+    if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    comm_broadcast(c, &id, sizeof id);
+    ncclComm_t comm;
+    NCCL_CHECK(ncclCommInitRank(&comm, c->size, id, c->rank));
+    n->nccl = comm;
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    n->stream = s;
+    return 0;
+}
+
+void nccl_free(NcclComm* n) {
+    if (n->nccl) ncclCommDestroy((ncclComm_t)n->nccl);
+    if (n->stream) cudaStreamDestroy((cudaStream_t)n->stream);
+    memset(n, 0, sizeof(*n));
+}
+
+void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count) {
+    NCCL_CHECK(ncclAllReduce(x, x, count, ncclFloat, ncclSum, (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+}
+
+void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < n->comm->size; r++)
+        NCCL_CHECK(ncclReduce(x + off[r], x + off[r], cnt[r], ncclFloat, ncclSum, r,
+                              (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < n->comm->size; r++)
+        NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,
+                                 (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+void nccl_sync(NcclComm* n) {
+    double t = now_s();
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)n->stream));
+    n->seconds += now_s() - t;
+}

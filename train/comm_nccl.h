@@ -1,0 +1,32 @@
+// train/comm_nccl.h: NCCL collectives on device buffers, for the CUDA backend's gradient and
+// parameter arenas (the GPU side of train/dist.h). One process per GPU: the GPU is chosen by
+// the process's local rank, the NCCL unique id goes from rank 0 to all over the host
+// communication layer (train/comm.h, MPI), and the collectives run on their own CUDA stream.
+//
+// Shards follow train/dist.h (contiguous, rank order, possibly unequal): reduce-scatter is a
+// group of one ncclReduce per shard (rooted at its owner) and all-gather a group of one
+// ncclBroadcast per shard, which NCCL runs as one fused operation.
+//
+// Status: builds in CI (CUDA toolkit + NCCL); run only where a GPU is present
+// (tests/test_nccl.c, docs/gpu.md).
+#pragma once
+#include <stddef.h>
+#include "comm.h"
+
+typedef struct {
+    Comm* comm;          // host communication layer (rank, size, local rank)
+    void* nccl;          // ncclComm_t
+    void* stream;        // cudaStream_t the collectives run on
+    int device;          // CUDA device of this process
+    double seconds;      // wall time in nccl_sync (waiting for collectives)
+} NcclComm;
+
+// Selects device local_rank % device_count and builds the NCCL communicator. Returns -1 with
+// a message when there is no CUDA device (the caller decides whether that is an error).
+int nccl_init(NcclComm* n, Comm* c);
+void nccl_free(NcclComm* n);
+// In place on device memory, enqueued on n->stream (nccl_sync waits for them).
+void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count);
+void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
+void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
+void nccl_sync(NcclComm* n);
