@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   cmake make gcc pkg-config     # build
   libinih-dev                   # INI parsing of configs
+  zlib1g-dev                    # crc32 checksums of checkpoint files
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
   bible-kjv                     # the demo corpus (King James Bible), no download needed
