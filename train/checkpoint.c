@@ -75,12 +75,16 @@ static int make_dirs(const char* path) {
     return 0;
 }
 
-// Removes a checkpoint directory: its files (a checkpoint holds no subdirectories), then itself.
+// Removes a checkpoint directory: DONE first (so an interrupted removal leaves an incomplete
+// checkpoint, never a complete-looking one with files missing), then the other files (a
+// checkpoint holds no subdirectories), then the directory.
 static int remove_dir(const char* path) {
     DIR* d = opendir(path);
     if (!d) return errno == ENOENT ? 0 : -1;
     struct dirent* e;
     char f[CKPT_PATH_MAX + 300];
+    snprintf(f, sizeof f, "%s/DONE", path);
+    unlink(f);
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         snprintf(f, sizeof f, "%s/%s", path, e->d_name);
@@ -354,7 +358,7 @@ int checkpoint_begin(const char* dir, int step) {
     return 0;
 }
 
-// model.bin payload: u32 n_tensors, u32 0, u64 arena floats, n_tensors x 128-byte records
+// model.bin payload: u32 n_tensors, u32 0, u64 arena floats, n_tensors x 120-byte records
 // (name[64], u32 ndim, u32 0, u64 shape[4], u64 offset, u64 numel), then the arena (f32).
 int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m) {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
