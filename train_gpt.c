@@ -196,6 +196,36 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
     return 1;
 }
 
+// Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
+// failure the error is printed (with what on_write_error will do) and -1 returned; the
+// checkpoint is removed again and older ones are untouched (train/checkpoint.h).
+static int write_checkpoint(const Config* cfg, const char* dir, const GPT* m, const Optim* o,
+                            const CkptTrainState* cs, FILE* logf) {
+    double t0 = now_s();
+    char path[CKPT_PATH_MAX];
+    checkpoint_path(path, sizeof path, dir, cs->step);
+    if (checkpoint_save(dir, cs->step, cfg, m, o, cs) != 0) {
+        fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", cs->step);
+        fflush(logf);
+        if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)
+            fprintf(stderr, "error: step %d: checkpoint write failed (above); stopping ([checkpoint] on_write_error = exit); "
+                    "the older checkpoints are untouched\n", cs->step);
+        else
+            fprintf(stderr, "warning: step %d: checkpoint write failed (above); training continues ([checkpoint] "
+                    "on_write_error = continue); the older checkpoints are untouched\n", cs->step);
+        return -1;
+    }
+    int pruned = checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step);
+    double ms = (now_s() - t0) * 1e3;
+    printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
+    fflush(stdout);
+    fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":true,\"path\":\"", cs->step);
+    json_escape(logf, (const unsigned char*)path, (int)strlen(path));
+    fprintf(logf, "\",\"ms\":%.1f}\n", ms);
+    fflush(logf);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     Config cfg;
     config_defaults(&cfg);
@@ -343,18 +373,9 @@ int main(int argc, char** argv) {
     cs.grad_win = &grad_win;
     int start_step = 0;
     if (resuming) {
-        if (checkpoint_load(resume_path, &model, &opt, &cs, 0, 1) != 0) return 1;
-        if (dataloader_set_state(&train_dl, &cs.data) != 0) {
-            fprintf(stderr, "error: --resume %s: the saved data position does not fit [data] train_glob (above); resume with the checkpoint's data and batch shape\n", resume_path);
-            return 1;
-        }
-        if (cs.data_shuffle != train_dl.shuffle || (cs.data_shuffle && cs.data_seed != train_dl.seed))
-            fprintf(stderr, "warning: resume: the checkpoint's data order (shuffle %d, seed %llu) differs from this run's (shuffle %d, seed %llu)\n",
-                    cs.data_shuffle, (unsigned long long)cs.data_seed, train_dl.shuffle, (unsigned long long)train_dl.seed);
+        if (resume_restore(resume_path, &model, &opt, &train_dl, &cs) != 0) return 1;
         start_step = cs.step;
         nonfinite_run = cs.nonfinite_run;
-        printf("resume: continuing from %s: step %d, AdamW t %d, data epoch %lld shard %lld batch %lld\n", resume_path,
-               start_step, opt.t, (long long)cs.data.epoch, (long long)cs.data.shard_idx, (long long)cs.data.batch_idx);
         if (start_step >= tc->steps) {
             printf("resume: the checkpoint is at step %d and [train] steps = %d: nothing left to train (raise [train] steps to continue)\n",
                    start_step, tc->steps);
@@ -446,35 +467,17 @@ int main(int argc, char** argv) {
             cs.data_shuffle = train_dl.shuffle;
             cs.nonfinite_run = nonfinite_run;
             cs.lr = lr;
-            double c0 = now_s();
-            char cpath[CKPT_PATH_MAX];
-            checkpoint_path(cpath, sizeof cpath, ckpt_dir, step + 1);
-            if (checkpoint_save(ckpt_dir, step + 1, &cfg, &model, &opt, &cs) != 0) {
+            if (write_checkpoint(&cfg, ckpt_dir, &model, &opt, &cs, logf) != 0) {
                 ckpt_failed++;
-                fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", step + 1);
-                fflush(logf);
-                if (cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) {
-                    fprintf(stderr, "error: step %d: checkpoint write failed (above); stopping ([checkpoint] on_write_error = exit); "
-                            "the older checkpoints are untouched\n", step + 1);
-                    return 1;
-                }
-                fprintf(stderr, "warning: step %d: checkpoint write failed (above); training continues ([checkpoint] on_write_error = continue); "
-                        "the older checkpoints are untouched\n", step + 1);
-            } else {
-                int pruned = checkpoint_prune(ckpt_dir, cfg.ckpt.keep_last, cfg.ckpt.keep_every, step + 1);
-                double ms = (now_s() - c0) * 1e3;
-                printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", step + 1, tc->steps, cpath, ms, pruned ? " | older ones pruned" : "");
-                fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":true,\"path\":\"", step + 1);
-                json_escape(logf, (const unsigned char*)cpath, (int)strlen(cpath));
-                fprintf(logf, "\",\"ms\":%.1f}\n", ms);
-                fflush(logf);
-                fflush(stdout);
+                if (cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) return 1;
             }
         }
     }
     fclose(logf);
     if (dec.have_tok) tokenizer_free(&dec.tok);
-    if (end_step < tc->steps) printf("stopped after step %d of %d (--stop-after); continue with --resume auto\n", end_step, tc->steps);
+    if (end_step < tc->steps)
+        printf("stopped after step %d of %d (--stop-after)%s\n", end_step, tc->steps, cfg.ckpt.checkpoint_every > 0 ?
+               "; continue with --resume auto" : "; no checkpoint was written ([checkpoint] checkpoint_every = 0)");
     printf("done: log in %s%s\n", log_path, ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(in); free(tg); free(probe_in); free(probe_tg);
     spike_free(&loss_win); spike_free(&grad_win);

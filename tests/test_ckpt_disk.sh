@@ -21,8 +21,10 @@ train=$(cd "$build" && pwd)/train_gpt
 inspect="$(cd "$build" && pwd)/gatedgpt_ckpt inspect"
 
 "$train" "${X[@]}" --log.run_dir="$tmp/ref" > "$tmp/ref.out" 2>&1 || { echo "FAIL: reference run"; cat "$tmp/ref.out"; exit 1; }
+# can we mount in a private mount namespace? (try exactly what the test does)
 have_ns=0
-unshare -rm true 2>/dev/null && have_ns=1
+mkdir -p "$tmp/probe"
+unshare -rm sh -c "mount -t tmpfs -o size=64k tmpfs '$tmp/probe' && mount --bind '$tmp/probe' '$tmp/probe' && mount -o remount,bind,ro '$tmp/probe'" 2>/dev/null && have_ns=1
 [ "${CKPT_TEST_NO_NS:-0}" = 1 ] && have_ns=0   # to exercise the fallbacks
 
 # $1 = full | ro, $2 = continue | exit, $3 = run dir: resume from step 4 with failing writes

@@ -154,3 +154,19 @@ int resume_trim_log(const char* log_path, int step) {
     if (dropped) printf("resume: %s: kept %d records up to step %d, dropped %d from after it\n", log_path, kept, step, dropped);
     return 0;
 }
+
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs) {
+    if (checkpoint_load(path, m, o, cs, train_dl->rank, train_dl->nproc) != 0) return -1;
+    if (dataloader_set_state(train_dl, &cs->data) != 0) {
+        fprintf(stderr, "error: --resume %s: the saved data position does not fit [data] train_glob (above); resume with "
+                "the checkpoint's data and batch shape\n", path);
+        return -1;
+    }
+    if (cs->data_shuffle != train_dl->shuffle || (cs->data_shuffle && cs->data_seed != train_dl->seed))
+        fprintf(stderr, "warning: resume: the checkpoint's data order (shuffle %d, seed %llu) differs from this run's "
+                "(shuffle %d, seed %llu)\n", cs->data_shuffle, (unsigned long long)cs->data_seed, train_dl->shuffle,
+                (unsigned long long)train_dl->seed);
+    printf("resume: continuing from %s: step %d, AdamW t %d, data epoch %lld shard %lld batch %lld\n", path, cs->step,
+           o->t, (long long)cs->data.epoch, (long long)cs->data.shard_idx, (long long)cs->data.batch_idx);
+    return 0;
+}

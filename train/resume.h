@@ -4,6 +4,10 @@
 #pragma once
 #include <stddef.h>
 #include "model/config.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "data/dataloader.h"
+#include "train/checkpoint.h"
 
 // The checkpoint to resume from. spec "auto": the newest complete checkpoint in dir that
 // verifies; a newer one that fails verification is reported with a warning and skipped.
@@ -29,3 +33,8 @@ int resume_prepare_dir(const char* dir, int step, int resuming, int auto_mode);
 // Keeps the records of log.jsonl whose "step" is <= step (written atomically: .tmp + rename),
 // so the log of a resumed run reads like the uninterrupted run's. A missing log is fine.
 int resume_trim_log(const char* log_path, int step);
+
+// Loads the checkpoint at path into the model, the optimizer, the training loader's position and
+// cs (step, counters, spike windows restored in place), and prints what it resumed. Returns 0,
+// or -1 after an error line (a damaged file, a position that does not fit the data).
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs);
