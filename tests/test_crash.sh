@@ -34,7 +34,7 @@ for k in 1 2 3 4 5 6; do
     GATEDGPT_CKPT_SLOW_MS=60 "$build/train_gpt" "${X[@]}" --log.run_dir="$run" --resume auto > "$tmp/run$k.out" 2>&1 &
     pid=$!
     # the resume decision of this start
-    for _ in $(seq 400); do grep -q -E "resume: (continuing from|no complete checkpoint)" "$tmp/run$k.out" 2>/dev/null && break; sleep 0.01; done
+    for _ in $(seq 3000); do grep -q -E "resume: (continuing from|no complete checkpoint)" "$tmp/run$k.out" 2>/dev/null && break; sleep 0.01; done
     if [ "$expect" = 0 ]; then
         check "start $k: fresh start (no complete checkpoint yet)" 'grep -q "resume: no complete checkpoint" "$tmp/run$k.out"'
     else

@@ -133,9 +133,10 @@ static int cmd_inspect(Loaded* L) {
     size_t params = 0;
     for (int i = 0; i < t->n; i++) {
         const ParamInfo* q = &t->p[i];
-        char shape[48];
-        if (q->ndim > 1) snprintf(shape, sizeof shape, "[%d, %d]", q->shape[0], q->shape[1]);
-        else snprintf(shape, sizeof shape, "[%d]", q->shape[0]);
+        char shape[64] = "[";
+        for (int d = 0; d < q->ndim && d < (int)(sizeof q->shape / sizeof q->shape[0]); d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", d ? ", " : "", q->shape[d]);
+        strcat(shape, "]");
         float mx;
         double n = norm2(p + q->offset, q->numel, &mx);
         printf("%-24s %-14s %14.6e %14.6e %14.6e %14.6e\n", q->name, shape, n, (double)mx,
