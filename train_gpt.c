@@ -319,10 +319,6 @@ int main(int argc, char** argv) {
         have_val = 1;
     }
 
-    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
-        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
-        return 1;
-    }
     Decoder dec = {0};
     dec.vocab_size = mc->vocab_size;
     if (cfg.data.tokenizer[0]) {
@@ -386,6 +382,11 @@ int main(int argc, char** argv) {
         resume_prepare_dir(ckpt_dir, start_step, resuming, resume_spec && strcmp(resume_spec, "auto") == 0) != 0)
         return 1;
 
+    // the run directory (only now: a refused start above leaves it as it was)
+    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
+        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
+        return 1;
+    }
     // the run log: a resumed run keeps the records up to its checkpoint and appends
     char log_path[1100];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);

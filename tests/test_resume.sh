@@ -70,8 +70,9 @@ check "explicit damaged PATH: exit 1, names the file" '[ "$rc" = 1 ] && grep -q 
 rc=$?
 check "--resume PATH without --config: runs steps 13..16 identically" '[ "$rc" = 0 ] && diff <(steps_of "$tmp/straight/log.jsonl" | tail -4) <(steps_of "$tmp/fromcfg/log.jsonl")'
 # a fresh run into a directory holding checkpoints is refused (nothing overwritten)
-"$build/train_gpt" "${X[@]}" --log.run_dir="$tmp/split" > "$tmp/fresh.out" 2>&1
+cp "$tmp/split/config.ini" "$tmp/split_config.ini"
+"$build/train_gpt" "${X[@]}" --train.lr=0.01 --log.run_dir="$tmp/split" > "$tmp/fresh.out" 2>&1
 rc=$?
 check "fresh run into a used checkpoint dir: exit 1" '[ "$rc" = 1 ] && grep -q "holds checkpoints of an earlier run" "$tmp/fresh.out"'
-check "... and the log was not truncated" '[ "$(steps_of "$tmp/split/log.jsonl" | wc -l)" = 16 ]'
+check "... the log was not truncated, the run's config.ini not rewritten" '[ "$(steps_of "$tmp/split/log.jsonl" | wc -l)" = 16 ] && cmp -s "$tmp/split/config.ini" "$tmp/split_config.ini"'
 finish
