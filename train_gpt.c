@@ -1,6 +1,7 @@
 // train_gpt.c: gatedgpt's entry point. Parse the config, build the model, run the loop.
 //
 //   ./build/train_gpt --config configs/tiny_gated.ini [--section.key=value ...] [--check]
+//   ./build/train_gpt --config configs/tiny_gated.ini --resume auto      (or --resume PATH)
 //
 // One step: grad_accum micro-batches of B x T tokens (forward, backward into the gradient
 // arena), then global-norm clip + AdamW at the scheduled learning rate.
@@ -17,6 +18,8 @@
 #include "model/sample.h"
 #include "model/probe.h"
 #include "train/spike.h"
+#include "train/checkpoint.h"
+#include "train/resume.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -29,10 +32,16 @@ static double now_s(void) {
 
 static void usage(FILE* f) {
     fprintf(f,
-        "usage: train_gpt --config FILE.ini [--section.key=value ...] [--check]\n"
-        "  --config FILE    INI config (sections [model] [train] [data] [log] [checkpoint]);\n"
+        "usage: train_gpt --config FILE.ini [--section.key=value ...] [--resume auto|PATH] [--check]\n"
+        "  --config FILE    INI config (sections [model] [train] [data] [log] [checkpoint] [metrics]);\n"
         "                   every key and its default: docs/config.md\n"
         "  --S.K=V          override key K of section S, e.g. --train.lr=1e-3\n"
+        "  --resume auto    continue from the newest good checkpoint in [checkpoint] dir (a damaged\n"
+        "                   one is skipped with a warning); start fresh when there is none\n"
+        "  --resume PATH    continue from the checkpoint directory PATH (.../step_NNNNNNNN); without\n"
+        "                   --config, its config.ini is the config (overrides still apply)\n"
+        "  --stop-after N   stop after step N (checkpointing there when checkpoint_every > 0) as if the\n"
+        "                   job hit its time limit; the schedule still runs over [train] steps\n"
         "  --check          validate the config, print it resolved, and exit\n"
         "  --help           this text\n");
 }
@@ -187,30 +196,87 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
     return 1;
 }
 
+// Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
+// failure the error is printed (with what on_write_error will do) and -1 returned; the
+// checkpoint is removed again and older ones are untouched (train/checkpoint.h).
+static int write_checkpoint(const Config* cfg, const char* dir, const GPT* m, const Optim* o,
+                            const CkptTrainState* cs, FILE* logf) {
+    double t0 = now_s();
+    char path[CKPT_PATH_MAX];
+    checkpoint_path(path, sizeof path, dir, cs->step);
+    if (checkpoint_save(dir, cs->step, cfg, m, o, cs) != 0) {
+        fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", cs->step);
+        fflush(logf);
+        if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)
+            fprintf(stderr, "error: step %d: checkpoint write failed (above); stopping ([checkpoint] on_write_error = exit); "
+                    "the older checkpoints are untouched\n", cs->step);
+        else
+            fprintf(stderr, "warning: step %d: checkpoint write failed (above); training continues ([checkpoint] "
+                    "on_write_error = continue); the older checkpoints are untouched\n", cs->step);
+        return -1;
+    }
+    int pruned = checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step);
+    double ms = (now_s() - t0) * 1e3;
+    printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
+    fflush(stdout);
+    fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":true,\"path\":\"", cs->step);
+    json_escape(logf, (const unsigned char*)path, (int)strlen(path));
+    fprintf(logf, "\",\"ms\":%.1f}\n", ms);
+    fflush(logf);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     Config cfg;
     config_defaults(&cfg);
     const char* config_path = NULL;
+    const char* resume_spec = NULL;   // --resume: "auto" or a checkpoint directory
+    int stop_after = 0;               // --stop-after N: end the run after step N (0 = at [train] steps)
     int check_only = 0;
     // first pass: the config file; second pass: overrides, so they win regardless of order
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage(stdout); return 0; }
         if (strcmp(argv[i], "--check") == 0) { check_only = 1; continue; }
-        if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: --config needs a file name\n"); return 1; }
-            config_path = argv[++i];
+        if (strcmp(argv[i], "--stop-after") == 0) {
+            char* end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || v < 1 || v > 2000000000) {
+                fprintf(stderr, "error: --stop-after needs a step number >= 1 (got '%s')\n", i + 1 < argc ? argv[i + 1] : "");
+                return 1;
+            }
+            stop_after = (int)v;
+            i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                fprintf(stderr, "error: %s needs a value (%s)\n", argv[i], argv[i][2] == 'c' ? "a config file" : "auto, or a checkpoint directory");
+                return 1;
+            }
+            if (argv[i][2] == 'c') config_path = argv[++i];
+            else resume_spec = argv[++i];
             continue;
         }
         if (strncmp(argv[i], "--config=", 9) == 0) { config_path = argv[i] + 9; continue; }
+        if (strncmp(argv[i], "--resume=", 9) == 0) { resume_spec = argv[i] + 9; continue; }
         if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '=') || !strchr(argv[i], '.')) {
-            fprintf(stderr, "error: unknown argument '%s' (expected --config FILE, --section.key=value or --check; see --help)\n", argv[i]);
+            fprintf(stderr, "error: unknown argument '%s' (expected --config FILE, --section.key=value, --resume auto|PATH or --check; see --help)\n", argv[i]);
             return 1;
         }
     }
-    if (config_path && config_load_file(&cfg, config_path) != 0) return 1;
+    if (resume_spec && !resume_spec[0]) { fprintf(stderr, "error: --resume needs a value (auto, or a checkpoint directory)\n"); return 1; }
+    // --resume PATH without --config: the checkpoint's own config is the starting point
+    char ckpt_config[CKPT_PATH_MAX + 16];
+    if (resume_spec && strcmp(resume_spec, "auto") != 0 && !config_path) {
+        if (checkpoint_load_config(resume_spec, &cfg) != 0) return 1;
+        snprintf(ckpt_config, sizeof ckpt_config, "%s/config.ini", resume_spec);
+        config_path = ckpt_config;
+    } else if (config_path && config_load_file(&cfg, config_path) != 0) {
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0) { i++; continue; }
-        if (strncmp(argv[i], "--config=", 9) == 0 || strcmp(argv[i], "--check") == 0) continue;
+        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0 || strcmp(argv[i], "--stop-after") == 0) { i++; continue; }
+        if (strncmp(argv[i], "--config=", 9) == 0 || strncmp(argv[i], "--resume=", 9) == 0 || strcmp(argv[i], "--check") == 0) continue;
         if (config_apply_override(&cfg, argv[i] + 2) != 0) return 1;
     }
     if (config_finalize(&cfg, config_path ? config_path : "defaults") != 0) return 1;
@@ -226,9 +292,20 @@ int main(int argc, char** argv) {
                 config_path ? config_path : "config");
         return 1;
     }
-    if (cfg.ckpt.checkpoint_every > 0)
-        fprintf(stderr, "warning: [checkpoint] checkpoint_every = %d: checkpoint writing is not implemented yet; this run writes no checkpoints\n",
-                cfg.ckpt.checkpoint_every);
+    // which checkpoint to continue from, and whether this config may continue it
+    char ckpt_dir[CKPT_PATH_MAX], resume_path[CKPT_PATH_MAX];
+    checkpoint_dir_of(ckpt_dir, sizeof ckpt_dir, &cfg);
+    int resuming = 0;
+    if (resume_spec) {
+        resuming = resume_find(resume_spec, ckpt_dir, resume_path, sizeof resume_path);
+        if (resuming < 0) return 1;
+        if (!resuming) printf("resume: no complete checkpoint in %s: starting from step 0\n", ckpt_dir);
+    }
+    if (resuming) {
+        Config saved;
+        if (checkpoint_load_config(resume_path, &saved) != 0) return 1;
+        if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
+    }
     ops_init(tc->threads);
     const int B = tc->batch_size, T = tc->seq_len;
     const int grad_accum = (int)(tc->tokens_per_step / ((long)B * T));
@@ -241,15 +318,6 @@ int main(int argc, char** argv) {
         if (dataloader_init(&val_dl, cfg.data.val_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
         have_val = 1;
     }
-
-    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
-        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
-        return 1;
-    }
-    char log_path[1100];
-    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);
-    FILE* logf = fopen(log_path, "w");
-    if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
 
     Decoder dec = {0};
     dec.vocab_size = mc->vocab_size;
@@ -308,13 +376,53 @@ int main(int argc, char** argv) {
     spike_init(&loss_win, cfg.metrics.spike_window);
     spike_init(&grad_win, cfg.metrics.spike_window);
     int nonfinite_run = 0;
-    if (have_val) {   // the untrained model's validation loss, as the curve's first point
+
+    // resume: weights, AdamW state, data position, spike windows, counters (train/checkpoint.h)
+    CkptTrainState cs = {0};
+    cs.loss_win = &loss_win;
+    cs.grad_win = &grad_win;
+    int start_step = 0;
+    if (resuming) {
+        if (resume_restore(resume_path, &model, &opt, &train_dl, &cs) != 0) return 1;
+        start_step = cs.step;
+        nonfinite_run = cs.nonfinite_run;
+        if (start_step >= tc->steps) {
+            printf("resume: the checkpoint is at step %d and [train] steps = %d: nothing left to train (raise [train] steps to continue)\n",
+                   start_step, tc->steps);
+            return 0;
+        }
+    }
+    if (cfg.ckpt.checkpoint_every > 0 &&
+        resume_prepare_dir(ckpt_dir, start_step, resuming, resume_spec && strcmp(resume_spec, "auto") == 0) != 0)
+        return 1;
+
+    // the run directory (only now: a refused start above leaves it as it was)
+    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
+        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
+        return 1;
+    }
+    // the run log: a resumed run keeps the records up to its checkpoint and appends
+    char log_path[1100];
+    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);
+    if (resuming && resume_trim_log(log_path, start_step) != 0) return 1;
+    FILE* logf = fopen(log_path, resuming ? "a" : "w");
+    if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
+    if (resuming) {
+        fprintf(logf, "{\"type\":\"resume\",\"step\":%d,\"path\":\"", start_step);
+        json_escape(logf, (const unsigned char*)resume_path, (int)strlen(resume_path));
+        fprintf(logf, "\"}\n");
+        fflush(logf);
+    }
+
+    if (have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point
         float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
         printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
         fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":%.6f}\n", vl);
     }
-    if (cfg.metrics.probe_every > 0) run_probe(&model, probe_in, probe_tg, 0, logf);
-    for (int step = 0; step < tc->steps; step++) {
+    if (cfg.metrics.probe_every > 0 && !resuming) run_probe(&model, probe_in, probe_tg, 0, logf);
+    int ckpt_failed = 0;
+    const int end_step = stop_after > 0 && stop_after < tc->steps ? stop_after : tc->steps;
+    for (int step = start_step; step < end_step; step++) {
         double t0 = now_s();
         gpt_zero_grad(&model);
         double loss = 0.0;
@@ -345,7 +453,7 @@ int main(int argc, char** argv) {
         double dt = now_s() - t0;
         double tok_s = tc->tokens_per_step / dt;
         double mfu = tok_s * flops_tok / peak;
-        if ((step + 1) % cfg.log.log_every == 0 || step == 0 || step + 1 == tc->steps) {
+        if ((step + 1) % cfg.log.log_every == 0 || step == start_step || step + 1 == end_step) {
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s\n",
                    step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, skipped ? " | skipped" : "");
             fflush(stdout);
@@ -366,10 +474,26 @@ int main(int argc, char** argv) {
         if (cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
             print_sample(&model, &cfg, &dec, step + 1, logf);
         fflush(logf);
+        // checkpoint every checkpoint_every steps and after the last one (of the run, or of this job)
+        if (cfg.ckpt.checkpoint_every > 0 && ((step + 1) % cfg.ckpt.checkpoint_every == 0 || step + 1 == end_step)) {
+            cs.step = step + 1;
+            dataloader_get_state(&train_dl, &cs.data);
+            cs.data_seed = train_dl.seed;
+            cs.data_shuffle = train_dl.shuffle;
+            cs.nonfinite_run = nonfinite_run;
+            cs.lr = lr;
+            if (write_checkpoint(&cfg, ckpt_dir, &model, &opt, &cs, logf) != 0) {
+                ckpt_failed++;
+                if (cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) return 1;
+            }
+        }
     }
     fclose(logf);
     if (dec.have_tok) tokenizer_free(&dec.tok);
-    printf("done: log in %s\n", log_path);
+    if (end_step < tc->steps)
+        printf("stopped after step %d of %d (--stop-after)%s\n", end_step, tc->steps, cfg.ckpt.checkpoint_every > 0 ?
+               "; continue with --resume auto" : "; no checkpoint was written ([checkpoint] checkpoint_every = 0)");
+    printf("done: log in %s%s\n", log_path, ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(in); free(tg); free(probe_in); free(probe_tg);
     spike_free(&loss_win); spike_free(&grad_win);
     optim_free(&opt);

@@ -191,9 +191,10 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
         }
     }
 
-    // advance: next global batch, next shard, or wrap to the first shard
+    // advance: next global batch, next shard, or wrap to the first shard. The batch count is
+    // that of the shard just read (shuffled, shard_idx is a position in the visiting order)
     loader->batch_idx++;
-    if (loader->batch_idx == loader->shard_batches[loader->shard_idx]) {
+    if (loader->batch_idx == loader->shard_batches[shard]) {
         loader->batch_idx = 0;
         loader->shard_idx++;
         loader->perm_epoch = -1;   // the next shard draws its own sample order

@@ -48,6 +48,7 @@ static const char* const GATE_NAMES[] = {"none", "elementwise", "headwise"};
 static const char* const GATEPOS_NAMES[] = {"sdpa", "value"};
 static const char* const GATEACT_NAMES[] = {"sigmoid", "ns_sigmoid", "silu"};
 static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
+static const char* const ONERROR_NAMES[] = {"continue", "exit"};
 
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FIELD(f) offsetof(Config, f), sizeof(((Config*)0)->f)
@@ -117,7 +118,9 @@ static const KeyDef KEYS[] = {
 
     K_INT("checkpoint", "checkpoint_every", ckpt.checkpoint_every, "0"),
     K_INT("checkpoint", "keep_last", ckpt.keep_last, "2"),
+    K_INT("checkpoint", "keep_every", ckpt.keep_every, "0"),
     K_STR("checkpoint", "dir", ckpt.dir, ""),
+    K_ENUM("checkpoint", "on_write_error", ckpt.on_write_error, ONERROR_NAMES, "continue"),
 
     K_INT("metrics", "probe_every", metrics.probe_every, "50"),
     K_INT("metrics", "spike_window", metrics.spike_window, "100"),
@@ -132,7 +135,7 @@ _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_
 _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
                sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
-               sizeof(SchedKind) == sizeof(int), "enums must be int-sized");
+               sizeof(SchedKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int), "enums must be int-sized");
 
 static const char* const SECTIONS[] = {"model", "train", "data", "log", "checkpoint", "metrics"};
 #define SECTIONS_ACCEPTED "model, train, data, log, checkpoint, metrics"
@@ -438,6 +441,11 @@ const char* config_key(int i, const char** section) {
     if (i < 0 || i >= N_KEYS) return NULL;
     if (section) *section = KEYS[i].section;
     return KEYS[i].name;
+}
+
+void config_key_value(const Config* c, int i, char* buf, size_t n) {
+    if (i < 0 || i >= N_KEYS) { if (n) buf[0] = '\0'; return; }
+    format_value(c, &KEYS[i], buf, n);
 }
 
 const char* config_origin(const Config* c, const char* section, const char* key) {
@@ -851,6 +859,7 @@ int config_finalize(Config* c, const char* origin) {
     REQUIRE_NONNEG("log", "sample_top_k", c->log.sample_top_k, "all tokens");
     REQUIRE_NONNEG("checkpoint", "checkpoint_every", c->ckpt.checkpoint_every, "off");
     REQUIRE_NONNEG("checkpoint", "keep_last", c->ckpt.keep_last, "keep all");
+    REQUIRE_NONNEG("checkpoint", "keep_every", c->ckpt.keep_every, "none kept forever");
     REQUIRE_NONNEG("metrics", "probe_every", c->metrics.probe_every, "off");
     if (c->metrics.spike_window < 2)
         return fin_error(&fc, "metrics", "spike_window", "must be at least 2 (accepted: an integer >= 2, e.g. 100)");

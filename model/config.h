@@ -12,6 +12,7 @@ typedef enum { GATE_NONE = 0, GATE_ELEMENTWISE = 1, GATE_HEADWISE = 2 } GateKind
 typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" | "value"
 typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
+typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
 
 // [model]
 typedef struct {
@@ -83,11 +84,13 @@ typedef struct {
 typedef struct {
     int checkpoint_every;  // 0 = off
     int keep_last;         // keep the newest K checkpoints; 0 = keep all
+    int keep_every;        // also keep (forever) checkpoints whose step is a multiple of this; 0 = none
     char dir[1024];        // empty = <run_dir>/checkpoints
+    CkptOnError on_write_error; // a failed write: keep training, or exit non-zero
 } CheckpointConfig;
 
 // Upper bound on the number of keys (all sections); config.c static-asserts its table fits.
-#define CONFIG_MAX_KEYS 64
+#define CONFIG_MAX_KEYS 96
 #define CONFIG_ORIGIN_LEN 256
 
 // [metrics]: the stability probe and the spike detector (docs/metrics.md)
@@ -148,3 +151,5 @@ const char* config_origin(const Config* c, const char* section, const char* key)
 // Number of keys, and the i-th key's name and section (table order, as config_write writes).
 int config_key_count(void);
 const char* config_key(int i, const char** section);
+// The i-th key's value as config_write writes it ("" for i out of range).
+void config_key_value(const Config* c, int i, char* buf, size_t n);

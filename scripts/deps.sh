@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   cmake make gcc pkg-config     # build
   libinih-dev                   # INI parsing of configs
+  zlib1g-dev                    # crc32 checksums of checkpoint files
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
   libopenmpi-dev openmpi-bin    # data-parallel training under mpirun (train/comm_mpi.c)

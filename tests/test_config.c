@@ -211,6 +211,7 @@ static void test_defaults(void) {
     CHECK(strcmp(c.log.run_dir, "runs/run") == 0 && c.log.log_every == 1 && c.log.val_every == 50 &&
           c.log.val_batches == 8);
     CHECK(c.ckpt.checkpoint_every == 0 && c.ckpt.keep_last == 2 && strcmp(c.ckpt.dir, "") == 0);
+    CHECK(c.ckpt.keep_every == 0 && c.ckpt.on_write_error == CKPT_ON_ERROR_CONTINUE);
     CHECK(strcmp(config_origin(&c, "model", "n_layer"), "default") == 0);
     CHECK(config_origin(&c, "model", "nope") == NULL);
     // the defaults are a valid config
@@ -231,7 +232,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 60 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 62 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -461,7 +462,8 @@ static void test_roundtrip(void) {
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said",
-        "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.dir=ck/dir",
+        "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.keep_every=1000",
+        "checkpoint.dir=ck/dir", "checkpoint.on_write_error=exit",
         "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
         "metrics.skip_grad_z=9", "metrics.max_nonfinite=2",
     };

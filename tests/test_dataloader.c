@@ -444,6 +444,34 @@ static void test_bos(void) {
     }
 }
 
+// Shuffled shards of different sizes: the end of a shard is its own batch count, not that of
+// the shard at the same position in file order (a checkpoint restores mid-shard positions).
+static void test_shuffle_unequal_shards(void) {
+    const int B = 1, T = 4;
+    // 2, 6 and 3 samples (9, 25, 13 tokens); token values distinct across shards
+    write_shard(tmp_path("uq_a.bin"), 9, 0, 60000);
+    write_shard(tmp_path("uq_b.bin"), 25, 1000, 60000);
+    write_shard(tmp_path("uq_c.bin"), 13, 2000, 60000);
+    DataLoader dl;
+    if (dataloader_init(&dl, tmp_path("uq_*.bin"), B, T, 0, 1, 60000) != 0) { CHECK(0, "init"); return; }
+    int counts[3] = {2, 6, 3}, ok = 1, in[4], tg[4];
+    for (int seed = 1; seed <= 20; seed++) {
+        dataloader_shuffle(&dl, (uint64_t)seed);
+        for (int e = 0; e < 2; e++) {
+            int seen[3][8] = {{0}};
+            for (int k = 0; k < 11; k++) {
+                dataloader_next(&dl, in, tg);
+                int shard = in[0] / 1000, smp = (in[0] % 1000) / T;
+                if (shard < 3 && smp < counts[shard] && tg[0] == in[0] + 1) seen[shard][smp]++;
+            }
+            for (int sh = 0; sh < 3; sh++) for (int i = 0; i < counts[sh]; i++) if (seen[sh][i] != 1) ok = 0;
+            if (dl.epoch != e + 1 || dl.shard_idx != 0 || dl.batch_idx != 0) ok = 0;
+        }
+    }
+    CHECK(ok, "shards of 2, 6 and 3 samples, 20 seeds x 2 epochs: every sample once per epoch, epoch ends after 11 batches");
+    dataloader_free(&dl);
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -460,6 +488,7 @@ int main(void) {
     test_errors();
     test_shuffle_and_state();
     test_bos();
+    test_shuffle_unequal_shards();
 
     // clean up the temp dir
     char cmd[400];

@@ -1,0 +1,304 @@
+// tools/gatedgpt_ckpt.c: what can be done with a checkpoint besides resuming from it.
+//
+//   gatedgpt_ckpt inspect CKPT                    verify, then print step, trainer state, config, tensor norms
+//   gatedgpt_ckpt sample  CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
+//   gatedgpt_ckpt eval    CKPT [--glob PATTERN] [--batches N]
+//   gatedgpt_ckpt export  CKPT --out DIR          model.safetensors + config.json (Qwen3 names)
+//
+// CKPT is a checkpoint directory (.../step_NNNNNNNN) or a directory of checkpoints, in which
+// case the newest one that verifies is used. Every command verifies the checksums first.
+// The defaults of sample and eval are the checkpoint config's [log] and [data] values, so
+// `sample` reproduces the trainer's sample at that step and `eval` its validation loss.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/dataloader.h"
+#include "data/tokenizer.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "model/sample.h"
+#include "tools/export_hf.h"
+#include "train/checkpoint.h"
+#include "train/resume.h"
+
+static void usage(FILE* f) {
+    fprintf(f,
+        "usage: gatedgpt_ckpt COMMAND CKPT [options]\n"
+        "  CKPT: a checkpoint directory (.../step_NNNNNNNN), or a directory of checkpoints (the newest\n"
+        "        one that verifies is used)\n"
+        "commands:\n"
+        "  inspect CKPT            verify every file; print the step, the trainer state, the config,\n"
+        "                          and per tensor its shape, L2 norm, max |w| and AdamW moment norms\n"
+        "  sample CKPT             generate text; options (defaults from the checkpoint's [log]):\n"
+        "      --prompt TEXT       text to continue (default [log] sample_prompt; empty = end-of-text)\n"
+        "      --tokens N          tokens to generate ([log] sample_tokens)\n"
+        "      --temperature T     ([log] sample_temperature)     --top-k K   ([log] sample_top_k)\n"
+        "      --seed S            ([train] seed + step: the trainer's sample at this step)\n"
+        "      --tokenizer FILE    ([data] tokenizer)\n"
+        "  eval CKPT               mean loss over batches of [train] batch_size x seq_len\n"
+        "      --glob PATTERN      token shards ([data] val_glob), read in order from the start\n"
+        "      --batches N         ([log] val_batches; 0 = every batch of the shards)\n"
+        "  export CKPT --out DIR   DIR/model.safetensors + DIR/config.json, Hugging Face Qwen3 names\n"
+        "                          (docs/formats.md, \"Export\")\n"
+        "common: --threads N (default: [train] threads)\n");
+}
+
+// The loaded checkpoint: its config, the model with its weights, and (inspect) the rest.
+typedef struct {
+    char path[CKPT_PATH_MAX];
+    CkptInfo info;
+    Config cfg;
+    GPT model;
+} Loaded;
+
+static int load(const char* spec, int threads, Loaded* L) {
+    // a directory of checkpoints: the newest good one (as --resume auto picks it)
+    char done[CKPT_PATH_MAX + 8];
+    snprintf(done, sizeof done, "%s/DONE", spec);
+    FILE* probe = fopen(done, "r");
+    if (probe) {
+        fclose(probe);
+        snprintf(L->path, sizeof L->path, "%s", spec);
+    } else {
+        int r = resume_find("auto", spec, L->path, sizeof L->path);
+        if (r < 0) return -1;
+        if (r == 0) {
+            fprintf(stderr, "error: '%s' is not a checkpoint (no DONE) and holds no complete checkpoint (step_NNNNNNNN/ with DONE)\n", spec);
+            return -1;
+        }
+    }
+    if (checkpoint_verify(L->path, &L->info, NULL) != 0) return -1;
+    if (checkpoint_load_config(L->path, &L->cfg) != 0) return -1;
+    ops_init(threads >= 0 ? threads : L->cfg.train.threads);
+    gpt_build(&L->model, &L->cfg.model, L->cfg.train.seed);
+    if (checkpoint_load(L->path, &L->model, NULL, NULL, 0, 1) != 0) return -1;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// inspect
+
+static double norm2(const float* x, size_t n, float* maxabs) {
+    double s = 0.0;
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        s += (double)x[i] * x[i];
+        if (fabsf(x[i]) > m) m = fabsf(x[i]);
+    }
+    if (maxabs) *maxabs = m;
+    return sqrt(s);
+}
+
+static int cmd_inspect(Loaded* L) {
+    printf("checkpoint %s: verified (%d files, %llu bytes, crc32 ok)\n", L->path, L->info.n_files,
+           (unsigned long long)L->info.bytes);
+    checkpoint_verify(L->path, NULL, stdout);
+    // the trainer state of rank 0
+    Optim o;
+    optim_init(&o, &L->model);
+    SpikeWindow lw, gw;
+    spike_init(&lw, L->cfg.metrics.spike_window);
+    spike_init(&gw, L->cfg.metrics.spike_window);
+    CkptTrainState st = {0};
+    st.loss_win = &lw;
+    st.grad_win = &gw;
+    if (checkpoint_load(L->path, &L->model, &o, &st, 0, L->info.nproc) != 0) return 1;
+    printf("step %d of [train] steps %d | processes %d | AdamW t %d | lr of the last step %.6e\n", st.step,
+           L->cfg.train.steps, L->info.nproc, o.t, (double)st.lr);
+    printf("data: epoch %lld, shard %lld, batch %lld (next) | shuffle %s, seed %llu\n", (long long)st.data.epoch,
+           (long long)st.data.shard_idx, (long long)st.data.batch_idx, st.data_shuffle ? "on" : "off",
+           (unsigned long long)st.data_seed);
+    double lm, ls, gm, gs;
+    spike_z(&lw, 0.0, &lm, &ls);
+    spike_z(&gw, 0.0, &gm, &gs);
+    printf("spike windows: loss %d/%d values (mean %.6g), grad norm %d/%d values (mean %.6g) | non-finite run %d\n",
+           lw.n, lw.window, lm, gw.n, gw.window, gm, st.nonfinite_run);
+    printf("\nconfig (%s/config.ini):\n", L->path);
+    config_write(&L->cfg, stdout);
+
+    const ParamTable* t = &L->model.table;
+    float* p = malloc(t->total * sizeof(float));
+    float* m = malloc(t->total * sizeof(float));
+    float* v = malloc(t->total * sizeof(float));
+    if (!p || !m || !v) { fprintf(stderr, "error: out of memory\n"); return 1; }
+    ops_to_host(p, L->model.params, t->total * sizeof(float));
+    ops_to_host(m, o.m, t->total * sizeof(float));
+    ops_to_host(v, o.v, t->total * sizeof(float));
+    printf("\ntensors: %d (arena of %zu floats: each tensor starts 64-byte aligned)\n", t->n, t->total);
+    printf("%-24s %-14s %14s %14s %14s %14s\n", "name", "shape", "norm", "max|w|", "norm(adam m)", "norm(adam v)");
+    size_t params = 0;
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo* q = &t->p[i];
+        char shape[64] = "[";
+        for (int d = 0; d < q->ndim && d < (int)(sizeof q->shape / sizeof q->shape[0]); d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", d ? ", " : "", q->shape[d]);
+        strcat(shape, "]");
+        float mx;
+        double n = norm2(p + q->offset, q->numel, &mx);
+        printf("%-24s %-14s %14.6e %14.6e %14.6e %14.6e\n", q->name, shape, n, (double)mx,
+               norm2(m + q->offset, q->numel, NULL), norm2(v + q->offset, q->numel, NULL));
+        params += q->numel;
+    }
+    printf("total: %zu parameters\n", params);
+    free(p); free(m); free(v);
+    spike_free(&lw); spike_free(&gw);
+    optim_free(&o);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// sample
+
+static int cmd_sample(Loaded* L, const char* prompt_text, int n_tokens, float temperature, int top_k,
+                      long long seed, const char* tok_path) {
+    const ModelConfig* mc = &L->cfg.model;
+    Tokenizer tok;
+    int have_tok = 0;
+    if (tok_path && tok_path[0]) {
+        if (tokenizer_load(&tok, tok_path) != 0) return 1;
+        have_tok = 1;
+    }
+    if (!have_tok && mc->vocab_size > 256) {
+        fprintf(stderr, "error: sample: no tokenizer ([data] tokenizer is empty): pass --tokenizer FILE (the vocabulary has %d tokens)\n",
+                mc->vocab_size);
+        return 1;
+    }
+    int* prompt = NULL;
+    size_t np = 0;
+    if (prompt_text[0] && have_tok) {
+        if (tokenizer_encode(&tok, prompt_text, strlen(prompt_text), &prompt, &np) != 0) return 1;
+    } else if (prompt_text[0]) {
+        np = strlen(prompt_text);
+        prompt = malloc(np * sizeof(int));
+        for (size_t i = 0; i < np; i++) prompt[i] = (unsigned char)prompt_text[i];
+    }
+    if (np == 0) {   // as the trainer does: start from end-of-text (or a newline for bytes)
+        free(prompt);
+        prompt = malloc(sizeof(int));
+        int eot = have_tok ? tokenizer_eot(&tok) : -1;
+        prompt[0] = eot >= 0 ? eot : '\n';
+        np = 1;
+    }
+    // the trainer samples with its activations sized for [train] seq_len: the same context window
+    gpt_alloc_acts(&L->model, 1, L->cfg.train.seq_len);
+    int* out = malloc((size_t)n_tokens * sizeof(int));
+    unsigned long long s = seed >= 0 ? (unsigned long long)seed : L->cfg.train.seed + (unsigned long long)L->info.step;
+    sample_generate(&L->model, prompt, (int)np, n_tokens, temperature, top_k, s, out);
+    printf("---- sample from %s (step %d, temperature %.2f, top-k %d, seed %llu) ----\n%s", L->path, L->info.step,
+           (double)temperature, top_k, s, prompt_text);
+    for (int i = 0; i < n_tokens; i++) {
+        int len;
+        const unsigned char* b = NULL;
+        unsigned char byte;
+        if (have_tok) b = tokenizer_token_bytes(&tok, out[i], &len);
+        else if (mc->vocab_size <= 256) { byte = (unsigned char)out[i]; b = &byte; len = 1; }
+        if (b) fwrite(b, 1, (size_t)len, stdout);
+        else printf("<%d>", out[i]);
+    }
+    printf("\n----\n");
+    free(out);
+    free(prompt);
+    if (have_tok) tokenizer_free(&tok);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// eval
+
+static int cmd_eval(Loaded* L, const char* glob, int batches) {
+    const int B = L->cfg.train.batch_size, T = L->cfg.train.seq_len;
+    if (!glob[0]) {
+        fprintf(stderr, "error: eval: no shards: the checkpoint's [data] val_glob is empty; pass --glob PATTERN\n");
+        return 1;
+    }
+    DataLoader dl;
+    if (dataloader_init(&dl, glob, B, T, 0, 1, L->cfg.model.vocab_size) != 0) return 1;
+    int n = batches > 0 ? batches : (int)dl.batches_per_epoch;
+    gpt_alloc_acts(&L->model, B, T);
+    int* in = malloc((size_t)B * T * sizeof(int));
+    int* tg = malloc((size_t)B * T * sizeof(int));
+    // as the trainer's validation: batches from the start of the shards, in order, mean of means
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (dataloader_next(&dl, in, tg) != 0) return 1;
+        sum += gpt_forward(&L->model, in, tg);
+    }
+    float loss = (float)(sum / n);
+    printf("eval: %s step %d: loss %.6f over %d batches of %dx%d tokens (%lld tokens) from %s%s\n", L->path,
+           L->info.step, (double)loss, n, B, T, (long long)n * B * T, glob,
+           n > dl.batches_per_epoch ? " (wrapped around)" : "");
+    free(in);
+    free(tg);
+    dataloader_free(&dl);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+static int cmd_export(Loaded* L, const char* out_dir) {
+    const ParamTable* t = &L->model.table;
+    float* p = malloc(t->total * sizeof(float));
+    if (!p) { fprintf(stderr, "error: out of memory\n"); return 1; }
+    ops_to_host(p, L->model.params, t->total * sizeof(float));
+    int rc = export_hf(out_dir, &L->cfg, t, p, L->info.step, stdout);
+    free(p);
+    return rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) { usage(stdout); return 0; }
+    if (argc < 3) { usage(stderr); return 1; }
+    const char* cmd = argv[1];
+    const char* ckpt = argv[2];
+    if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export")) {
+        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export; see --help)\n", cmd);
+        return 1;
+    }
+    // options: every one takes a value
+    const char *prompt = NULL, *glob = NULL, *out = NULL, *tok = NULL;
+    long long seed = -1;
+    int tokens = -1, top_k = -1, batches = -1, threads = -1;
+    float temperature = -1.0f;
+    for (int i = 3; i < argc; i++) {
+        const char* a = argv[i];
+        if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value (see --help)\n", a); return 1; }
+        const char* v = argv[++i];
+        char* end = NULL;
+        if (strcmp(a, "--prompt") == 0) prompt = v;
+        else if (strcmp(a, "--glob") == 0) glob = v;
+        else if (strcmp(a, "--out") == 0) out = v;
+        else if (strcmp(a, "--tokenizer") == 0) tok = v;
+        else if (strcmp(a, "--seed") == 0) seed = strtoll(v, &end, 10);
+        else if (strcmp(a, "--tokens") == 0) tokens = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--top-k") == 0) top_k = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--batches") == 0) batches = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--threads") == 0) threads = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--temperature") == 0) temperature = strtof(v, &end);
+        else { fprintf(stderr, "error: unknown option '%s' for %s (see --help)\n", a, cmd); return 1; }
+        if (end && (end == v || *end)) { fprintf(stderr, "error: %s %s: not a number\n", a, v); return 1; }
+    }
+    if (strcmp(cmd, "sample") == 0 && ((tokens != -1 && tokens < 1) || (temperature != -1.0f && !(temperature > 0.0f)) || top_k < -1)) {
+        fprintf(stderr, "error: sample: --tokens must be >= 1, --temperature > 0, --top-k >= 0\n");
+        return 1;
+    }
+    if (strcmp(cmd, "export") == 0 && !out) { fprintf(stderr, "error: export needs --out DIR\n"); return 1; }
+
+    Loaded L;
+    memset(&L, 0, sizeof L);
+    if (load(ckpt, threads, &L) != 0) return 1;
+    int rc;
+    if (strcmp(cmd, "inspect") == 0) rc = cmd_inspect(&L);
+    else if (strcmp(cmd, "sample") == 0)
+        rc = cmd_sample(&L, prompt ? prompt : L.cfg.log.sample_prompt, tokens > 0 ? tokens : L.cfg.log.sample_tokens,
+                        temperature > 0.0f ? temperature : L.cfg.log.sample_temperature,
+                        top_k >= 0 ? top_k : L.cfg.log.sample_top_k, seed, tok ? tok : L.cfg.data.tokenizer);
+    else if (strcmp(cmd, "eval") == 0)
+        rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches);
+    else rc = cmd_export(&L, out);
+    gpt_free(&L.model);
+    return rc;
+}

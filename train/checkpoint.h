@@ -1,0 +1,110 @@
+// train/checkpoint.h: checkpoints: atomic, verified, exact resume (format: docs/formats.md).
+//
+// A checkpoint is a directory DIR/step_NNNNNNNN/ (N = optimizer steps completed, 8 digits):
+//
+//   model.bin        rank 0: the parameter table (names, shapes, offsets) and the flat arena
+//   config.ini       rank 0: the resolved config (loadable with config_load_file)
+//   rank_RRRRR.bin   every rank: its AdamW slice (m, v, t), data-loader position, step,
+//                    spike-detector windows, non-finite counter, RNG seeds
+//   DONE             rank 0, last: the step, the process count, every file's size and checksum
+//
+// Every file starts with a magic, a version and a zlib crc32 of its contents. The directory is
+// written as step_NNNNNNNN.tmp/ (files fsynced, then the directory), renamed into place, and
+// then DONE is written (itself via DONE.tmp + fsync + rename) and the directory fsynced again:
+// a directory without DONE is incomplete and never resumed from.
+//
+// Several processes (the distributed issue): rank 0 calls checkpoint_begin, then (after a
+// barrier) every rank calls checkpoint_write_rank and rank 0 checkpoint_write_model; after a
+// second barrier rank 0 calls checkpoint_commit. checkpoint_save does all of it for 1 process.
+//
+// Errors: one line on stderr naming the file, then -1. Nothing here exits.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "data/dataloader.h"
+#include "train/spike.h"
+
+#define CKPT_MAGIC 0x4B434747u     // the bytes "GGCK"
+#define CKPT_VERSION 1
+#define CKPT_KIND_MODEL 1
+#define CKPT_KIND_RANK 2
+#define CKPT_HEADER_BYTES 32
+#define CKPT_PATH_MAX 1100
+
+// What besides the weights and AdamW moments decides the rest of a run, as one rank holds it.
+// The spike windows are restored in place (their ring buffers are copied bit for bit).
+typedef struct {
+    int step;                  // optimizer steps completed
+    DataLoaderState data;      // the training loader's position (next batch)
+    uint64_t data_seed;        // the loader's shuffle seed, and whether it shuffles
+    int data_shuffle;
+    int nonfinite_run;         // consecutive non-finite steps so far
+    float lr;                  // learning rate of the last step (informational: lr is a function of step)
+    SpikeWindow* loss_win;     // spike-detector windows (train/spike.h)
+    SpikeWindow* grad_win;
+} CkptTrainState;
+
+// What checkpoint_verify read from a checkpoint's DONE file.
+typedef struct {
+    int step;                  // optimizer steps completed
+    int nproc;                 // processes that wrote it (one rank file each)
+    int n_files;               // files listed in DONE
+    uint64_t bytes;            // their total size
+} CkptInfo;
+
+// ---- paths
+// DIR/step_NNNNNNNN into out.
+void checkpoint_path(char* out, size_t n, const char* dir, int step);
+// The checkpoint directory of a run: [checkpoint] dir, or <run_dir>/checkpoints when empty.
+void checkpoint_dir_of(char* out, size_t n, const Config* c);
+
+// ---- writing
+// Rank 0: creates DIR (mkdir -p) and DIR/step_N.tmp/, removing a stale one left by a crash and an
+// incomplete DIR/step_N (no DONE). Refuses (-1) when a complete DIR/step_N exists.
+int checkpoint_begin(const char* dir, int step);
+// Rank 0: model.bin and config.ini into DIR/step_N.tmp/.
+int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m);
+// Every rank: rank_RRRRR.bin (this rank's AdamW slice [offset, offset+count) of the arena,
+// count = the whole arena for now) into DIR/step_N.tmp/.
+int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const Optim* o,
+                          size_t offset, size_t count, const CkptTrainState* st);
+// Rank 0, after every rank wrote: checks each file's header, fsyncs the directory, renames it
+// to DIR/step_N, writes DONE, fsyncs. On failure the partial directory is removed.
+int checkpoint_commit(const char* dir, int step, int nproc);
+// Removes DIR/step_N.tmp/ (after a failed write; best effort).
+void checkpoint_abort(const char* dir, int step);
+// All of the above for one process. Returns 0, or -1 with the checkpoint removed again and
+// every older checkpoint untouched.
+int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
+                    const CkptTrainState* st);
+
+// ---- reading
+// Checks DONE, then every file it lists: magic, version, size, checksum, and that the
+// checksum is the one DONE recorded. Returns 0 (info filled when not NULL) or -1 with one line
+// naming the file and what is wrong. With report != NULL, one line per file verified.
+int checkpoint_verify(const char* path, CkptInfo* info, FILE* report);
+// The resolved config of the checkpoint at path (checksum checked; then config_load_file and
+// config_finalize on top of the defaults).
+int checkpoint_load_config(const char* path, Config* c);
+// Loads model.bin into m (the table must match m's: same names, shapes and offsets) and, when o
+// is not NULL, rank_RRRRR.bin into o and st (st may be NULL; its spike windows are restored
+// when set). Checksums are checked as the files are read.
+int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, int nproc);
+
+// ---- the directory of checkpoints
+// Complete checkpoints (with DONE) in dir, steps ascending, into steps[max]; returns the count
+// (0 for a missing dir). Incomplete ones are not listed.
+int checkpoint_list(const char* dir, int* steps, int max);
+// After a checkpoint at `current` was committed: keeps the newest keep_last complete
+// checkpoints (0 = all) and those whose step is a multiple of keep_every (0 = none); deletes
+// the others, stale step_N.tmp/ directories and incomplete ones older than `current`.
+// Directories renamed step_N.corrupt are kept. Returns the number deleted.
+int checkpoint_prune(const char* dir, int keep_last, int keep_every, int current);
+
+// Testing hook (docs/formats.md): GATEDGPT_CKPT_SLOW_MS=N sleeps N ms at each stage of a write
+// (after each file, in the middle of each file, before and after the rename), so that a test
+// can kill the trainer while a checkpoint is being written.

@@ -1,0 +1,172 @@
+// train/resume.c: choosing a checkpoint, comparing configs, preparing the directory and the log.
+#define _GNU_SOURCE
+#include "resume.h"
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int resume_find(const char* spec, const char* dir, char* path, size_t n) {
+    if (strcmp(spec, "auto") != 0) {
+        if (checkpoint_verify(spec, NULL, NULL) != 0) {
+            fprintf(stderr, "error: --resume %s: the checkpoint does not verify (above); resume from another one "
+                    "(--resume auto takes the newest good one in [checkpoint] dir)\n", spec);
+            return -1;
+        }
+        snprintf(path, n, "%s", spec);
+        return 1;
+    }
+    enum { MAXC = 100000 };
+    int* steps = malloc(MAXC * sizeof(int));
+    if (!steps) return -1;
+    int count = checkpoint_list(dir, steps, MAXC);
+    int found = 0;
+    for (int i = count - 1; i >= 0 && !found; i--) {
+        checkpoint_path(path, n, dir, steps[i]);
+        if (checkpoint_verify(path, NULL, NULL) == 0) found = 1;
+        else fprintf(stderr, "warning: --resume auto: skipping the damaged checkpoint %s (above); trying the previous one\n", path);
+    }
+    free(steps);
+    if (found) return 1;
+    if (count > 0) {
+        fprintf(stderr, "error: --resume auto: all %d complete checkpoint(s) in %s are damaged (above); move them away to start "
+                "fresh, or resume from a copy with --resume PATH\n", count, dir);
+        return -1;
+    }
+    return 0;
+}
+
+// Sections whose keys define the network: a checkpoint's weights only fit the same values.
+static const char* const ARCH_SECTIONS[] = {"model", "moe"};
+// Keys that change only the run's length, what is logged, or where files go.
+static int key_is_free(const char* section, const char* key) {
+    if (strcmp(section, "log") == 0 || strcmp(section, "checkpoint") == 0) return 1;
+    if (strcmp(section, "train") == 0 && strcmp(key, "steps") == 0) return 1;
+    if (strcmp(section, "metrics") == 0 && strcmp(key, "probe_every") == 0) return 1;
+    if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "tokenizer") == 0)) return 1;
+    return 0;
+}
+
+int resume_check_config(const Config* saved, const Config* now, const char* ckpt_path) {
+    int n_arch = 0;
+    char list[4096];
+    size_t used = 0;
+    list[0] = 0;
+    for (int pass = 0; pass < 2; pass++) {       // pass 0: architecture keys, pass 1: the others
+        for (int i = 0; i < config_key_count(); i++) {
+            const char* sec;
+            const char* key = config_key(i, &sec);
+            int arch = 0;
+            for (size_t s = 0; s < sizeof ARCH_SECTIONS / sizeof ARCH_SECTIONS[0]; s++)
+                arch |= strcmp(sec, ARCH_SECTIONS[s]) == 0;
+            if (arch != (pass == 0)) continue;
+            char a[1100], b[1100];
+            config_key_value(saved, i, a, sizeof a);
+            config_key_value(now, i, b, sizeof b);
+            if (strcmp(a, b) == 0) continue;
+            if (arch) {
+                n_arch++;
+                if (used < sizeof list)
+                    used += (size_t)snprintf(list + used, sizeof list - used, "%s[%s] %s = %s (checkpoint: %s)",
+                                             n_arch > 1 ? ", " : "", sec, key, b, a);
+            } else if (key_is_free(sec, key)) {
+                printf("resume: [%s] %s = %s (checkpoint: %s): accepted\n", sec, key, b, a);
+            } else {
+                fprintf(stderr, "warning: resume: [%s] %s = %s (checkpoint: %s): accepted, but the run no longer "
+                        "reproduces an uninterrupted one\n", sec, key, b, a);
+            }
+        }
+        if (pass == 0 && n_arch > 0) {
+            fprintf(stderr, "error: --resume %s: the architecture differs from the checkpoint's in %d key(s): %s; "
+                    "resume with the checkpoint's values (its config.ini), or start a new run\n", ckpt_path, n_arch, list);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int resume_prepare_dir(const char* dir, int step, int resuming, int auto_mode) {
+    enum { MAXC = 100000 };
+    int* steps = malloc(MAXC * sizeof(int));
+    if (!steps) return -1;
+    int count = checkpoint_list(dir, steps, MAXC), rc = 0;
+    for (int i = 0; i < count && rc == 0; i++) {
+        if (steps[i] <= step && resuming) continue;
+        char path[CKPT_PATH_MAX], aside[CKPT_PATH_MAX + 16];
+        checkpoint_path(path, sizeof path, dir, steps[i]);
+        if (!resuming) {
+            fprintf(stderr, "error: %s holds checkpoints of an earlier run (newest: %s/step_%08d): continue it with "
+                    "--resume auto, or give this run another [checkpoint] dir or [log] run_dir\n", dir, dir, steps[count - 1]);
+            rc = -1;
+        } else if (auto_mode) {   // newer than the newest good one: it failed verification
+            snprintf(aside, sizeof aside, "%s.corrupt", path);
+            if (rename(path, aside) != 0) {
+                fprintf(stderr, "error: cannot move the damaged checkpoint %s aside to %s: %s\n", path, aside, strerror(errno));
+                rc = -1;
+            } else {
+                fprintf(stderr, "warning: moved the damaged checkpoint %s to %s (kept for inspection)\n", path, aside);
+            }
+        } else {
+            fprintf(stderr, "error: --resume: %s holds checkpoints newer than step %d (%s ...) that this run would overwrite; "
+                    "set [checkpoint] dir to a new directory for this branch of the run\n", dir, step, path);
+            rc = -1;
+        }
+    }
+    free(steps);
+    return rc;
+}
+
+int resume_trim_log(const char* log_path, int step) {
+    FILE* in = fopen(log_path, "r");
+    if (!in) return errno == ENOENT ? 0 : -1;
+    char tmp[CKPT_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", log_path);
+    FILE* out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        fprintf(stderr, "error: cannot write %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int kept = 0, dropped = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        // a record of a later step, or a line cut short by the crash, is dropped
+        const char* s = strstr(line, "\"step\":");
+        int complete = line[len - 1] == '\n';
+        if (!complete || (s && atoi(s + 7) > step)) { dropped++; continue; }
+        fputs(line, out);
+        kept++;
+    }
+    free(line);
+    fclose(in);
+    int err = fflush(out) != 0 || fsync(fileno(out)) != 0;
+    if (fclose(out) != 0) err = 1;
+    if (err || rename(tmp, log_path) != 0) {
+        fprintf(stderr, "error: cannot rewrite %s: %s\n", log_path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (dropped) printf("resume: %s: kept %d records up to step %d, dropped %d from after it\n", log_path, kept, step, dropped);
+    return 0;
+}
+
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs) {
+    if (checkpoint_load(path, m, o, cs, train_dl->rank, train_dl->nproc) != 0) return -1;
+    if (dataloader_set_state(train_dl, &cs->data) != 0) {
+        fprintf(stderr, "error: --resume %s: the saved data position does not fit [data] train_glob (above); resume with "
+                "the checkpoint's data and batch shape\n", path);
+        return -1;
+    }
+    if (cs->data_shuffle != train_dl->shuffle || (cs->data_shuffle && cs->data_seed != train_dl->seed))
+        fprintf(stderr, "warning: resume: the checkpoint's data order (shuffle %d, seed %llu) differs from this run's "
+                "(shuffle %d, seed %llu)\n", cs->data_shuffle, (unsigned long long)cs->data_seed, train_dl->shuffle,
+                (unsigned long long)train_dl->seed);
+    printf("resume: continuing from %s: step %d, AdamW t %d, data epoch %lld shard %lld batch %lld\n", path, cs->step,
+           o->t, (long long)cs->data.epoch, (long long)cs->data.shard_idx, (long long)cs->data.batch_idx);
+    return 0;
+}

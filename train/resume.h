@@ -1,0 +1,40 @@
+// train/resume.h: what `train_gpt --resume auto | PATH` decides before training continues:
+// which checkpoint, whether this run's config may continue it, and what happens to the
+// checkpoint directory and the run log. The checkpoint files themselves: train/checkpoint.h.
+#pragma once
+#include <stddef.h>
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "data/dataloader.h"
+#include "train/checkpoint.h"
+
+// The checkpoint to resume from. spec "auto": the newest complete checkpoint in dir that
+// verifies; a newer one that fails verification is reported with a warning and skipped.
+// Any other spec is a checkpoint directory, which must verify. Returns 1 with path filled, 0
+// when spec is "auto" and dir holds no complete checkpoint (start fresh), -1 on error (every
+// complete checkpoint in dir is damaged, or the given one is).
+int resume_find(const char* spec, const char* dir, char* path, size_t n);
+
+// Compares this run's config with the checkpoint's. Any difference in an architecture section
+// ([model], and [moe] once it exists: whole sections, key by key) is refused: returns -1 after
+// one error line listing every differing key with both values. Other differences are accepted
+// and printed: keys that only change the run's length, logging or probes as notes, the others
+// (they change the trajectory: lr, seed, batch shape, data, ...) as warnings.
+int resume_check_config(const Config* saved, const Config* now, const char* ckpt_path);
+
+// Before continuing from `step` in checkpoint directory dir: complete checkpoints newer than
+// step are renamed step_N.corrupt (auto mode: they failed verification) or refused (-1: an
+// explicit PATH older than checkpoints that would be overwritten). For a fresh start (step 0,
+// not resuming) any complete checkpoint in dir is refused, so no earlier run's checkpoint is
+// ever overwritten.
+int resume_prepare_dir(const char* dir, int step, int resuming, int auto_mode);
+
+// Keeps the records of log.jsonl whose "step" is <= step (written atomically: .tmp + rename),
+// so the log of a resumed run reads like the uninterrupted run's. A missing log is fine.
+int resume_trim_log(const char* log_path, int step);
+
+// Loads the checkpoint at path into the model, the optimizer, the training loader's position and
+// cs (step, counters, spike windows restored in place), and prints what it resumed. Returns 0,
+// or -1 after an error line (a damaged file, a position that does not fit the data).
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs);
