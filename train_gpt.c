@@ -20,6 +20,8 @@
 #include "train/spike.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
+#include "train/comm.h"
+#include "train/dist.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -199,12 +201,28 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
 // Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
 // failure the error is printed (with what on_write_error will do) and -1 returned; the
 // checkpoint is removed again and older ones are untouched (train/checkpoint.h).
-static int write_checkpoint(const Config* cfg, const char* dir, const GPT* m, const Optim* o,
+static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, const GPT* m, const Optim* o,
                             const CkptTrainState* cs, FILE* logf) {
     double t0 = now_s();
     char path[CKPT_PATH_MAX];
     checkpoint_path(path, sizeof path, dir, cs->step);
-    if (checkpoint_save(dir, cs->step, cfg, m, o, cs) != 0) {
+    // every rank writes its own state; rank 0 the shared files and, only when every rank
+    // succeeded, the DONE marker. The ranks agree on the outcome (a max over failure flags).
+    double fail = 0.0;
+    if (comm->rank == 0 && checkpoint_begin(dir, cs->step) != 0) fail = 1.0;
+    comm_allreduce_max_f64(comm, &fail, 1);   // the directory exists before anyone writes into it
+    if (fail == 0.0) {
+        if (comm->rank == 0 && checkpoint_write_model(dir, cs->step, cfg, m) != 0) fail = 1.0;
+        if (fail == 0.0 && checkpoint_write_rank(dir, cs->step, comm->rank, comm->size, o, o->lo, o->hi - o->lo, cs) != 0)
+            fail = 1.0;
+        comm_allreduce_max_f64(comm, &fail, 1);
+        if (comm->rank == 0) {
+            if (fail == 0.0 && checkpoint_commit(dir, cs->step, comm->size) != 0) fail = 1.0;
+            if (fail != 0.0) checkpoint_abort(dir, cs->step);
+        }
+        comm_allreduce_max_f64(comm, &fail, 1);
+    }
+    if (fail != 0.0) {
         fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", cs->step);
         fflush(logf);
         if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)
@@ -215,7 +233,7 @@ static int write_checkpoint(const Config* cfg, const char* dir, const GPT* m, co
                     "on_write_error = continue); the older checkpoints are untouched\n", cs->step);
         return -1;
     }
-    int pruned = checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step);
+    int pruned = comm->rank == 0 ? checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step) : 0;
     double ms = (now_s() - t0) * 1e3;
     printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
     fflush(stdout);
@@ -226,7 +244,36 @@ static int write_checkpoint(const Config* cfg, const char* dir, const GPT* m, co
     return 0;
 }
 
+// Fault injection for the distributed tests: GATEDGPT_FAIL_RANK=R GATEDGPT_FAIL_STEP=S makes
+// rank R fail with an error at step S (docs/distributed.md).
+static int injected_failure(const Comm* comm, int step) {
+    const char* r = getenv("GATEDGPT_FAIL_RANK");
+    const char* s = getenv("GATEDGPT_FAIL_STEP");
+    if (!r || !s || atoi(r) != comm->rank || atoi(s) != step) return 0;
+    fprintf(stderr, "error: rank %d of %d: injected failure at step %d (GATEDGPT_FAIL_RANK/GATEDGPT_FAIL_STEP)\n",
+            comm->rank, comm->size, step);
+    return 1;
+}
+
+static int train_main(Comm* comm, int argc, char** argv);
+
 int main(int argc, char** argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    // only rank 0 prints; every rank's errors and warnings still reach stderr
+    if (comm.rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    int rc = train_main(&comm, argc, argv);
+    fflush(stdout);
+    if (rc != 0 && comm.size > 1) {
+        char why[160];
+        snprintf(why, sizeof why, "failed (exit status %d, its error is above): stopping all %d ranks", rc, comm.size);
+        comm_abort(&comm, rc, why);
+    }
+    if (rc == 0) comm_finalize(&comm);
+    return rc;
+}
+
+static int train_main(Comm* comm, int argc, char** argv) {
     Config cfg;
     config_defaults(&cfg);
     const char* config_path = NULL;
@@ -292,12 +339,28 @@ int main(int argc, char** argv) {
                 config_path ? config_path : "config");
         return 1;
     }
+    {   // [train] tokens_per_step is global: B x T tokens per process and micro-step, P processes
+        const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
+        long tps = tc->tokens_per_step;
+        if (strncmp(config_origin(&cfg, "train", "tokens_per_step"), "derived", 7) == 0) tps = (long)B * T * P;   // 0 in the config
+        if (tps % ((long)B * T * P) != 0) {
+            fprintf(stderr, "error: %s: [train] tokens_per_step = %ld is not a multiple of batch_size x seq_len x processes = %d x %d x %d = %ld "
+                    "(fix: set tokens_per_step to a multiple of %ld, or change batch_size or the process count)\n",
+                    config_path ? config_path : "config", tps, B, T, P, (long)B * T * P, (long)B * T * P);
+            return 1;
+        }
+        cfg.train.tokens_per_step = tps;   // saved resolved, so a resume reads the global value
+    }
     // which checkpoint to continue from, and whether this config may continue it
     char ckpt_dir[CKPT_PATH_MAX], resume_path[CKPT_PATH_MAX];
     checkpoint_dir_of(ckpt_dir, sizeof ckpt_dir, &cfg);
     int resuming = 0;
     if (resume_spec) {
-        resuming = resume_find(resume_spec, ckpt_dir, resume_path, sizeof resume_path);
+        // rank 0 chooses (verifying the files); every rank continues from its choice
+        memset(resume_path, 0, sizeof resume_path);
+        if (comm->rank == 0) resuming = resume_find(resume_spec, ckpt_dir, resume_path, sizeof resume_path);
+        comm_broadcast(comm, &resuming, sizeof resuming);
+        comm_broadcast(comm, resume_path, sizeof resume_path);
         if (resuming < 0) return 1;
         if (!resuming) printf("resume: no complete checkpoint in %s: starting from step 0\n", ckpt_dir);
     }
@@ -307,12 +370,13 @@ int main(int argc, char** argv) {
         if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
     }
     ops_init(tc->threads);
-    const int B = tc->batch_size, T = tc->seq_len;
-    const int grad_accum = (int)(tc->tokens_per_step / ((long)B * T));
+    const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
+    const long tokens_per_step = tc->tokens_per_step;
+    const int grad_accum = (int)(tokens_per_step / ((long)B * T * P));
 
     DataLoader train_dl, val_dl;
     int have_val = 0;
-    if (dataloader_init(&train_dl, cfg.data.train_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
+    if (dataloader_init(&train_dl, cfg.data.train_glob, B, T, comm->rank, P, mc->vocab_size) != 0) return 1;
     if (cfg.data.shuffle) dataloader_shuffle(&train_dl, tc->seed);
     if (cfg.data.val_glob[0] && cfg.log.val_every > 0) {
         if (dataloader_init(&val_dl, cfg.data.val_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
@@ -346,18 +410,24 @@ int main(int argc, char** argv) {
     }
 
     GPT model;
-    gpt_build(&model, mc, tc->seed);
+    gpt_build(&model, mc, tc->seed);   // the same seed on every rank: the same initial weights
     gpt_alloc_acts(&model, B, T);
+    Dist dist;
+    dist_init(&dist, comm, P > 1 ? tc->zero_stage : 0, model.table.total);
     Optim opt;
-    optim_init(&opt, &model);
+    optim_init_range(&opt, &model, dist.lo, dist.hi);
 
-    double peak = ops_peak_flops();
+    double peak = ops_peak_flops();   // this process's share of the machine; summed over ranks
+    comm_allreduce_sum_f64(comm, &peak, 1);
     double flops_tok = gpt_flops_per_token(mc, T);
     printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
     printf("model: %d parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
            (int)model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
-    printf("batch: B=%d T=%d grad_accum=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
-           B, T, grad_accum, tc->tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
+    printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
+           B, T, grad_accum, P, tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
+    if (P > 1)
+        printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process\n",
+               comm_name(comm), dist.zero_stage, dist.hi - dist.lo, model.table.total);
     fflush(stdout);
 
     int* in = malloc((size_t)B * T * sizeof(int));
@@ -392,21 +462,24 @@ int main(int argc, char** argv) {
             return 0;
         }
     }
-    if (cfg.ckpt.checkpoint_every > 0 &&
+    // rank 0 owns the checkpoint directory, the run directory and the run log; the others
+    // write their records to /dev/null (the same code path, no files)
+    if (comm->rank == 0 && cfg.ckpt.checkpoint_every > 0 &&
         resume_prepare_dir(ckpt_dir, start_step, resuming, resume_spec && strcmp(resume_spec, "auto") == 0) != 0)
         return 1;
 
     // the run directory (only now: a refused start above leaves it as it was)
-    if (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0) {
+    if (comm->rank == 0 && (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0)) {
         fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
         return 1;
     }
     // the run log: a resumed run keeps the records up to its checkpoint and appends
     char log_path[1100];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);
-    if (resuming && resume_trim_log(log_path, start_step) != 0) return 1;
-    FILE* logf = fopen(log_path, resuming ? "a" : "w");
+    if (comm->rank == 0 && resuming && resume_trim_log(log_path, start_step) != 0) return 1;
+    FILE* logf = fopen(comm->rank == 0 ? log_path : "/dev/null", resuming ? "a" : "w");
     if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
+    comm_barrier(comm);   // the others start once rank 0 has accepted the start
     if (resuming) {
         fprintf(logf, "{\"type\":\"resume\",\"step\":%d,\"path\":\"", start_step);
         json_escape(logf, (const unsigned char*)resume_path, (int)strlen(resume_path));
@@ -414,25 +487,31 @@ int main(int argc, char** argv) {
         fflush(logf);
     }
 
-    if (have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point
+    const int r0 = comm->rank == 0;   // validation, probes and samples: rank 0 alone
+    if (r0 && have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point
         float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
         printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
         fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":%.6f}\n", vl);
     }
-    if (cfg.metrics.probe_every > 0 && !resuming) run_probe(&model, probe_in, probe_tg, 0, logf);
+    if (r0 && cfg.metrics.probe_every > 0 && !resuming) run_probe(&model, probe_in, probe_tg, 0, logf);
     int ckpt_failed = 0;
     const int end_step = stop_after > 0 && stop_after < tc->steps ? stop_after : tc->steps;
     for (int step = start_step; step < end_step; step++) {
-        double t0 = now_s();
+        double t0 = now_s(), comm_s0 = comm->seconds;
+        if (injected_failure(comm, step + 1)) return 1;
         gpt_zero_grad(&model);
         double loss = 0.0;
         for (int micro = 0; micro < grad_accum; micro++) {
             if (dataloader_next(&train_dl, in, tg) != 0) return 1;
             loss += gpt_forward(&model, in, tg) / grad_accum;
-            gpt_backward(&model, 1.0f / grad_accum);
+            gpt_backward(&model, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
         }
+        // the global batch: gradients summed over ranks, the loss averaged
+        dist_reduce_grads(&dist, model.grads);
+        comm_allreduce_sum_f64(comm, &loss, 1);
+        loss /= P;
         float lr = lr_schedule(tc, step);
-        float norm = optim_grad_norm(&model);
+        float norm = dist_grad_norm(&dist, model.grads);
         int skipped = !isfinite(loss) || !isfinite(norm);
         if (skipped) {
             fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
@@ -448,10 +527,13 @@ int main(int argc, char** argv) {
             int grad_spike = check_spike(&grad_win, "grad_norm", norm, cfg.metrics.spike_z, cfg.metrics.skip_grad_z, step + 1, logf, &skipped);
             if (!loss_spike) spike_push(&loss_win, loss);
             if (!grad_spike) spike_push(&grad_win, norm);
-            if (!skipped) optim_step(&opt, &model, tc, lr, norm);
+            if (!skipped) {
+                optim_step(&opt, &model, tc, lr, norm);   // this rank's range of the parameters
+                dist_gather_params(&dist, model.params);  // ZeRO-1: everyone's updated shards
+            }
         }
-        double dt = now_s() - t0;
-        double tok_s = tc->tokens_per_step / dt;
+        double dt = now_s() - t0, comm_ms = (comm->seconds - comm_s0) * 1e3;
+        double tok_s = tokens_per_step / dt;
         double mfu = tok_s * flops_tok / peak;
         if ((step + 1) % cfg.log.log_every == 0 || step == start_step || step + 1 == end_step) {
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s\n",
@@ -462,16 +544,18 @@ int main(int argc, char** argv) {
         json_number(logf, loss);
         fprintf(logf, ",\"lr\":%.6e,\"grad_norm\":", lr);
         json_number(logf, norm);
-        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s}\n",
-                dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
-        if (have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
+        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s", dt * 1e3, tok_s, mfu,
+                skipped ? "true" : "false");
+        if (P > 1) fprintf(logf, ",\"comm_ms\":%.3f", comm_ms);
+        fprintf(logf, "}\n");
+        if (r0 && have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
             float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
             fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step + 1, vl);
         }
-        if (cfg.metrics.probe_every > 0 && ((step + 1) % cfg.metrics.probe_every == 0 || step + 1 == tc->steps))
+        if (r0 && cfg.metrics.probe_every > 0 && ((step + 1) % cfg.metrics.probe_every == 0 || step + 1 == tc->steps))
             run_probe(&model, probe_in, probe_tg, step + 1, logf);
-        if (cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
+        if (r0 && cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
             print_sample(&model, &cfg, &dec, step + 1, logf);
         fflush(logf);
         // checkpoint every checkpoint_every steps and after the last one (of the run, or of this job)
@@ -482,7 +566,7 @@ int main(int argc, char** argv) {
             cs.data_shuffle = train_dl.shuffle;
             cs.nonfinite_run = nonfinite_run;
             cs.lr = lr;
-            if (write_checkpoint(&cfg, ckpt_dir, &model, &opt, &cs, logf) != 0) {
+            if (write_checkpoint(comm, &cfg, ckpt_dir, &model, &opt, &cs, logf) != 0) {
                 ckpt_failed++;
                 if (cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) return 1;
             }
@@ -497,6 +581,7 @@ int main(int argc, char** argv) {
     free(in); free(tg); free(probe_in); free(probe_tg);
     spike_free(&loss_win); spike_free(&grad_win);
     optim_free(&opt);
+    dist_free(&dist);
     gpt_free(&model);
     dataloader_free(&train_dl);
     if (have_val) dataloader_free(&val_dl);

@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/optim.h"
+#include "train/dist.h"
 #include "model/sample.h"
 #include "tools/export_hf.h"
 #include "train/checkpoint.h"
@@ -98,8 +99,10 @@ static int cmd_inspect(Loaded* L) {
            (unsigned long long)L->info.bytes);
     checkpoint_verify(L->path, NULL, stdout);
     // the trainer state of rank 0
-    Optim o;
-    optim_init(&o, &L->model);
+    Optim o;   // rank 0's AdamW state: the whole arena, or its ZeRO-1 shard
+    size_t lo = 0, hi = L->model.table.total;
+    if (L->cfg.train.zero_stage == 1) dist_shard(hi, L->info.nproc, 0, &lo, &hi);
+    optim_init_range(&o, &L->model, lo, hi);
     SpikeWindow lw, gw;
     spike_init(&lw, L->cfg.metrics.spike_window);
     spike_init(&gw, L->cfg.metrics.spike_window);

@@ -453,7 +453,7 @@ int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const 
     float* host = malloc(chunk * sizeof(float));
     if (!host) { fclose(w.f); unlink(path); return ck_error(path, "out of memory"); }
     for (int which = 0; which < 2; which++) {
-        const float* src = (which == 0 ? o->m : o->v) + offset;
+        const float* src = (which == 0 ? o->m : o->v) + (offset - o->lo);   // o holds [lo, hi)
         for (size_t done = 0; done < count; done += chunk) {
             size_t n = count - done < chunk ? count - done : chunk;
             ops_to_host(host, src + done, n * sizeof(float));
@@ -542,7 +542,7 @@ int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, 
                     const CkptTrainState* st) {
     if (checkpoint_begin(dir, step) != 0) return -1;
     if (checkpoint_write_model(dir, step, cfg, m) != 0 ||
-        checkpoint_write_rank(dir, step, 0, 1, o, 0, m->table.total, st) != 0 ||
+        checkpoint_write_rank(dir, step, 0, 1, o, o->lo, o->hi - o->lo, st) != 0 ||
         checkpoint_commit(dir, step, 1) != 0) {
         checkpoint_abort(dir, step);
         return -1;
@@ -722,22 +722,24 @@ int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int 
         free(host);
         goto fail;
     }
-    if (slice[0] != 0 || slice[1] != t->total) {   // ZeRO-1 slices arrive with the distributed issue
-        ck_error(file, "holds AdamW state for floats [%llu, %llu) of %zu; this build reads whole-arena state only",
-                 (unsigned long long)slice[0], (unsigned long long)(slice[0] + slice[1]), t->total);
+    if (slice[0] != o->lo || slice[1] != o->hi - o->lo) {   // ZeRO-1: this rank's shard
+        ck_error(file, "holds AdamW state for floats [%llu, %llu) of %zu, but this process updates [%zu, %zu) "
+                 "(resume with the checkpoint's process count and [train] zero_stage)",
+                 (unsigned long long)slice[0], (unsigned long long)(slice[0] + slice[1]), t->total, o->lo, o->hi);
         free(host);
         goto fail;
     }
     if (r_spike(&r, st ? st->loss_win : NULL) != 0 || r_spike(&r, st ? st->grad_win : NULL) != 0) { free(host); goto fail; }
     // m and v: read both (checksum), then copy
-    float* host_v = malloc(t->total * sizeof(float));
+    size_t cnt = o->hi - o->lo;
+    float* host_v = malloc((cnt ? cnt : 1) * sizeof(float));
     if (!host_v) { ck_error(file, "out of memory"); free(host); goto fail; }
-    if (r_get(&r, host, t->total * sizeof(float)) || r_get(&r, host_v, t->total * sizeof(float))) {
+    if (r_get(&r, host, cnt * sizeof(float)) || r_get(&r, host_v, cnt * sizeof(float))) {
         free(host); free(host_v); goto fail;
     }
     if (r_close(&r) != 0) { free(host); free(host_v); return -1; }
-    ops_from_host(o->m, host, t->total * sizeof(float));
-    ops_from_host(o->v, host_v, t->total * sizeof(float));
+    ops_from_host(o->m, host, cnt * sizeof(float));
+    ops_from_host(o->v, host_v, cnt * sizeof(float));
     free(host);
     free(host_v);
     o->t = hdr[2];

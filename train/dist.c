@@ -7,6 +7,15 @@
 #include <string.h>
 #include "../kernels/ops.h"
 
+void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi) {
+    // shard length: total / size rounded up to whole norm chunks
+    size_t nchunks = (total + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    size_t shard = (nchunks + (size_t)size - 1) / (size_t)size * OPS_SUMSQ_CHUNK;
+    size_t a = (size_t)rank * shard, b = a + shard;
+    *lo = a < total ? a : total;
+    *hi = b < total ? b : total;
+}
+
 void dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     memset(d, 0, sizeof(*d));
     d->comm = c;
@@ -18,13 +27,9 @@ void dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     d->nchunks = (total + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     d->part = calloc(d->nchunks ? d->nchunks : 1, sizeof(double));
     if (!d->off || !d->cnt || !d->part) { fprintf(stderr, "error: out of host memory (dist_init)\n"); exit(1); }
-    // shard length: total / n rounded up to whole chunks
-    size_t chunks_per = (d->nchunks + (size_t)n - 1) / (size_t)n;
-    size_t shard = chunks_per * OPS_SUMSQ_CHUNK;
     for (int r = 0; r < n; r++) {
-        size_t a = (size_t)r * shard, b = a + shard;
-        if (a > total) a = total;
-        if (b > total) b = total;
+        size_t a, b;
+        dist_shard(total, n, r, &a, &b);
         d->off[r] = a;
         d->cnt[r] = b - a;
     }

@@ -23,6 +23,9 @@ typedef struct {
 } Dist;
 
 void dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
+// The shard [*lo, *hi) of rank `rank` of `size` over an arena of `total` floats (the layout
+// above; what a ZeRO-1 checkpoint's rank file holds).
+void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi);
 void dist_free(Dist* d);
 // After the micro-steps: the sum over processes of grads[total] (every process called backward
 // with dloss = 1 / (grad_accum * size), so the sum is the global-batch mean). zero_stage 0: all

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tests/test_mpi_train.sh BUILD_DIR: data-parallel training under mpirun (docs/distributed.md),
+# a tiny model on the KJV shards, one OpenMP thread per process:
+#   - 2 and 3 processes vs 1 process with the same global batch (6 micro-batches of 4 x 64
+#     tokens): step losses within 1e-5 relative, parameters after 20 steps within 1e-5 of each
+#     tensor's max (the measured figures are printed);
+#   - ZeRO-1 vs ZeRO-0 under 2 and 3 processes: the same losses and parameters, bit for bit;
+#   - a checkpoint written by 2 processes (ZeRO-1) resumes under 2 processes bit for bit;
+#   - an injected failure on rank 1 stops the whole job with a message naming the rank;
+#   - a global batch that does not divide over the processes is refused.
+# Skips (exit 0) when mpirun is missing.
+set -u
+build=$(cd "$1" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+if ! command -v mpirun >/dev/null 2>&1; then echo "skipped: mpirun not installed (apt-get install openmpi-bin)"; exit 0; fi
+bash scripts/prepare_kjv.sh "$build/prepare" >/dev/null || { echo "FAIL: prepare_kjv.sh"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0 fail=0
+check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi; }
+TINY=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=64 --model.n_head=4
+      --model.n_kv_head=2 --model.head_dim=16 --model.d_ff=128 --model.max_seq_len=64
+      --train.batch_size=4 --train.seq_len=64 --train.tokens_per_step=1536 --train.steps=20
+      --train.warmup_steps=3 --train.threads=1 --log.log_every=1000 --log.val_every=0
+      --metrics.probe_every=0 --log.sample_every=0 --checkpoint.checkpoint_every=20)
+run() {  # run NAME NP [overrides...]: a 20-step run into $TMP/NAME; its output in $TMP/NAME.out
+    local name=$1 np=$2; shift 2
+    local launch=()
+    [ "$np" -eq 1 ] || launch=(mpirun -np "$np" --oversubscribe)
+    timeout 300 ${launch[@]+"${launch[@]}"} "$build/train_gpt" "${TINY[@]}" --log.run_dir="$TMP/$name" "$@" \
+        >"$TMP/$name.out" 2>&1
+}
+ck() { echo "$TMP/$1/checkpoints/step_$(printf %08d "$2")"; }
+
+run one 1;                      check "1 process runs (rc $?)" [ -f "$(ck one 20)/DONE" ]
+run two 2;                      check "2 processes run (rc $?)" [ -f "$(ck two 20)/DONE" ]
+run three 3;                    check "3 processes run (rc $?)" [ -f "$(ck three 20)/DONE" ]
+run two_z1 2 --train.zero_stage=1;   check "2 processes ZeRO-1 run" [ -f "$(ck two_z1 20)/DONE" ]
+run three_z1 3 --train.zero_stage=1; check "3 processes ZeRO-1 run" [ -f "$(ck three_z1 20)/DONE" ]
+check "3 processes: 2 micro-steps each" grep -q "grad_accum=2 processes=3 -> 1536 tokens/step" "$TMP/three.out"
+check "ZeRO-1 prints its shard" grep -q "zero_stage 1: AdamW state for" "$TMP/three_z1.out"
+for n in two three; do
+    "$PY" tests/compare_ckpt.py losses "$TMP/$n/log.jsonl" "$TMP/one/log.jsonl" 1e-5 >"$TMP/$n.l.cmp"
+    rc=$?
+    check "$n processes vs 1: $(cat "$TMP/$n.l.cmp")" [ $rc -eq 0 ]
+    "$PY" tests/compare_ckpt.py params "$(ck $n 20)" "$(ck one 20)" 1e-5 >"$TMP/$n.p.cmp"
+    rc=$?
+    check "$n processes vs 1 after 20 steps: $(cat "$TMP/$n.p.cmp")" [ $rc -eq 0 ]
+    echo "$n processes vs 1: $(cat "$TMP/$n.l.cmp"); $(cat "$TMP/$n.p.cmp")"
+    check "$n processes: ZeRO-1 losses == ZeRO-0, bitwise" "$PY" tests/compare_ckpt.py losses "$TMP/${n}_z1/log.jsonl" "$TMP/$n/log.jsonl" 0
+    check "$n processes: ZeRO-1 model.bin == ZeRO-0, byte for byte" cmp -s "$(ck ${n}_z1 20)/model.bin" "$(ck $n 20)/model.bin"
+done
+check "ZeRO-1 writes one rank file per process" [ -f "$(ck three_z1 20)/rank_00002.bin" ]
+
+# a ZeRO-1 checkpoint of 2 processes resumes under 2 processes, bit for bit
+run res 2 --train.zero_stage=1 --checkpoint.checkpoint_every=10 --stop-after 10
+check "stopped after 10 with a checkpoint" [ -f "$(ck res 10)/DONE" ]
+run res 2 --train.zero_stage=1 --checkpoint.checkpoint_every=10 --resume auto
+check "resumed from step 10" grep -q '"type":"resume","step":10' "$TMP/res/log.jsonl"
+check "resumed run: losses == straight run, bitwise" "$PY" tests/compare_ckpt.py losses "$TMP/res/log.jsonl" "$TMP/two_z1/log.jsonl" 0
+check "resumed run: model.bin == straight run, byte for byte" cmp -s "$(ck res 20)/model.bin" "$(ck two_z1 20)/model.bin"
+check "resumed run: rank 1's AdamW shard == straight run" cmp -s "$(ck res 20)/rank_00001.bin" "$(ck two_z1 20)/rank_00001.bin"
+run res3 3 --train.zero_stage=1 --resume "$(ck res 10)"
+check "a 2-process checkpoint under 3 processes is refused" grep -q "written by rank 0 of 2, read by rank 0 of 3" "$TMP/res3.out"
+
+# an injected failure on rank 1 at step 3 stops every rank, names the rank, leaves no checkpoint
+GATEDGPT_FAIL_RANK=1 GATEDGPT_FAIL_STEP=3 run fail 2 --checkpoint.checkpoint_every=2
+rc=$?
+check "injected failure: non-zero exit (rc $rc, not a timeout)" [ $rc -ne 0 ] && [ $rc -ne 124 ]
+check "injected failure: the message names rank 1" grep -q "error: rank 1 of 2: injected failure at step 3" "$TMP/fail.out"
+check "injected failure: the job was stopped" grep -q "stopping all 2 ranks" "$TMP/fail.out"
+check "injected failure: the checkpoint of step 2 is complete, none later" [ -f "$(ck fail 2)/DONE" ] && [ ! -e "$(ck fail 4)" ]
+
+# a global batch that does not split over the processes
+run odd 2 --train.tokens_per_step=768
+check "tokens_per_step 768 over 2 x 4 x 64 refused" grep -q "tokens_per_step = 768 is not a multiple of batch_size x seq_len x processes = 4 x 64 x 2 = 512" "$TMP/odd.out"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
