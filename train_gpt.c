@@ -30,7 +30,7 @@ static double now_s(void) {
 static void usage(FILE* f) {
     fprintf(f,
         "usage: train_gpt --config FILE.ini [--section.key=value ...] [--check]\n"
-        "  --config FILE    INI config (sections [model] [train] [data] [log] [checkpoint]);\n"
+        "  --config FILE    INI config (sections [model] [moe] [train] [data] [log] [checkpoint] [metrics]);\n"
         "                   every key and its default: docs/config.md\n"
         "  --S.K=V          override key K of section S, e.g. --train.lr=1e-3\n"
         "  --check          validate the config, print it resolved, and exit\n"
@@ -168,8 +168,14 @@ static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf
     probe_run(m, in, tg, step, &r);
     r.ms = (float)((now_s() - t0) * 1e3);
     probe_write_json(&r, logf);
-    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f | %.0f ms\n", step,
-           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, r.ms);
+    char moe[96] = "";
+    if (r.has_moe) {   // the largest max/mean expert load over the MoE layers
+        float ml = 0.0f;
+        for (int l = 0; l < r.n_layer; l++) if (r.layer[l].moe_max_load > ml) ml = r.layer[l].moe_max_load;
+        snprintf(moe, sizeof moe, " | MoE max/mean load %.2f", ml);
+    }
+    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | %.0f ms\n", step,
+           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe, r.ms);
     probe_free(&r);
 }
 
@@ -274,6 +280,9 @@ int main(int argc, char** argv) {
     printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
     printf("model: %d parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
            (int)model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+    if (mc->moe.n_expert > 0)
+        printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
+               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, model.table.total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            B, T, grad_accum, tc->tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
     fflush(stdout);
@@ -309,6 +318,8 @@ int main(int argc, char** argv) {
             loss += gpt_forward(&model, in, tg) / grad_accum;
             gpt_backward(&model, 1.0f / grad_accum);
         }
+        MoeStepSummary moe;   // routing over the step's micro-steps (n_moe = 0: a dense model)
+        moe_step_summary(&model, &moe);
         float lr = lr_schedule(tc, step);
         float norm = optim_grad_norm(&model);
         int skipped = !isfinite(loss) || !isfinite(norm);
@@ -332,16 +343,25 @@ int main(int argc, char** argv) {
         double tok_s = tc->tokens_per_step / dt;
         double mfu = tok_s * flops_tok / peak;
         if ((step + 1) % cfg.log.log_every == 0 || step == 0 || step + 1 == tc->steps) {
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s\n",
-                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, skipped ? " | skipped" : "");
+            char moe_txt[80] = "";
+            if (moe.n_moe) snprintf(moe_txt, sizeof moe_txt, " | aux %.3f z %.2f load %.2f", moe.aux, moe.z, moe.max_load);
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s%s\n",
+                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, moe_txt, skipped ? " | skipped" : "");
             fflush(stdout);
         }
         fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":", step + 1);
         json_number(logf, loss);
         fprintf(logf, ",\"lr\":%.6e,\"grad_norm\":", lr);
         json_number(logf, norm);
-        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s}\n",
+        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s",
                 dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
+        if (moe.n_moe) {
+            fprintf(logf, ",\"moe_aux\":"); json_number(logf, moe.aux);
+            fprintf(logf, ",\"moe_z\":"); json_number(logf, moe.z);
+            fprintf(logf, ",\"moe_max_load\":"); json_number(logf, moe.max_load);
+            fprintf(logf, ",\"moe_dropped\":%ld", moe.dropped);
+        }
+        fprintf(logf, "}\n");
         if (have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
             float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);

@@ -71,6 +71,37 @@ double moe_entropy(const MoeStats* s) {
     return s->n_tokens > 0 ? s->entropy_sum / s->n_tokens : NAN;
 }
 
+double moe_last_aux(const MoeStats* s) {
+    if (s->n_expert <= 0 || s->n_tokens <= 0) return NAN;
+    long slots = 0;
+    for (int i = 0; i < s->n_expert; i++) slots += s->counts[i];
+    double a = 0.0;
+    for (int i = 0; i < s->n_expert; i++) a += ((double)s->counts[i] / slots) * (s->p_sum[i] / s->n_tokens);
+    return s->n_expert * a;
+}
+
+double moe_step_max_load(const MoeStats* s) {
+    if (s->n_expert <= 0 || s->step_slots <= 0.0) return NAN;
+    double mx = 0.0;
+    for (int i = 0; i < s->n_expert; i++) if (s->step_counts[i] > mx) mx = s->step_counts[i];
+    return mx * s->n_expert / s->step_slots;
+}
+
+void moe_step_summary(const GPT* m, MoeStepSummary* s) {
+    memset(s, 0, sizeof(*s));
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const MoeStats* st = &m->moe_stats[l];
+        if (st->n_expert <= 0) continue;
+        s->n_moe++;
+        s->aux += moe_step_aux(st);
+        s->z += moe_step_z(st);
+        double ml = moe_step_max_load(st);
+        if (ml > s->max_load) s->max_load = ml;
+        s->dropped += st->step_dropped;
+    }
+    if (s->n_moe) { s->aux /= s->n_moe; s->z /= s->n_moe; }
+}
+
 int moe_capacity(const MoeConfig* c, int N) {
     if (c->capacity_factor <= 0.0f) return 0;
     return (int)ceil((double)c->capacity_factor * N * c->top_k / c->n_expert);

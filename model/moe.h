@@ -45,9 +45,16 @@ double moe_step_aux(const MoeStats* s);       // E * sum_i f_i * P_i over the wh
 double moe_step_z(const MoeStats* s);         // mean lse^2 over the step
 double moe_max_load(const MoeStats* s);       // last forward: max_i counts_i / mean_i counts_i
 double moe_entropy(const MoeStats* s);        // last forward: mean router entropy (nats)
+double moe_last_aux(const MoeStats* s);       // last forward: E * sum_i f_i P_i of its own batch
+double moe_step_max_load(const MoeStats* s);  // step: max_i step_counts_i / mean_i step_counts_i
 // Slots each expert may take in a micro-batch of N tokens: ceil(capacity_factor * N * top_k /
 // n_expert), or 0 (dropless) when capacity_factor = 0.
 int moe_capacity(const MoeConfig* c, int N);
+
+// The step record's MoE fields (docs/metrics.md): over the model's MoE layers, the mean of the
+// step's aux and z (without coefficients), the largest step max/mean load, the dropped slots.
+typedef struct { int n_moe; double aux, z, max_load; long dropped; } MoeStepSummary;
+void moe_step_summary(const struct GPT* m, MoeStepSummary* s);
 
 // Forward of MoE layer l: out[N, d] += the layer's output for the normed input a->ln2.
 // Returns the layer's weighted losses aux_loss_coef * aux + z_loss_coef * z (they enter the

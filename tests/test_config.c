@@ -8,6 +8,7 @@
 // stderr (fd 2) at a temp file around the call.
 #define _POSIX_C_SOURCE 200809L // mkdtemp, dup, fileno
 #include "../model/config.h"
+#include "../model/gpt.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -535,8 +536,9 @@ static void test_roundtrip(void) {
         roundtrip(&c, "rt_float_one.ini");
     }
     // the shipped configs
-    const char* shipped[] = {"tiny_gated.ini", "tiny_baseline.ini", "gpt2_124m.ini", "qwen_small.ini"};
-    for (int i = 0; i < 4; i++) {
+    const char* shipped[] = {"tiny_gated.ini", "tiny_baseline.ini", "gpt2_124m.ini", "qwen_small.ini",
+                             "tiny_moe_gated.ini", "tiny_moe_baseline.ini", "moe_15b_a2b.ini"};
+    for (int i = 0; i < 7; i++) {
         char p[1024];
         snprintf(p, sizeof p, "%s/configs/%s", g_root, shipped[i]);
         config_defaults(&c);
@@ -612,6 +614,48 @@ static void test_shipped_configs(void) {
     if (list) {
         CHECK(strcmp(list, "tiny_baseline.ini\ntiny_gated.ini\n") == 0);
         free(list);
+    }
+
+    // the tiny MoE pair: the tiny pair with 8 experts of width d_ff/2, top-2 (equal active
+    // FLOPs), differing only in attn_gate and run_dir; listed in ablations/tiny_moe.txt
+    Config mg, mb;
+    char pg[1024], pb[1024];
+    snprintf(pg, sizeof pg, "%s/configs/tiny_moe_gated.ini", g_root);
+    snprintf(pb, sizeof pb, "%s/configs/tiny_moe_baseline.ini", g_root);
+    config_defaults(&mg);
+    config_defaults(&mb);
+    if (load_ok(&mg, pg) == 0 && finalize_ok(&mg, pg) == 0 && load_ok(&mb, pb) == 0 && finalize_ok(&mb, pb) == 0) {
+        const MoeConfig* e = &mg.model.moe;
+        CHECK(e->n_expert == 8 && e->top_k == 2 && e->top_k * e->d_expert == mg.model.d_ff && e->n_shared_expert == 0);
+        CHECK(mg.model.attn_gate == GATE_ELEMENTWISE && mb.model.attn_gate == GATE_NONE);
+        Config dense = mg, d0;   // apart from [moe], the gated tiny config
+        config_defaults(&d0);
+        dense.model.moe = d0.model.moe;
+        snprintf(dense.log.run_dir, sizeof dense.log.run_dir, "runs/tiny_gated");
+        Config tg;
+        snprintf(p, sizeof p, "%s/configs/tiny_gated.ini", g_root);
+        config_defaults(&tg);
+        if (load_ok(&tg, p) == 0 && finalize_ok(&tg, p) == 0) CHECK(config_equal(&dense, &tg));
+        mb.model.attn_gate = GATE_ELEMENTWISE;
+        strcpy(mb.log.run_dir, "runs/tiny_moe_gated");
+        CHECK(config_equal(&mb, &mg));
+    }
+    snprintf(p, sizeof p, "%s/configs/ablations/tiny_moe.txt", g_root);
+    list = read_all(p);
+    CHECKM(list != NULL, "missing %s", p);
+    if (list) {
+        CHECK(strcmp(list, "tiny_moe_baseline.ini\ntiny_moe_gated.ini\n") == 0);
+        free(list);
+    }
+    // the paper's 15B-A2B MoE
+    snprintf(p, sizeof p, "%s/configs/moe_15b_a2b.ini", g_root);
+    config_defaults(&mg);
+    if (load_ok(&mg, p) == 0 && finalize_ok(&mg, p) == 0) {
+        const ModelConfig* q = &mg.model;
+        CHECK(q->n_layer == 24 && q->d_model == 2048 && q->n_head == 32 && q->n_kv_head == 4 && q->head_dim == 128);
+        CHECK(q->moe.n_expert == 128 && q->moe.d_expert == 768 && q->moe.top_k == 8 && q->moe.moe_every == 1);
+        double active = gpt_matmul_params(q);
+        CHECKM(active > 1.8e9 && active < 2.0e9, "15B-A2B: %.3gB active matmul parameters", active / 1e9);
     }
 }
 
