@@ -278,8 +278,8 @@ int main(int argc, char** argv) {
     double peak = ops_peak_flops();
     double flops_tok = gpt_flops_per_token(mc, T);
     printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
-    printf("model: %d parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
-           (int)model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+    printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
+           model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
                mc->moe.top_k, gpt_matmul_params(mc) / 1e6, model.table.total / 1e6);

@@ -576,7 +576,7 @@ static void test_threads(void) {
     run_layer_once(mc, o1, x1, g1);
     ops_init(2);
     run_layer_once(mc, o2, x2, g2);
-    ops_init(0);
+    ops_init(1);
     int same = memcmp(o1, o2, Nd * 4) == 0 && memcmp(x1, x2, Nd * 4) == 0 && memcmp(g1, g2, total * 4) == 0;
     TU_CHECK(same, "MoE layer: 1 and 2 threads give different bits (out %d, dX %d, grads %d)",
              memcmp(o1, o2, Nd * 4) != 0, memcmp(x1, x2, Nd * 4) != 0, memcmp(g1, g2, total * 4) != 0);
@@ -664,7 +664,10 @@ static void test_active_params(void) {
 }
 
 int main(void) {
-    ops_init(0);
+    // one thread: these tests check the math, and thousands of tiny forward passes are cheap on
+    // one thread but pay an OpenMP barrier per op on several (ruinous on a shared machine);
+    // test_threads compares 1 and 2 threads explicitly
+    ops_init(1);
     printf("MoE: finite differences (h=%g, tolerance %g for ops and the layer, %g for the model)\n", FD_H, FD_TOL, FD_TOL_MODEL);
     for (int kind = 0; kind < 2; kind++) {
         test_router((OpsRouter)kind, 0, 0, 1);
