@@ -35,7 +35,7 @@ static double now_s(void) {
 static void usage(FILE* f) {
     fprintf(f,
         "usage: train_gpt --config FILE.ini [--section.key=value ...] [--resume auto|PATH] [--check]\n"
-        "  --config FILE    INI config (sections [model] [train] [data] [log] [checkpoint] [metrics]);\n"
+        "  --config FILE    INI config (sections [model] [moe] [train] [data] [log] [checkpoint] [metrics]);\n"
         "                   every key and its default: docs/config.md\n"
         "  --S.K=V          override key K of section S, e.g. --train.lr=1e-3\n"
         "  --resume auto    continue from the newest good checkpoint in [checkpoint] dir (a damaged\n"
@@ -179,8 +179,14 @@ static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf
     probe_run(m, in, tg, step, &r);
     r.ms = (float)((now_s() - t0) * 1e3);
     probe_write_json(&r, logf);
-    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f | %.0f ms\n", step,
-           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, r.ms);
+    char moe[96] = "";
+    if (r.has_moe) {   // the largest max/mean expert load over the MoE layers
+        float ml = 0.0f;
+        for (int l = 0; l < r.n_layer; l++) if (r.layer[l].moe_max_load > ml) ml = r.layer[l].moe_max_load;
+        snprintf(moe, sizeof moe, " | MoE max/mean load %.2f", ml);
+    }
+    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | %.0f ms\n", step,
+           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe, r.ms);
     probe_free(&r);
 }
 
@@ -421,8 +427,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
     comm_allreduce_sum_f64(comm, &peak, 1);
     double flops_tok = gpt_flops_per_token(mc, T);
     printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
-    printf("model: %d parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
-           (int)model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+    printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
+           model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+    if (mc->moe.n_expert > 0)
+        printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
+               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, model.table.total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            B, T, grad_accum, P, tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
     if (P > 1)
@@ -510,6 +519,8 @@ static int train_main(Comm* comm, int argc, char** argv) {
         dist_reduce_grads(&dist, model.grads);
         comm_allreduce_sum_f64(comm, &loss, 1);
         loss /= P;
+        MoeStepSummary moe;   // routing over the step's micro-steps (n_moe = 0: a dense model)
+        moe_step_summary(&model, &moe);
         float lr = lr_schedule(tc, step);
         float norm = dist_grad_norm(&dist, model.grads);
         int skipped = !isfinite(loss) || !isfinite(norm);
@@ -536,16 +547,24 @@ static int train_main(Comm* comm, int argc, char** argv) {
         double tok_s = tokens_per_step / dt;
         double mfu = tok_s * flops_tok / peak;
         if ((step + 1) % cfg.log.log_every == 0 || step == start_step || step + 1 == end_step) {
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s\n",
-                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, skipped ? " | skipped" : "");
+            char moe_txt[80] = "";
+            if (moe.n_moe) snprintf(moe_txt, sizeof moe_txt, " | aux %.3f z %.2f load %.2f", moe.aux, moe.z, moe.max_load);
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s%s\n",
+                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, moe_txt, skipped ? " | skipped" : "");
             fflush(stdout);
         }
         fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":", step + 1);
         json_number(logf, loss);
         fprintf(logf, ",\"lr\":%.6e,\"grad_norm\":", lr);
         json_number(logf, norm);
-        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s", dt * 1e3, tok_s, mfu,
-                skipped ? "true" : "false");
+        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s",
+                dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
+        if (moe.n_moe) {
+            fprintf(logf, ",\"moe_aux\":"); json_number(logf, moe.aux);
+            fprintf(logf, ",\"moe_z\":"); json_number(logf, moe.z);
+            fprintf(logf, ",\"moe_max_load\":"); json_number(logf, moe.max_load);
+            fprintf(logf, ",\"moe_dropped\":%ld", moe.dropped);
+        }
         if (P > 1) fprintf(logf, ",\"comm_ms\":%.3f", comm_ms);
         fprintf(logf, "}\n");
         if (r0 && have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {

@@ -99,8 +99,8 @@ def main():
         targets = torch.from_numpy(toks[:, 1:].astype(np.int64))
         plist = list(params.values())
         groups = [
-            {"params": [p for p in plist if p.dim() == 2], "weight_decay": c.weight_decay},
-            {"params": [p for p in plist if p.dim() != 2], "weight_decay": 0.0},
+            {"params": [p for p in plist if p.dim() >= 2], "weight_decay": c.weight_decay},
+            {"params": [p for p in plist if p.dim() < 2], "weight_decay": 0.0},
         ]
         opt = torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps)
         n_params = sum(p.numel() for p in plist)
@@ -112,8 +112,9 @@ def main():
     def step():
         s0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        _, loss = ref.forward(c, params, idx, targets)
-        loss.backward()
+        moe = []
+        _, loss = ref.forward(c, params, idx, targets, moe)
+        (loss + ref.moe_loss(c, moe)).backward()   # MoE models: + the aux and z losses
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(plist, c.grad_clip)
         opt.step()

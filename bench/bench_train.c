@@ -3,7 +3,7 @@
 //   ./build/bench_train [--steps N] [--warmup N] [--only SUBSTR[,SUBSTR]] [--gates LIST]
 //                       [--threads N] [--json PATH] [--no-torch] [--set section.key=value ...]
 //                       [--busy-max PCT] [--max-tries K] [--wait-idle S]   (see --help)
-//   ./build/bench_train --smoke        tiny config, 1 warm-up + 2 steps, no torch (CI)
+//   ./build/bench_train --smoke        tiny configs, 1 warm-up + 2 steps, no torch (CI)
 //
 // For each config (bench/configs/*.ini x attn_gate none | headwise | elementwise) it times the
 // full training step (zero grad, forward with targets, backward, grad norm, AdamW) and reports
@@ -14,6 +14,9 @@
 // and the two are stepped in lockstep (ours, torch, ours, torch, ...) so that machine noise
 // hits both. Each step's contamination by other processes is measured (/proc/stat minus the
 // worker's own CPU time); busy steps are retaken after waiting for the machine to be idle.
+// An MoE shape (a stem with "moe") is also compared with its dense twin of equal active FLOPs
+// (the stem with "dense" in place of "moe", or without "_moe"): the ratio of their step times
+// is the cost of routing and dispatch.
 //
 // The parent process never calls into the backend (no OpenMP before fork): a probe child
 // measures the peak and reports the thread count.
@@ -208,7 +211,8 @@ static void json_num_or_null(FILE* f, double v, const char* fmt) {
 typedef struct {
     char name[160];      // "gpt2_124m_b4t64/headwise"
     char shape[128];     // "gpt2_124m_b4t64" (INI stem)
-    char ini[PATH_LEN];  // "" for the built-in smoke config
+    char ini[PATH_LEN];  // "" for the built-in smoke configs
+    int smoke_moe;       // the built-in MoE smoke config (ini "")
     int gate;            // GateKind
     Config cfg;          // resolved
     size_t table_total;  // floats in the parameter arena (with 64-byte padding)
@@ -276,6 +280,9 @@ static const char* SMOKE_KEYS[] = {
     "model.pos=rope", "model.norm=rmsnorm", "model.qk_norm=true", "model.mlp=swiglu",
     "model.tie_embeddings=false", "train.batch_size=2", "train.seq_len=32", "train.seed=1337",
 };
+// the MoE smoke shape: the smoke shape with 4 experts of width 64, top-2 (2 x 64 = its d_ff)
+static const char* SMOKE_MOE_KEYS[] = {"moe.n_expert=4", "moe.top_k=2", "moe.d_expert=64"};
+#define SMOKE_MOE_PATH ":smoke_moe"   // its entry in the shape list
 
 static int only_match(const char* only, const char* name) {
     if (!only || !*only) return 1;
@@ -295,6 +302,8 @@ static int resolve_config(Bench* b, const Opts* o) {
     } else {
         for (size_t i = 0; i < sizeof(SMOKE_KEYS) / sizeof(SMOKE_KEYS[0]); i++)
             if (config_apply_override(c, SMOKE_KEYS[i]) != 0) return -1;
+        for (size_t i = 0; b->smoke_moe && i < sizeof(SMOKE_MOE_KEYS) / sizeof(SMOKE_MOE_KEYS[0]); i++)
+            if (config_apply_override(c, SMOKE_MOE_KEYS[i]) != 0) return -1;
     }
     char g[3][64];
     gate_overrides(b->gate, g);
@@ -894,14 +903,53 @@ static int gate_costs(const Bench* bs, int n, GateCost* out) {
     return ng;
 }
 
+// MoE dispatch cost: an MoE config against the dense config of its twin shape with the same gate
+typedef struct {
+    int moe, dense;      // Bench indices
+    double flops_ratio;  // FLOPs/token MoE / dense (1 + the router, when the active FFNs match)
+    double ours, torch;  // step time MoE / dense
+} MoeCost;
+
+// The dense twin of an MoE shape's stem: "moe" -> "dense" if that shape ran, else without "_moe".
+static int moe_twin(const Bench* bs, int n, int i) {
+    char a[128], b[128];
+    const char* at = strstr(bs[i].shape, "moe");
+    if (!at) return -1;
+    size_t pre = (size_t)(at - bs[i].shape);
+    sfmt(a, sizeof(a), "%.*sdense%s", (int)pre, bs[i].shape, at + 3);
+    b[0] = 0;
+    if (pre > 0 && bs[i].shape[pre - 1] == '_') sfmt(b, sizeof(b), "%.*s%s", (int)(pre - 1), bs[i].shape, at + 3);
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < n; j++)
+            if (j != i && bs[j].gate == bs[i].gate && bs[j].cfg.model.moe.n_expert == 0 &&
+                strcmp(bs[j].shape, pass == 0 ? a : b) == 0)
+                return j;
+    return -1;
+}
+
+static int moe_costs(const Bench* bs, int n, MoeCost* out) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (bs[i].cfg.model.moe.n_expert == 0) continue;
+        int j = moe_twin(bs, n, i);
+        if (j < 0) continue;
+        MoeCost* c = &out[k++];
+        c->moe = i; c->dense = j;
+        c->flops_ratio = bs[i].flops_tok / bs[j].flops_tok;
+        c->ours = bs[i].ok && bs[j].ok ? bs[i].med_ms / bs[j].med_ms : NAN;
+        c->torch = bs[i].torch_ok && bs[j].torch_ok ? bs[i].torch_med_ms / bs[j].torch_med_ms : NAN;
+    }
+    return k;
+}
+
 static void fmt_num(char* buf, size_t cap, const char* fmt, double v) {
     if (isfinite(v)) sfmt(buf, cap, fmt, v);
     else sfmt(buf, cap, "-");
 }
 
-static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, double peak,
-                         int threads, const char* backend, int torch_on, const char* torch_note,
-                         const Opts* o) {
+static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, const MoeCost* mc, int nm,
+                         double peak, int threads, const char* backend, int torch_on,
+                         const char* torch_note, const Opts* o) {
     printf("\n== gatedgpt CPU training step: %s | measured fp32 peak %.1f GFLOP/s | median of %d steps after %d warm-up ==\n",
            backend, peak / 1e9, o->steps, o->warmup);
     printf("(steps during which other processes used more than %.0f%% of the CPUs are retaken, up to %d timed steps)\n",
@@ -961,12 +1009,23 @@ static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, dou
                    g->flops_ratio_hw, a, bb, c, d, g->rotated ? "one rotation" : "separate runs");
         }
     }
+    if (nm > 0) {
+        printf("\nMoE dispatch overhead: step time of the MoE config / its dense twin of equal active FLOPs\n");
+        printf("%-30s %-30s | %10s | %10s %10s\n", "moe", "dense", "FLOPs", "ours", "torch");
+        printf("%-30s %-30s | %10s | %10s %10s\n", "", "", "moe/dense", "moe/dense", "moe/dense");
+        for (int k = 0; k < nm; k++) {
+            char a[32], b[32];
+            fmt_num(a, 32, "%.3f", mc[k].ours);
+            fmt_num(b, 32, "%.3f", mc[k].torch);
+            printf("%-30s %-30s | %10.4f | %10s %10s\n", bs[mc[k].moe].name, bs[mc[k].dense].name, mc[k].flops_ratio, a, b);
+        }
+    }
     fflush(stdout);
 }
 
 static int write_json(const char* path, const Bench* bs, int n, const GateCost* gc, int ng,
-                      double peak, int threads, const char* backend, int torch_on,
-                      const char* torch_note, const Opts* o) {
+                      const MoeCost* mc, int nm, double peak, int threads, const char* backend,
+                      int torch_on, const char* torch_note, const Opts* o) {
     if (make_parent_dirs(path) != 0) return -1;
     FILE* f = fopen(path, "w");
     if (!f) return -1;
@@ -1048,6 +1107,18 @@ static int write_json(const char* path, const Bench* bs, int n, const GateCost* 
         json_num_or_null(f, g->torch_ew, "%.4f");
         fprintf(f, "}%s\n", k + 1 < ng ? "," : "");
     }
+    fprintf(f, "  ],\n  \"moe_cost\": [\n");
+    for (int k = 0; k < nm; k++) {
+        fprintf(f, "    {\"moe\": ");
+        json_escape(f, bs[mc[k].moe].name);
+        fprintf(f, ", \"dense\": ");
+        json_escape(f, bs[mc[k].dense].name);
+        fprintf(f, ", \"flops_ratio\": %.6f, \"ours_moe_over_dense\": ", mc[k].flops_ratio);
+        json_num_or_null(f, mc[k].ours, "%.4f");
+        fprintf(f, ", \"torch_moe_over_dense\": ");
+        json_num_or_null(f, mc[k].torch, "%.4f");
+        fprintf(f, "}%s\n", k + 1 < nm ? "," : "");
+    }
     fprintf(f, "  ]\n}\n");
     return fclose(f);
 }
@@ -1080,7 +1151,8 @@ static void usage(FILE* f) {
         "  --no-torch         skip the PyTorch comparison\n"
         "  --python PATH      interpreter for bench_torch.py (default /usr/bin/python3)\n"
         "  --torch-script P   default bench/bench_torch.py of the repository\n"
-        "  --smoke            one tiny built-in shape (2 layers, d 64), 1 warm-up + 2 steps, no torch\n"
+        "  --smoke            two tiny built-in shapes (2 layers, d 64; dense, and 4 experts top-2),\n"
+        "                     1 warm-up + 2 steps, no torch\n"
         "  --list             print the config names and exit\n");
 }
 
@@ -1189,6 +1261,7 @@ int main(int argc, char** argv) {
     int nshapes = 0;
     if (o.smoke) {
         shapes[nshapes++][0] = 0;
+        sfmt(shapes[nshapes++], PATH_LEN, "%s", SMOKE_MOE_PATH);
     } else {
         char pat[PATH_LEN + 16];
         sfmt(pat, sizeof(pat), "%s/*.ini", o.configs_dir);
@@ -1204,7 +1277,10 @@ int main(int argc, char** argv) {
     const int gate_order[3] = {GATE_NONE, GATE_HEADWISE, GATE_ELEMENTWISE};
     for (int s = 0; s < nshapes; s++) {
         char stem[128] = "smoke";
-        if (shapes[s][0]) {
+        int smoke_moe = strcmp(shapes[s], SMOKE_MOE_PATH) == 0;
+        if (smoke_moe) {
+            sfmt(stem, sizeof(stem), "smoke_moe");
+        } else if (shapes[s][0]) {
             const char* base = strrchr(shapes[s], '/');
             sfmt(stem, sizeof(stem), "%s", base ? base + 1 : shapes[s]);
             char* dot = strrchr(stem, '.');
@@ -1221,7 +1297,8 @@ int main(int argc, char** argv) {
             memset(b, 0, sizeof(*b));
             sfmt(b->name, sizeof(b->name), "%s", name);
             sfmt(b->shape, sizeof(b->shape), "%s", stem);
-            sfmt(b->ini, sizeof(b->ini), "%s", shapes[s]);
+            sfmt(b->ini, sizeof(b->ini), "%s", smoke_moe ? "" : shapes[s]);
+            b->smoke_moe = smoke_moe;
             b->gate = gate;
             if (resolve_config(b, &o) != 0) return 1;
             n++;
@@ -1293,10 +1370,12 @@ int main(int argc, char** argv) {
         if (probe2.peak > probe.peak) probe.peak = probe2.peak;
     }
 
-    GateCost gc[MAX_CONFIGS];
+    static GateCost gc[MAX_CONFIGS];
+    static MoeCost mcost[MAX_CONFIGS];
     int ng = gate_costs(bs, n, gc);
-    print_tables(bs, n, gc, ng, probe.peak, threads, probe.backend, torch_on, torch_note, &o);
-    if (write_json(o.json_path, bs, n, gc, ng, probe.peak, threads, probe.backend, torch_on, torch_note, &o) != 0) {
+    int nm = moe_costs(bs, n, mcost);
+    print_tables(bs, n, gc, ng, mcost, nm, probe.peak, threads, probe.backend, torch_on, torch_note, &o);
+    if (write_json(o.json_path, bs, n, gc, ng, mcost, nm, probe.peak, threads, probe.backend, torch_on, torch_note, &o) != 0) {
         fprintf(stderr, "error: cannot write %s: %s\n", o.json_path, strerror(errno));
         return 1;
     }

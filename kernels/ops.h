@@ -20,6 +20,7 @@ void* ops_malloc(size_t bytes);              // zero-filled; aborts with a messa
 void  ops_free(void* p);
 void  ops_zero(float* x, size_t n);          // x[n] = 0
 void  ops_copy(float* dst, const float* src, size_t n);              // device to device
+void  ops_accumulate(float* y, const float* x, size_t n);            // y[n] += x[n]
 void  ops_to_host(void* dst, const void* src, size_t bytes);         // backend -> host
 void  ops_from_host(void* dst, const void* src, size_t bytes);       // host -> backend
 double ops_peak_flops(void);                 // measured fp32 peak FLOP/s of this device
@@ -122,6 +123,69 @@ void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, in
 // gelu (tanh approximation), elementwise over n
 void ops_gelu_forward(float* out, const float* inp, size_t n);
 void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);     // (=)
+
+// ---------------------------------------------------------------------------------------------
+// Mixture of Experts (model/moe.c calls them in this order; docs/architecture.md has the data
+// flow). N tokens, E experts, k = top_k, S = N*k routed token slots: slot s = n*k + j is token
+// n's j-th choice. R <= S kept slots (R = S when dropless). Integer tensors are int32 in
+// backend memory. The router's tensors are fp32 on every backend (also under bf16 compute).
+typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;
+
+// Router, from logits[N, E] = x W_r^T (all outputs =):
+//   probs[N, E]     the distribution the load-balancing loss averages: softmax(logits), or for
+//                   the sigmoid router s / sum_i s_i with s = sigmoid(logits)
+//   topk_idx[N, k]  the k largest logits, largest first; ties go to the lower expert index
+//   topk_w[N, k]    their weights, renormalised to sum 1: softmax over the chosen logits
+//                   (= p_e / sum of the chosen p), or s_e / sum of the chosen s
+//   lse[N]          logsumexp(logits[n, :]) (the z-loss)
+void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
+                            const float* logits, int N, int E, int k, OpsRouter kind);
+// dlogits[N, E] (=): the gradient through the renormalised top-k weights (dtopk_w[N, k]; the
+// indices get none), plus the load-balancing term dL/dprobs[n, i] = aux_grad[i] (E floats,
+// the same for every token), plus the z-loss term dL/dlse[n] = z_grad * lse[n].
+void ops_moe_router_backward(float* dlogits, const float* dtopk_w, const float* logits,
+                             const float* probs, const int* topk_idx, const float* topk_w,
+                             const float* lse, const float* aux_grad, float z_grad, int N, int E,
+                             int k, OpsRouter kind);
+// Routing statistics (host outputs, double, fixed summation order): p_sum[E] = sum over tokens
+// of probs[n, i]; lse_sq = sum over tokens of lse[n]^2; entropy = sum over tokens of
+// -sum_i probs[n, i] log probs[n, i].
+void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,
+                          const float* lse, int N, int E);
+// Dispatch plan (all =): counts[E] slots that chose each expert; offsets[E + 1] the first row
+// of each expert in the permuted buffers (offsets[E] = R); row_slot[R] the slot of each row;
+// slot_row[S] the row of each slot, or -1 for a dropped slot. Each expert's rows are its kept
+// slots in slot (= token) order. capacity <= 0: dropless; else an expert keeps the first
+// `capacity` slots that chose it, in token order, and drops the rest.
+void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
+                           const int* topk_idx, int N, int E, int k, int capacity);
+// Gather (permute): xp[r, :] = x[row_slot[r] / k, :] for r < R (=). x[N, C], xp[R, C].
+void ops_moe_gather(float* xp, const float* x, const int* row_slot, int R, int k, int C);
+// Its backward, a gather too (one writer per token, no atomics):
+// dx[n, :] += sum over j = 0..k-1 (in order, kept slots) of dxp[slot_row[n*k + j], :]
+void ops_moe_gather_backward(float* dx, const float* dxp, const int* slot_row, int N, int k,
+                             int C);
+// Combine (scale and scatter back): out[n, :] += sum over j (in order, kept slots) of
+// topk_w[n, j] * yp[slot_row[n*k + j], :]. yp[R, C], out[N, C]. One writer per token.
+void ops_moe_combine(float* out, const float* yp, const float* topk_w, const int* slot_row,
+                     int N, int k, int C);
+// dyp[R, C] (=): dyp[slot_row[s], :] = topk_w[s] * dout[n, :]; dtopk_w[N, k] (=):
+// dout[n, :] . yp[slot_row[s], :], 0 for a dropped slot.
+void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+                              const float* topk_w, const int* slot_row, int N, int k, int C);
+// Grouped GEMM (the experts; one grouped GEMM on CUDA): for each group g, its rows
+// [offsets[g], offsets[g+1]) of inp[R, C]: out[rows, OC] (=) inp[rows, :] @ w[g]^T, with
+// w[G, OC, C] (group g's weight at w + g*OC*C). offsets[G + 1] in backend memory.
+void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
+                                int G, int C, int OC);
+// dinp[rows, C] (=) dout[rows, :] @ w[g] (skipped when dinp is NULL); dw[g] += dout[rows]^T @ inp[rows]
+void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                 const float* w, const int* offsets, int G, int C, int OC);
+// Sigmoid-gated add (the shared expert's gate): out[n, :] += sigmoid(z[n]) * y[n, :], z[N].
+void ops_sigmoid_gate_add_forward(float* out, const float* y, const float* z, int N, int C);
+// dy[N, C] (=) sigmoid(z) * dout; dz[N] (=) (dout[n] . y[n]) * sig * (1 - sig)
+void ops_sigmoid_gate_add_backward(float* dy, float* dz, const float* dout, const float* y,
+                                   const float* z, int N, int C);
 
 // ---------------------------------------------------------------------------------------------
 // fused softmax + cross-entropy over the first V of Vp columns (padding excluded)

@@ -49,6 +49,7 @@ static const char* const GATEPOS_NAMES[] = {"sdpa", "value"};
 static const char* const GATEACT_NAMES[] = {"sigmoid", "ns_sigmoid", "silu"};
 static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
 static const char* const ONERROR_NAMES[] = {"continue", "exit"};
+static const char* const ROUTER_NAMES[] = {"softmax_topk", "sigmoid_topk"};
 
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FIELD(f) offsetof(Config, f), sizeof(((Config*)0)->f)
@@ -80,6 +81,18 @@ static const KeyDef KEYS[] = {
     K_ENUM("model", "gate_position", model.gate_position, GATEPOS_NAMES, "sdpa"),
     K_ENUM("model", "gate_act", model.gate_act, GATEACT_NAMES, "sigmoid"),
     K_FLOAT("model", "init_std", model.init_std, "0.02"),
+
+    K_INT("moe", "n_expert", model.moe.n_expert, "0"),
+    K_INT("moe", "top_k", model.moe.top_k, "2"),
+    K_INT("moe", "d_expert", model.moe.d_expert, "0"),
+    K_INT("moe", "n_shared_expert", model.moe.n_shared_expert, "0"),
+    K_INT("moe", "d_shared_expert", model.moe.d_shared_expert, "0"),
+    K_BOOL("moe", "shared_expert_gate", model.moe.shared_expert_gate, "false"),
+    K_INT("moe", "moe_every", model.moe.moe_every, "1"),
+    K_ENUM("moe", "router", model.moe.router, ROUTER_NAMES, "softmax_topk"),
+    K_FLOAT("moe", "aux_loss_coef", model.moe.aux_loss_coef, "0.01"),
+    K_FLOAT("moe", "z_loss_coef", model.moe.z_loss_coef, "0.001"),
+    K_FLOAT("moe", "capacity_factor", model.moe.capacity_factor, "0"),
 
     K_U64("train", "seed", train.seed, "1337"),
     K_INT("train", "batch_size", train.batch_size, "4"),
@@ -135,10 +148,10 @@ _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_
 _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
                sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
-               sizeof(SchedKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int), "enums must be int-sized");
+               sizeof(SchedKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
 
-static const char* const SECTIONS[] = {"model", "train", "data", "log", "checkpoint", "metrics"};
-#define SECTIONS_ACCEPTED "model, train, data, log, checkpoint, metrics"
+static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics"};
+#define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics"
 
 static void* field_ptr(Config* c, const KeyDef* k) { return (char*)c + k->offset; }
 static const void* field_cptr(const Config* c, const KeyDef* k) { return (const char*)c + k->offset; }
@@ -792,6 +805,70 @@ int config_finalize(Config* c, const char* origin) {
     if (!(m->init_std > 0.0f))
         return fin_error(&fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
     m->padded_vocab = (m->vocab_size + 127) / 128 * 128;
+
+    // ---- [moe]
+    MoeConfig* e = &m->moe;
+    REQUIRE_NONNEG("moe", "n_expert", e->n_expert, "no MoE layers (a dense model)");
+    if (e->n_expert == 0) {
+        // a dense model: a [moe] key away from its default is a config that meant MoE and
+        // forgot n_expert (or a leftover); either way it would silently do nothing
+        Config def;
+        config_defaults(&def);
+        for (int i = 0; i < N_KEYS; i++) {
+            if (strcmp(KEYS[i].section, "moe") != 0 || strcmp(KEYS[i].name, "n_expert") == 0) continue;
+            if (memcmp(field_cptr(c, &KEYS[i]), field_cptr(&def, &KEYS[i]), KEYS[i].size) == 0) continue;
+            char dv[64];
+            format_value(&def, &KEYS[i], dv, sizeof dv);
+            return fin_error(&fc, "moe", KEYS[i].name, "has no effect: n_expert = 0 (%s) makes a dense model "
+                             "(accepted: n_expert >= 1 for MoE layers, or %s = %s)",
+                             from(c, "moe", "n_expert", b1, sizeof b1), KEYS[i].name, dv);
+        }
+    } else {
+        if (e->n_expert > 65536)
+            return fin_error(&fc, "moe", "n_expert", "too large (accepted: 0 .. 65536)");
+        if (e->top_k < 1 || e->top_k > e->n_expert)
+            return fin_error(&fc, "moe", "top_k", "each token goes to top_k of the n_expert = %d experts (%s) "
+                             "(accepted: 1 .. %d)", e->n_expert, from(c, "moe", "n_expert", b1, sizeof b1),
+                             e->n_expert);
+        REQUIRE_NONNEG("moe", "d_expert", e->d_expert, "d_ff");
+        if (e->d_expert == 0) {
+            e->d_expert = m->d_ff;
+            mark_derived(c, "moe", "d_expert", "d_ff");
+        }
+        if (e->d_expert > INT_MAX / 2)
+            return fin_error(&fc, "moe", "d_expert", "too large (accepted: at most %d)", INT_MAX / 2);
+        if (e->n_shared_expert != 0 && e->n_shared_expert != 1)
+            return fin_error(&fc, "moe", "n_shared_expert", "outside {0, 1} (accepted: 0 = none, 1 = one shared expert)");
+        if (e->n_shared_expert == 0) {
+            if (e->d_shared_expert != 0)
+                return fin_error(&fc, "moe", "d_shared_expert", "set without a shared expert: n_shared_expert = 0 (%s) "
+                                 "(accepted: n_shared_expert = 1, or d_shared_expert = 0)",
+                                 from(c, "moe", "n_shared_expert", b1, sizeof b1));
+            if (e->shared_expert_gate)
+                return fin_error(&fc, "moe", "shared_expert_gate", "gates the shared expert, but n_shared_expert = 0 "
+                                 "(%s) (accepted: n_shared_expert = 1, or shared_expert_gate = false)",
+                                 from(c, "moe", "n_shared_expert", b1, sizeof b1));
+        } else {
+            REQUIRE_NONNEG("moe", "d_shared_expert", e->d_shared_expert, "d_expert");
+            if (e->d_shared_expert == 0) {
+                e->d_shared_expert = e->d_expert;
+                mark_derived(c, "moe", "d_shared_expert", "d_expert");
+            }
+            if (e->d_shared_expert > INT_MAX / 2)
+                return fin_error(&fc, "moe", "d_shared_expert", "too large (accepted: at most %d)", INT_MAX / 2);
+        }
+        if (e->moe_every < 1 || e->moe_every > m->n_layer)
+            return fin_error(&fc, "moe", "moe_every", "no layer would be an MoE layer: layer l is one when "
+                             "(l + 1) %% moe_every == 0, l < n_layer = %d (%s) (accepted: 1 .. %d)", m->n_layer,
+                             from(c, "model", "n_layer", b1, sizeof b1), m->n_layer);
+        if (!(e->aux_loss_coef >= 0.0f))
+            return fin_error(&fc, "moe", "aux_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.01)");
+        if (!(e->z_loss_coef >= 0.0f))
+            return fin_error(&fc, "moe", "z_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.001)");
+        if (!(e->capacity_factor >= 0.0f))
+            return fin_error(&fc, "moe", "capacity_factor", "must not be negative (accepted: 0 = dropless, or a "
+                             "number > 0, e.g. 1.25)");
+    }
 
     // ---- [train]
     REQUIRE_POS("train", "batch_size", t->batch_size);

@@ -13,6 +13,23 @@ typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" 
 typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
 typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
+typedef enum { ROUTER_SOFTMAX_TOPK = 0, ROUTER_SIGMOID_TOPK = 1 } RouterKind; // "softmax_topk" | "sigmoid_topk"
+
+// [moe]: Mixture-of-Experts layers (docs/config.md, docs/architecture.md). Part of the model:
+// n_expert = 0 is a dense model, and then every other [moe] key must stay at its default.
+typedef struct {
+    int n_expert;          // routed experts per MoE layer; 0 = no MoE layers
+    int top_k;             // experts each token is sent to (1..n_expert)
+    int d_expert;          // hidden width of each expert's FFN (swiglu: of gate and up each); 0 = d_ff
+    int n_shared_expert;   // 0 or 1: an expert every token passes through, added to the routed output
+    int d_shared_expert;   // the shared expert's hidden width; 0 = d_expert
+    int shared_expert_gate;// bool: scale the shared expert's output by sigmoid(x w_g) per token (Qwen2-MoE)
+    int moe_every;         // layer l (0-based) is an MoE layer when (l + 1) % moe_every == 0
+    RouterKind router;
+    float aux_loss_coef;   // weight of the load-balancing loss E * sum_i f_i P_i
+    float z_loss_coef;     // weight of the router z-loss mean_t logsumexp(logits_t)^2
+    float capacity_factor; // 0 = dropless; else each expert takes at most ceil(cf * N * top_k / n_expert) slots
+} MoeConfig;
 
 // [model]
 typedef struct {
@@ -36,7 +53,13 @@ typedef struct {
     GatePos gate_position;
     GateAct gate_act;
     float init_std;      // 0.02
+    MoeConfig moe;       // the [moe] section
 } ModelConfig;
+
+// 1 if layer l (0-based) of a model with this config is an MoE layer.
+static inline int config_layer_is_moe(const ModelConfig* c, int l) {
+    return c->moe.n_expert > 0 && (l + 1) % c->moe.moe_every == 0;
+}
 
 // [train]
 typedef struct {
@@ -129,7 +152,7 @@ int config_load_file(Config* c, const char* path);
 int config_apply_override(Config* c, const char* arg);
 // Range and cross-field validation, then the derived fields: n_kv_head 0 -> n_head,
 // head_dim 0 -> d_model/n_head, d_ff 0 -> 4*d_model, tokens_per_step 0 -> batch_size*seq_len,
-// padded_vocab. The one-line error names the offending key and the FILE:LINE it was set at;
+// padded_vocab; with n_expert > 0: d_expert 0 -> d_ff, d_shared_expert 0 -> d_expert. The one-line error names the offending key and the FILE:LINE it was set at;
 // for a key left at its default, `origin` (the config file, may be NULL) is named instead.
 // Idempotent: finalizing a finalized config changes nothing.
 int config_finalize(Config* c, const char* origin);

@@ -23,11 +23,14 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
     free(host);
     weights_bind(&m->w, m->params, &m->table, cfg);
     weights_bind(&m->g, m->grads, &m->table, cfg);
+    m->moe_stats = calloc((size_t)cfg->n_layer, sizeof(MoeStats));
+    for (int l = 0; l < cfg->n_layer; l++)
+        moe_stats_init(&m->moe_stats[l], config_layer_is_moe(cfg, l) ? cfg->moe.n_expert : 0);
 }
 
 void gpt_alloc_acts(GPT* m, int B, int T) {
     const ModelConfig* c = &m->cfg;
-    if (m->acts) { ops_free(m->acts); ops_free(m->idx); free(m->res); free(m->layer); }
+    if (m->acts) { ops_free(m->acts); ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer); }
     m->B = B; m->T = T;
     OpsAttnShape* s = &m->attn;
     memset(s, 0, sizeof(*s));
@@ -42,13 +45,21 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     size_t Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
     int sgate = c->attn_gate != GATE_NONE && c->gate_position == GATEPOS_SDPA;
     int ln = c->norm == NORM_LAYERNORM;
+    // MoE sizes (docs/architecture.md): S = N*k routed slots
+    const MoeConfig* mc = &c->moe;
+    size_t E = mc->n_expert, K = mc->top_k, S = N * K, Fe = mc->d_expert, Fs = mc->d_shared_expert;
+    size_t sw = c->mlp == MLP_SWIGLU ? 2 : 1;
+    int any_moe = 0, any_dense = 0;
+    for (int l = 0; l < c->n_layer; l++) { if (config_layer_is_moe(c, l)) any_moe = 1; else any_dense = 1; }
 
     // Two passes over the same list: the first counts floats, the second hands out pointers.
     float* base = NULL;
-    size_t off = 0;
+    int* ibase = NULL;
+    size_t off = 0, ioff = 0;
     for (int pass = 0; pass < 2; pass++) {
-        off = 0;
+        off = 0; ioff = 0;
 #define TAKE(ptr, count) do { size_t n_ = (count); (ptr) = base ? base + off : NULL; off += (n_ + 15) & ~(size_t)15; } while (0)
+#define TAKEI(ptr, count) do { size_t n_ = (count); (ptr) = ibase ? ibase + ioff : NULL; ioff += (n_ + 15) & ~(size_t)15; } while (0)
         if (pass == 1) {
             m->res = calloc(L + 1, sizeof(float*));
             m->layer = calloc(L, sizeof(LayerActs));
@@ -64,7 +75,17 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
             TAKE(a.lse, N * c->n_head);
             TAKE(a.res_mid, N * d);
             TAKE(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
-            TAKE(a.mlp_pre, N * Fin); TAKE(a.mlp_act, N * F);
+            if (!config_layer_is_moe(c, (int)l)) {
+                TAKE(a.mlp_pre, N * Fin); TAKE(a.mlp_act, N * F);
+            } else {
+                TAKE(a.router_logits, N * E); TAKE(a.router_probs, N * E); TAKE(a.router_lse, N);
+                TAKE(a.topk_w, N * K);
+                TAKEI(a.topk_idx, N * K); TAKEI(a.counts, E); TAKEI(a.offsets, E + 1);
+                TAKEI(a.row_slot, S); TAKEI(a.slot_row, S);
+                TAKE(a.xp, S * d); TAKE(a.ep_pre, S * sw * Fe); TAKE(a.ep_act, S * Fe); TAKE(a.yp, S * d);
+                if (mc->n_shared_expert) { TAKE(a.sh_pre, N * sw * Fs); TAKE(a.sh_act, N * Fs); }
+                if (mc->shared_expert_gate) { TAKE(a.sh_out, N * d); TAKE(a.sh_z, N); }
+            }
             if (pass) { a.res_in = m->res[l]; if (!sgate) a.yg = a.y; m->layer[l] = a; }
         }
         TAKE(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
@@ -73,26 +94,40 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
         TAKE(m->dres, N * d); TAKE(m->dnorm, N * dmax); TAKE(m->dqkv, N * QKVG);
         TAKE(m->dq, N * Hd); TAKE(m->dk, N * KVd); TAKE(m->dv, N * KVd);
         TAKE(m->dyg, N * Hd); TAKE(m->dscratch, N * Hd);
-        TAKE(m->dmlp_pre, N * Fin); TAKE(m->dmlp_act, N * F);
+        if (any_dense) { TAKE(m->dmlp_pre, N * Fin); TAKE(m->dmlp_act, N * F); }
+        if (any_moe) {
+            TAKE(m->d_router, N * E); TAKE(m->d_topk_w, N * K); TAKE(m->aux_grad, E);
+            TAKE(m->d_yp, S * d); TAKE(m->d_ep_act, S * Fe); TAKE(m->d_ep_pre, S * sw * Fe);
+            if (mc->n_shared_expert) { TAKE(m->d_sh_act, N * Fs); TAKE(m->d_sh_pre, N * sw * Fs); TAKE(m->d_tmp, N * d); }
+            if (mc->shared_expert_gate) { TAKE(m->d_sh_out, N * d); TAKE(m->d_sh_z, N); }
+        }
 #undef TAKE
-        if (pass == 0) base = ops_malloc(off * sizeof(float));
+#undef TAKEI
+        if (pass == 0) { base = ops_malloc(off * sizeof(float)); ibase = ops_malloc((ioff ? ioff : 1) * sizeof(int)); }
     }
     m->acts = base;
     m->acts_floats = off;
+    m->iacts = ibase;
+    m->iacts_ints = ioff;
     m->idx = ops_malloc(2 * N * sizeof(int));
     m->targets = m->idx + N;
 }
 
 void gpt_free(GPT* m) {
     ops_free(m->params); ops_free(m->grads);
-    if (m->acts) { ops_free(m->acts); ops_free(m->idx); }
+    if (m->acts) { ops_free(m->acts); ops_free(m->iacts); ops_free(m->idx); }
     free(m->res); free(m->layer);
+    if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
+    free(m->moe_stats);
     weights_free(&m->w); weights_free(&m->g);
     param_table_free(&m->table);
     memset(m, 0, sizeof(*m));
 }
 
-void gpt_zero_grad(GPT* m) { ops_zero(m->grads, m->table.total); }
+void gpt_zero_grad(GPT* m) {
+    ops_zero(m->grads, m->table.total);
+    for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_reset_step(&m->moe_stats[l]);
+}
 
 float gpt_forward(GPT* m, const int* idx, const int* targets) {
     const ModelConfig* c = &m->cfg;
@@ -107,6 +142,7 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
 
     // x = wte[idx] (+ wpe[t])
     ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe, B, T, d);
+    m->moe_loss = 0.0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerWeights* w = &m->w.layer[l];
         LayerActs* a = &m->layer[l];
@@ -119,10 +155,16 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
         ops_matmul_forward(a->res_mid, a->yg, w->wo, N, Hd, d, 1);
         // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
         ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
+        float* out = m->res[l + 1];
+        if (config_layer_is_moe(c, l)) {
+            // MoE: x += routed experts (+ shared expert) of M (model/moe.c)
+            ops_copy(out, a->res_mid, (size_t)N * d);
+            m->moe_loss += moe_forward(m, l, out);
+            continue;
+        }
         ops_matmul_forward(a->mlp_pre, a->ln2, w->w_in, N, d, Fin, 0);
         if (c->mlp == MLP_SWIGLU) ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
         else ops_gelu_forward(a->mlp_act, a->mlp_pre, (size_t)N * F);
-        float* out = m->res[l + 1];
         ops_copy(out, a->res_mid, (size_t)N * d);
         ops_matmul_forward(out, a->mlp_act, w->w_out, N, F, d, 1);
     }
@@ -158,11 +200,15 @@ void gpt_backward(GPT* m, float dloss) {
         LayerWeights* w = &m->w.layer[l];
         LayerWeights* g = &m->g.layer[l];
         LayerActs* a = &m->layer[l];
-        // MLP branch
-        ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
-        if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
-        else ops_gelu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, (size_t)N * F);
-        ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, w->w_in, N, d, Fin);
+        // MLP (or MoE) branch: m->dnorm = dL/d norm2 output
+        if (config_layer_is_moe(c, l)) {
+            moe_backward(m, l, dloss);
+        } else {
+            ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
+            if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
+            else ops_gelu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, (size_t)N * F);
+            ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, w->w_in, N, d, Fin);
+        }
         ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,
                           a->ln2_rstd, N, d, nk);
         // attention branch
@@ -182,10 +228,18 @@ double gpt_matmul_params(const ModelConfig* c) {
     OpsAttnShape s = {0};
     s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
     s.gate = (OpsGate)c->attn_gate; s.gate_pos = (OpsGatePos)c->gate_position;
-    double d = c->d_model, F = c->d_ff;
-    double per_layer = (double)ops_attn_qkv_cols(&s) * d + d * c->n_head * c->head_dim +
-                       (c->mlp == MLP_SWIGLU ? 3.0 : 2.0) * d * F;
-    return c->n_layer * per_layer + (double)c->padded_vocab * d;
+    double d = c->d_model, F = c->d_ff, ffn = c->mlp == MLP_SWIGLU ? 3.0 : 2.0;
+    const MoeConfig* e = &c->moe;
+    double attn = (double)ops_attn_qkv_cols(&s) * d + d * c->n_head * c->head_dim;
+    double total = (double)c->padded_vocab * d;
+    for (int l = 0; l < c->n_layer; l++) {
+        total += attn;
+        if (!config_layer_is_moe(c, l)) { total += ffn * d * F; continue; }
+        // a token passes through the router, top_k routed experts and the shared expert (+ gate)
+        total += (double)e->n_expert * d + (double)e->top_k * ffn * d * e->d_expert;
+        if (e->n_shared_expert) total += ffn * d * e->d_shared_expert + (e->shared_expert_gate ? d : 0.0);
+    }
+    return total;
 }
 
 double gpt_flops_per_token(const ModelConfig* c, int T) {

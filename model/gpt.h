@@ -2,6 +2,7 @@
 #pragma once
 #include "config.h"
 #include "params.h"
+#include "moe.h"
 #include "../kernels/ops.h"
 
 // Activations of one layer for one micro-batch (N = B*T tokens), kept for the backward pass.
@@ -22,11 +23,30 @@ typedef struct {
     float* ln2;        // [N, d]
     float* ln2_mean;   // [N]
     float* ln2_rstd;   // [N]
-    float* mlp_pre;    // [N, 2F] swiglu or [N, F] gelu: output of w_in
+    float* mlp_pre;    // [N, 2F] swiglu or [N, F] gelu: output of w_in (dense layers)
     float* mlp_act;    // [N, F]   input of w_out
+    // MoE layers instead of mlp_pre, mlp_act. E experts, k = top_k, S = N*k routed slots,
+    // R <= S kept (permuted) rows; Fe/Fs = d_expert/d_shared_expert, Fin = 2F swiglu, F gelu.
+    float* router_logits; // [N, E]   fp32 always
+    float* router_probs;  // [N, E]   the distribution the aux loss averages
+    float* router_lse;    // [N]      logsumexp of the logits (z-loss)
+    int* topk_idx;        // [N, k]   chosen experts, best first
+    float* topk_w;        // [N, k]   their renormalised weights
+    int* counts;          // [E]      slots that chose each expert
+    int* offsets;         // [E + 1]  each expert's first row in the permuted buffers
+    int* row_slot;        // [S]      permuted row -> slot (first R used)
+    int* slot_row;        // [S]      slot -> permuted row, -1 if dropped
+    float* xp;            // [S, d]   permuted expert inputs (rows of ln2)
+    float* ep_pre;        // [S, Fin_e] output of the experts' w_in
+    float* ep_act;        // [S, Fe]  input of the experts' w_out
+    float* yp;            // [S, d]   expert outputs before their routing weights
+    float* sh_pre;        // [N, Fin_s] shared expert (n_shared_expert = 1)
+    float* sh_act;        // [N, Fs]
+    float* sh_out;        // [N, d]   shared expert output before its gate (shared_expert_gate)
+    float* sh_z;          // [N]      shared expert gate logits
 } LayerActs;
 
-typedef struct {
+typedef struct GPT {
     ModelConfig cfg;
     ParamTable table;
     float* params;       // arena [table.total] in backend memory
@@ -47,7 +67,18 @@ typedef struct {
     int *idx, *targets;  // [N] in backend memory
     // backward scratch
     float *dres, *dnorm, *dqkv, *dq, *dk, *dv, *dyg, *dscratch, *dmlp_pre, *dmlp_act;
+    // MoE backward scratch (shared by the MoE layers; NULL in a dense model)
+    float *d_router, *d_topk_w, *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre;
+    float *d_sh_z, *d_tmp, *aux_grad;
+    int* iacts;          // integer activations (MoE dispatch), backend memory
     size_t acts_floats;
+    size_t iacts_ints;
+
+    // MoE: per-layer routing statistics (host; n_expert = 0 for dense layers), and the weighted
+    // auxiliary losses of the last forward, summed over MoE layers: the objective that
+    // gpt_backward differentiates is (returned loss) + moe_loss.
+    MoeStats* moe_stats; // [n_layer]
+    double moe_loss;
 } GPT;
 
 // Build the parameter table and allocate params + grads (initialised from cfg and seed).
@@ -55,15 +86,21 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed);
 // (Re)allocate the activation arena for micro-batch B x T (T <= max_seq_len).
 void gpt_alloc_acts(GPT* m, int B, int T);
 void gpt_free(GPT* m);
-// Forward on host tokens idx[B*T]; with targets (host, [B*T]) returns the mean loss, else 0
-// and only the logits are computed.
+// Forward on host tokens idx[B*T]; with targets (host, [B*T]) returns the mean cross-entropy
+// loss, else 0 and only the logits are computed. An MoE model also sets m->moe_loss and its
+// routing statistics (m->moe_stats).
 float gpt_forward(GPT* m, const int* idx, const int* targets);
-// Backward of the last forward (which must have had targets); accumulates into m->grads.
-// dloss = the weight of this micro-batch's mean loss in the objective (1/grad_accum_steps).
+// Backward of the last forward (which must have had targets); accumulates into m->grads the
+// gradient of dloss * (mean loss + moe_loss). dloss = the weight of this micro-batch in the
+// objective (1/grad_accum_steps).
 void gpt_backward(GPT* m, float dloss);
+// Zero the gradients and start a new step: the MoE routing counts that the load-balancing loss
+// uses (its f_i) accumulate from here over the step's micro-steps.
 void gpt_zero_grad(GPT* m);
 
-// Matmul parameters a token passes through (QKV+gate, output, MLP, LM head), for FLOP counts.
+// Matmul parameters a token passes through (QKV+gate, output, MLP or, in an MoE layer, the
+// router, top_k experts and the shared expert with its gate, LM head), for FLOP counts: the
+// active parameters of an MoE model.
 double gpt_matmul_params(const ModelConfig* c);
 // Training FLOPs per token (DESIGN.md): 6 * matmul params + 6 * n_layer * T * n_head * head_dim.
 double gpt_flops_per_token(const ModelConfig* c, int T);

@@ -6,21 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add(ParamTable* t, const char* name, int rows, int cols, int residual) {
+// A tensor of shape [d0] (d1 = d2 = 0), [d0, d1] (d2 = 0) or [d0, d1, d2].
+static void add3(ParamTable* t, const char* name, int d0, int d1, int d2, int residual) {
     t->p = realloc(t->p, (size_t)(t->n + 1) * sizeof(ParamInfo));
     if (!t->p) { fprintf(stderr, "error: out of memory building the parameter table\n"); exit(1); }
     ParamInfo* p = &t->p[t->n++];
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "%s", name);
-    p->ndim = cols > 0 ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols > 0 ? cols : 1;
-    p->numel = (size_t)rows * (cols > 0 ? cols : 1);
+    p->ndim = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1 > 0 ? d1 : 1;
+    p->shape[2] = d2 > 0 ? d2 : 1;
+    p->numel = (size_t)d0 * p->shape[1] * p->shape[2];
     p->offset = t->total;
-    p->decay = p->ndim == 2;
+    p->decay = p->ndim >= 2;
     p->residual_proj = residual;
     // keep every tensor 64-byte aligned (16 floats) in the arena for SIMD and cuBLAS
     t->total += (p->numel + 15) & ~(size_t)15;
+}
+
+static void add(ParamTable* t, const char* name, int rows, int cols, int residual) {
+    add3(t, name, rows, cols, 0, residual);
 }
 
 static OpsAttnShape attn_shape_of(const ModelConfig* c) {
@@ -48,8 +54,22 @@ void param_table_build(ParamTable* t, const ModelConfig* c) {
         P("attn.wo", d, c->n_head * hd, 1);
         P("ln2.w", d, 0, 0);
         if (ln) P("ln2.b", d, 0, 0);
-        P("mlp.w_in", c->mlp == MLP_SWIGLU ? 2 * F : F, d, 0);
-        P("mlp.w_out", d, F, 1);
+        if (!config_layer_is_moe(c, l)) {
+            P("mlp.w_in", c->mlp == MLP_SWIGLU ? 2 * F : F, d, 0);
+            P("mlp.w_out", d, F, 1);
+        } else {
+            // the MLP's place: router, the routed experts stacked on a leading dim, the shared expert
+            const MoeConfig* e = &c->moe;
+            int Fe = e->d_expert, Fs = e->d_shared_expert, sw = c->mlp == MLP_SWIGLU ? 2 : 1;
+            P("moe.router", e->n_expert, d, 0);
+            snprintf(nm, sizeof(nm), "h.%d.moe.w_in", l); add3(t, nm, e->n_expert, sw * Fe, d, 0);
+            snprintf(nm, sizeof(nm), "h.%d.moe.w_out", l); add3(t, nm, e->n_expert, d, Fe, 1);
+            if (e->n_shared_expert) {
+                P("moe.shared_w_in", sw * Fs, d, 0);
+                P("moe.shared_w_out", d, Fs, 1);
+                if (e->shared_expert_gate) P("moe.shared_gate", 1, d, 0);
+            }
+        }
 #undef P
     }
     add(t, "lnf.w", d, 0, 0);
@@ -82,6 +102,8 @@ void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const Mode
         B(ln1_w, "ln1.w"); B(ln1_b, "ln1.b"); B(wqkv, "attn.wqkv");
         B(qnorm_w, "attn.q_norm.w"); B(knorm_w, "attn.k_norm.w"); B(wo, "attn.wo");
         B(ln2_w, "ln2.w"); B(ln2_b, "ln2.b"); B(w_in, "mlp.w_in"); B(w_out, "mlp.w_out");
+        B(router, "moe.router"); B(moe_w_in, "moe.w_in"); B(moe_w_out, "moe.w_out");
+        B(shared_w_in, "moe.shared_w_in"); B(shared_w_out, "moe.shared_w_out"); B(shared_gate, "moe.shared_gate");
 #undef B
     }
     w->lnf_w = ptr(arena, t, "lnf.w");

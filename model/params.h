@@ -6,11 +6,11 @@
 
 typedef struct {
     char name[48];       // e.g. "h.3.attn.wqkv"
-    int ndim;            // 1 or 2
-    int shape[2];        // [out, in] for matrices
+    int ndim;            // 1, 2 or 3
+    int shape[3];        // [out, in] for matrices; [expert, out, in] for the stacked experts
     size_t offset;       // in floats, into the arena
     size_t numel;
-    int decay;           // weight decay applies (2-D parameters)
+    int decay;           // weight decay applies (2-D and 3-D parameters)
     int residual_proj;   // output projection into the residual stream (init std scaled)
 } ParamInfo;
 
@@ -33,6 +33,14 @@ typedef struct {
     float *ln2_w, *ln2_b;
     float *w_in;             // [2F, d] swiglu (rows [gate | up]) or [F, d] gelu
     float *w_out;            // [d, F]
+    // MoE layers (config_layer_is_moe) have these instead of w_in, w_out. E = n_expert,
+    // Fe = d_expert, Fs = d_shared_expert; Fin = 2F (swiglu: rows [gate | up]) or F (gelu).
+    float *router;           // [E, d]             router logits = x router^T
+    float *moe_w_in;         // [E, Fin_e, d]      expert e's w_in at moe_w_in + e*Fin_e*d
+    float *moe_w_out;        // [E, d, Fe]
+    float *shared_w_in;      // [Fin_s, d]         n_shared_expert = 1
+    float *shared_w_out;     // [d, Fs]
+    float *shared_gate;      // [1, d]             shared_expert_gate
 } LayerWeights;
 
 typedef struct {
@@ -46,8 +54,9 @@ typedef struct {
 void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const ModelConfig* c);
 void weights_free(ModelWeights* w);
 
-// Initialise a host copy of the arena: matrices and embeddings ~ N(0, init_std), residual
-// output projections (attn.wo, mlp.w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1,
+// Initialise a host copy of the arena: matrices (2-D and the 3-D expert stacks) and embeddings
+// ~ N(0, init_std), residual output projections (attn.wo, mlp.w_out, moe.w_out,
+// moe.shared_w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1,
 // norm biases 0. Deterministic in the seed; parameters are drawn in table order.
 void params_init(float* host_arena, const ParamTable* t, const ModelConfig* c,
                  unsigned long long seed);

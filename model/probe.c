@@ -54,6 +54,19 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
             gsum_all += gsum;
             gcount_all += gcount;
         }
+        // MoE routing of the probe batch
+        const MoeStats* st = &m->moe_stats[l];
+        if (st->n_expert > 0) {
+            r->has_moe = 1;
+            p->n_expert = st->n_expert;
+            p->moe_counts = calloc((size_t)st->n_expert, sizeof(long));
+            memcpy(p->moe_counts, st->counts, (size_t)st->n_expert * sizeof(long));
+            p->moe_max_load = (float)moe_max_load(st);
+            p->moe_entropy = (float)moe_entropy(st);
+            p->moe_aux = (float)moe_last_aux(st);
+            p->moe_z = (float)st->z;
+            p->moe_dropped = st->dropped;
+        }
         r->f_attn_mean += p->f_attn / c->n_layer;
         r->m_act_mean += p->m_act / c->n_layer;
     }
@@ -61,7 +74,12 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
     free(heads);
 }
 
-void probe_free(ProbeResult* r) { free(r->layer); r->layer = NULL; }
+void probe_free(ProbeResult* r) {
+    if (r->layer)
+        for (int l = 0; l < r->n_layer; l++) free(r->layer[l].moe_counts);
+    free(r->layer);
+    r->layer = NULL;
+}
 
 static void jfloat(FILE* f, float v) {
     if (isfinite(v)) fprintf(f, "%.6g", v);
@@ -96,6 +114,18 @@ void probe_write_json(const ProbeResult* r, FILE* f) {
             fputc('[', f);
             for (int i = 0; i < 10; i++) { if (i) fputc(',', f); jfloat(f, p->gate_hist[i]); }
             fputc(']', f);
+        } else {
+            fputs("null", f);
+        }
+        fputs(",\"moe\":", f);
+        if (p->n_expert > 0) {
+            fputs("{\"tokens_per_expert\":[", f);
+            for (int i = 0; i < p->n_expert; i++) fprintf(f, "%s%ld", i ? "," : "", p->moe_counts[i]);
+            fputs("],\"max_load\":", f); jfloat(f, p->moe_max_load);
+            fputs(",\"entropy\":", f); jfloat(f, p->moe_entropy);
+            fputs(",\"aux\":", f); jfloat(f, p->moe_aux);
+            fputs(",\"z\":", f); jfloat(f, p->moe_z);
+            fprintf(f, ",\"dropped\":%ld}", p->moe_dropped);
         } else {
             fputs("null", f);
         }

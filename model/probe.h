@@ -1,6 +1,6 @@
 // model/probe.h: the stability probe: an instrumented forward pass on a fixed batch that
 // measures what the gate is claimed to change (docs/metrics.md): attention sinks (F-Attn),
-// massive activations (M-Act) and the gate scores, per layer.
+// massive activations (M-Act) and the gate scores, per layer; and the routing of MoE layers.
 #pragma once
 #include <stdio.h>
 #include "gpt.h"
@@ -18,12 +18,21 @@ typedef struct {
     int mlp_out_pos;
     float gate_mean;       // mean gate score act(z) (NaN without a gate)
     float gate_hist[10];   // fraction of gate scores in [0,0.1), ..., [0.9,1]
+    // MoE layers (n_expert > 0), over the probe batch
+    int n_expert;          // 0 for a dense layer
+    long* moe_counts;      // [n_expert] token slots routed to each expert (before any capacity)
+    float moe_max_load;    // max / mean of moe_counts (1 = balanced)
+    float moe_entropy;     // mean router entropy over tokens (nats; log(n_expert) = uniform)
+    float moe_aux;         // E * sum_i f_i P_i of the probe batch, without its coefficient
+    float moe_z;           // mean logsumexp(router logits)^2, without its coefficient
+    long moe_dropped;      // slots dropped by the capacity (0 when dropless)
 } ProbeLayer;
 
 typedef struct {
     int step;
     int n_layer;
     int has_gate;
+    int has_moe;
     float loss;            // the probe batch's loss
     float f_attn_uniform;  // what uniform causal attention would give: mean over q=1..T-1 of 1/(q+1)
     float f_attn_mean;     // mean over layers (the paper's Table 4 figures)

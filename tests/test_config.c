@@ -8,6 +8,7 @@
 // stderr (fd 2) at a temp file around the call.
 #define _POSIX_C_SOURCE 200809L // mkdtemp, dup, fileno
 #include "../model/config.h"
+#include "../model/gpt.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -203,6 +204,11 @@ static void test_defaults(void) {
     CHECK(m->qk_norm == 0 && m->mlp == MLP_SWIGLU && m->tie_embeddings == 1);
     CHECK(m->attn_gate == GATE_NONE && m->gate_position == GATEPOS_SDPA && m->gate_act == GATEACT_SIGMOID);
     CHECK(m->init_std == 0.02f);
+    const MoeConfig* e = &m->moe;
+    CHECK(e->n_expert == 0 && e->top_k == 2 && e->d_expert == 0 && e->n_shared_expert == 0);
+    CHECK(e->d_shared_expert == 0 && e->shared_expert_gate == 0 && e->moe_every == 1);
+    CHECK(e->router == ROUTER_SOFTMAX_TOPK && e->aux_loss_coef == 0.01f && e->z_loss_coef == 0.001f);
+    CHECK(e->capacity_factor == 0.0f);
     CHECK(t->seed == 1337ULL && t->batch_size == 4 && t->seq_len == 64 && t->tokens_per_step == 0 && t->steps == 100);
     CHECK(t->lr == 3e-4f && t->min_lr_frac == 0.1f && t->warmup_steps == 10 && t->schedule == SCHED_COSINE);
     CHECK(t->wsd_decay_frac == 0.2f && t->weight_decay == 0.1f && t->beta1 == 0.9f && t->beta2 == 0.95f);
@@ -229,10 +235,11 @@ static void test_enum_names_and_keys(void) {
     CHECK(strcmp(config_enum_name("gate_position", GATEPOS_VALUE), "value") == 0);
     CHECK(strcmp(config_enum_name("gate_act", GATEACT_NS_SIGMOID), "ns_sigmoid") == 0);
     CHECK(strcmp(config_enum_name("schedule", SCHED_WSD), "wsd") == 0);
+    CHECK(strcmp(config_enum_name("router", ROUTER_SIGMOID_TOPK), "sigmoid_topk") == 0);
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 62 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 73 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -425,6 +432,30 @@ static void test_derivations(void) {
     finalize_ok(&c, NULL);
     Config once = c;
     CHECK(finalize_ok(&c, NULL) == 0 && config_equal(&c, &once));
+    // [moe]: d_expert 0 -> d_ff, d_shared_expert 0 -> d_expert (only with experts), idempotent
+    config_defaults(&c);
+    override_ok(&c, "moe.n_expert=8");
+    override_ok(&c, "moe.n_shared_expert=1");
+    CHECK(finalize_ok(&c, NULL) == 0);
+    CHECK(c.model.moe.d_expert == 3072 && c.model.moe.d_shared_expert == 3072);
+    CHECK(strcmp(config_origin(&c, "moe", "d_expert"), "derived: d_ff") == 0);
+    CHECK(strcmp(config_origin(&c, "moe", "d_shared_expert"), "derived: d_expert") == 0);
+    once = c;
+    CHECK(finalize_ok(&c, NULL) == 0 && config_equal(&c, &once));
+    config_defaults(&c);
+    override_ok(&c, "moe.n_expert=8");
+    override_ok(&c, "moe.d_expert=96");
+    CHECK(finalize_ok(&c, NULL) == 0 && c.model.moe.d_expert == 96 && c.model.moe.d_shared_expert == 0);
+    // which layers are MoE layers: (l + 1) % moe_every == 0
+    config_defaults(&c);
+    override_ok(&c, "model.n_layer=6");
+    override_ok(&c, "moe.n_expert=4");
+    override_ok(&c, "moe.moe_every=2");
+    CHECK(finalize_ok(&c, NULL) == 0);
+    CHECK(!config_layer_is_moe(&c.model, 0) && config_layer_is_moe(&c.model, 1) && !config_layer_is_moe(&c.model, 2) &&
+          config_layer_is_moe(&c.model, 5));
+    config_defaults(&c);
+    CHECK(finalize_ok(&c, NULL) == 0 && !config_layer_is_moe(&c.model, 0)); // dense by default
     // warmup_steps == steps and min_lr_frac at the ends of [0,1] are allowed
     config_defaults(&c);
     override_ok(&c, "train.warmup_steps=100");
@@ -453,6 +484,9 @@ static void test_roundtrip(void) {
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
         "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
+        "moe.n_expert=5", "moe.top_k=3", "moe.d_expert=17", "moe.n_shared_expert=1", "moe.d_shared_expert=19",
+        "moe.shared_expert_gate=true", "moe.moe_every=3", "moe.router=sigmoid_topk", "moe.aux_loss_coef=0.0123",
+        "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25",
         "train.seed=9876543210123", "train.batch_size=3", "train.seq_len=7", "train.tokens_per_step=84",
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
         "train.schedule=linear", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
@@ -488,6 +522,7 @@ static void test_roundtrip(void) {
     CHECK(strstr(text, "\npos = learned") && strstr(text, "\nqk_norm = true") &&
           strstr(text, "\ntie_embeddings = false") && strstr(text, "\nschedule = linear"));
     CHECK(strstr(text, "\n[model]\n") || strncmp(text, "[model]\n", 8) == 0);
+    CHECK(strstr(text, "\n[moe]\n") && strstr(text, "\nrouter = sigmoid_topk") && strstr(text, "\nshared_expert_gate = true"));
     CHECK(strstr(text, "\n[train]\n") && strstr(text, "\n[data]\n") && strstr(text, "\n[log]\n") &&
           strstr(text, "\n[checkpoint]\n"));
     // short float spellings, whole numbers without an exponent
@@ -504,8 +539,9 @@ static void test_roundtrip(void) {
         roundtrip(&c, "rt_float_one.ini");
     }
     // the shipped configs
-    const char* shipped[] = {"tiny_gated.ini", "tiny_baseline.ini", "gpt2_124m.ini", "qwen_small.ini"};
-    for (int i = 0; i < 4; i++) {
+    const char* shipped[] = {"tiny_gated.ini", "tiny_baseline.ini", "gpt2_124m.ini", "qwen_small.ini",
+                             "tiny_moe_gated.ini", "tiny_moe_baseline.ini", "moe_15b_a2b.ini"};
+    for (int i = 0; i < 7; i++) {
         char p[1024];
         snprintf(p, sizeof p, "%s/configs/%s", g_root, shipped[i]);
         config_defaults(&c);
@@ -582,6 +618,48 @@ static void test_shipped_configs(void) {
         CHECK(strcmp(list, "tiny_baseline.ini\ntiny_gated.ini\n") == 0);
         free(list);
     }
+
+    // the tiny MoE pair: the tiny pair with 8 experts of width d_ff/2, top-2 (equal active
+    // FLOPs), differing only in attn_gate and run_dir; listed in ablations/tiny_moe.txt
+    Config mg, mb;
+    char pg[1024], pb[1024];
+    snprintf(pg, sizeof pg, "%s/configs/tiny_moe_gated.ini", g_root);
+    snprintf(pb, sizeof pb, "%s/configs/tiny_moe_baseline.ini", g_root);
+    config_defaults(&mg);
+    config_defaults(&mb);
+    if (load_ok(&mg, pg) == 0 && finalize_ok(&mg, pg) == 0 && load_ok(&mb, pb) == 0 && finalize_ok(&mb, pb) == 0) {
+        const MoeConfig* e = &mg.model.moe;
+        CHECK(e->n_expert == 8 && e->top_k == 2 && e->top_k * e->d_expert == mg.model.d_ff && e->n_shared_expert == 0);
+        CHECK(mg.model.attn_gate == GATE_ELEMENTWISE && mb.model.attn_gate == GATE_NONE);
+        Config dense = mg, d0;   // apart from [moe], the gated tiny config
+        config_defaults(&d0);
+        dense.model.moe = d0.model.moe;
+        snprintf(dense.log.run_dir, sizeof dense.log.run_dir, "runs/tiny_gated");
+        Config tg;
+        snprintf(p, sizeof p, "%s/configs/tiny_gated.ini", g_root);
+        config_defaults(&tg);
+        if (load_ok(&tg, p) == 0 && finalize_ok(&tg, p) == 0) CHECK(config_equal(&dense, &tg));
+        mb.model.attn_gate = GATE_ELEMENTWISE;
+        strcpy(mb.log.run_dir, "runs/tiny_moe_gated");
+        CHECK(config_equal(&mb, &mg));
+    }
+    snprintf(p, sizeof p, "%s/configs/ablations/tiny_moe.txt", g_root);
+    list = read_all(p);
+    CHECKM(list != NULL, "missing %s", p);
+    if (list) {
+        CHECK(strcmp(list, "tiny_moe_baseline.ini\ntiny_moe_gated.ini\n") == 0);
+        free(list);
+    }
+    // the paper's 15B-A2B MoE
+    snprintf(p, sizeof p, "%s/configs/moe_15b_a2b.ini", g_root);
+    config_defaults(&mg);
+    if (load_ok(&mg, p) == 0 && finalize_ok(&mg, p) == 0) {
+        const ModelConfig* q = &mg.model;
+        CHECK(q->n_layer == 24 && q->d_model == 2048 && q->n_head == 32 && q->n_kv_head == 4 && q->head_dim == 128);
+        CHECK(q->moe.n_expert == 128 && q->moe.d_expert == 768 && q->moe.top_k == 8 && q->moe.moe_every == 1);
+        double active = gpt_matmul_params(q);
+        CHECKM(active > 1.8e9 && active < 2.0e9, "15B-A2B: %.3gB active matmul parameters", active / 1e9);
+    }
 }
 
 static void test_docs(void) {
@@ -607,7 +685,7 @@ static void test_errors(void) {
     // [name, ini text, stage, expected substring]; line 1 of each text is line 1 of the file
     struct { const char* name; const char* ini; Stage stage; const char* expect; } cases[] = {
         {"unknown_section", "[model]\nn_layer = 4\n[modle]\nd_model = 8\n", STAGE_LOAD,
-         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, train, data, log, checkpoint, metrics)"},
+         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, moe, train, data, log, checkpoint, metrics)"},
         {"unknown_section_far", "[optimizer]\nlr = 1\n", STAGE_LOAD, "unknown section [optimizer] (accepted:"},
         {"unknown_key", "[model]\nn_kv_heads = 2\n", STAGE_LOAD,
          "unknown_key.ini:2: [model] n_kv_heads = 2: unknown key in [model] (did you mean n_kv_head?)"},
@@ -712,6 +790,31 @@ static void test_errors(void) {
         {"checkpoint_every_negative", "[checkpoint]\ncheckpoint_every = -5\n", STAGE_FINALIZE,
          "[checkpoint] checkpoint_every = -5: must not be negative"},
         {"keep_last_negative", "[checkpoint]\nkeep_last = -1\n", STAGE_FINALIZE, "[checkpoint] keep_last = -1: must not be negative"},
+        // [moe]
+        {"enum_router", "[moe]\nrouter = top1\n", STAGE_LOAD, "[moe] router = top1: unknown value (accepted: softmax_topk, sigmoid_topk)"},
+        {"moe_key_wrong_section", "[model]\nn_expert = 8\n", STAGE_LOAD, "(did you mean [moe] n_expert? it belongs to section [moe])"},
+        {"n_expert_negative", "[moe]\nn_expert = -8\n", STAGE_FINALIZE, "[moe] n_expert = -8: must not be negative"},
+        {"n_expert_huge", "[moe]\nn_expert = 100000\ntop_k = 1\n", STAGE_FINALIZE, "[moe] n_expert = 100000: too large"},
+        {"top_k_too_big", "[moe]\nn_expert = 8\ntop_k = 9\n", STAGE_FINALIZE,
+         "top_k_too_big.ini:3: [moe] top_k = 9: each token goes to top_k of the n_expert = 8 experts (set at "},
+        {"top_k_zero", "[moe]\nn_expert = 8\ntop_k = 0\n", STAGE_FINALIZE, "[moe] top_k = 0: each token goes to top_k"},
+        {"moe_without_experts", "[moe]\ntop_k = 4\n", STAGE_FINALIZE,
+         "moe_without_experts.ini:2: [moe] top_k = 4: has no effect: n_expert = 0 (default) makes a dense model "
+         "(accepted: n_expert >= 1 for MoE layers, or top_k = 2)"},
+        {"moe_coef_without_experts", "[moe]\nn_expert = 0\naux_loss_coef = 0.1\n", STAGE_FINALIZE,
+         "[moe] aux_loss_coef = 0.1: has no effect: n_expert = 0 (set at "},
+        {"d_expert_negative", "[moe]\nn_expert = 4\nd_expert = -1\n", STAGE_FINALIZE, "[moe] d_expert = -1: must not be negative"},
+        {"n_shared_two", "[moe]\nn_expert = 4\nn_shared_expert = 2\n", STAGE_FINALIZE, "[moe] n_shared_expert = 2: outside {0, 1}"},
+        {"shared_gate_alone", "[moe]\nn_expert = 4\nshared_expert_gate = true\n", STAGE_FINALIZE,
+         "[moe] shared_expert_gate = true: gates the shared expert, but n_shared_expert = 0 (default)"},
+        {"d_shared_alone", "[moe]\nn_expert = 4\nd_shared_expert = 64\n", STAGE_FINALIZE,
+         "[moe] d_shared_expert = 64: set without a shared expert"},
+        {"moe_every_zero", "[moe]\nn_expert = 4\nmoe_every = 0\n", STAGE_FINALIZE, "[moe] moe_every = 0: no layer would be an MoE layer"},
+        {"moe_every_too_big", "[model]\nn_layer = 4\n[moe]\nn_expert = 4\nmoe_every = 5\n", STAGE_FINALIZE,
+         "[moe] moe_every = 5: no layer would be an MoE layer: layer l is one when (l + 1) % moe_every == 0, l < n_layer = 4 (set at "},
+        {"aux_negative", "[moe]\nn_expert = 4\naux_loss_coef = -0.01\n", STAGE_FINALIZE, "[moe] aux_loss_coef = -0.01: must not be negative"},
+        {"z_negative", "[moe]\nn_expert = 4\nz_loss_coef = -1\n", STAGE_FINALIZE, "[moe] z_loss_coef = -1: must not be negative"},
+        {"capacity_negative", "[moe]\nn_expert = 4\ncapacity_factor = -1\n", STAGE_FINALIZE, "[moe] capacity_factor = -1: must not be negative"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) expect_ini_error(cases[i].name, cases[i].ini, cases[i].stage, cases[i].expect);

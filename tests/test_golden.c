@@ -4,7 +4,8 @@
 //
 // Loads the reference's initial parameters, runs forward + backward on its batch and compares
 // logits, loss and every parameter's gradient; then runs 3 AdamW steps (constant lr, same
-// batch) and compares the losses and the parameters after them. The reference computed in
+// batch) and compares the losses and the parameters after them; for an MoE model also each MoE
+// layer's aux and z losses, expert counts and dropped slots. The reference computed in
 // float64; we compute in float32.
 #include <string.h>
 #include "test_util.h"
@@ -17,6 +18,11 @@
 #define TOL_LOGITS 1e-5   // measured <= 6.5e-7
 #define TOL_GRAD   1e-5   // measured <= 1.3e-6 (the issue allows 1e-4)
 #define TOL_STEP3  2e-5   // measured <= 3.1e-6 (the issue allows 1e-4)
+// MoE goldens: more, and smaller, gradient elements (experts that see few tokens) make AdamW's
+// first step g/(|g|+eps) less well conditioned: the fp32 reference itself lands up to 1.6e-5
+// from float64 after 3 steps (tests/reference/README.md); ours measured <= 2.2e-5.
+#define TOL_STEP3_MOE 1e-4
+#define TOL_MOE_LOSS 1e-5 // aux and z of each MoE layer (relative): measured <= 6.2e-8
 
 typedef struct { char name[96]; int dtype, ndim, dims[4]; size_t n; void* data; } GTensor;
 typedef struct { GTensor* t; int n; } Golden;
@@ -79,7 +85,8 @@ int main(int argc, char** argv) {
         snprintf(nm, sizeof nm, "param/%s", p->name);
         GTensor* t = golden_get(&g, nm);
         if (!t) return 1;
-        int shape_ok = t->n == p->numel && t->dims[0] == p->shape[0] && (p->ndim == 1 || t->dims[1] == p->shape[1]);
+        int shape_ok = t->n == p->numel && t->ndim == p->ndim;
+        for (int k = 0; k < p->ndim && shape_ok; k++) shape_ok = t->dims[k] == p->shape[k];
         TU_CHECK(shape_ok, "%s: shape mismatch", p->name);
         if (!shape_ok) return tu_finish();
         memcpy(init + p->offset, t->data, p->numel * 4);
@@ -100,6 +107,32 @@ int main(int argc, char** argv) {
     double e = tu_rel_err(logits, golden_get(&g, "logits")->data, (size_t)N * V);
     TU_CHECK(e <= TOL_LOGITS, "logits rel err %.2e > %.0e", e, TOL_LOGITS);
     printf("  logits      rel err %.2e\n", e);
+
+    // MoE layers: the aux and z losses (without coefficients), expert counts, dropped slots
+    for (int l = 0; l < mc->n_layer; l++) {
+        if (!config_layer_is_moe(mc, l)) continue;
+        const MoeStats* st = &m.moe_stats[l];
+        char nm[96];
+        snprintf(nm, sizeof nm, "moe/h.%d.aux", l);
+        GTensor* ta = golden_get(&g, nm);
+        snprintf(nm, sizeof nm, "moe/h.%d.z", l);
+        GTensor* tz = golden_get(&g, nm);
+        snprintf(nm, sizeof nm, "moe/h.%d.counts", l);
+        GTensor* tc = golden_get(&g, nm);
+        snprintf(nm, sizeof nm, "moe/h.%d.dropped", l);
+        GTensor* td = golden_get(&g, nm);
+        if (!ta || !tz || !tc || !td) return 1;
+        double ra = *(float*)ta->data, rz = *(float*)tz->data;
+        double ea = fabs(st->aux - ra) / fabs(ra), ez = fabs(st->z - rz) / fabs(rz);
+        TU_CHECK(ea <= TOL_MOE_LOSS, "h.%d aux %.7f vs reference %.7f (rel %.2e)", l, st->aux, ra, ea);
+        TU_CHECK(ez <= TOL_MOE_LOSS, "h.%d z %.7f vs reference %.7f (rel %.2e)", l, st->z, rz, ez);
+        int same = (int)tc->n == st->n_expert;
+        for (int i = 0; same && i < st->n_expert; i++) same = ((int32_t*)tc->data)[i] == st->counts[i];
+        TU_CHECK(same, "h.%d expert counts differ from the reference", l);
+        TU_CHECK(st->dropped == *(int32_t*)td->data, "h.%d dropped %ld vs reference %d", l, st->dropped, *(int32_t*)td->data);
+        printf("  moe h.%d     aux %.7f rel err %.2e | z %.7f rel err %.2e | counts %s | dropped %ld\n", l, st->aux, ea,
+               st->z, ez, same ? "equal" : "DIFFER", st->dropped);
+    }
 
     gpt_backward(&m, 1.0f);
     double worst = 0; const char* worst_name = "";
@@ -129,12 +162,13 @@ int main(int argc, char** argv) {
         printf("  step %d      loss %.7f ref %.7f rel err %.2e grad norm %.4f\n", s + 1, l, ref_losses[s], r, norm);
     }
     worst = 0;
+    const double tol_step3 = mc->moe.n_expert > 0 ? TOL_STEP3_MOE : TOL_STEP3;
     for (int i = 0; i < m.table.n; i++) {
         const ParamInfo* p = &m.table.p[i];
         char nm[96];
         snprintf(nm, sizeof nm, "step3/%s", p->name);
         double r = tu_rel_err(m.params + p->offset, golden_get(&g, nm)->data, p->numel);
-        TU_CHECK(r <= TOL_STEP3, "after 3 steps %s rel err %.2e > %.0e", p->name, r, TOL_STEP3);
+        TU_CHECK(r <= tol_step3, "after 3 steps %s rel err %.2e > %.0e", p->name, r, tol_step3);
         if (r > worst) { worst = r; worst_name = p->name; }
     }
     printf("  3 AdamW steps: params worst rel err %.2e (%s)\n", worst, worst_name);

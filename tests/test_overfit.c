@@ -1,6 +1,6 @@
 // tests/test_overfit.c: training drives the loss of one fixed batch near zero, for a
-// Qwen-style gated model and a GPT-2-style baseline; and training is bitwise deterministic
-// (two identical runs give identical losses and parameters).
+// Qwen-style gated model, a GPT-2-style baseline and a Qwen-style gated MoE model; and training
+// is bitwise deterministic (two identical runs give identical losses and parameters).
 #include <string.h>
 #include "test_util.h"
 #include "../model/config.h"
@@ -57,7 +57,10 @@ int main(void) {
     base_config(&g);
     g.model.n_kv_head = 4; g.model.pos = POS_LEARNED; g.model.norm = NORM_LAYERNORM;
     g.model.mlp = MLP_GELU; g.model.tie_embeddings = 1; g.model.attn_gate = GATE_NONE;
-    if (config_finalize(&q, "test") || config_finalize(&g, "test")) return 1;
+    Config e = q;   // the gated Qwen-style model with 8 experts of width 64, top-2, a gated shared expert
+    e.model.moe.n_expert = 8; e.model.moe.d_expert = 64; e.model.moe.n_shared_expert = 1;
+    e.model.moe.shared_expert_gate = 1;
+    if (config_finalize(&q, "test") || config_finalize(&g, "test") || config_finalize(&e, "test")) return 1;
 
     float f0, l;
     l = overfit(&q, &f0, NULL);
@@ -66,6 +69,9 @@ int main(void) {
     l = overfit(&g, &f0, NULL);
     printf("  gpt2-style baseline:         loss %.4f -> %.4f after %d steps\n", f0, l, OVERFIT_STEPS);
     TU_CHECK(l < OVERFIT_TARGET, "gpt2-style model did not overfit: %.4f", l);
+    l = overfit(&e, &f0, NULL);
+    printf("  qwen-style gated MoE (8x64, top-2, shared): loss %.4f -> %.4f after %d steps\n", f0, l, OVERFIT_STEPS);
+    TU_CHECK(l < OVERFIT_TARGET, "qwen-style gated MoE model did not overfit: %.4f", l);
 
     // determinism: the same run twice gives the same bits
     GPT probe;
@@ -78,6 +84,16 @@ int main(void) {
     float la = overfit(&q, &f0, a), lb = overfit(&q, &f0, b);
     TU_CHECK(la == lb && memcmp(a, b, n * sizeof(float)) == 0, "two identical runs differ: loss %.9g vs %.9g", la, lb);
     printf("  determinism: two identical runs -> identical loss and parameters\n");
+    free(a); free(b);
+    e.train.steps = 20;
+    gpt_build(&probe, &e.model, 1);
+    n = probe.table.total;
+    gpt_free(&probe);
+    a = calloc(n, sizeof(float));
+    b = calloc(n, sizeof(float));
+    la = overfit(&e, &f0, a); lb = overfit(&e, &f0, b);
+    TU_CHECK(la == lb && memcmp(a, b, n * sizeof(float)) == 0, "MoE: two identical runs differ: loss %.9g vs %.9g", la, lb);
+    printf("  determinism (MoE): two identical runs -> identical loss and parameters\n");
     free(a); free(b);
     return tu_finish();
 }

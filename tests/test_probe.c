@@ -128,6 +128,62 @@ static void test_probe_model(void) {
     gpt_free(&m);
 }
 
+// The probe of an MoE model (layer 1 MoE, layer 0 dense): per-layer routing figures from the
+// probe batch, checked against the routing the forward wrote (topk_idx, router_probs).
+static void test_probe_moe(void) {
+    ModelConfig c = {0};
+    c.vocab_size = 50; c.padded_vocab = 128; c.n_layer = 2; c.d_model = 16; c.n_head = 4; c.n_kv_head = 2;
+    c.head_dim = 4; c.d_ff = 24; c.max_seq_len = 8; c.pos = POS_ROPE; c.rope_base = 10000;
+    c.norm = NORM_RMSNORM; c.norm_eps = 1e-5f; c.mlp = MLP_SWIGLU; c.tie_embeddings = 1;
+    c.init_std = 0.5f;
+    c.moe.n_expert = 4; c.moe.top_k = 2; c.moe.d_expert = 12; c.moe.moe_every = 2;
+    c.moe.aux_loss_coef = 0.01f; c.moe.z_loss_coef = 0.001f; c.moe.capacity_factor = 1.0f;
+    GPT m;
+    gpt_build(&m, &c, 4);
+    gpt_alloc_acts(&m, 2, 8);
+    int idx[16], tg[16];
+    for (int i = 0; i < 16; i++) { idx[i] = (i * 11) % 50; tg[i] = (i * 3 + 1) % 50; }
+    ProbeResult r;
+    probe_run(&m, idx, tg, 7, &r);
+    TU_CHECK(r.has_moe && r.layer[0].n_expert == 0 && r.layer[1].n_expert == 4, "MoE layers in the probe");
+    // tokens per expert = the forward's top-k choices; max/mean load; entropy of router_probs
+    long want[4] = {0};
+    for (int s = 0; s < 32; s++) want[m.layer[1].topk_idx[s]]++;
+    long mx = 0;
+    int same = 1;
+    for (int i = 0; i < 4; i++) { same &= r.layer[1].moe_counts[i] == want[i]; if (want[i] > mx) mx = want[i]; }
+    double ent = 0;
+    for (int n = 0; n < 16; n++)
+        for (int i = 0; i < 4; i++) { double p = m.layer[1].router_probs[n * 4 + i]; ent -= p * log(p) / 16; }
+    TU_CHECK(same, "probe tokens per expert differ from the routing");
+    TU_CHECK(fabsf(r.layer[1].moe_max_load - (float)mx / 8.0f) < 1e-6f, "max/mean load %g want %g", r.layer[1].moe_max_load, mx / 8.0);
+    TU_CHECK(fabs(r.layer[1].moe_entropy - ent) < 1e-5 && ent <= log(4.0), "entropy %g want %g", r.layer[1].moe_entropy, ent);
+    double aux = 0, z = 0;   // E sum_i f_i P_i of the probe batch; mean lse^2
+    for (int i = 0; i < 4; i++) {
+        double P = 0;
+        for (int n = 0; n < 16; n++) P += m.layer[1].router_probs[n * 4 + i] / 16.0;
+        aux += 4.0 * (want[i] / 32.0) * P;
+    }
+    for (int n = 0; n < 16; n++) z += (double)m.layer[1].router_lse[n] * m.layer[1].router_lse[n] / 16.0;
+    TU_CHECK(fabs(r.layer[1].moe_aux - aux) < 1e-5 && fabs(r.layer[1].moe_z - z) < 1e-5 * z, "aux %g want %g, z %g want %g",
+             r.layer[1].moe_aux, aux, r.layer[1].moe_z, z);
+    long dropped = 0;
+    for (int i = 0; i < 4; i++) dropped += want[i] > 8 ? want[i] - 8 : 0;   // capacity ceil(1 * 16 * 2 / 4) = 8
+    TU_CHECK(r.layer[1].moe_dropped == dropped, "dropped %ld want %ld", r.layer[1].moe_dropped, dropped);
+    FILE* f = tmpfile();
+    probe_write_json(&r, f);
+    rewind(f);
+    char line[8192];
+    TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"layer\":0,") && strstr(line, "\"moe\":null") &&
+             strstr(line, "\"moe\":{\"tokens_per_expert\":["), "probe JSON (MoE): %.300s", line);
+    printf("  probe (MoE): tokens per expert %ld %ld %ld %ld, max/mean %.2f, entropy %.3f, aux %.3f, dropped %ld\n",
+           r.layer[1].moe_counts[0], r.layer[1].moe_counts[1], r.layer[1].moe_counts[2], r.layer[1].moe_counts[3],
+           r.layer[1].moe_max_load, r.layer[1].moe_entropy, r.layer[1].moe_aux, r.layer[1].moe_dropped);
+    fclose(f);
+    probe_free(&r);
+    gpt_free(&m);
+}
+
 int main(void) {
     ops_init(0);
     test_first_token();
@@ -135,5 +191,6 @@ int main(void) {
     test_absmax_median();
     test_spike();
     test_probe_model();
+    test_probe_moe();
     return tu_finish();
 }

@@ -42,6 +42,10 @@ void* ops_malloc(size_t bytes) {
 void ops_free(void* p) { free(p); }
 void ops_zero(float* x, size_t n) { memset(x, 0, n * sizeof(float)); }
 void ops_copy(float* dst, const float* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+void ops_accumulate(float* y, const float* x, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
 void ops_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 void ops_from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 

@@ -34,6 +34,11 @@ MODEL_DEFAULTS = dict(
     norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
     gate_position="sdpa", gate_act="sigmoid", init_std="0.02",
 )
+MOE_DEFAULTS = dict(
+    n_expert="0", top_k="2", d_expert="0", n_shared_expert="0", d_shared_expert="0",
+    shared_expert_gate="false", moe_every="1", router="softmax_topk", aux_loss_coef="0.01",
+    z_loss_coef="0.001", capacity_factor="0",
+)
 TRAIN_DEFAULTS = dict(
     seed="1337", batch_size="4", seq_len="64", tokens_per_step="0", steps="100", lr="3e-4",
     min_lr_frac="0.1", warmup_steps="10", schedule="cosine", wsd_decay_frac="0.2",
@@ -43,7 +48,7 @@ ENUMS = dict(
     pos=("rope", "learned"), norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
     attn_gate=("none", "elementwise", "headwise"), gate_position=("sdpa", "value"),
     gate_act=("sigmoid", "ns_sigmoid", "silu"),
-    schedule=("cosine", "linear", "constant", "wsd"),
+    schedule=("cosine", "linear", "constant", "wsd"), router=("softmax_topk", "sigmoid_topk"),
 )
 BOOLS = {"true": True, "1": True, "yes": True, "on": True,
          "false": False, "0": False, "no": False, "off": False}
@@ -71,6 +76,18 @@ class Config:
     gate_position: str
     gate_act: str
     init_std: float
+    # [moe] (n_expert = 0: dense)
+    n_expert: int
+    top_k: int
+    d_expert: int          # resolved (0 -> d_ff)
+    n_shared_expert: int
+    d_shared_expert: int   # resolved (0 -> d_expert)
+    shared_expert_gate: bool
+    moe_every: int
+    router: str
+    aux_loss_coef: float
+    z_loss_coef: float
+    capacity_factor: float
     # [train]
     seed: int
     batch_size: int
@@ -88,6 +105,10 @@ class Config:
     @property
     def padded_vocab(self):
         return (self.vocab_size + 127) // 128 * 128
+
+    def is_moe(self, layer):
+        """Layer `layer` (0-based) is an MoE layer when (layer + 1) % moe_every == 0."""
+        return self.n_expert > 0 and (layer + 1) % self.moe_every == 0
 
     @property
     def gate_dim(self):
@@ -119,9 +140,8 @@ def load_config(path):
         return d
 
     m = section("model", MODEL_DEFAULTS, strict=True)
+    e = section("moe", MOE_DEFAULTS, strict=True)
     t = section("train", TRAIN_DEFAULTS, strict=False)
-    if cp.has_section("moe") and int(cp["moe"].get("n_expert", "0")) > 0:
-        raise ValueError(f"{path}: [moe] n_expert > 0: the reference has no MoE")
 
     def enum(d, k):
         v = d[k].lower()
@@ -143,15 +163,24 @@ def load_config(path):
         if d_model % n_head:
             raise ValueError(f"{path}: head_dim=0 needs n_head | d_model")
         head_dim = d_model // n_head
+    d_ff = int(m["d_ff"]) or 4 * d_model
+    n_expert = int(e["n_expert"])
+    d_expert = (int(e["d_expert"]) or d_ff) if n_expert else 0
+    n_shared = int(e["n_shared_expert"]) if n_expert else 0
     c = Config(
         vocab_size=int(m["vocab_size"]), n_layer=int(m["n_layer"]), d_model=d_model,
         n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
-        d_ff=int(m["d_ff"]) or 4 * d_model, max_seq_len=int(m["max_seq_len"]),
+        d_ff=d_ff, max_seq_len=int(m["max_seq_len"]),
         pos=enum(m, "pos"), rope_base=float(m["rope_base"]), norm=enum(m, "norm"),
         norm_eps=float(m["norm_eps"]), qk_norm=boolean(m, "qk_norm"), mlp=enum(m, "mlp"),
         tie_embeddings=boolean(m, "tie_embeddings"), attn_gate=enum(m, "attn_gate"),
         gate_position=enum(m, "gate_position"), gate_act=enum(m, "gate_act"),
         init_std=float(m["init_std"]),
+        n_expert=n_expert, top_k=int(e["top_k"]), d_expert=d_expert, n_shared_expert=n_shared,
+        d_shared_expert=(int(e["d_shared_expert"]) or d_expert) if n_shared else 0,
+        shared_expert_gate=boolean(e, "shared_expert_gate"), moe_every=int(e["moe_every"]),
+        router=enum(e, "router"), aux_loss_coef=float(e["aux_loss_coef"]),
+        z_loss_coef=float(e["z_loss_coef"]), capacity_factor=float(e["capacity_factor"]),
         seed=int(t["seed"]), batch_size=int(t["batch_size"]), seq_len=int(t["seq_len"]),
         steps=int(t["steps"]), lr=float(t["lr"]), warmup_steps=int(t["warmup_steps"]),
         schedule=enum(t, "schedule"), weight_decay=float(t["weight_decay"]),
@@ -164,6 +193,10 @@ def load_config(path):
         raise ValueError(f"{path}: rope needs an even head_dim")
     if c.seq_len > c.max_seq_len:
         raise ValueError(f"{path}: seq_len > max_seq_len")
+    if c.n_expert and not (1 <= c.top_k <= c.n_expert and 1 <= c.moe_every <= c.n_layer):
+        raise ValueError(f"{path}: [moe] needs 1 <= top_k <= n_expert and 1 <= moe_every <= n_layer")
+    if c.shared_expert_gate and not c.n_shared_expert:
+        raise ValueError(f"{path}: [moe] shared_expert_gate needs n_shared_expert = 1")
     return c
 
 
@@ -191,8 +224,21 @@ def param_shapes(c):
         s[p + "ln2.w"] = (d,)
         if layernorm:
             s[p + "ln2.b"] = (d,)
-        s[p + "mlp.w_in"] = (2 * F if c.mlp == "swiglu" else F, d)
-        s[p + "mlp.w_out"] = (d, F)
+        if not c.is_moe(l):
+            s[p + "mlp.w_in"] = (2 * F if c.mlp == "swiglu" else F, d)
+            s[p + "mlp.w_out"] = (d, F)
+            continue
+        # MoE layer: router [E, d], the experts stacked on a leading dim, the shared expert
+        E, Fe, Fs = c.n_expert, c.d_expert, c.d_shared_expert
+        sw = 2 if c.mlp == "swiglu" else 1
+        s[p + "moe.router"] = (E, d)
+        s[p + "moe.w_in"] = (E, sw * Fe, d)
+        s[p + "moe.w_out"] = (E, d, Fe)
+        if c.n_shared_expert:
+            s[p + "moe.shared_w_in"] = (sw * Fs, d)
+            s[p + "moe.shared_w_out"] = (d, Fs)
+            if c.shared_expert_gate:
+                s[p + "moe.shared_gate"] = (1, d)
     s["lnf.w"] = (d,)
     if layernorm:
         s["lnf.b"] = (d,)
@@ -206,14 +252,15 @@ def init_params(c, rng, norm_noise=0.1):
     numpy keeps fixed across versions) in param_shapes() order, as float64 normals rounded
     to float32 and then scaled in float32.
 
-    Matrices and embeddings (every 2-D param, padding rows included): normal(0, init_std).
+    Matrices, expert stacks and embeddings (every param of 2 or more dims, padding rows
+    included): normal(0, init_std).
     Norm weights: 1 + normal(0, norm_noise); norm biases: normal(0, norm_noise), so that
     neither is trivial and their gradients are exercised.
     """
     params = OrderedDict()
     for name, shape in param_shapes(c).items():
         r = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-        if len(shape) == 2:
+        if len(shape) >= 2:
             params[name] = r * np.float32(c.init_std)
         elif name.endswith(".b"):
             params[name] = r * np.float32(norm_noise)
@@ -314,19 +361,83 @@ def attention_block(c, a, params, p):
     return y.reshape(B, T, H * hd)
 
 
-def mlp_block(c, m, params, p):
-    w_in, w_out = params[p + "mlp.w_in"], params[p + "mlp.w_out"]
-    hin = m @ w_in.t()
+def ffn(c, x, w_in, w_out):
+    """The MLP of width F = w_out.shape[1]: swiglu (w_in rows [gate | up]) or gelu."""
+    F = w_out.shape[1]
+    hin = x @ w_in.t()
     if c.mlp == "swiglu":
-        g, up = hin[..., :c.d_ff], hin[..., c.d_ff:]
+        g, up = hin[..., :F], hin[..., F:]
         h = g * torch.sigmoid(g) * up                              # silu(g) * up
     else:
         h = gelu_tanh(hin)
     return h @ w_out.t()
 
 
-def forward(c, params, idx, targets=None):
-    """idx, targets int64 [B,T]. Returns (logits [B,T,V_p], loss scalar or None)."""
+def mlp_block(c, m, params, p):
+    return ffn(c, m, params[p + "mlp.w_in"], params[p + "mlp.w_out"])
+
+
+def moe_block(c, m, params, p):
+    """m = Norm2(x) [B,T,d] -> (MoE output [B,T,d], aux, z). Written as the spec states it, with
+    a loop over experts and index_add (no permutation, no grouped GEMM):
+      logits = m W_r^T (fp of the working dtype); p = softmax(logits), or s / sum(s) with
+      s = sigmoid(logits) for sigmoid_topk; the top_k largest logits (ties to the lower index)
+      with weights p_e / sum_chosen p (softmax) or s_e / sum_chosen s (sigmoid);
+      capacity_factor > 0: expert e keeps the first ceil(cf * N * k / E) tokens that chose it,
+      in token order; out = sum over kept choices of w * FFN_e(m) (+ the shared expert, times
+      sigmoid(m w_g) if gated);
+      aux = E * sum_i f_i P_i, f_i = (slots choosing i, before capacity) / (N k),
+      P_i = mean over tokens of p[:, i];  z = mean over tokens of logsumexp(logits)^2."""
+    B, T, d = m.shape
+    N, E, k = B * T, c.n_expert, c.top_k
+    x = m.reshape(N, d)
+    logits = x @ params[p + "moe.router"].t()                      # [N, E]
+    if c.router == "softmax_topk":
+        probs = torch.softmax(logits, dim=-1)
+        score = probs
+    else:
+        score = torch.sigmoid(logits)
+        probs = score / score.sum(-1, keepdim=True)
+    # top-k: a stable descending sort keeps equal logits in index order
+    chosen = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices[:, :k]   # [N, k]
+    sc = score.gather(-1, chosen)
+    w = sc / sc.sum(-1, keepdim=True)                              # [N, k]
+    keep = torch.ones(N, k, dtype=torch.bool)
+    if c.capacity_factor > 0:
+        cap = math.ceil(c.capacity_factor * N * k / E)
+        seen = [0] * E
+        for n in range(N):
+            for j in range(k):
+                e = int(chosen[n, j])
+                keep[n, j] = seen[e] < cap
+                seen[e] += 1
+    out = torch.zeros_like(x)
+    for e in range(E):
+        tok, slot = ((chosen == e) & keep).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        h = ffn(c, x[tok], params[p + "moe.w_in"][e], params[p + "moe.w_out"][e])
+        out = out.index_add(0, tok, w[tok, slot][:, None] * h)
+    if c.n_shared_expert:
+        ys = ffn(c, x, params[p + "moe.shared_w_in"], params[p + "moe.shared_w_out"])
+        if c.shared_expert_gate:
+            ys = torch.sigmoid(x @ params[p + "moe.shared_gate"].t()) * ys
+        out = out + ys
+    counts = torch.zeros(E, dtype=x.dtype).index_add(0, chosen.reshape(-1), torch.ones(N * k, dtype=x.dtype))
+    f = counts / (N * k)                                           # no gradient (indices)
+    aux = E * (f * probs.mean(0)).sum()
+    z = (torch.logsumexp(logits, dim=-1) ** 2).mean()
+    # the smallest gap between a token's k-th and (k+1)-th logit (how far from a routing tie)
+    srt = torch.sort(logits.detach(), dim=-1, descending=True).values
+    gap = (srt[:, k - 1] - srt[:, k]).min().item() if k < E else math.inf
+    return out.reshape(B, T, d), aux, z, counts, int((~keep).sum()), gap
+
+
+def forward(c, params, idx, targets=None, moe=None):
+    """idx, targets int64 [B,T]. Returns (logits [B,T,V_p], loss scalar or None): the loss is the
+    mean cross-entropy. If `moe` is a list, one dict per MoE layer is appended to it: layer,
+    aux, z (tensors, without coefficients), counts [E], dropped, gap (the smallest top-k logit
+    gap). The objective of training is loss + moe_loss(c, moe)."""
     B, T = idx.shape
     x = params["wte"][idx]                                         # [B,T,d]
     if c.pos == "learned":
@@ -336,7 +447,13 @@ def forward(c, params, idx, targets=None):
         a = norm(c, x, params, p + "ln1")
         x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
         m = norm(c, x, params, p + "ln2")
-        x = x + mlp_block(c, m, params, p)
+        if c.is_moe(l):
+            y, aux, z, counts, dropped, gap = moe_block(c, m, params, p)
+            if moe is not None:
+                moe.append(dict(layer=l, aux=aux, z=z, counts=counts, dropped=dropped, gap=gap))
+            x = x + y
+        else:
+            x = x + mlp_block(c, m, params, p)
     xf = norm(c, x, params, "lnf")
     head = params["wte"] if c.tie_embeddings else params["lm_head"]
     logits = xf @ head.t()                                         # [B,T,V_p]
@@ -349,11 +466,21 @@ def forward(c, params, idx, targets=None):
     return logits, loss
 
 
-def loss_and_grads(c, params, idx, targets):
-    """Forward + autograd backward. Returns (logits detached, loss float tensor, grads dict)."""
+def moe_loss(c, moe):
+    """The weighted auxiliary losses of the MoE layers: sum of aux_loss_coef * aux + z_loss_coef * z."""
+    return sum(c.aux_loss_coef * r["aux"] + c.z_loss_coef * r["z"] for r in moe)
+
+
+def loss_and_grads(c, params, idx, targets, moe_out=None):
+    """Forward + autograd backward of the objective (cross-entropy + MoE losses). Returns
+    (logits detached, cross-entropy loss float tensor, grads dict); moe_out (a list) receives
+    the MoE layers' records with detached values."""
     leaves = OrderedDict((k, v.detach().clone().requires_grad_(True)) for k, v in params.items())
-    logits, loss = forward(c, leaves, idx, targets)
-    grads = torch.autograd.grad(loss, list(leaves.values()))
+    moe = []
+    logits, loss = forward(c, leaves, idx, targets, moe)
+    grads = torch.autograd.grad(loss + moe_loss(c, moe), list(leaves.values()))
+    if moe_out is not None:
+        moe_out.extend(dict(r, aux=r["aux"].detach(), z=r["z"].detach()) for r in moe)
     return logits.detach(), loss.detach(), OrderedDict(zip(leaves.keys(), grads))
 
 
@@ -375,13 +502,14 @@ def clip_grads(grads, grad_clip):
 
 def adamw_step(c, params, grads, state, t, lr):
     """One AdamW update at step t (1-based). state: dict name -> (m, v). Returns new params.
-    Weight decay only on 2-D params, applied as p *= (1 - lr*wd) before the Adam update."""
+    Weight decay only on params of 2 or more dims (matrices, expert stacks), applied as
+    p *= (1 - lr*wd) before the Adam update."""
     b1, b2, eps, wd = c.beta1, c.beta2, c.eps, c.weight_decay
     new = OrderedDict()
     for name, p in params.items():
         g = grads[name]
         m, v = state.get(name, (torch.zeros_like(p), torch.zeros_like(p)))
-        if p.dim() == 2:
+        if p.dim() >= 2:
             p = p * (1.0 - lr * wd)
         m = b1 * m + (1.0 - b1) * g
         v = b2 * v + (1.0 - b2) * g * g
@@ -392,13 +520,17 @@ def adamw_step(c, params, grads, state, t, lr):
     return new
 
 
-def train(c, params, idx, targets, n_steps):
+def train(c, params, idx, targets, n_steps, moe_steps=None):
     """n_steps of (forward, backward, clip, AdamW) on the same batch with constant lr = c.lr.
-    Returns (losses [n], pre-clip grad norms [n], clipped flags [n], final params)."""
+    Returns (losses [n], pre-clip grad norms [n], clipped flags [n], final params). moe_steps
+    (a list) receives each step's MoE records."""
     state = {}
     losses, norms, clipped = [], [], []
     for t in range(1, n_steps + 1):
-        _, loss, grads = loss_and_grads(c, params, idx, targets)
+        moe = []
+        _, loss, grads = loss_and_grads(c, params, idx, targets, moe)
+        if moe_steps is not None:
+            moe_steps.append(moe)
         grads, total, did_clip = clip_grads(grads, c.grad_clip)
         params = adamw_step(c, params, grads, state, t, c.lr)
         losses.append(loss.item())

@@ -1,0 +1,238 @@
+// model/moe.c: the Mixture-of-Experts layer over kernels/ops.h (no backend code here).
+//
+// Forward of one MoE layer, X = norm2(x) [N, d], E experts, k = top_k, S = N*k slots:
+//   logits = X W_r^T                      [N, E]  fp32
+//   p, top-k (idx, w), lse                        ops_moe_router_forward
+//   plan: counts, offsets, row <-> slot           ops_moe_dispatch_plan (capacity, if any)
+//   xp = X[token of each kept slot]       [R, d]  ops_moe_gather: each expert's rows contiguous
+//   yp = act(xp W_in[e]^T) W_out[e]^T     [R, d]  ops_grouped_matmul_forward (x2), per expert
+//   out += sum_j w[n,j] yp[row(n,j)]      [N, d]  ops_moe_combine: one writer per token
+//   out += (sigmoid(X w_g)) * shared(X)           the shared expert (and its gate), if any
+// and the losses (host, from the routing statistics):
+//   aux = E * sum_i f_i P_i,  f_i = step_counts_i / step_slots (the step's counts so far),
+//                             P_i = mean over this micro-batch of p[n, i]
+//   z   = mean_n lse[n]^2
+#include "moe.h"
+#include "gpt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void* xcalloc(size_t n, size_t size) {
+    void* p = calloc(n ? n : 1, size);
+    if (!p) { fprintf(stderr, "error: out of host memory (MoE statistics)\n"); exit(1); }
+    return p;
+}
+
+void moe_stats_init(MoeStats* s, int n_expert) {
+    memset(s, 0, sizeof(*s));
+    s->n_expert = n_expert;
+    if (n_expert <= 0) return;
+    s->counts = xcalloc((size_t)n_expert, sizeof(long));
+    s->p_sum = xcalloc((size_t)n_expert, sizeof(double));
+    s->step_counts = xcalloc((size_t)n_expert, sizeof(double));
+    s->step_p_sum = xcalloc((size_t)n_expert, sizeof(double));
+}
+
+void moe_stats_free(MoeStats* s) {
+    free(s->counts); free(s->p_sum); free(s->step_counts); free(s->step_p_sum);
+    memset(s, 0, sizeof(*s));
+}
+
+void moe_stats_reset_step(MoeStats* s) {
+    if (s->n_expert <= 0) return;
+    memset(s->step_counts, 0, (size_t)s->n_expert * sizeof(double));
+    memset(s->step_p_sum, 0, (size_t)s->n_expert * sizeof(double));
+    s->step_slots = s->step_tokens = s->step_lse_sq = s->step_entropy = 0.0;
+    s->step_dropped = 0;
+}
+
+double moe_step_aux(const MoeStats* s) {
+    if (s->n_expert <= 0 || s->step_slots <= 0.0 || s->step_tokens <= 0.0) return NAN;
+    double a = 0.0;
+    for (int i = 0; i < s->n_expert; i++)
+        a += (s->step_counts[i] / s->step_slots) * (s->step_p_sum[i] / s->step_tokens);
+    return s->n_expert * a;
+}
+
+double moe_step_z(const MoeStats* s) {
+    return s->step_tokens > 0.0 ? s->step_lse_sq / s->step_tokens : NAN;
+}
+
+double moe_max_load(const MoeStats* s) {
+    if (s->n_expert <= 0) return NAN;
+    long mx = 0, sum = 0;
+    for (int i = 0; i < s->n_expert; i++) { sum += s->counts[i]; if (s->counts[i] > mx) mx = s->counts[i]; }
+    return sum > 0 ? (double)mx * s->n_expert / (double)sum : NAN;
+}
+
+double moe_entropy(const MoeStats* s) {
+    return s->n_tokens > 0 ? s->entropy_sum / s->n_tokens : NAN;
+}
+
+double moe_last_aux(const MoeStats* s) {
+    if (s->n_expert <= 0 || s->n_tokens <= 0) return NAN;
+    long slots = 0;
+    for (int i = 0; i < s->n_expert; i++) slots += s->counts[i];
+    double a = 0.0;
+    for (int i = 0; i < s->n_expert; i++) a += ((double)s->counts[i] / slots) * (s->p_sum[i] / s->n_tokens);
+    return s->n_expert * a;
+}
+
+double moe_step_max_load(const MoeStats* s) {
+    if (s->n_expert <= 0 || s->step_slots <= 0.0) return NAN;
+    double mx = 0.0;
+    for (int i = 0; i < s->n_expert; i++) if (s->step_counts[i] > mx) mx = s->step_counts[i];
+    return mx * s->n_expert / s->step_slots;
+}
+
+void moe_step_summary(const GPT* m, MoeStepSummary* s) {
+    memset(s, 0, sizeof(*s));
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const MoeStats* st = &m->moe_stats[l];
+        if (st->n_expert <= 0) continue;
+        s->n_moe++;
+        s->aux += moe_step_aux(st);
+        s->z += moe_step_z(st);
+        double ml = moe_step_max_load(st);
+        if (ml > s->max_load) s->max_load = ml;
+        s->dropped += st->step_dropped;
+    }
+    if (s->n_moe) { s->aux /= s->n_moe; s->z /= s->n_moe; }
+}
+
+int moe_capacity(const MoeConfig* c, int N) {
+    if (c->capacity_factor <= 0.0f) return 0;
+    return (int)ceil((double)c->capacity_factor * N * c->top_k / c->n_expert);
+}
+
+static OpsRouter router_kind(const MoeConfig* c) {
+    return c->router == ROUTER_SIGMOID_TOPK ? OPS_ROUTER_SIGMOID : OPS_ROUTER_SOFTMAX;
+}
+
+// act(pre) for an FFN of hidden width F over `rows` rows: swiglu [rows, 2F] -> [rows, F], or gelu
+static void ffn_act_forward(const ModelConfig* c, float* act, const float* pre, int rows, int F) {
+    if (c->mlp == MLP_SWIGLU) ops_swiglu_forward(act, pre, rows, F);
+    else ops_gelu_forward(act, pre, (size_t)rows * F);
+}
+static void ffn_act_backward(const ModelConfig* c, float* dpre, const float* dact, const float* pre,
+                             int rows, int F) {
+    if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(dpre, dact, pre, rows, F);
+    else ops_gelu_backward(dpre, dact, pre, (size_t)rows * F);
+}
+
+double moe_forward(GPT* m, int l, float* out) {
+    const ModelConfig* c = &m->cfg;
+    const MoeConfig* mc = &c->moe;
+    const LayerWeights* w = &m->w.layer[l];
+    LayerActs* a = &m->layer[l];
+    MoeStats* st = &m->moe_stats[l];
+    const int N = m->B * m->T, d = c->d_model, E = mc->n_expert, k = mc->top_k, S = N * k;
+    const int sw = c->mlp == MLP_SWIGLU ? 2 : 1;
+    const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
+
+    // router: logits = X W_r^T [N, E]; p, the top-k experts and their renormalised weights
+    ops_matmul_forward(a->router_logits, a->ln2, w->router, N, d, E, 0);
+    ops_moe_router_forward(a->router_probs, a->topk_idx, a->topk_w, a->router_lse, a->router_logits,
+                           N, E, k, router_kind(mc));
+    // dispatch: sort the slots by expert (kept slots only, when a capacity is set)
+    const int capacity = moe_capacity(mc, N);
+    ops_moe_dispatch_plan(a->counts, a->offsets, a->row_slot, a->slot_row, a->topk_idx, N, E, k, capacity);
+    int R = 0;
+    ops_to_host(&R, a->offsets + E, sizeof(int));
+    // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
+    ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
+    ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
+    ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    // scale by the routing weights and add back to each token (no atomics)
+    ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
+    // shared expert: every token, optionally gated by sigmoid(X w_g)
+    if (mc->n_shared_expert) {
+        ops_matmul_forward(a->sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs, 0);
+        ffn_act_forward(c, a->sh_act, a->sh_pre, N, Fs);
+        if (mc->shared_expert_gate) {
+            ops_matmul_forward(a->sh_out, a->sh_act, w->shared_w_out, N, Fs, d, 0);
+            ops_matmul_forward(a->sh_z, a->ln2, w->shared_gate, N, d, 1, 0);
+            ops_sigmoid_gate_add_forward(out, a->sh_out, a->sh_z, N, d);
+        } else {
+            ops_matmul_forward(out, a->sh_act, w->shared_w_out, N, Fs, d, 1);
+        }
+    }
+
+    // statistics of this micro-batch (host)
+    int* cnt = xcalloc((size_t)E, sizeof(int));
+    ops_to_host(cnt, a->counts, (size_t)E * sizeof(int));
+    ops_moe_router_stats(st->p_sum, &st->lse_sq_sum, &st->entropy_sum, a->router_probs, a->router_lse, N, E);
+    st->n_tokens = N;
+    st->capacity = capacity;
+    st->dropped = S - R;
+    for (int i = 0; i < E; i++) st->counts[i] = cnt[i];
+    free(cnt);
+    // ... added to the step's: f_i of the load-balancing loss is over all of the step's routed
+    // slots so far. (Distributed: all-reduce counts, p_sum, the sums and N over processes here.)
+    for (int i = 0; i < E; i++) { st->step_counts[i] += (double)st->counts[i]; st->step_p_sum[i] += st->p_sum[i]; }
+    st->step_slots += S;
+    st->step_tokens += N;
+    st->step_lse_sq += st->lse_sq_sum;
+    st->step_entropy += st->entropy_sum;
+    st->step_dropped += st->dropped;
+    // the losses of this micro-batch, without coefficients
+    double aux = 0.0;
+    for (int i = 0; i < E; i++) aux += (st->step_counts[i] / st->step_slots) * (st->p_sum[i] / N);
+    st->aux = E * aux;
+    st->z = st->lse_sq_sum / N;
+    return (double)mc->aux_loss_coef * st->aux + (double)mc->z_loss_coef * st->z;
+}
+
+void moe_backward(GPT* m, int l, float dloss) {
+    const ModelConfig* c = &m->cfg;
+    const MoeConfig* mc = &c->moe;
+    const LayerWeights* w = &m->w.layer[l];
+    LayerWeights* g = &m->g.layer[l];
+    const LayerActs* a = &m->layer[l];
+    const MoeStats* st = &m->moe_stats[l];
+    const int N = m->B * m->T, d = c->d_model, E = mc->n_expert, k = mc->top_k;
+    const int sw = c->mlp == MLP_SWIGLU ? 2 : 1;
+    const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
+    const float* dout = m->dres;   // dL/d(layer output) [N, d]
+    int R = 0;
+    ops_to_host(&R, a->offsets + E, sizeof(int));
+
+    // routed experts, backwards: combine -> w_out -> act -> w_in (d_yp then holds d xp)
+    ops_moe_combine_backward(m->d_yp, m->d_topk_w, dout, a->yp, a->topk_w, a->slot_row, N, k, d);
+    ops_grouped_matmul_backward(m->d_ep_act, g->moe_w_out, m->d_yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    ffn_act_backward(c, m->d_ep_pre, m->d_ep_act, a->ep_pre, R, Fe);
+    ops_grouped_matmul_backward(m->d_yp, g->moe_w_in, m->d_ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+
+    // router: through the top-k weights, the load-balancing loss and the z-loss.
+    // aux = c E sum_i f_i (1/N) sum_n p[n,i] with f constant: dL/dp[n,i] = dloss c E f_i / N.
+    // z = c_z (1/N) sum_n lse_n^2: dL/dlse_n = dloss c_z 2 lse_n / N.
+    float* ag = malloc((size_t)E * sizeof(float));
+    for (int i = 0; i < E; i++)
+        ag[i] = (float)((double)dloss * mc->aux_loss_coef * E * (st->step_counts[i] / st->step_slots) / N);
+    ops_from_host(m->aux_grad, ag, (size_t)E * sizeof(float));
+    free(ag);
+    const float z_grad = (float)((double)dloss * mc->z_loss_coef * 2.0 / N);
+    ops_moe_router_backward(m->d_router, m->d_topk_w, a->router_logits, a->router_probs, a->topk_idx,
+                            a->topk_w, a->router_lse, m->aux_grad, z_grad, N, E, k, router_kind(mc));
+    // dX: router (=), then the experts' inputs gathered back per token (+=)
+    ops_matmul_backward(m->dnorm, g->router, m->d_router, a->ln2, w->router, N, d, E);
+    ops_moe_gather_backward(m->dnorm, m->d_yp, a->slot_row, N, k, d);
+
+    // shared expert (and its gate)
+    if (mc->n_shared_expert) {
+        const float* dsh = dout;
+        if (mc->shared_expert_gate) {
+            ops_sigmoid_gate_add_backward(m->d_sh_out, m->d_sh_z, dout, a->sh_out, a->sh_z, N, d);
+            ops_matmul_backward(m->d_tmp, g->shared_gate, m->d_sh_z, a->ln2, w->shared_gate, N, d, 1);
+            ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
+            dsh = m->d_sh_out;
+        }
+        ops_matmul_backward(m->d_sh_act, g->shared_w_out, dsh, a->sh_act, w->shared_w_out, N, Fs, d);
+        ffn_act_backward(c, m->d_sh_pre, m->d_sh_act, a->sh_pre, N, Fs);
+        ops_matmul_backward(m->d_tmp, g->shared_w_in, m->d_sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
+        ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
+    }
+}
