@@ -94,7 +94,7 @@ main() {
     echo
     echo "GPU tests: ${test_summary:-none ran} $([ $tests_ok = 1 ] && echo "(all passed)" || echo "(FAILURES: see above)"); $gpu_note"
     echo "benchmark (fp32 backend; MFU against the fp32/TF32 peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
-    column -t -s $'\t' "$TSV"
+    if command -v column > /dev/null; then column -t -s $'\t' "$TSV"; else cat "$TSV"; fi
     [ $tests_ok = 1 ]
 }
 
