@@ -1,6 +1,7 @@
 # gatedgpt: thin wrapper around CMake (the real build is CMakeLists.txt).
 #   make          build into build/
-#   make test     install dependencies, build, run every test (ctest)
+#   make test     install dependencies, build, run every test (ctest; the GPU tests skip without a GPU)
+#   make test-gpu build, run the GPU tests only (ctest -L gpu: CUDA ops vs CPU ops, goldens, training)
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
@@ -8,7 +9,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test demo golden bench clean
+.PHONY: all build deps test test-gpu demo golden bench clean
 
 all: build
 
@@ -24,6 +25,9 @@ build: $(BUILD)/CMakeCache.txt
 test: deps
 	@$(MAKE) --no-print-directory build
 	@cd $(BUILD) && ctest --output-on-failure
+
+test-gpu: build
+	@cd $(BUILD) && ctest -L gpu --output-on-failure
 
 demo: deps
 	@$(MAKE) --no-print-directory build

@@ -7,13 +7,21 @@
 // batch) and compares the losses and the parameters after them; for an MoE model also each MoE
 // layer's aux and z losses, expert counts and dropped slots. The reference computed in
 // float64; we compute in float32.
+//
+// The same source is built twice: test_golden against the CPU backend, test_golden_cuda against
+// the CUDA backend (GATEDGPT_CUDA_BACKEND; without a GPU it says it skipped and exits 0). Model
+// memory is reached only through ops_from_host / ops_to_host, which are memcpy on the CPU.
 #include <string.h>
 #include "test_util.h"
 #include "../model/config.h"
 #include "../model/gpt.h"
 #include "../model/optim.h"
+#ifdef GATEDGPT_CUDA_BACKEND
+#include "../kernels/cuda/cuda_backend.h"
+#endif
 
 // tolerances (max |ours - ref| / max |ref| per tensor; loss: relative)
+#ifndef GATEDGPT_CUDA_BACKEND
 #define TOL_LOSS   1e-6   // measured <= 1.1e-7
 #define TOL_LOGITS 1e-5   // measured <= 6.5e-7
 #define TOL_GRAD   1e-5   // measured <= 1.3e-6 (the issue allows 1e-4)
@@ -23,6 +31,14 @@
 // from float64 after 3 steps (tests/reference/README.md); ours measured <= 2.2e-5.
 #define TOL_STEP3_MOE 1e-4
 #define TOL_MOE_LOSS 1e-5 // aux and z of each MoE layer (relative): measured <= 6.2e-8
+#else
+// CUDA fp32: other summation orders than the CPU's, so 10x the CPU's tolerances (the issue's
+// 1e-4 for gradients and parameters); with GATEDGPT_CUDA_TF32=1 the GEMM inputs are rounded to
+// 10 mantissa bits (~5e-4 relative each) and the bounds are those of TF32. Not yet run on a GPU.
+static double TOL_LOSS = 1e-5, TOL_LOGITS = 1e-4, TOL_GRAD = 1e-4, TOL_STEP3 = 1e-4;
+#define TOL_STEP3_MOE 1e-3
+#define TOL_MOE_LOSS 1e-4
+#endif
 
 typedef struct { char name[96]; int dtype, ndim, dims[4]; size_t n; void* data; } GTensor;
 typedef struct { GTensor* t; int n; } Golden;
@@ -66,7 +82,18 @@ int main(int argc, char** argv) {
     if (config_load_file(&cfg, ini) || config_finalize(&cfg, ini)) return 1;
     Golden g;
     if (golden_load(&g, bin)) return 1;
+#ifdef GATEDGPT_CUDA_BACKEND
+    char why[256];
+    if (!cuda_device_present(why, sizeof why)) {
+        printf("skipped: no CUDA device (%s)\n", why);
+        return 0;
+    }
+#endif
     ops_init(0);
+#ifdef GATEDGPT_CUDA_BACKEND
+    if (cuda_tf32_enabled()) { TOL_LOSS = 1e-3; TOL_LOGITS = 5e-3; TOL_GRAD = 2e-2; TOL_STEP3 = 2e-2; }
+    printf("  backend: %s\n", ops_backend_name());
+#endif
 
     const ModelConfig* mc = &cfg.model;
     const int B = cfg.train.batch_size, T = cfg.train.seq_len, N = B * T, V = mc->vocab_size, Vp = mc->padded_vocab;
@@ -91,7 +118,8 @@ int main(int argc, char** argv) {
         if (!shape_ok) return tu_finish();
         memcpy(init + p->offset, t->data, p->numel * 4);
     }
-    memcpy(m.params, init, m.table.total * sizeof(float));
+    ops_from_host(m.params, init, m.table.total * sizeof(float));
+    float* host = malloc(m.table.total * sizeof(float));   // params or grads, read back
 
     int* in = golden_get(&g, "inputs")->data;
     int* tg = golden_get(&g, "targets")->data;
@@ -103,7 +131,7 @@ int main(int argc, char** argv) {
     printf("  loss        %.7f ref %.7f  rel err %.2e\n", loss, ref_loss, lrel);
 
     float* logits = malloc((size_t)N * V * sizeof(float));
-    for (int n = 0; n < N; n++) memcpy(logits + (size_t)n * V, m.logits + (size_t)n * Vp, V * sizeof(float));
+    for (int n = 0; n < N; n++) ops_to_host(logits + (size_t)n * V, m.logits + (size_t)n * Vp, V * sizeof(float));
     double e = tu_rel_err(logits, golden_get(&g, "logits")->data, (size_t)N * V);
     TU_CHECK(e <= TOL_LOGITS, "logits rel err %.2e > %.0e", e, TOL_LOGITS);
     printf("  logits      rel err %.2e\n", e);
@@ -135,19 +163,20 @@ int main(int argc, char** argv) {
     }
 
     gpt_backward(&m, 1.0f);
+    ops_to_host(host, m.grads, m.table.total * sizeof(float));
     double worst = 0; const char* worst_name = "";
     for (int i = 0; i < m.table.n; i++) {
         const ParamInfo* p = &m.table.p[i];
         char nm[96];
         snprintf(nm, sizeof nm, "grad/%s", p->name);
-        double r = tu_rel_err(m.grads + p->offset, golden_get(&g, nm)->data, p->numel);
+        double r = tu_rel_err(host + p->offset, golden_get(&g, nm)->data, p->numel);
         TU_CHECK(r <= TOL_GRAD, "grad %s rel err %.2e > %.0e", p->name, r, TOL_GRAD);
         if (r > worst) { worst = r; worst_name = p->name; }
     }
     printf("  gradients   worst rel err %.2e (%s) over %d tensors\n", worst, worst_name, m.table.n);
 
     // 3 AdamW steps on the same batch at constant lr
-    memcpy(m.params, init, m.table.total * sizeof(float));
+    ops_from_host(m.params, init, m.table.total * sizeof(float));
     Optim opt;
     optim_init(&opt, &m);
     const float* ref_losses = golden_get(&g, "losses")->data;
@@ -163,15 +192,17 @@ int main(int argc, char** argv) {
     }
     worst = 0;
     const double tol_step3 = mc->moe.n_expert > 0 ? TOL_STEP3_MOE : TOL_STEP3;
+    ops_to_host(host, m.params, m.table.total * sizeof(float));
     for (int i = 0; i < m.table.n; i++) {
         const ParamInfo* p = &m.table.p[i];
         char nm[96];
         snprintf(nm, sizeof nm, "step3/%s", p->name);
-        double r = tu_rel_err(m.params + p->offset, golden_get(&g, nm)->data, p->numel);
+        double r = tu_rel_err(host + p->offset, golden_get(&g, nm)->data, p->numel);
         TU_CHECK(r <= tol_step3, "after 3 steps %s rel err %.2e > %.0e", p->name, r, tol_step3);
         if (r > worst) { worst = r; worst_name = p->name; }
     }
     printf("  3 AdamW steps: params worst rel err %.2e (%s)\n", worst, worst_name);
+    free(host);
     optim_free(&opt);
     gpt_free(&m);
     return tu_finish();

@@ -12,6 +12,26 @@ void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* 
         exit(1);
     }
 }
+#elif defined(GATEDGPT_GEMM_NAIVE)
+// A plain loop nest (GATEDGPT_GEMM=naive): for machines without a BLAS package, such as a GPU
+// machine that needs the CPU backend only as the reference of the GPU tests. Correct, and
+// orders of magnitude slower than a BLAS. Rows of C in parallel unless already inside a
+// parallel region (attention calls it per task).
+void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+    #pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (int p = 0; p < K; p++) {
+                float a = ta == 'T' ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                float b = tb == 'T' ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                s += a * b;
+            }
+            float* c = &C[(size_t)i * ldc + j];
+            *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
+        }
+}
 #else
 #include <cblas.h>
 void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,

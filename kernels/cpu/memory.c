@@ -18,6 +18,8 @@ void ops_init(int threads) {
     snprintf(cpu_name, sizeof(cpu_name), "cpu fp32 (%s sgemm, %d threads)",
 #ifdef GATEDGPT_GEMM_DNNL
              "oneDNN",
+#elif defined(GATEDGPT_GEMM_NAIVE)
+             "naive loop",
 #else
              "cblas",
 #endif

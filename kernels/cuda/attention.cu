@@ -1,0 +1,636 @@
+// kernels/cuda/attention.cu: the attention block's ops on the GPU, fp32.
+//   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE rotate_half, value gate)
+//   attention: causal GQA softmax attention, tiled with an online softmax (flash-attention
+//              style: the T x T matrix never exists), saving the row logsumexp; the sdpa
+//              output gate is applied in the forward's epilogue, and its gradient is taken in
+//              the first pass of the backward.
+// Token n = b*T + t. q[N, H*hd], k/v[N, Hkv*hd]; query head h uses kv head h / (H/Hkv).
+// The math is kernels/cpu/attention.c's; the comments there derive it.
+//
+// This is the simple correct kernel (fp32 CUDA cores, one query row per warp at a time); the
+// fused bf16 tensor-core flash attention with the gate in its epilogue replaces it later
+// (docs/gpu.md).
+#include "cuda_common.h"
+#include <math.h>
+
+int ops_attn_gate_cols(const OpsAttnShape* s) {
+    if (s->gate == OPS_GATE_NONE) return 0;
+    int heads = (s->gate_pos == OPS_GATEPOS_SDPA) ? s->H : s->Hkv;
+    return s->gate == OPS_GATE_ELEMENTWISE ? heads * s->hd : heads;
+}
+int ops_attn_qkv_cols(const OpsAttnShape* s) {
+    return (s->H + 2 * s->Hkv) * s->hd + ops_attn_gate_cols(s);
+}
+
+// ---- RoPE tables ----------------------------------------------------------------------------
+// rope[t][0][i] = cos, rope[t][1][i] = sin of the angle t * base^(-2i/hd), i < hd/2, computed
+// in double on the host exactly as the CPU backend does; uploaded when (hd, base) change or a
+// longer T is asked for (a table for T rows serves every shorter T) and kept in a scratch slot.
+static int rope_T = -1, rope_hd = -1;
+static float rope_base_cached = 0.0f;
+static float* rope_dev = NULL;
+
+static const float* rope_tables(int T, int hd, float base) {
+    int half = hd / 2;
+    if (rope_dev && T <= rope_T && hd == rope_hd && base == rope_base_cached) return rope_dev;
+    size_t n = (size_t)T * 2 * half;
+    float* host = (float*)malloc(n * sizeof(float) + 4);
+    if (!host) { fprintf(stderr, "error: out of host memory for the RoPE tables\n"); exit(1); }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = (double)t * pow((double)base, -2.0 * i / hd);
+            host[((size_t)t * 2 + 0) * half + i] = (float)cos(ang);
+            host[((size_t)t * 2 + 1) * half + i] = (float)sin(ang);
+        }
+    rope_dev = (float*)cuda_scratch(CUDA_SCRATCH_ROPE, n * sizeof(float) + 4);
+    ops_from_host(rope_dev, host, n * sizeof(float));   // a cudaMemcpy: ordered after queued kernels
+    free(host);
+    rope_T = T; rope_hd = hd; rope_base_cached = base;
+    return rope_dev;
+}
+
+// ---- prep -----------------------------------------------------------------------------------
+// Per-element formulas so that each lane handles any channel i on its own:
+//   forward rotation (pairs i, i + half):  out[i] = a c - b s,  out[i + half] = b c + a s
+//   inverse rotation (its transpose):      out[i] = a c + b s,  out[i + half] = b c - a s
+// with a = x[i], b = x[i + half], c = cos[t, i], s = sin[t, i]; channels past 2*half (odd hd)
+// are not rotated.
+struct AttnDims {
+    int N, T, H, Hkv, hd, QKVG, zoff;
+    int qk_norm, rope, gate, gate_pos, gate_act;
+    float eps;
+};
+
+static AttnDims attn_dims(const OpsAttnShape* s) {
+    AttnDims d;
+    d.N = s->B * s->T; d.T = s->T; d.H = s->H; d.Hkv = s->Hkv; d.hd = s->hd;
+    d.QKVG = ops_attn_qkv_cols(s); d.zoff = (s->H + 2 * s->Hkv) * s->hd;
+    d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
+    d.gate_act = s->gate_act; d.eps = s->eps;
+    return d;
+}
+
+// element i of the rotated vector (dir +1) or of its inverse rotation (dir -1), of xs[hd] with
+// xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; cs == NULL: no rotation
+__device__ __forceinline__ float rope_elem(const float* x, const float* w, float r, int i, int hd,
+                                           const float* cs, const float* sn, float dir) {
+    int half = hd / 2;
+    // xs(j) = x[j] * r * w[j] (qk-norm) or x[j]
+    #define XS(j) (w ? x[j] * r * w[j] : x[j])
+    if (!cs || i >= 2 * half) return XS(i);
+    if (i < half) {
+        float a = XS(i), b = XS(i + half), c = cs[i], s = dir * sn[i];
+        return a * c - b * s;
+    }
+    int i0 = i - half;
+    float a = XS(i0), b = XS(i), c = cs[i0], s = dir * sn[i0];
+    return b * c + a * s;
+    #undef XS
+}
+
+// One warp per (token n, head slot j): j < H a query head, j < H + Hkv a key head, else a value
+// head. qk-norm's sum of squares is a warp sum.
+__global__ void attn_prep_forward_kernel(float* q, float* k, float* v, float* qk_rstd,
+                                         const float* qkv, const float* qnorm_w,
+                                         const float* knorm_w, const float* rope, AttnDims d) {
+    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)d.N * S) return;
+    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    const float* row = qkv + (size_t)n * d.QKVG;
+    if (j < d.H + d.Hkv) {
+        int isq = j < d.H;
+        const float* src = row + (size_t)j * hd;   // q heads then k heads, contiguous
+        float* dst = isq ? q + ((size_t)n * d.H + j) * hd : k + ((size_t)n * d.Hkv + (j - d.H)) * hd;
+        float r = 1.0f;
+        const float* w = NULL;
+        if (d.qk_norm) {
+            float ss = 0.0f;
+            for (int i = lane; i < hd; i += 32) ss += src[i] * src[i];
+            r = 1.0f / sqrtf(warp_sum(ss) / hd + d.eps);
+            if (lane == 0) qk_rstd[(size_t)n * (d.H + d.Hkv) + j] = r;
+            w = isq ? qnorm_w : knorm_w;
+        }
+        const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
+        const float* sn = d.rope ? cs + half : NULL;
+        for (int i = lane; i < hd; i += 32) dst[i] = rope_elem(src, w, r, i, hd, cs, sn, 1.0f);
+    } else {
+        int kh = j - d.H - d.Hkv;
+        const float* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        float* vd = v + ((size_t)n * d.Hkv + kh) * hd;
+        int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
+        for (int i = lane; i < hd; i += 32) {
+            float g = 1.0f;
+            if (vgate) g = cuda_gate_act(d.gate_act, row[d.zoff + (d.gate == OPS_GATE_ELEMENTWISE ? kh * hd + i : kh)]);
+            vd[i] = vs[i] * g;
+        }
+    }
+}
+
+void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
+                           const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
+    AttnDims d = attn_dims(s);
+    const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
+    size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
+    attn_prep_forward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(q, k, v, qk_rstd, qkv, qnorm_w, knorm_w, rope, d);
+    CUDA_LAUNCH_CHECK("attn_prep_forward_kernel");
+}
+
+// Backward of prep, one warp per (n, head slot), writing dqkv's q, k, v (and value-gate z)
+// columns:  buf = inverse-rotated dq (or dk);  qk-norm: dx = r (w buf - x r^2 mean(w buf x)).
+__global__ void attn_prep_backward_kernel(float* dqkv, const float* dq, const float* dk,
+                                          const float* dv, const float* qkv, const float* qk_rstd,
+                                          const float* qnorm_w, const float* knorm_w,
+                                          const float* rope, AttnDims d) {
+    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)d.N * S) return;
+    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    const float* row = qkv + (size_t)n * d.QKVG;
+    float* drow = dqkv + (size_t)n * d.QKVG;
+    if (j < d.H + d.Hkv) {
+        int isq = j < d.H;
+        const float* g = isq ? dq + ((size_t)n * d.H + j) * hd : dk + ((size_t)n * d.Hkv + (j - d.H)) * hd;
+        const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
+        const float* sn = d.rope ? cs + half : NULL;
+        const float* x = row + (size_t)j * hd;
+        float* dx = drow + (size_t)j * hd;
+        if (d.qk_norm) {
+            const float* w = isq ? qnorm_w : knorm_w;
+            float r = qk_rstd[(size_t)n * (d.H + d.Hkv) + j];
+            float sgx = 0.0f;
+            for (int i = lane; i < hd; i += 32) sgx += w[i] * rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f) * x[i];
+            float c = r * r * warp_sum(sgx) / hd;
+            for (int i = lane; i < hd; i += 32) {
+                float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+                dx[i] = r * (w[i] * b - x[i] * c);
+            }
+        } else {
+            for (int i = lane; i < hd; i += 32) dx[i] = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+        }
+    } else {
+        // v' = v * a(z)
+        int kh = j - d.H - d.Hkv;
+        const float* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        float* dvs = drow + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        const float* dvn = dv + ((size_t)n * d.Hkv + kh) * hd;
+        int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
+        if (!vgate) {
+            for (int i = lane; i < hd; i += 32) dvs[i] = dvn[i];
+        } else if (d.gate == OPS_GATE_ELEMENTWISE) {
+            for (int i = lane; i < hd; i += 32) {
+                float z = row[d.zoff + kh * hd + i];
+                dvs[i] = dvn[i] * cuda_gate_act(d.gate_act, z);
+                drow[d.zoff + kh * hd + i] = dvn[i] * vs[i] * cuda_gate_act_grad(d.gate_act, z);
+            }
+        } else {
+            float z = row[d.zoff + kh], a = cuda_gate_act(d.gate_act, z), acc = 0.0f;
+            for (int i = lane; i < hd; i += 32) {
+                dvs[i] = dvn[i] * a;
+                acc += dvn[i] * vs[i];
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) drow[d.zoff + kh] = acc * cuda_gate_act_grad(d.gate_act, z);
+        }
+    }
+}
+
+// qk-norm weight gradients, deterministic: part[blk][2*hd] = sum over the 64-row block's rows
+// (in order) and its q heads (or k heads, in order) of buf[i] * x[i] * r; one thread per
+// (block, i) with i < hd for q_norm.w, hd <= i < 2hd for k_norm.w. The CPU backend uses the
+// same blocks and order.
+#define ATTN_RED_BLOCK 64
+__global__ void attn_qknorm_partial_kernel(float* part, const float* dq, const float* dk,
+                                           const float* qkv, const float* qk_rstd,
+                                           const float* rope, AttnDims d) {
+    const int hd = d.hd, half = hd / 2;
+    int blk = blockIdx.x, i2 = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i2 >= 2 * hd) return;
+    int isq = i2 < hd, i = isq ? i2 : i2 - hd;
+    int n0 = blk * ATTN_RED_BLOCK, n1 = min(n0 + ATTN_RED_BLOCK, d.N);
+    int h0 = isq ? 0 : d.H, h1 = isq ? d.H : d.H + d.Hkv;
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        int t = n % d.T;
+        const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
+        const float* sn = d.rope ? cs + half : NULL;
+        for (int h = h0; h < h1; h++) {
+            const float* g = isq ? dq + ((size_t)n * d.H + h) * hd : dk + ((size_t)n * d.Hkv + (h - d.H)) * hd;
+            float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+            float x = qkv[(size_t)n * d.QKVG + (size_t)h * hd + i];
+            acc += b * x * qk_rstd[(size_t)n * (d.H + d.Hkv) + h];
+        }
+    }
+    part[(size_t)blk * 2 * hd + i2] = acc;
+}
+
+// out[i] += sum over blocks (in order) of part[blk][off + i]
+__global__ void attn_reduce_blocks_kernel(float* out, const float* part, int nblocks, int stride,
+                                          int off, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0.0f;
+    for (int b = 0; b < nblocks; b++) s += part[(size_t)b * stride + off + i];
+    out[i] += s;
+}
+
+void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const float* dq,
+                            const float* dk, const float* dv, const float* qkv,
+                            const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
+                            const OpsAttnShape* s) {
+    AttnDims d = attn_dims(s);
+    const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
+    size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
+    attn_prep_backward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
+        dqkv, dq, dk, dv, qkv, qk_rstd, qnorm_w, knorm_w, rope, d);
+    CUDA_LAUNCH_CHECK("attn_prep_backward_kernel");
+    if (s->qk_norm) {
+        int nb = (d.N + ATTN_RED_BLOCK - 1) / ATTN_RED_BLOCK;
+        float* part = (float*)cuda_scratch(CUDA_SCRATCH_QKNORM, (size_t)nb * 2 * d.hd * sizeof(float));
+        dim3 grid(nb, cuda_blocks(2 * d.hd, 64));
+        attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, dq, dk, qkv, qk_rstd, rope, d);
+        CUDA_LAUNCH_CHECK("attn_qknorm_partial_kernel");
+        attn_reduce_blocks_kernel<<<cuda_blocks(d.hd, 64), 64, 0, cuda_stream>>>(dqnorm_w, part, nb, 2 * d.hd, 0, d.hd);
+        CUDA_LAUNCH_CHECK("attn_reduce_blocks_kernel");
+        attn_reduce_blocks_kernel<<<cuda_blocks(d.hd, 64), 64, 0, cuda_stream>>>(dknorm_w, part, nb, 2 * d.hd, d.hd, d.hd);
+        CUDA_LAUNCH_CHECK("attn_reduce_blocks_kernel");
+    }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+// Tiles: a block takes ATT_TILE (32) query rows (forward, dQ) or key rows (dK/dV) of one head,
+// 4 warps x ATT_ROWS_PER_WARP (8) rows; the other side is walked in tiles of 32 staged in
+// shared memory. Inside a warp, lane j is key (or query) j of the staged tile when scores are
+// formed, and lane j owns channels j, j+32, ... (NC of them, hd <= 32*NC) when outputs are
+// accumulated; a score is broadcast to the lanes with a shuffle. Staged rows that lanes read
+// one row per lane are padded to hd+1 floats (no shared-memory bank conflicts).
+#define ATT_TILE 32
+#define ATT_WARPS 4
+#define ATT_ROWS_PER_WARP (ATT_TILE / ATT_WARPS)
+#define ATT_THREADS (32 * ATT_WARPS)
+#define ATT_MAX_HD 256
+
+// rows [r0, r0+32) of one head of x (row stride ld floats) -> dst[32][dstride], zero past T
+__device__ __forceinline__ void att_stage(float* dst, int dstride, const float* x, size_t ld,
+                                          int r0, int T, int hd) {
+    for (int idx = threadIdx.x; idx < ATT_TILE * hd; idx += blockDim.x) {
+        int rr = idx / hd, c = idx % hd;
+        int t = r0 + rr;
+        dst[rr * dstride + c] = t < T ? x[(size_t)t * ld + c] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float att_dot(const float* a, const float* b, int hd) {
+    float s = 0.0f;
+    for (int c = 0; c < hd; c++) s += a[c] * b[c];
+    return s;
+}
+
+// Forward. Grid (T/32, H, B). Online softmax per query row: running max m, per-lane partial
+// sum l (every lane scales by the same factor, so the partials add up at the end), output o.
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_forward_kernel(float* y, float* yg, float* lse, const float* q, const float* k,
+                         const float* v, const float* qkv, AttnDims d, float scale) {
+    extern __shared__ float smem[];
+    const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
+    const int b = blockIdx.z, h = blockIdx.y, t0 = blockIdx.x * ATT_TILE, kh = h / (H / Hkv);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* Qs = smem;                        // [32][hd]    read by row (broadcast)
+    float* Ks = Qs + ATT_TILE * hd;          // [32][hd+1]  read one row per lane
+    float* Vs = Ks + ATT_TILE * (hd + 1);    // [32][hd]    read by row, channels over lanes
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)Hkv * hd;
+    att_stage(Qs, hd, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
+
+    float m[ATT_ROWS_PER_WARP], l[ATT_ROWS_PER_WARP], o[ATT_ROWS_PER_WARP][NC];
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        m[r] = -INFINITY; l[r] = 0.0f;
+        for (int e = 0; e < NC; e++) o[r][e] = 0.0f;
+    }
+    const int last = min(t0 + ATT_TILE, T) - 1;   // the block's last query sees keys 0..last
+    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+        __syncthreads();   // the previous tile is no longer read (and Qs is staged)
+        att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+        att_stage(Vs, hd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+            const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
+            if (t >= T || t < u0) continue;   // warp-uniform: no key of this tile is visible
+            const int u = u0 + lane;
+            float s = u <= t ? att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale : -INFINITY;
+            float mnew = fmaxf(m[r], warp_max(s));
+            float alpha = expf(m[r] - mnew);   // 0 on the first visible tile (m = -inf)
+            float p = expf(s - mnew);          // 0 for masked keys
+            l[r] = l[r] * alpha + p;
+            #pragma unroll
+            for (int e = 0; e < NC; e++) o[r][e] *= alpha;
+            const int jn = min(ATT_TILE, t - u0 + 1);
+            for (int j = 0; j < jn; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j);
+                #pragma unroll
+                for (int e = 0; e < NC; e++) {
+                    int c = lane + 32 * e;
+                    if (c < hd) o[r][e] += pj * Vs[j * hd + c];
+                }
+            }
+            m[r] = mnew;
+        }
+    }
+    // epilogue: normalise, save lse, apply the sdpa gate
+    // (loops over r are unrolled with compile-time indices everywhere, so that m, l and o stay in
+    // registers: a run-time index, or a `break`, moves them to local memory)
+    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        const int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+        if (t >= T) continue;
+        const float L = warp_sum(l[r]);
+        const float inv = 1.0f / L;
+        const size_t n = (size_t)b * T + t;
+        if (lane == 0) lse[((size_t)b * H + h) * T + t] = m[r] + logf(L);
+        const float* z = qkv + n * d.QKVG + d.zoff;
+        #pragma unroll
+        for (int e = 0; e < NC; e++) {
+            int c = lane + 32 * e;
+            if (c >= hd) continue;
+            float yy = o[r][e] * inv;
+            y[(n * H + h) * hd + c] = yy;
+            if (sgate) yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? h * hd + c : h]);
+            if (yg != y) yg[(n * H + h) * hd + c] = yy;
+        }
+    }
+}
+
+// Backward, pass 1, one warp per (n, h): the sdpa gate's backward and D = dy . y.
+//   dy = dyg * a(z) (into scratch);  dz = dyg * y * a'(z) (per channel, or summed over hd)
+__global__ void attention_backward_pre_kernel(float* dy, float* D, float* dqkv, const float* dyg,
+                                              const float* y, const float* qkv, AttnDims d) {
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)d.N * d.H) return;
+    const int hd = d.hd;
+    int n = (int)(warp / d.H), h = (int)(warp % d.H);
+    const float* gy = dyg + ((size_t)n * d.H + h) * hd;
+    const float* yy = y + ((size_t)n * d.H + h) * hd;
+    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    float dsum = 0.0f;
+    if (!sgate) {
+        for (int i = lane; i < hd; i += 32) dsum += gy[i] * yy[i];
+    } else {
+        const float* z = qkv + (size_t)n * d.QKVG + d.zoff;
+        float* dz = dqkv + (size_t)n * d.QKVG + d.zoff;
+        float* o = dy + ((size_t)n * d.H + h) * hd;
+        if (d.gate == OPS_GATE_ELEMENTWISE) {
+            for (int i = lane; i < hd; i += 32) {
+                float zz = z[h * hd + i];
+                float dyi = gy[i] * cuda_gate_act(d.gate_act, zz);
+                o[i] = dyi;
+                dz[h * hd + i] = gy[i] * yy[i] * cuda_gate_act_grad(d.gate_act, zz);
+                dsum += dyi * yy[i];
+            }
+        } else {
+            float a = cuda_gate_act(d.gate_act, z[h]), acc = 0.0f;
+            for (int i = lane; i < hd; i += 32) {
+                float dyi = gy[i] * a;
+                o[i] = dyi;
+                acc += gy[i] * yy[i];
+                dsum += dyi * yy[i];
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) dz[h] = acc * cuda_gate_act_grad(d.gate_act, z[h]);
+        }
+    }
+    dsum = warp_sum(dsum);
+    int b = n / d.T, t = n % d.T;
+    if (lane == 0) D[((size_t)b * d.H + h) * d.T + t] = dsum;
+}
+
+// Backward, dQ. Grid (T/32, H, B), rows = queries; P recomputed from the saved lse:
+//   p = exp(s - lse);  ds = p (dp - D) scale, dp = dy . v;  dq = sum_u ds_u k_u
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_backward_dq_kernel(float* dq, const float* dy, const float* q, const float* k,
+                             const float* v, const float* lse, const float* D, AttnDims d,
+                             float scale) {
+    extern __shared__ float smem[];
+    const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
+    const int b = blockIdx.z, h = blockIdx.y, t0 = blockIdx.x * ATT_TILE, kh = h / (H / Hkv);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* Qs = smem;                        // [32][hd]    by row
+    float* dYs = Qs + ATT_TILE * hd;         // [32][hd]    by row
+    float* Ks = dYs + ATT_TILE * hd;         // [32][hd+1]  one row per lane, and by row
+    float* Vs = Ks + ATT_TILE * (hd + 1);    // [32][hd+1]  one row per lane
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)Hkv * hd;
+    att_stage(Qs, hd, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
+    att_stage(dYs, hd, dy + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
+
+    float acc[ATT_ROWS_PER_WARP][NC], Lr[ATT_ROWS_PER_WARP], Dr[ATT_ROWS_PER_WARP];
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+        size_t bi = ((size_t)b * H + h) * T + (t < T ? t : 0);
+        Lr[r] = lse[bi];
+        Dr[r] = D[bi];
+        for (int e = 0; e < NC; e++) acc[r][e] = 0.0f;
+    }
+    const int last = min(t0 + ATT_TILE, T) - 1;
+    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+        __syncthreads();
+        att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+        att_stage(Vs, hd + 1, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+            const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
+            if (t >= T || t < u0) continue;
+            const int u = u0 + lane;
+            float ds = 0.0f;
+            if (u <= t) {
+                float p = expf(att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale - Lr[r]);
+                float dp = att_dot(dYs + rr * hd, Vs + lane * (hd + 1), hd);
+                ds = p * (dp - Dr[r]) * scale;
+            }
+            const int jn = min(ATT_TILE, t - u0 + 1);
+            for (int j = 0; j < jn; j++) {
+                float dsj = __shfl_sync(0xffffffffu, ds, j);
+                #pragma unroll
+                for (int e = 0; e < NC; e++) {
+                    int c = lane + 32 * e;
+                    if (c < hd) acc[r][e] += dsj * Ks[j * (hd + 1) + c];
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        const int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+        if (t >= T) continue;
+        float* out = dq + ((size_t)b * T + t) * ldq + (size_t)h * hd;
+        #pragma unroll
+        for (int e = 0; e < NC; e++) {
+            int c = lane + 32 * e;
+            if (c < hd) out[c] = acc[r][e];
+        }
+    }
+}
+
+// Backward, dK and dV. Grid (T/32, Hkv, B), rows = keys of one kv head; for each query head of
+// the group (in order) and each query tile from the key tile on (in order):
+//   dv_u += sum_t p_tu dy_t;  dk_u += sum_t ds_tu q_t
+// One block owns its keys' rows: no atomics, and the order of the sums is fixed.
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_backward_dkv_kernel(float* dk, float* dv, const float* dy, const float* q,
+                              const float* k, const float* v, const float* lse, const float* D,
+                              AttnDims d, float scale) {
+    extern __shared__ float smem[];
+    const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv, rep = H / Hkv;
+    const int b = blockIdx.z, kh = blockIdx.y, u0 = blockIdx.x * ATT_TILE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* Ks = smem;                        // [32][hd]    this block's keys, by row
+    float* Vs = Ks + ATT_TILE * hd;          // [32][hd]
+    float* Qs = Vs + ATT_TILE * hd;          // [32][hd+1]  one row per lane, and by row
+    float* dYs = Qs + ATT_TILE * (hd + 1);   // [32][hd+1]
+    float* Ls = dYs + ATT_TILE * (hd + 1);   // [32]
+    float* Ds = Ls + ATT_TILE;                // [32]
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)Hkv * hd;
+    att_stage(Ks, hd, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+    att_stage(Vs, hd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
+
+    float ak[ATT_ROWS_PER_WARP][NC], av[ATT_ROWS_PER_WARP][NC];
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++)
+        for (int e = 0; e < NC; e++) { ak[r][e] = 0.0f; av[r][e] = 0.0f; }
+    for (int h = kh * rep; h < (kh + 1) * rep; h++) {
+        for (int t0 = u0; t0 < T; t0 += ATT_TILE) {
+            __syncthreads();
+            att_stage(Qs, hd + 1, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
+            att_stage(dYs, hd + 1, dy + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
+            if (threadIdx.x < ATT_TILE) {
+                int t = t0 + threadIdx.x;
+                size_t bi = ((size_t)b * H + h) * T + (t < T ? t : 0);
+                Ls[threadIdx.x] = lse[bi];
+                Ds[threadIdx.x] = D[bi];
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+                const int rr = warp * ATT_ROWS_PER_WARP + r, u = u0 + rr;
+                if (u >= T) continue;
+                const int t = t0 + lane;
+                float p = 0.0f, ds = 0.0f;
+                if (t < T && t >= u) {
+                    p = expf(att_dot(Qs + lane * (hd + 1), Ks + rr * hd, hd) * scale - Ls[lane]);
+                    float dp = att_dot(dYs + lane * (hd + 1), Vs + rr * hd, hd);
+                    ds = p * (dp - Ds[lane]) * scale;
+                }
+                const int jlo = max(0, u - t0), jhi = min(ATT_TILE, T - t0);
+                for (int j = jlo; j < jhi; j++) {
+                    float pj = __shfl_sync(0xffffffffu, p, j);
+                    float dsj = __shfl_sync(0xffffffffu, ds, j);
+                    #pragma unroll
+                    for (int e = 0; e < NC; e++) {
+                        int c = lane + 32 * e;
+                        if (c < hd) {
+                            av[r][e] += pj * dYs[j * (hd + 1) + c];
+                            ak[r][e] += dsj * Qs[j * (hd + 1) + c];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        const int u = u0 + warp * ATT_ROWS_PER_WARP + r;
+        if (u >= T) continue;
+        float* ok = dk + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
+        float* ov = dv + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
+        #pragma unroll
+        for (int e = 0; e < NC; e++) {
+            int c = lane + 32 * e;
+            if (c < hd) { ok[c] = ak[r][e]; ov[c] = av[r][e]; }
+        }
+    }
+}
+
+// ---- launches -------------------------------------------------------------------------------
+static void att_check_shape(const OpsAttnShape* s) {
+    if (s->hd < 1 || s->hd > ATT_MAX_HD)
+        cuda_fail(__FILE__, __LINE__, "attention: head_dim outside 1..256",
+                  "the CUDA attention kernel keeps a row of head_dim floats in 32 lanes x 8 registers");
+    if (s->Hkv < 1 || s->H % s->Hkv != 0)
+        cuda_fail(__FILE__, __LINE__, "attention: n_head must be a multiple of n_kv_head", "fix the config");
+}
+
+static int att_nc(int hd) { int nc = (hd + 31) / 32; return nc <= 1 ? 1 : nc <= 2 ? 2 : nc <= 4 ? 4 : 8; }
+
+// Opt in to more than 48 KiB of dynamic shared memory when a head_dim needs it.
+template <typename K>
+static void att_smem(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int NC>
+static void att_forward_launch(float* y, float* yg, float* lse, const float* q, const float* k,
+                               const float* v, const float* qkv, AttnDims d, float scale, int B) {
+    size_t smem = (size_t)ATT_TILE * (3 * d.hd + 1) * sizeof(float);
+    att_smem(attention_forward_kernel<NC>, smem);
+    dim3 grid((d.T + ATT_TILE - 1) / ATT_TILE, d.H, B);
+    attention_forward_kernel<NC><<<grid, ATT_THREADS, smem, cuda_stream>>>(y, yg, lse, q, k, v, qkv, d, scale);
+    CUDA_LAUNCH_CHECK("attention_forward_kernel");
+}
+
+void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
+                           const float* v, const float* qkv, const OpsAttnShape* s) {
+    att_check_shape(s);
+    AttnDims d = attn_dims(s);
+    const float scale = 1.0f / sqrtf((float)s->hd);
+    switch (att_nc(s->hd)) {
+    case 1: att_forward_launch<1>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
+    case 2: att_forward_launch<2>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
+    case 4: att_forward_launch<4>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
+    default: att_forward_launch<8>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
+    }
+}
+
+template <int NC>
+static void att_backward_launch(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                const float* k, const float* v, const float* lse, const float* D,
+                                AttnDims d, float scale, int B) {
+    size_t smem_q = (size_t)ATT_TILE * (4 * d.hd + 2) * sizeof(float);
+    att_smem(attention_backward_dq_kernel<NC>, smem_q);
+    dim3 gq((d.T + ATT_TILE - 1) / ATT_TILE, d.H, B);
+    attention_backward_dq_kernel<NC><<<gq, ATT_THREADS, smem_q, cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale);
+    CUDA_LAUNCH_CHECK("attention_backward_dq_kernel");
+    size_t smem_kv = (size_t)ATT_TILE * (4 * d.hd + 4) * sizeof(float);
+    att_smem(attention_backward_dkv_kernel<NC>, smem_kv);
+    dim3 gkv((d.T + ATT_TILE - 1) / ATT_TILE, d.Hkv, B);
+    attention_backward_dkv_kernel<NC><<<gkv, ATT_THREADS, smem_kv, cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale);
+    CUDA_LAUNCH_CHECK("attention_backward_dkv_kernel");
+}
+
+void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float* scratch,
+                            const float* dyg, const float* q, const float* k, const float* v,
+                            const float* y, const float* lse, const float* qkv,
+                            const OpsAttnShape* s) {
+    att_check_shape(s);
+    AttnDims d = attn_dims(s);
+    const float scale = 1.0f / sqrtf((float)s->hd);
+    const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    float* D = (float*)cuda_scratch(CUDA_SCRATCH_ATTN_D, (size_t)d.N * d.H * sizeof(float));
+    size_t warps = (size_t)d.N * d.H;
+    attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(scratch, D, dqkv, dyg, y, qkv, d);
+    CUDA_LAUNCH_CHECK("attention_backward_pre_kernel");
+    const float* dy = sgate ? scratch : dyg;
+    switch (att_nc(s->hd)) {
+    case 1: att_backward_launch<1>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
+    case 2: att_backward_launch<2>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
+    case 4: att_backward_launch<4>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
+    default: att_backward_launch<8>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
+    }
+}

@@ -1,0 +1,35 @@
+// kernels/cuda/cuda_backend.h: what the CUDA backend offers beyond kernels/ops.h, for tests,
+// benchmarks and tools linked against gatedgpt_cuda. Plain C, no CUDA header: model/ never
+// includes it (model/ calls kernels/ops.h only).
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// 1 when a CUDA device is visible and usable, else 0 (and a one-line reason in why[len]).
+// Safe to call before ops_init; the GPU tests skip (exit 0) when it returns 0.
+int cuda_device_present(char* why, size_t len);
+// Waits for all queued GPU work (for timing).
+void cuda_sync(void);
+// Bytes currently held by ops_malloc and the backend's scratch buffers, and the largest total
+// seen since ops_init. The device's own view (context, cuBLAS workspaces included) comes from
+// cuda_device_used_bytes() = total - free of cudaMemGetInfo.
+size_t cuda_allocated_bytes(void);
+size_t cuda_allocated_peak_bytes(void);
+void cuda_reset_peak(void);   // the peak restarts from the bytes held now
+size_t cuda_device_used_bytes(void);
+// Peak dense FLOP/s of this GPU: for the precision this build computes in (what
+// ops_peak_flops returns: fp32, or TF32 when GATEDGPT_CUDA_TF32=1) and for bf16 tensor cores
+// (the reference for MFU once the bf16 path lands). From a table of known GPUs; otherwise
+// estimated from SM count and clock (see memory.cu).
+double cuda_peak_flops_bf16(void);
+// 1 when GEMMs may use TF32 tensor cores (environment GATEDGPT_CUDA_TF32=1 at ops_init).
+int cuda_tf32_enabled(void);
+// e.g. "NVIDIA H200"
+const char* cuda_device_name(void);
+
+#ifdef __cplusplus
+}
+#endif

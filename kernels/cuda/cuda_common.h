@@ -1,0 +1,116 @@
+// kernels/cuda/cuda_common.h: shared by the CUDA kernels (not part of ops.h): error checks with
+// file, line and a hint; the stream; scratch buffers; small device helpers (activations,
+// deterministic warp and block reductions).
+#pragma once
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+extern "C" {
+#include "../ops.h"
+#include "cuda_backend.h"
+}
+
+// ---- error checks ---------------------------------------------------------------------------
+// Every CUDA runtime call goes through CUDA_CHECK; every kernel launch is followed by
+// CUDA_LAUNCH_CHECK("kernel name"). A failure prints
+//   error: FILE:LINE: CALL: message (cudaErrorName)
+//     hint: what usually causes it
+// and exits. Kernel faults surface at a later call; GATEDGPT_CUDA_SYNC=1 in the environment
+// synchronises after every launch so the failing kernel is the one named.
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define CUDA_LAUNCH_CHECK(name) cuda_launch_check((name), __FILE__, __LINE__)
+void cuda_check(cudaError_t e, const char* what, const char* file, int line);
+void cuda_launch_check(const char* kernel, const char* file, int line);
+// for errors that are not CUDA return codes (bad shapes): prints and exits
+void cuda_fail(const char* file, int line, const char* msg, const char* hint);
+
+// All work is queued on this stream (the legacy default stream, 0, for now: every op is
+// ordered after the previous one, and cudaMemcpy to the host waits for all of them).
+extern cudaStream_t cuda_stream;
+
+// ---- scratch --------------------------------------------------------------------------------
+// Device buffers owned by the backend, one per slot, grown on demand (a grow frees and
+// reallocates, which synchronises; after the first step of a run no op allocates). Slots keep
+// ops from overwriting each other's scratch while both are queued.
+enum {
+    CUDA_SCRATCH_NORM = 0,     // norm weight-gradient partials
+    CUDA_SCRATCH_ATTN_D,       // attention backward: D = dy . y per (b, h, t)
+    CUDA_SCRATCH_QKNORM,       // qk-norm weight-gradient partials
+    CUDA_SCRATCH_ROPE,         // RoPE cos/sin tables
+    CUDA_SCRATCH_EMB,          // embedding backward: tokens grouped by id
+    CUDA_SCRATCH_REDUCE,       // sums of squares, probe partials
+    CUDA_SCRATCH_COUNT
+};
+void* cuda_scratch(int slot, size_t bytes);
+
+// ---- launch helpers -------------------------------------------------------------------------
+static inline unsigned cuda_blocks(size_t n, int threads) {
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+// ---- device helpers -------------------------------------------------------------------------
+// expf/tanhf are CUDA's accurate versions (the build never uses --use_fast_math): ~2 ulp,
+// like the CPU's cpu_expf.
+__device__ __forceinline__ float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// the attention gate's activation a(z) and its derivative a'(z) (kernels/cpu/attention.c)
+__device__ __forceinline__ float cuda_gate_act(int act, float z) {
+    float sg = cuda_sigmoid(z);
+    if (act == OPS_ACT_NS_SIGMOID) return 0.5f + 0.5f * sg;
+    if (act == OPS_ACT_SILU) return z * sg;
+    return sg;
+}
+__device__ __forceinline__ float cuda_gate_act_grad(int act, float z) {
+    float sg = cuda_sigmoid(z);
+    if (act == OPS_ACT_NS_SIGMOID) return 0.5f * sg * (1.0f - sg);
+    if (act == OPS_ACT_SILU) return sg + z * sg * (1.0f - sg);
+    return sg * (1.0f - sg);
+}
+
+// Butterfly (xor) warp reductions: every lane ends with the same bits (each step adds the same
+// two partial sums on both partner lanes), and the order is fixed, so results are
+// deterministic. All 32 lanes must take part.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// Warp sums go to shared memory and warp 0 adds them in warp order: deterministic.
+// `shared` holds 32 floats; the function syncs before reusing it, so it can be called in a loop.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? shared[lane] : 0.0f;
+    return warp_sum(s);   // every warp reduces the same values the same way
+}
+__device__ __forceinline__ double block_sum_d(double v, double* shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    double s = lane < nw ? shared[lane] : 0.0;
+    return warp_sum_d(s);
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? shared[lane] : -INFINITY;
+    return warp_max(s);
+}

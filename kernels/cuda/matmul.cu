@@ -1,0 +1,141 @@
+// kernels/cuda/matmul.cu: GEMMs through cuBLASLt, fp32 in and out.
+//
+// Row-major tensors are handed to cuBLASLt (column-major) as their transposes: a row-major
+// X[R, C] is the column-major C x R matrix with leading dimension C. So
+//   out[N,OC] = inp[N,C] @ w[OC,C]^T     is  out^T[OC,N] = w^T... : D = op(A) op(B) with
+//   A = w (col-major C x OC, transposed), B = inp (col-major C x N), D = out (col-major OC x N),
+// the same mapping llm.c uses for its cuBLAS calls.
+//
+// Precision: CUBLAS_COMPUTE_32F (full fp32 FMA, the default) or, with GATEDGPT_CUDA_TF32=1 in
+// the environment at ops_init, CUBLAS_COMPUTE_32F_FAST_TF32 (inputs rounded to TF32, 10-bit
+// mantissa: ~8x the throughput on tensor cores, ~1e-3 relative error; the GPU tests then loosen
+// their tolerances). Default off so that CUDA and CPU agree to fp32 rounding.
+//
+// Determinism: cuBLASLt gives the same bits run to run for the same algorithm, shapes,
+// alignment and GPU; the algorithm chosen for a shape is cached, so it never changes mid-run.
+#include "cuda_common.h"
+#include <cublasLt.h>
+#include <stdint.h>
+
+#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
+
+static void cublas_check(cublasStatus_t s, const char* what, const char* file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return;
+    const char* hint = "rerun with GATEDGPT_CUDA_SYNC=1; a fault in an earlier kernel is often reported here";
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) hint = "out of GPU memory: lower [train] batch_size or seq_len";
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) hint = "cuBLASLt has no algorithm for this shape, layout or alignment";
+    if (s == CUBLAS_STATUS_NOT_INITIALIZED) hint = "cuBLASLt did not initialise: is a GPU visible (nvidia-smi)?";
+    fprintf(stderr, "error: %s:%d: %s: %s (%s)\n  hint: %s\n", file, line, what,
+            cublasLtGetStatusString(s), cublasLtGetStatusName(s), hint);
+    exit(1);
+}
+
+static cublasLtHandle_t lt_handle;
+static void* lt_workspace;
+static const size_t LT_WORKSPACE_BYTES = 32u << 20;   // 32 MiB, what cuBLAS asks for on Hopper
+static cublasComputeType_t lt_compute = CUBLAS_COMPUTE_32F;
+
+void cuda_matmul_init(int allow_tf32) {
+    if (!lt_handle) {
+        CUBLAS_CHECK(cublasLtCreate(&lt_handle));
+        lt_workspace = ops_malloc(LT_WORKSPACE_BYTES);
+    }
+    lt_compute = allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+// The largest power of two (up to 256) that divides the address: cuBLASLt picks algorithms by
+// the alignment it is promised, so the promise must be true.
+static uint32_t lt_alignment(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 4 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+// The algorithm chosen for one problem, kept so that a shape always runs the same algorithm
+// (and the heuristic query, tens of microseconds, runs once per shape).
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldd;
+    uint32_t al_a, al_b, al_d;
+    cublasComputeType_t compute;
+    cublasLtMatmulAlgo_t algo;
+} LtPlan;
+#define LT_MAX_PLANS 256
+static LtPlan lt_plans[LT_MAX_PLANS];
+static int lt_nplans = 0;
+
+// D[m, n] (column-major, leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D
+// op = transpose when ta / tb; A is stored (ta ? k x m : m x k) with leading dim lda, B likewise.
+static void lt_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
+                    int ldb, float* D, int ldd, float beta) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {   // an empty sum: D = beta * D; only beta 0 or 1 occur here
+        if (beta == 0.0f)
+            for (int j = 0; j < n; j++) CUDA_CHECK(cudaMemsetAsync(D + (size_t)j * ldd, 0, (size_t)m * sizeof(float), cuda_stream));
+        return;
+    }
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, lt_compute, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+
+    uint32_t al_a = lt_alignment(A), al_b = lt_alignment(B), al_d = lt_alignment(D);
+    LtPlan* plan = NULL;
+    for (int i = 0; i < lt_nplans; i++) {
+        LtPlan* p = &lt_plans[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
+            p->ldb == ldb && p->ldd == ldd && p->al_a == al_a && p->al_b == al_b && p->al_d == al_d &&
+            p->compute == lt_compute) { plan = p; break; }
+    }
+    LtPlan fresh;
+    if (!plan) {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        size_t ws = LT_WORKSPACE_BYTES;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        if (found == 0) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "cuBLASLt: no algorithm for an fp32 GEMM m=%d n=%d k=%d (op %c%c, ld %d %d %d)",
+                     m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N', lda, ldb, ldd);
+            cuda_fail(__FILE__, __LINE__, msg, "an unusual shape or misaligned tensor; report the shape");
+        }
+        fresh = (LtPlan){ta, tb, m, n, k, lda, ldb, ldd, al_a, al_b, al_d, lt_compute, heur.algo};
+        if (lt_nplans < LT_MAX_PLANS) lt_plans[lt_nplans++] = fresh;
+        plan = &fresh;
+    }
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt_handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
+                                lt_workspace, LT_WORKSPACE_BYTES, cuda_stream));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+}
+
+// out[N,OC] (=|+=) inp[N,C] @ w[OC,C]^T
+//   column-major: out^T[OC,N] = (w as C x OC)^T (inp as C x N)
+void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
+                        int accumulate) {
+    lt_gemm(1, 0, OC, N, C, w, C, inp, C, out, OC, accumulate ? 1.0f : 0.0f);
+}
+
+// dinp[N,C] = dout[N,OC] @ w[OC,C]:   dinp^T[C,N] = (w as C x OC) (dout as OC x N)
+// dw[OC,C] += dout^T @ inp:           dw^T[C,OC] += (inp as C x N) (dout as OC x N)^T
+void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                         const float* w, int N, int C, int OC) {
+    if (dinp) lt_gemm(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f);
+    lt_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
+}

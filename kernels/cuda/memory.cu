@@ -1,0 +1,229 @@
+// kernels/cuda/memory.cu: CUDA backend lifetime, device choice, memory, copies, error checks,
+// scratch buffers and the peak FLOP/s table.
+#include "cuda_common.h"
+#include <string.h>
+
+cudaStream_t cuda_stream = 0;
+static int cuda_dev = -1;
+static int cuda_sync_each = 0;     // GATEDGPT_CUDA_SYNC=1: synchronise after every launch
+static int cuda_tf32 = 0;          // GATEDGPT_CUDA_TF32=1: GEMMs may use TF32 tensor cores
+static char cuda_name[512];
+static cudaDeviceProp cuda_prop;
+
+// matmul.cu: creates the cuBLASLt handle and workspace
+void cuda_matmul_init(int allow_tf32);
+
+// ---- errors ---------------------------------------------------------------------------------
+static const char* cuda_hint(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        return "out of GPU memory: lower [train] batch_size or seq_len (tokens_per_step keeps the "
+               "global batch through gradient accumulation), or use a smaller model";
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorInvalidDevice:
+        return "no usable CUDA device: check nvidia-smi, CUDA_VISIBLE_DEVICES, and that the driver "
+               "supports the CUDA version this was built with";
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorInvalidDeviceFunction:
+    case cudaErrorUnsupportedPtxVersion:
+        return "this GPU's architecture is not in the build: reconfigure with "
+               "-DCMAKE_CUDA_ARCHITECTURES=<its compute capability, e.g. 90 for H100/H200, 80 for A100>";
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+        return "a kernel accessed memory it should not: rerun with GATEDGPT_CUDA_SYNC=1 to name the "
+               "kernel, or under compute-sanitizer";
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorLaunchOutOfResources:
+        return "a kernel launch configuration does not fit this GPU (shape too large for the kernel?): "
+               "rerun with GATEDGPT_CUDA_SYNC=1";
+    default:
+        return "rerun with GATEDGPT_CUDA_SYNC=1 to find the failing kernel";
+    }
+}
+
+void cuda_check(cudaError_t e, const char* what, const char* file, int line) {
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "error: %s:%d: %s: %s (%s)\n  hint: %s\n", file, line, what,
+            cudaGetErrorString(e), cudaGetErrorName(e), cuda_hint(e));
+    exit(1);
+}
+
+void cuda_launch_check(const char* kernel, const char* file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && cuda_sync_each) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "error: %s:%d: kernel %s: %s (%s)\n  hint: %s\n", file, line, kernel,
+            cudaGetErrorString(e), cudaGetErrorName(e), cuda_hint(e));
+    exit(1);
+}
+
+void cuda_fail(const char* file, int line, const char* msg, const char* hint) {
+    fprintf(stderr, "error: %s:%d: %s\n  hint: %s\n", file, line, msg, hint);
+    exit(1);
+}
+
+// ---- device ---------------------------------------------------------------------------------
+int cuda_device_present(char* why, size_t len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (why && len) snprintf(why, len, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        cudaGetLastError();   // clear the sticky error
+        return 0;
+    }
+    return 1;
+}
+
+static int env_flag(const char* name) {
+    const char* v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+// One process per GPU: the device is the process's rank on its node (mpirun sets one of these)
+// modulo the number of visible devices.
+static int local_rank_from_env(void) {
+    const char* names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (int i = 0; i < 4; i++) {
+        const char* v = getenv(names[i]);
+        if (v && v[0]) return atoi(v);
+    }
+    return 0;
+}
+
+void ops_init(int threads) {
+    (void)threads;   // host threads do not matter here: the GPU does the work
+    int n = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+    if (n == 0) cuda_fail(__FILE__, __LINE__, "no CUDA device", "check nvidia-smi and CUDA_VISIBLE_DEVICES");
+    cuda_dev = local_rank_from_env() % n;
+    CUDA_CHECK(cudaSetDevice(cuda_dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&cuda_prop, cuda_dev));
+    cuda_sync_each = env_flag("GATEDGPT_CUDA_SYNC");
+    cuda_tf32 = env_flag("GATEDGPT_CUDA_TF32");
+    cuda_matmul_init(cuda_tf32);
+    snprintf(cuda_name, sizeof(cuda_name), "cuda fp32 (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
+             cuda_prop.name, cuda_prop.major, cuda_prop.minor, cuda_prop.multiProcessorCount,
+             cuda_tf32 ? "TF32" : "fp32", cuda_sync_each ? ", sync after every kernel" : "");
+}
+
+const char* ops_backend_name(void) { return cuda_name[0] ? cuda_name : "cuda fp32"; }
+int ops_num_threads(void) { return 1; }   // one host thread drives the GPU
+const char* cuda_device_name(void) { return cuda_prop.name; }
+int cuda_tf32_enabled(void) { return cuda_tf32; }
+void cuda_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// ---- memory ---------------------------------------------------------------------------------
+// A small table of live allocations (the arenas and the scratch buffers: tens of entries) so
+// that the bytes held and their peak can be reported.
+#define CUDA_MAX_ALLOCS 4096
+static struct { void* p; size_t bytes; } cuda_allocs[CUDA_MAX_ALLOCS];
+static size_t cuda_live = 0, cuda_peak = 0;
+
+static void* cuda_alloc_zeroed(size_t bytes) {
+    void* p = NULL;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    if (rounded == 0) rounded = 256;
+    cudaError_t e = cudaMalloc(&p, rounded);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        fprintf(stderr, "error: out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB)\n"
+                        "  hint: lower [train] batch_size or seq_len, or use a smaller model\n",
+                bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemset(p, 0, rounded));
+    for (int i = 0; i < CUDA_MAX_ALLOCS; i++)
+        if (!cuda_allocs[i].p) { cuda_allocs[i].p = p; cuda_allocs[i].bytes = rounded; break; }
+    cuda_live += rounded;
+    if (cuda_live > cuda_peak) cuda_peak = cuda_live;
+    return p;
+}
+
+static void cuda_release(void* p) {
+    if (!p) return;
+    for (int i = 0; i < CUDA_MAX_ALLOCS; i++)
+        if (cuda_allocs[i].p == p) { cuda_live -= cuda_allocs[i].bytes; cuda_allocs[i].p = NULL; break; }
+    CUDA_CHECK(cudaFree(p));
+}
+
+void* ops_malloc(size_t bytes) { return cuda_alloc_zeroed(bytes); }
+void ops_free(void* p) { cuda_release(p); }
+void ops_zero(float* x, size_t n) { CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream)); }
+void ops_copy(float* dst, const float* src, size_t n) {
+    if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+}
+// Synchronous both ways: to_host returns with the data there; from_host may be given a host
+// buffer that the caller frees right after.
+void ops_to_host(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void ops_from_host(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+size_t cuda_allocated_bytes(void) { return cuda_live; }
+size_t cuda_allocated_peak_bytes(void) { return cuda_peak; }
+void cuda_reset_peak(void) { cuda_peak = cuda_live; }
+size_t cuda_device_used_bytes(void) {
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    return tot - fr;
+}
+
+static struct { void* p; size_t bytes; } cuda_scratch_buf[CUDA_SCRATCH_COUNT];
+void* cuda_scratch(int slot, size_t bytes) {
+    if (cuda_scratch_buf[slot].bytes < bytes) {
+        cuda_release(cuda_scratch_buf[slot].p);   // cudaFree waits for queued work that may use it
+        size_t grow = bytes + bytes / 4;
+        cuda_scratch_buf[slot].p = cuda_alloc_zeroed(grow);
+        cuda_scratch_buf[slot].bytes = grow;
+    }
+    return cuda_scratch_buf[slot].p;
+}
+
+// ---- peak FLOP/s ----------------------------------------------------------------------------
+// Dense peaks from NVIDIA's data sheets (SXM parts; no sparsity):
+//                     fp32 (CUDA cores)   TF32 tensor   bf16 tensor
+//   H100 SXM / H200        66.9 T            494.7 T       989.4 T
+//   H100 PCIe              51.2 T            378 T         756 T
+//   A100 (40/80 GB)        19.5 T            156 T         312 T
+// Unknown GPUs: fp32 = SMs x FP32 lanes per SM (64 on sm_80, 128 on sm_86/89/90) x 2 x the
+// boost clock; TF32 ~ 8x and bf16 ~ 16x that (the ratios of A100 and, roughly, H100): a rough
+// estimate, good for MFU's order of magnitude only.
+typedef struct { const char* key; double fp32, tf32, bf16; } CudaPeak;
+static const CudaPeak cuda_peaks[] = {
+    {"H200", 66.9e12, 494.7e12, 989.4e12},
+    {"H100 PCIe", 51.2e12, 378.0e12, 756.0e12},
+    {"H100", 66.9e12, 494.7e12, 989.4e12},
+    {"A100", 19.5e12, 156.0e12, 312.0e12},
+};
+
+static const CudaPeak* cuda_peak_entry(void) {
+    for (size_t i = 0; i < sizeof(cuda_peaks) / sizeof(cuda_peaks[0]); i++)
+        if (strstr(cuda_prop.name, cuda_peaks[i].key)) return &cuda_peaks[i];
+    return NULL;
+}
+
+static double cuda_peak_estimate_fp32(void) {
+    int khz = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, cuda_dev));
+    int lanes = (cuda_prop.major == 8 && cuda_prop.minor == 0) ? 64 : 128;
+    return (double)cuda_prop.multiProcessorCount * lanes * 2.0 * khz * 1e3;
+}
+
+double ops_peak_flops(void) {
+    const CudaPeak* p = cuda_peak_entry();
+    if (p) return cuda_tf32 ? p->tf32 : p->fp32;
+    double f = cuda_peak_estimate_fp32();
+    return cuda_tf32 ? 8.0 * f : f;
+}
+
+double cuda_peak_flops_bf16(void) {
+    const CudaPeak* p = cuda_peak_entry();
+    return p ? p->bf16 : 16.0 * cuda_peak_estimate_fp32();
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh: the GPU check in one command, sized for one H200 (any sm_90 GPU) and at
+# most ~8 minutes: build for sm_90 only, run the GPU tests (make test-gpu), benchmark a GPT-2
+# 124M-shaped and a 1.7B-shaped model (cut to 8 layers) with no gate, the headwise and the
+# elementwise gate, and print a table last. The whole log goes to $OUT/gpu_check.log (or
+# build-gpu/gpu_check.log), the benchmark rows to bench.tsv beside it.
+#
+#   scripts/gpu_check.sh
+#   env: OUT (log directory), GATEDGPT_CUDA_ARCH (default 90), GPU_CHECK_BUDGET (seconds, 480),
+#        GPU_CHECK_BUILD (build directory, build-gpu)
+#
+# On a machine without the Debian packages: run scripts/gpu_deps.sh where they are installed and
+# carry gpu-deps/ (libinih); without a BLAS the CPU reference builds with GATEDGPT_GEMM=naive.
+# The benchmark skips whatever no longer fits in the budget. The exit status is non-zero if the
+# build or a GPU test failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUTDIR=${OUT:-${GPU_CHECK_BUILD:-build-gpu}}
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/gpu_check.log"
+TSV="$OUTDIR/bench.tsv"
+
+main() {
+    local start budget arch build
+    start=$(date +%s)
+    budget=${GPU_CHECK_BUDGET:-480}
+    arch=${GATEDGPT_CUDA_ARCH:-90}
+    build=${GPU_CHECK_BUILD:-build-gpu}
+    left() { echo $(( budget - ($(date +%s) - start) )); }
+    say() { echo "== gpu_check [$(( $(date +%s) - start ))s] $*"; }
+
+    say "machine"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 || echo "(no nvidia-smi)"
+    nvcc --version 2>&1 | tail -1
+    cmake --version | head -1
+    echo "cores: $(nproc)"
+
+    say "configure (sm_$arch)"
+    local flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGATEDGPT_MPI=OFF)
+    command -v ninja > /dev/null && flags+=(-G Ninja)
+    [ -d gpu-deps ] && flags+=(-DCMAKE_PREFIX_PATH="$PWD/gpu-deps")
+    rm -rf "$build"
+    if ! cmake -S . -B "$build" "${flags[@]}" > "$OUTDIR/configure.log" 2>&1; then
+        if grep -q "no CPU GEMM library" "$OUTDIR/configure.log"; then
+            say "no BLAS here: the CPU reference uses GATEDGPT_GEMM=naive"
+            rm -rf "$build"
+            flags+=(-DGATEDGPT_GEMM=naive)
+            cmake -S . -B "$build" "${flags[@]}" > "$OUTDIR/configure.log" 2>&1 || { cat "$OUTDIR/configure.log"; say "FAILED: configure"; return 1; }
+        else
+            cat "$OUTDIR/configure.log"; say "FAILED: configure (libinih missing? scripts/gpu_deps.sh)"; return 1
+        fi
+    fi
+    grep "gatedgpt:" "$OUTDIR/configure.log"
+
+    say "build"
+    local t0=$(date +%s)
+    cmake --build "$build" -j "$(nproc)" --target train_gpt train_gpt_cuda prepare test_gpu_ops test_golden_cuda bench_gpu \
+        > "$OUTDIR/build.log" 2>&1 || { tail -40 "$OUTDIR/build.log"; say "FAILED: build"; return 1; }
+    say "built in $(( $(date +%s) - t0 ))s"
+
+    local gpu_note="a GPU is visible"
+    "$build/tests/test_gpu_ops" --has-device || gpu_note="NO GPU VISIBLE: every GPU test only took its skip path"
+    say "$gpu_note"
+    say "GPU tests (ctest -L gpu, GATEDGPT_CUDA_SYNC=1: a failing kernel is named)"
+    local tests_ok=1
+    (cd "$build" && GATEDGPT_CUDA_SYNC=1 ctest -L gpu --output-on-failure --timeout 240) > "$OUTDIR/tests.log" 2>&1 || tests_ok=0
+    cat "$OUTDIR/tests.log"
+    local test_summary
+    test_summary=$(grep -E "tests passed|tests failed" "$OUTDIR/tests.log" | tail -1)
+
+    say "benchmark ($(left)s left)"
+    printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh\tpeak MiB\tdevice MiB\n" > "$TSV"
+    local bench="$build/bench_gpu"
+    if [ "$(left)" -gt 60 ]; then
+        timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
+            --shape gpt2_124m_b8t1024 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
+            || say "benchmark gpt2_124m: failed or out of time"
+    fi
+    if [ "$(left)" -gt 90 ]; then
+        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
+            --shape gpt2_124m_b8t1024_tf32 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
+            || say "benchmark gpt2_124m (TF32): failed or out of time"
+    fi
+    if [ "$(left)" -gt 120 ]; then
+        # the paper's dense 1.7B shape (d 2048, 16 q / 8 kv heads x 128, SwiGLU 6144, vocab 151936)
+        # cut to 8 of its 28 layers and 2 x 2048 tokens, to fit the time in fp32
+        timeout $(( $(left) - 20 )) "$bench" --steps 3 --warmup 1 --tsv "$TSV" \
+            --shape dense1p7b_8layers_b2t2048 configs/paper/dense_1p7b_baseline.ini --set model.n_layer=8 \
+            --set train.batch_size=2 --set train.seq_len=2048 \
+            || say "benchmark 1.7B-shaped: failed or out of time"
+    fi
+
+    say "done in $(( $(date +%s) - start ))s; log: $LOG"
+    echo
+    echo "GPU tests: ${test_summary:-none ran} $([ $tests_ok = 1 ] && echo "(all passed)" || echo "(FAILURES: see above)"); $gpu_note"
+    echo "benchmark (fp32 backend; MFU against the fp32/TF32 peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
+    if command -v column > /dev/null; then column -t -s $'\t' "$TSV"; else cat "$TSV"; fi
+    [ $tests_ok = 1 ]
+}
+
+main "$@" 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"

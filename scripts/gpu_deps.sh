@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# scripts/gpu_deps.sh [DIR]: stage, from this machine's Debian packages, what a bare GPU machine
+# lacks for scripts/gpu_check.sh: libinih (static library and header) into DIR (default
+# gpu-deps/ in the repository, ignored by git). Carry DIR to the GPU machine with the working
+# tree; gpu_check.sh finds it there (CMAKE_PREFIX_PATH). No BLAS is staged: without one,
+# gpu_check.sh builds the CPU reference of the GPU tests with GATEDGPT_GEMM=naive.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+dir=${1:-gpu-deps}
+hdr=""; lib=""
+for p in /usr/include/ini.h /usr/local/include/ini.h; do [ -f "$p" ] && { hdr=$p; break; }; done
+for p in /usr/lib/x86_64-linux-gnu/libinih.a /usr/lib/libinih.a /usr/local/lib/libinih.a; do [ -f "$p" ] && { lib=$p; break; }; done
+if [ -z "$hdr" ] || [ -z "$lib" ]; then
+    echo "gpu_deps: error: libinih's ini.h or libinih.a not found: apt-get install libinih-dev (scripts/deps.sh)" >&2
+    exit 1
+fi
+mkdir -p "$dir/include" "$dir/lib"
+cp "$hdr" "$dir/include/ini.h"
+cp "$lib" "$dir/lib/libinih.a"
+echo "gpu_deps: staged $hdr and $lib under $dir/ ($(du -sh "$dir" | cut -f1)); carry it to the GPU machine"

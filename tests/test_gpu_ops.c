@@ -1,0 +1,469 @@
+// tests/test_gpu_ops.c: every CUDA op against the CPU op (the reference) on fresh random inputs.
+//
+//   test_gpu_ops                  run every check (prints "skipped: no CUDA device" and exits 0
+//                                 where no GPU is visible)
+//   test_gpu_ops --has-device     exit 0 when a GPU is usable, 1 otherwise (for scripts)
+//
+// Both backends live in this binary: the CUDA one under the ops_* names, the CPU one renamed
+// and reached through the table cpu_ref (tests/cpu_ref.h). Each check draws random inputs on
+// the host, runs the CPU op on them, uploads the same inputs, runs the CUDA op with its "="
+// outputs poisoned with NaN (an element the kernel does not write fails the check), and
+// compares: error = max |gpu - cpu| / max |cpu| per tensor. "+=" outputs start from random
+// values on both sides, so accumulation is checked too.
+//
+// Tolerances (fp32 on both sides, different summation orders):
+//   elementwise ops, norms, prep, softmax + cross-entropy, AdamW: 1e-5
+//   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4
+//   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits)
+//   sums of squares (double partials) 1e-12; the embedding backward, abs-max, abs-median and
+//   the gate histogram: exact (same order of additions, or integer counts, or a selection)
+// These bounds are written before any GPU run; loosen one only with the measured error beside it.
+#include <string.h>
+#include "test_util.h"
+#include "cpu_ref.h"
+#include "../kernels/cuda/cuda_backend.h"
+
+#define TOL_ELEM 1e-5
+#define TOL_ATT_FWD 2e-5
+#define TOL_ATT_BWD 1e-4
+static double tol_gemm = 1e-5;
+
+// ---- host/device helpers ----------------------------------------------------------------
+static float* hrand(size_t n, double scale) {
+    float* p = malloc((n ? n : 1) * sizeof(float));
+    tu_fill(p, n, scale);
+    return p;
+}
+static float* hcopy(const float* x, size_t n) {
+    float* p = malloc((n ? n : 1) * sizeof(float));
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static float* hzeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+// a device copy of host x[n]
+static float* dcopy(const float* x, size_t n) {
+    float* d = ops_malloc(n * sizeof(float));
+    ops_from_host(d, x, n * sizeof(float));
+    return d;
+}
+// a device buffer of n NaNs (for "=" outputs: unwritten elements stay NaN and fail the check)
+static float* dpoison(size_t n) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    float* d = dcopy(h, n);
+    free(h);
+    return d;
+}
+static int* dcopy_int(const int* x, size_t n) {
+    int* d = ops_malloc(n * sizeof(int));
+    ops_from_host(d, x, n * sizeof(int));
+    return d;
+}
+static float* hback(const float* d, size_t n) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    ops_to_host(h, d, n * sizeof(float));
+    return h;
+}
+
+// device d[n] vs host reference ref[n]
+static void cmp(const char* what, const float* d, const float* ref, size_t n, double tol) {
+    float* h = hback(d, n);
+    double e = tu_rel_err(h, ref, n);
+    TU_CHECK(e <= tol, "%s: rel err %.2e > %.0e", what, e, tol);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", what, e, tol);
+    free(h);
+}
+// device d[n] must equal host ref[n] bit for bit
+static void cmp_exact(const char* what, const float* d, const float* ref, size_t n) {
+    float* h = hback(d, n);
+    int same = memcmp(h, ref, n * sizeof(float)) == 0;
+    TU_CHECK(same, "%s: not bitwise equal to the CPU (rel err %.2e)", what, tu_rel_err(h, ref, n));
+    printf("  %-64s %s\n", what, same ? "bitwise equal" : "DIFFERENT");
+    free(h);
+}
+// two device buffers must be bitwise equal (determinism)
+static void cmp_same_bits(const char* what, const float* a, const float* b, size_t n) {
+    float* ha = hback(a, n);
+    float* hb = hback(b, n);
+    int same = memcmp(ha, hb, n * sizeof(float)) == 0;
+    TU_CHECK(same, "%s: two runs on the same inputs differ", what);
+    printf("  %-64s %s\n", what, same ? "same bits on a rerun" : "DIFFERENT on a rerun");
+    free(ha); free(hb);
+}
+
+static int rand_int(int n) { return (int)((tu_rand() * 0.5 + 0.5) * n) % n; }
+
+// ---------------------------------------------------------------------------------------------
+static void test_matmul(int N, int C, int OC) {
+    char nm[96];
+    float *inp = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 1), *out0 = hrand((size_t)N * OC, 1);
+    float *dout = hrand((size_t)N * OC, 1), *dw0 = hrand((size_t)OC * C, 1);
+    float *d_inp = dcopy(inp, (size_t)N * C), *d_w = dcopy(w, (size_t)OC * C), *d_dout = dcopy(dout, (size_t)N * OC);
+    // forward, = and +=
+    float* ref = hcopy(out0, (size_t)N * OC);
+    cpu_ref.matmul_forward(ref, inp, w, N, C, OC, 0);
+    float* d_out = dpoison((size_t)N * OC);
+    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC, 0);
+    snprintf(nm, sizeof nm, "matmul forward N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_out, ref, (size_t)N * OC, tol_gemm);
+    memcpy(ref, out0, (size_t)N * OC * sizeof(float));
+    cpu_ref.matmul_forward(ref, inp, w, N, C, OC, 1);
+    ops_from_host(d_out, out0, (size_t)N * OC * sizeof(float));
+    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC, 1);
+    snprintf(nm, sizeof nm, "matmul forward += N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_out, ref, (size_t)N * OC, tol_gemm);
+    // backward: dinp (=), dw (+=)
+    float *rdinp = hzeros((size_t)N * C), *rdw = hcopy(dw0, (size_t)OC * C);
+    cpu_ref.matmul_backward(rdinp, rdw, dout, inp, w, N, C, OC);
+    float *d_dinp = dpoison((size_t)N * C), *d_dw = dcopy(dw0, (size_t)OC * C);
+    ops_matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    snprintf(nm, sizeof nm, "matmul backward dinp N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_dinp, rdinp, (size_t)N * C, tol_gemm);
+    snprintf(nm, sizeof nm, "matmul backward dw += N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_dw, rdw, (size_t)OC * C, tol_gemm);
+    // dinp == NULL: dw only
+    cpu_ref.matmul_backward(NULL, rdw, dout, inp, w, N, C, OC);
+    ops_matmul_backward(NULL, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    snprintf(nm, sizeof nm, "matmul backward dw only (dinp NULL), accumulated twice");
+    cmp(nm, d_dw, rdw, (size_t)OC * C, tol_gemm);
+    free(inp); free(w); free(out0); free(dout); free(dw0); free(ref); free(rdinp); free(rdw);
+    ops_free(d_inp); ops_free(d_w); ops_free(d_dout); ops_free(d_out); ops_free(d_dinp); ops_free(d_dw);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_embedding(int B, int T, int C, int V) {
+    const int N = B * T;
+    int* idx = malloc((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) idx[n] = rand_int(V);
+    idx[0] = idx[N - 1] = V - 1;   // the largest id, repeated
+    float *wte = hrand((size_t)V * C, 1), *wpe = hrand((size_t)T * C, 1), *dout = hrand((size_t)N * C, 1);
+    float *dwte0 = hrand((size_t)V * C, 1), *dwpe0 = hrand((size_t)T * C, 1);
+    int* d_idx = dcopy_int(idx, N);
+    float *d_wte = dcopy(wte, (size_t)V * C), *d_wpe = dcopy(wpe, (size_t)T * C), *d_dout = dcopy(dout, (size_t)N * C);
+    for (int pos = 0; pos <= 1; pos++) {
+        float* ref = hzeros((size_t)N * C);
+        cpu_ref.embedding_forward(ref, idx, wte, pos ? wpe : NULL, B, T, C);
+        float* d_out = dpoison((size_t)N * C);
+        ops_embedding_forward(d_out, d_idx, d_wte, pos ? d_wpe : NULL, B, T, C);
+        cmp_exact(pos ? "embedding forward (+ wpe)" : "embedding forward", d_out, ref, (size_t)N * C);
+        free(ref); ops_free(d_out);
+    }
+    // backward: both sides add each token's row in token order -> the same bits
+    float *rdwte = hcopy(dwte0, (size_t)V * C), *rdwpe = hcopy(dwpe0, (size_t)T * C);
+    cpu_ref.embedding_backward(rdwte, rdwpe, dout, idx, B, T, C);
+    float *d_dwte = dcopy(dwte0, (size_t)V * C), *d_dwpe = dcopy(dwpe0, (size_t)T * C);
+    ops_embedding_backward(d_dwte, d_dwpe, d_dout, d_idx, B, T, C);
+    cmp_exact("embedding backward dwte += (repeated tokens)", d_dwte, rdwte, (size_t)V * C);
+    cmp_exact("embedding backward dwpe +=", d_dwpe, rdwpe, (size_t)T * C);
+    free(idx); free(wte); free(wpe); free(dout); free(dwte0); free(dwpe0); free(rdwte); free(rdwpe);
+    ops_free(d_idx); ops_free(d_wte); ops_free(d_wpe); ops_free(d_dout); ops_free(d_dwte); ops_free(d_dwpe);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_norm(OpsNormKind kind, int N, int C) {
+    const char* kn = kind == OPS_LAYERNORM ? "layernorm" : "rmsnorm";
+    const int ln = kind == OPS_LAYERNORM;
+    char nm[96];
+    float* inp = hrand((size_t)N * C, 2);
+    for (size_t i = 0; i < (size_t)N * C; i++) inp[i] += 0.5f;   // a non-zero mean
+    float *w = hrand(C, 1), *b = ln ? hrand(C, 1) : NULL, *dout = hrand((size_t)N * C, 1);
+    float *dinp0 = hrand((size_t)N * C, 1), *dw0 = hrand(C, 1), *db0 = hrand(C, 1);
+    float *rout = hzeros((size_t)N * C), *rmean = hzeros(N), *rrstd = hzeros(N);
+    cpu_ref.norm_forward(rout, ln ? rmean : NULL, rrstd, inp, w, b, N, C, 1e-5f, kind);
+    float *d_inp = dcopy(inp, (size_t)N * C), *d_w = dcopy(w, C), *d_b = ln ? dcopy(b, C) : NULL;
+    float *d_out = dpoison((size_t)N * C), *d_mean = dpoison(N), *d_rstd = dpoison(N);
+    ops_norm_forward(d_out, ln ? d_mean : NULL, d_rstd, d_inp, d_w, d_b, N, C, 1e-5f, kind);
+    snprintf(nm, sizeof nm, "%s forward N=%d C=%d out", kn, N, C); cmp(nm, d_out, rout, (size_t)N * C, TOL_ELEM);
+    snprintf(nm, sizeof nm, "%s forward rstd", kn); cmp(nm, d_rstd, rrstd, N, TOL_ELEM);
+    if (ln) { snprintf(nm, sizeof nm, "%s forward mean", kn); cmp(nm, d_mean, rmean, N, TOL_ELEM); }
+    // backward from the reference's statistics (the same inputs on both sides)
+    float *rdinp = hcopy(dinp0, (size_t)N * C), *rdw = hcopy(dw0, C), *rdb = hcopy(db0, C);
+    cpu_ref.norm_backward(rdinp, rdw, ln ? rdb : NULL, dout, inp, w, ln ? rmean : NULL, rrstd, N, C, kind);
+    float *d_dout = dcopy(dout, (size_t)N * C), *d_rmean = dcopy(rmean, N), *d_rrstd = dcopy(rrstd, N);
+    float *d_dinp = dcopy(dinp0, (size_t)N * C), *d_dw = dcopy(dw0, C), *d_db = dcopy(db0, C);
+    ops_norm_backward(d_dinp, d_dw, ln ? d_db : NULL, d_dout, d_inp, d_w, ln ? d_rmean : NULL, d_rrstd, N, C, kind);
+    snprintf(nm, sizeof nm, "%s backward dinp +=", kn); cmp(nm, d_dinp, rdinp, (size_t)N * C, TOL_ELEM);
+    snprintf(nm, sizeof nm, "%s backward dw +=", kn); cmp(nm, d_dw, rdw, C, TOL_ELEM);
+    if (ln) { snprintf(nm, sizeof nm, "%s backward db +=", kn); cmp(nm, d_db, rdb, C, TOL_ELEM); }
+    // determinism: the same call again from the same starting values
+    float *d_dinp2 = dcopy(dinp0, (size_t)N * C), *d_dw2 = dcopy(dw0, C), *d_db2 = dcopy(db0, C);
+    ops_norm_backward(d_dinp2, d_dw2, ln ? d_db2 : NULL, d_dout, d_inp, d_w, ln ? d_rmean : NULL, d_rrstd, N, C, kind);
+    snprintf(nm, sizeof nm, "%s backward dw", kn); cmp_same_bits(nm, d_dw, d_dw2, C);
+    free(inp); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0); free(rout); free(rmean); free(rrstd);
+    free(rdinp); free(rdw); free(rdb);
+    ops_free(d_inp); ops_free(d_w); if (d_b) ops_free(d_b); ops_free(d_out); ops_free(d_mean); ops_free(d_rstd);
+    ops_free(d_dout); ops_free(d_rmean); ops_free(d_rrstd); ops_free(d_dinp); ops_free(d_dw); ops_free(d_db);
+    ops_free(d_dinp2); ops_free(d_dw2); ops_free(d_db2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention: prep forward, attention forward, attention backward, prep backward; then the probe
+// statistics that read q, k, lse and qkv.
+static const char* gate_name[] = {"none", "elementwise", "headwise"};
+static const char* act_name[] = {"sigmoid", "ns_sigmoid", "silu"};
+
+static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, int rope, OpsGate gate,
+                           OpsGatePos pos, OpsGateAct act) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = qk_norm; s.rope = rope;
+    s.rope_base = 10000.0f; s.eps = 1e-5f; s.gate = gate; s.gate_pos = pos; s.gate_act = act;
+    const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd, R = H + Hkv;
+    const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
+    char tag[128], nm[192];
+    snprintf(tag, sizeof tag, "attn B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s", B, T, H, Hkv, hd, qk_norm, rope,
+             gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", act_name[act]);
+    printf(" %s\n", tag);
+    float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3), *dyg = hrand((size_t)N * Hd, 1);
+    for (int i = 0; i < hd; i++) { qw[i] += 1.0f; kw[i] += 1.0f; }
+    float *dqw0 = hrand(hd, 1), *dkw0 = hrand(hd, 1);
+    // reference
+    float *rq = hzeros((size_t)N * Hd), *rk = hzeros((size_t)N * KVd), *rv = hzeros((size_t)N * KVd), *rrstd = hzeros((size_t)N * R);
+    float *ry = hzeros((size_t)N * Hd), *ryg = sgate ? hzeros((size_t)N * Hd) : ry, *rlse = hzeros((size_t)N * H);
+    cpu_ref.attn_prep_forward(rq, rk, rv, rrstd, qkv, qw, kw, &s);
+    cpu_ref.attention_forward(ry, ryg, rlse, rq, rk, rv, qkv, &s);
+    float *rdq = hzeros((size_t)N * Hd), *rdk = hzeros((size_t)N * KVd), *rdv = hzeros((size_t)N * KVd);
+    float *rdqkv = hzeros((size_t)N * QKVG), *rscr = hzeros((size_t)N * Hd);
+    float *rdqw = hcopy(dqw0, hd), *rdkw = hcopy(dkw0, hd);
+    cpu_ref.attention_backward(rdq, rdk, rdv, rdqkv, rscr, dyg, rq, rk, rv, ry, rlse, qkv, &s);
+    cpu_ref.attn_prep_backward(rdqkv, rdqw, rdkw, rdq, rdk, rdv, qkv, rrstd, qw, kw, &s);
+
+    // GPU: each stage from the reference's inputs to that stage, so that errors do not compound
+    float *d_qkv = dcopy(qkv, (size_t)N * QKVG), *d_qw = dcopy(qw, hd), *d_kw = dcopy(kw, hd);
+    float *d_q = dpoison((size_t)N * Hd), *d_k = dpoison((size_t)N * KVd), *d_v = dpoison((size_t)N * KVd);
+    float* d_rstd = dpoison((size_t)N * R);
+    ops_attn_prep_forward(d_q, d_k, d_v, d_rstd, d_qkv, d_qw, d_kw, &s);
+    snprintf(nm, sizeof nm, "  prep forward q"); cmp(nm, d_q, rq, (size_t)N * Hd, TOL_ELEM);
+    snprintf(nm, sizeof nm, "  prep forward k"); cmp(nm, d_k, rk, (size_t)N * KVd, TOL_ELEM);
+    snprintf(nm, sizeof nm, "  prep forward v"); cmp(nm, d_v, rv, (size_t)N * KVd, TOL_ELEM);
+    if (qk_norm) { snprintf(nm, sizeof nm, "  prep forward qk_rstd"); cmp(nm, d_rstd, rrstd, (size_t)N * R, TOL_ELEM); }
+
+    ops_from_host(d_q, rq, (size_t)N * Hd * sizeof(float));
+    ops_from_host(d_k, rk, (size_t)N * KVd * sizeof(float));
+    ops_from_host(d_v, rv, (size_t)N * KVd * sizeof(float));
+    float *d_y = dpoison((size_t)N * Hd), *d_yg = sgate ? dpoison((size_t)N * Hd) : d_y, *d_lse = dpoison((size_t)N * H);
+    ops_attention_forward(d_y, d_yg, d_lse, d_q, d_k, d_v, d_qkv, &s);
+    snprintf(nm, sizeof nm, "  attention forward y"); cmp(nm, d_y, ry, (size_t)N * Hd, TOL_ATT_FWD);
+    if (sgate) { snprintf(nm, sizeof nm, "  attention forward yg (gated)"); cmp(nm, d_yg, ryg, (size_t)N * Hd, TOL_ATT_FWD); }
+    snprintf(nm, sizeof nm, "  attention forward lse"); cmp(nm, d_lse, rlse, (size_t)N * H, TOL_ATT_FWD);
+    if (!sgate) {   // a separate yg buffer gets a copy of y
+        float* d_yg2 = dpoison((size_t)N * Hd);
+        ops_attention_forward(d_y, d_yg2, d_lse, d_q, d_k, d_v, d_qkv, &s);
+        snprintf(nm, sizeof nm, "  attention forward yg (separate buffer, no gate)"); cmp(nm, d_yg2, ry, (size_t)N * Hd, TOL_ATT_FWD);
+        ops_free(d_yg2);
+    }
+
+    ops_from_host(d_y, ry, (size_t)N * Hd * sizeof(float));
+    ops_from_host(d_lse, rlse, (size_t)N * H * sizeof(float));
+    float *d_dyg = dcopy(dyg, (size_t)N * Hd), *d_scr = dpoison((size_t)N * Hd);
+    float *d_dq = dpoison((size_t)N * Hd), *d_dk = dpoison((size_t)N * KVd), *d_dv = dpoison((size_t)N * KVd);
+    float* d_dqkv = dpoison((size_t)N * QKVG);
+    ops_attention_backward(d_dq, d_dk, d_dv, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
+    snprintf(nm, sizeof nm, "  attention backward dq"); cmp(nm, d_dq, rdq, (size_t)N * Hd, TOL_ATT_BWD);
+    snprintf(nm, sizeof nm, "  attention backward dk"); cmp(nm, d_dk, rdk, (size_t)N * KVd, TOL_ATT_BWD);
+    snprintf(nm, sizeof nm, "  attention backward dv"); cmp(nm, d_dv, rdv, (size_t)N * KVd, TOL_ATT_BWD);
+    // determinism of the backward
+    float *d_dq2 = dpoison((size_t)N * Hd), *d_dk2 = dpoison((size_t)N * KVd), *d_dv2 = dpoison((size_t)N * KVd);
+    ops_attention_backward(d_dq2, d_dk2, d_dv2, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
+    cmp_same_bits("  attention backward dq", d_dq, d_dq2, (size_t)N * Hd);
+    cmp_same_bits("  attention backward dk", d_dk, d_dk2, (size_t)N * KVd);
+    cmp_same_bits("  attention backward dv", d_dv, d_dv2, (size_t)N * KVd);
+
+    ops_from_host(d_dq, rdq, (size_t)N * Hd * sizeof(float));
+    ops_from_host(d_dk, rdk, (size_t)N * KVd * sizeof(float));
+    ops_from_host(d_dv, rdv, (size_t)N * KVd * sizeof(float));
+    float *d_rrstd = dcopy(rrstd, (size_t)N * R), *d_dqw = dcopy(dqw0, hd), *d_dkw = dcopy(dkw0, hd);
+    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, d_rrstd, d_qw, d_kw, &s);
+    // dqkv: q/k/v (and value-gate) columns from prep backward, sdpa-gate columns from attention
+    // backward: together every column is written
+    snprintf(nm, sizeof nm, "  dqkv (attention + prep backward, every column)"); cmp(nm, d_dqkv, rdqkv, (size_t)N * QKVG, TOL_ATT_BWD);
+    if (qk_norm) {
+        snprintf(nm, sizeof nm, "  prep backward q_norm.w +="); cmp(nm, d_dqw, rdqw, hd, TOL_ATT_BWD);
+        snprintf(nm, sizeof nm, "  prep backward k_norm.w +="); cmp(nm, d_dkw, rdkw, hd, TOL_ATT_BWD);
+    }
+
+    // probe statistics on the same q, k, lse, qkv
+    float *rmean = hzeros(H), *gmean = hzeros(H);
+    cpu_ref.attn_first_token(rmean, rq, rk, rlse, &s);
+    ops_attn_first_token(gmean, d_q, d_k, d_lse, &s);
+    double e = tu_rel_err(gmean, rmean, H);
+    TU_CHECK(e <= TOL_ATT_FWD, "first-token attention: rel err %.2e", e);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_ATT_FWD);
+    if (gate != OPS_GATE_NONE) {
+        double rs, gs;
+        long rc, gc, rh[10], gh[10];
+        cpu_ref.gate_stats(qkv, &s, &rs, &rc, rh);
+        ops_gate_stats(d_qkv, &s, &gs, &gc, gh);
+        long hd_diff = 0;
+        for (int i = 0; i < 10; i++) hd_diff += labs(rh[i] - gh[i]);
+        double se = fabs(gs - rs) / fabs(rs);
+        // a score within an ulp of a bin edge may fall on either side: allow 2 scores to move
+        // (each move changes two bins)
+        TU_CHECK(gc == rc && se <= 1e-6 && hd_diff <= 4, "gate stats: count %ld/%ld, sum rel err %.2e, histogram moves %ld",
+                 gc, rc, se, hd_diff);
+        printf("  %-64s sum rel err %.2e, histogram moves %ld\n", "  probe: gate statistics", se, hd_diff);
+    }
+    free(rmean); free(gmean);
+
+    free(qkv); free(qw); free(kw); free(dyg); free(dqw0); free(dkw0);
+    free(rq); free(rk); free(rv); free(rrstd); free(ry); if (sgate) free(ryg); free(rlse);
+    free(rdq); free(rdk); free(rdv); free(rdqkv); free(rscr); free(rdqw); free(rdkw);
+    ops_free(d_qkv); ops_free(d_qw); ops_free(d_kw); ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_rstd);
+    ops_free(d_y); if (sgate) ops_free(d_yg); ops_free(d_lse); ops_free(d_dyg); ops_free(d_scr);
+    ops_free(d_dq); ops_free(d_dk); ops_free(d_dv); ops_free(d_dqkv); ops_free(d_dq2); ops_free(d_dk2); ops_free(d_dv2);
+    ops_free(d_rrstd); ops_free(d_dqw); ops_free(d_dkw);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_activations(int N, int F) {
+    char nm[96];
+    float *gu = hrand((size_t)N * 2 * F, 3), *dh = hrand((size_t)N * F, 1);
+    float *rh = hzeros((size_t)N * F), *rdgu = hzeros((size_t)N * 2 * F);
+    cpu_ref.swiglu_forward(rh, gu, N, F);
+    cpu_ref.swiglu_backward(rdgu, dh, gu, N, F);
+    float *d_gu = dcopy(gu, (size_t)N * 2 * F), *d_dh = dcopy(dh, (size_t)N * F);
+    float *d_h = dpoison((size_t)N * F), *d_dgu = dpoison((size_t)N * 2 * F);
+    ops_swiglu_forward(d_h, d_gu, N, F);
+    ops_swiglu_backward(d_dgu, d_dh, d_gu, N, F);
+    snprintf(nm, sizeof nm, "swiglu forward N=%d F=%d", N, F); cmp(nm, d_h, rh, (size_t)N * F, TOL_ELEM);
+    snprintf(nm, sizeof nm, "swiglu backward"); cmp(nm, d_dgu, rdgu, (size_t)N * 2 * F, TOL_ELEM);
+    size_t n = (size_t)N * F;
+    float *rg = hzeros(n), *rdg = hzeros(n);
+    cpu_ref.gelu_forward(rg, gu, n);
+    cpu_ref.gelu_backward(rdg, dh, gu, n);
+    float *d_g = dpoison(n), *d_dg = dpoison(n);
+    ops_gelu_forward(d_g, d_gu, n);
+    ops_gelu_backward(d_dg, d_dh, d_gu, n);
+    snprintf(nm, sizeof nm, "gelu forward n=%zu", n); cmp(nm, d_g, rg, n, TOL_ELEM);
+    snprintf(nm, sizeof nm, "gelu backward"); cmp(nm, d_dg, rdg, n, TOL_ELEM);
+    free(gu); free(dh); free(rh); free(rdgu); free(rg); free(rdg);
+    ops_free(d_gu); ops_free(d_dh); ops_free(d_h); ops_free(d_dgu); ops_free(d_g); ops_free(d_dg);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_xent(int N, int V, int Vp) {
+    char nm[96];
+    float* logits = hrand((size_t)N * Vp, 3);
+    for (int n = 0; n < N; n++)
+        for (int i = V; i < Vp; i++) logits[(size_t)n * Vp + i] = 100.0f;   // padding must not leak
+    int* tg = malloc((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) tg[n] = rand_int(V);
+    tg[0] = V - 1;
+    float *rloss = hzeros(N), *rlse = hzeros(N), *rd = hzeros((size_t)N * Vp);
+    cpu_ref.xent_forward(rloss, rlse, logits, tg, N, V, Vp);
+    cpu_ref.xent_backward(rd, logits, rlse, tg, 0.25f, N, V, Vp);
+    float *d_logits = dcopy(logits, (size_t)N * Vp), *d_loss = dpoison(N), *d_lse = dpoison(N), *d_d = dpoison((size_t)N * Vp);
+    int* d_tg = dcopy_int(tg, N);
+    ops_xent_forward(d_loss, d_lse, d_logits, d_tg, N, V, Vp);
+    snprintf(nm, sizeof nm, "cross-entropy forward N=%d V=%d Vp=%d losses", N, V, Vp); cmp(nm, d_loss, rloss, N, TOL_ELEM);
+    snprintf(nm, sizeof nm, "cross-entropy forward lse"); cmp(nm, d_lse, rlse, N, TOL_ELEM);
+    ops_from_host(d_lse, rlse, N * sizeof(float));
+    ops_xent_backward(d_d, d_logits, d_lse, d_tg, 0.25f, N, V, Vp);
+    snprintf(nm, sizeof nm, "cross-entropy backward dlogits"); cmp(nm, d_d, rd, (size_t)N * Vp, TOL_ELEM);
+    ops_xent_backward(d_logits, d_logits, d_lse, d_tg, 0.25f, N, V, Vp);   // in place, as the model does
+    snprintf(nm, sizeof nm, "cross-entropy backward in place (dlogits aliases logits)"); cmp(nm, d_logits, rd, (size_t)N * Vp, TOL_ELEM);
+    float* h = hback(d_d, (size_t)N * Vp);
+    int padzero = 1;
+    for (int n = 0; n < N; n++) for (int i = V; i < Vp; i++) if (h[(size_t)n * Vp + i] != 0.0f) padzero = 0;
+    TU_CHECK(padzero, "cross-entropy: padded columns have a non-zero gradient");
+    free(h); free(logits); free(tg); free(rloss); free(rlse); free(rd);
+    ops_free(d_logits); ops_free(d_loss); ops_free(d_lse); ops_free(d_d); ops_free(d_tg);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_optim(size_t n) {
+    float* x = hrand(n, 1);
+    float* d_x = dcopy(x, n);
+    double rs = cpu_ref.sumsq(x, n), gs = ops_sumsq(d_x, n);
+    TU_CHECK(fabs(gs - rs) <= 1e-12 * rs, "sumsq %.17g vs %.17g", gs, rs);
+    printf("  %-64s rel err %.2e (tol 1e-12)\n", "sum of squares", fabs(gs - rs) / rs);
+    size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    double *rp = calloc(nc, sizeof(double)), *gp = calloc(nc, sizeof(double));
+    cpu_ref.sumsq_chunks(rp, x, n);
+    ops_sumsq_chunks(gp, d_x, n);
+    double worst = 0.0;
+    for (size_t c = 0; c < nc; c++) worst = fmax(worst, fabs(gp[c] - rp[c]) / rp[c]);
+    TU_CHECK(worst <= 1e-12, "sumsq chunks: rel err %.2e", worst);
+    printf("  %-64s rel err %.2e (tol 1e-12)\n", "sum of squares per chunk (last chunk partial)", worst);
+    // AdamW: 3 steps with decay and a clip scale
+    float *p = hrand(n, 1), *m = hzeros(n), *v = hzeros(n), *g = hrand(n, 1);
+    float *d_p = dcopy(p, n), *d_m = dcopy(m, n), *d_v = dcopy(v, n), *d_g = dcopy(g, n);
+    for (int t = 1; t <= 3; t++) {
+        cpu_ref.adamw(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t);
+        ops_adamw(d_p, d_g, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t);
+    }
+    cmp("adamw after 3 steps: params", d_p, p, n, TOL_ELEM);
+    cmp("adamw after 3 steps: m", d_m, m, n, TOL_ELEM);
+    cmp("adamw after 3 steps: v", d_v, v, n, TOL_ELEM);
+    free(x); free(rp); free(gp); free(p); free(m); free(v); free(g);
+    ops_free(d_x); ops_free(d_p); ops_free(d_m); ops_free(d_v); ops_free(d_g);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_absmax_median(int N, int C) {
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 1), *base = hrand(n, 1);
+    x[n / 3] = 7.5f;          // the maximum of |x|, and a tie later: the first occurrence wins
+    x[n - 2] = -7.5f;
+    float *d_x = dcopy(x, n), *d_base = dcopy(base, n);
+    for (int withbase = 0; withbase <= 1; withbase++) {
+        float rm, gm;
+        int rp, gp;
+        cpu_ref.absmax(x, withbase ? base : NULL, N, C, &rm, &rp);
+        ops_absmax(d_x, withbase ? d_base : NULL, N, C, &gm, &gp);
+        TU_CHECK(rm == gm && rp == gp, "absmax%s: %g at %d vs CPU %g at %d", withbase ? " (x - base)" : "", gm, gp, rm, rp);
+        printf("  %-64s %g at token %d (CPU %g at %d)\n", withbase ? "abs-max of x - base" : "abs-max (a tie: first occurrence)", gm, gp, rm, rp);
+        float rmed = cpu_ref.abs_median(x, withbase ? base : NULL, N, C);
+        float gmed = ops_abs_median(d_x, withbase ? d_base : NULL, N, C);
+        TU_CHECK(rmed == gmed, "abs-median%s: %.9g vs CPU %.9g", withbase ? " (x - base)" : "", gmed, rmed);
+        printf("  %-64s %.9g (CPU %.9g)\n", withbase ? "abs-median of x - base" : "abs-median", gmed, rmed);
+    }
+    free(x); free(base); ops_free(d_x); ops_free(d_base);
+}
+
+int main(int argc, char** argv) {
+    char why[256];
+    int have = cuda_device_present(why, sizeof why);
+    if (argc > 1 && strcmp(argv[1], "--has-device") == 0) return have ? 0 : 1;
+    if (!have) {
+        printf("skipped: no CUDA device (%s)\n", why);
+        return 0;
+    }
+    ops_init(0);
+    cpu_ref.init(0);
+    if (cuda_tf32_enabled()) tol_gemm = 5e-3;
+    printf("CUDA ops vs CPU ops: %s\n", ops_backend_name());
+
+    test_matmul(128, 256, 384);
+    test_matmul(37, 45, 53);       // odd shapes: unaligned rows for cuBLASLt
+    test_matmul(300, 64, 1000);
+    test_embedding(4, 64, 96, 50);
+    test_embedding(2, 33, 770, 3000);
+    test_norm(OPS_RMSNORM, 300, 200);
+    test_norm(OPS_LAYERNORM, 300, 200);
+    test_norm(OPS_LAYERNORM, 64, 1024);
+    test_activations(100, 300);
+    test_xent(64, 1000, 1024);
+    test_xent(5, 50257, 50304);
+    test_optim((size_t)3 * OPS_SUMSQ_CHUNK + 123);
+    test_absmax_median(300, 77);
+    test_absmax_median(64, 128);   // an even count: the lower median
+
+    // attention: every gate variant at head_dim 64 (crosses several 32-row tiles), then other
+    // head dims (each a different kernel instantiation) and GQA ratios
+    test_attention(2, 100, 4, 2, 64, 0, 0, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    for (int g = 1; g <= 2; g++)
+        for (int pos = 0; pos <= 1; pos++)
+            for (int act = 0; act <= 2; act++)
+                test_attention(2, 100, 4, 2, 64, 1, 1, (OpsGate)g, (OpsGatePos)pos, (OpsGateAct)act);
+    test_attention(2, 37, 4, 1, 8, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(1, 70, 2, 2, 128, 0, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(1, 65, 3, 1, 96, 1, 0, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(1, 33, 2, 2, 48, 0, 0, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SIGMOID);
+    test_attention(1, 40, 2, 1, 256, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
+    test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+
+    printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);
+    return tu_finish();
+}
