@@ -540,7 +540,7 @@ static void test_roundtrip(void) {
     }
     // the shipped configs
     const char* shipped[] = {"tiny_gated.ini", "tiny_baseline.ini", "gpt2_124m.ini", "qwen_small.ini",
-                             "tiny_moe_gated.ini", "tiny_moe_baseline.ini", "moe_15b_a2b.ini"};
+                             "tiny_moe_gated.ini", "tiny_moe_baseline.ini", "paper/moe_15b_a2b_gated.ini"};
     for (int i = 0; i < 7; i++) {
         char p[1024];
         snprintf(p, sizeof p, "%s/configs/%s", g_root, shipped[i]);
@@ -651,7 +651,7 @@ static void test_shipped_configs(void) {
         free(list);
     }
     // the paper's 15B-A2B MoE
-    snprintf(p, sizeof p, "%s/configs/moe_15b_a2b.ini", g_root);
+    snprintf(p, sizeof p, "%s/configs/paper/moe_15b_a2b_gated.ini", g_root);
     config_defaults(&mg);
     if (load_ok(&mg, p) == 0 && finalize_ok(&mg, p) == 0) {
         const ModelConfig* q = &mg.model;
