@@ -39,6 +39,7 @@ golden:
 
 bench: build
 	./$(BUILD)/bench_train
+	bash bench/bench_mpi.sh --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

@@ -263,6 +263,9 @@ static int injected_failure(const Comm* comm, int step) {
 
 static int train_main(Comm* comm, int argc, char** argv);
 
+// MoE: the load-balancing loss's expert counts over every process (GPT.moe_reduce)
+static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
+
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -517,11 +520,14 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (injected_failure(comm, step + 1)) return 1;
         gpt_zero_grad(&model);
         double loss = 0.0;
+        model.moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
+        model.moe_reduce_ctx = comm;
         for (int micro = 0; micro < grad_accum; micro++) {
             if (dataloader_next(&train_dl, in, tg) != 0) return 1;
             loss += gpt_forward(&model, in, tg) / grad_accum;
             gpt_backward(&model, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
         }
+        model.moe_reduce = NULL;
         // the global batch: gradients summed over ranks, the loss averaged
         dist_reduce_grads(&dist, model.grads);
         comm_allreduce_sum_f64(comm, &loss, 1);

@@ -79,6 +79,12 @@ typedef struct GPT {
     // gpt_backward differentiates is (returned loss) + moe_loss.
     MoeStats* moe_stats; // [n_layer]
     double moe_loss;
+    // Data parallelism: when set, each MoE layer's expert counts of a training micro-batch
+    // (E counts and the slot total, doubles) are summed over processes through this hook before
+    // they enter the load-balancing loss, so f_i is over the global batch. The trainer sets it
+    // around training micro-steps only (evaluation and probes run on one process).
+    void (*moe_reduce)(void* ctx, double* x, int n);
+    void* moe_reduce_ctx;
 } GPT;
 
 // Build the parameter table and allocate params + grads (initialised from cfg and seed).

@@ -171,9 +171,15 @@ double moe_forward(GPT* m, int l, float* out) {
     for (int i = 0; i < E; i++) st->counts[i] = cnt[i];
     free(cnt);
     // ... added to the step's: f_i of the load-balancing loss is over all of the step's routed
-    // slots so far. (Distributed: all-reduce counts, p_sum, the sums and N over processes here.)
-    for (int i = 0; i < E; i++) { st->step_counts[i] += (double)st->counts[i]; st->step_p_sum[i] += st->p_sum[i]; }
-    st->step_slots += S;
+    // slots so far, on every process (m->moe_reduce sums the counts over processes; P_i stays
+    // this process's mean, and averaging the processes' gradients averages it).
+    double* gc = xcalloc((size_t)E + 1, sizeof(double));
+    for (int i = 0; i < E; i++) gc[i] = (double)st->counts[i];
+    gc[E] = (double)S;
+    if (m->moe_reduce) m->moe_reduce(m->moe_reduce_ctx, gc, E + 1);
+    for (int i = 0; i < E; i++) { st->step_counts[i] += gc[i]; st->step_p_sum[i] += st->p_sum[i]; }
+    st->step_slots += gc[E];
+    free(gc);
     st->step_tokens += N;
     st->step_lse_sq += st->lse_sq_sum;
     st->step_entropy += st->entropy_sum;

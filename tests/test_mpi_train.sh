@@ -5,6 +5,8 @@
 #     tokens): step losses within 1e-5 relative, parameters after 20 steps within 1e-5 of each
 #     tensor's max (the measured figures are printed);
 #   - ZeRO-1 vs ZeRO-0 under 2 and 3 processes: the same losses and parameters, bit for bit;
+#   - an MoE model (load-balancing loss on): 2 processes vs 1, the expert counts summed over
+#     processes;
 #   - a checkpoint written by 2 processes (ZeRO-1) resumes under 2 processes bit for bit;
 #   - an injected failure on rank 1 stops the whole job with a message naming the rank;
 #   - a global batch that does not divide over the processes is refused.
@@ -53,6 +55,20 @@ for n in two three; do
     check "$n processes: ZeRO-1 model.bin == ZeRO-0, byte for byte" cmp -s "$(ck ${n}_z1 20)/model.bin" "$(ck $n 20)/model.bin"
 done
 check "ZeRO-1 writes one rank file per process" [ -f "$(ck three_z1 20)/rank_00002.bin" ]
+
+# MoE: the load-balancing loss's expert fractions are over the global batch, so 2 processes of
+# batch 4 train like 1 process of batch 8 (one micro-step each)
+MOE=(--moe.n_expert=4 --moe.top_k=2 --moe.d_expert=64 --moe.aux_loss_coef=0.05 --moe.z_loss_coef=0.001
+     --train.tokens_per_step=512 --train.steps=10 --checkpoint.checkpoint_every=10)
+run moe1 1 "${MOE[@]}" --train.batch_size=8
+run moe2 2 "${MOE[@]}" --train.batch_size=4
+"$PY" tests/compare_ckpt.py losses "$TMP/moe2/log.jsonl" "$TMP/moe1/log.jsonl" 1e-5 >"$TMP/moe.l.cmp"
+rc=$?
+check "MoE, 2 processes vs 1 (aux over the global batch): $(cat "$TMP/moe.l.cmp")" [ $rc -eq 0 ]
+"$PY" tests/compare_ckpt.py params "$(ck moe2 10)" "$(ck moe1 10)" 1e-5 >"$TMP/moe.p.cmp"
+rc=$?
+check "MoE, 2 processes vs 1 after 10 steps: $(cat "$TMP/moe.p.cmp")" [ $rc -eq 0 ]
+echo "MoE 2 processes vs 1: $(cat "$TMP/moe.l.cmp"); $(cat "$TMP/moe.p.cmp")"
 
 # a ZeRO-1 checkpoint of 2 processes resumes under 2 processes, bit for bit
 run res 2 --train.zero_stage=1 --checkpoint.checkpoint_every=10 --stop-after 10
