@@ -27,9 +27,9 @@ bash scripts/prepare_kjv.sh "$build/prepare" >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)
 threads=$((cores / np)); [ "$threads" -ge 1 ] || threads=1
-B=$(awk -F= '/^batch_size/ {gsub(/[ \t;].*/, "", $2); gsub(/ /, "", $2); print $2}' "$config" | tr -d ' ')
-T=$(awk -F= '/^seq_len/ {print $2}' "$config" | awk '{print $1}')
-B=$(echo "$B" | awk '{print $1}')
+B=$(sed -n 's/^batch_size *= *\([0-9][0-9]*\).*/\1/p' "$config" | head -1)
+T=$(sed -n 's/^seq_len *= *\([0-9][0-9]*\).*/\1/p' "$config" | head -1)
+[ -n "$B" ] && [ -n "$T" ] || { echo "bench_mpi: error: $config: no [train] batch_size / seq_len" >&2; exit 1; }
 global=$((B * T * np))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
