@@ -207,28 +207,20 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
 // Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
 // failure the error is printed (with what on_write_error will do) and -1 returned; the
 // checkpoint is removed again and older ones are untouched (train/checkpoint.h).
+// checkpoint_save_ranks's agreement: any rank failed -> every rank sees 1
+static int ckpt_agree(void* ctx, int failed) {
+    double f = failed ? 1.0 : 0.0;
+    comm_allreduce_max_f64((Comm*)ctx, &f, 1);
+    return f != 0.0;
+}
+
 static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, const GPT* m, const Optim* o,
                             const CkptTrainState* cs, FILE* logf) {
     double t0 = now_s();
     char path[CKPT_PATH_MAX];
     checkpoint_path(path, sizeof path, dir, cs->step);
-    // every rank writes its own state; rank 0 the shared files and, only when every rank
-    // succeeded, the DONE marker. The ranks agree on the outcome (a max over failure flags).
-    double fail = 0.0;
-    if (comm->rank == 0 && checkpoint_begin(dir, cs->step) != 0) fail = 1.0;
-    comm_allreduce_max_f64(comm, &fail, 1);   // the directory exists before anyone writes into it
-    if (fail == 0.0) {
-        if (comm->rank == 0 && checkpoint_write_model(dir, cs->step, cfg, m) != 0) fail = 1.0;
-        if (fail == 0.0 && checkpoint_write_rank(dir, cs->step, comm->rank, comm->size, o, o->lo, o->hi - o->lo, cs) != 0)
-            fail = 1.0;
-        comm_allreduce_max_f64(comm, &fail, 1);
-        if (comm->rank == 0) {
-            if (fail == 0.0 && checkpoint_commit(dir, cs->step, comm->size) != 0) fail = 1.0;
-            if (fail != 0.0) checkpoint_abort(dir, cs->step);
-        }
-        comm_allreduce_max_f64(comm, &fail, 1);
-    }
-    if (fail != 0.0) {
+    // every rank writes its own state, rank 0 the shared files and DONE (train/checkpoint.h)
+    if (checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, ckpt_agree, comm) != 0) {
         fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", cs->step);
         fflush(logf);
         if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)

@@ -538,16 +538,26 @@ int checkpoint_commit(const char* dir, int step, int nproc) {
     return 0;
 }
 
+static int agree_alone(void* ctx, int failed) { (void)ctx; return failed != 0; }
+
+int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
+                          const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx) {
+    if (!agree) agree = agree_alone;
+    // the directory exists before anyone writes into it
+    if (agree(ctx, rank == 0 && checkpoint_begin(dir, step) != 0)) return -1;
+    int failed = rank == 0 && checkpoint_write_model(dir, step, cfg, m) != 0;
+    if (!failed) failed = checkpoint_write_rank(dir, step, rank, nproc, o, o->lo, o->hi - o->lo, st) != 0;
+    failed = agree(ctx, failed);
+    if (rank == 0) {   // DONE only when every rank wrote its file
+        if (!failed && checkpoint_commit(dir, step, nproc) != 0) failed = 1;
+        if (failed) checkpoint_abort(dir, step);
+    }
+    return agree(ctx, failed) ? -1 : 0;   // every rank learns the outcome
+}
+
 int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
                     const CkptTrainState* st) {
-    if (checkpoint_begin(dir, step) != 0) return -1;
-    if (checkpoint_write_model(dir, step, cfg, m) != 0 ||
-        checkpoint_write_rank(dir, step, 0, 1, o, o->lo, o->hi - o->lo, st) != 0 ||
-        checkpoint_commit(dir, step, 1) != 0) {
-        checkpoint_abort(dir, step);
-        return -1;
-    }
-    return 0;
+    return checkpoint_save_ranks(dir, step, cfg, m, o, st, 0, 1, NULL, NULL);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@
 // then DONE is written (itself via DONE.tmp + fsync + rename) and the directory fsynced again:
 // a directory without DONE is incomplete and never resumed from.
 //
-// Several processes (the distributed issue): rank 0 calls checkpoint_begin, then (after a
-// barrier) every rank calls checkpoint_write_rank and rank 0 checkpoint_write_model; after a
-// second barrier rank 0 calls checkpoint_commit. checkpoint_save does all of it for 1 process.
+// Several processes: checkpoint_save_ranks runs the steps below on every rank, with the ranks
+// agreeing on success between them (rank 0 begins; every rank writes its file, rank 0 also the
+// model; rank 0 commits only when every rank succeeded). checkpoint_save is it for 1 process.
 //
 // Errors: one line on stderr naming the file, then -1. Nothing here exits.
 #pragma once
@@ -81,6 +81,12 @@ void checkpoint_abort(const char* dir, int step);
 // every older checkpoint untouched.
 int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
                     const CkptTrainState* st);
+// The same on every rank of nproc. agree(ctx, failed) must return 1 on every rank when any
+// rank passed failed != 0 (a max over the ranks; the caller's communication layer), else 0.
+// No checkpoint is marked DONE unless every rank wrote its file; every rank returns the same.
+typedef int (*CkptAgree)(void* ctx, int failed);
+int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
+                          const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx);
 
 // ---- reading
 // Checks DONE, then every file it lists: magic, version, size, checksum, and that the

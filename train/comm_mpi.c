@@ -25,6 +25,11 @@ static void check(int err, const char* what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+// The receive buffer of the reduce-scatter: one shard, kept between steps (allocating and
+// first-touching a shard-sized buffer every step costs page faults on the hot path).
+static float* g_recv;
+static size_t g_recv_n;
+
 static int g_inited;   // MPI_Init done and MPI_Finalize not yet: the exit hook aborts the job
 static int g_size;
 static void exit_hook(void) {
@@ -56,6 +61,9 @@ void comm_finalize(Comm* c) {
     MPI_Barrier(MPI_COMM_WORLD);
     g_inited = 0;
     MPI_Finalize();
+    free(g_recv);
+    g_recv = NULL;
+    g_recv_n = 0;
     c->mpi = 0;
 }
 
@@ -114,16 +122,21 @@ void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const siz
     if (c->size == 1) return;
     double t = now_s();
     int* ioff = malloc(2 * (size_t)c->size * sizeof(int));
+    if (!ioff) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
     int* icnt = ioff + c->size;
     int_counts(c, off, cnt, ioff, icnt);
     // MPI_Reduce_scatter's in-place form takes the whole x and leaves rank r's block at the
     // start of x; reduce into a separate buffer and copy it to its place instead.
-    float* mine = malloc((cnt[c->rank] ? cnt[c->rank] : 1) * sizeof(float));
-    if (!mine || !ioff) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
+    if (cnt[c->rank] > g_recv_n) {
+        free(g_recv);
+        g_recv_n = cnt[c->rank];
+        g_recv = malloc(g_recv_n * sizeof(float));
+        if (!g_recv) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
+    }
+    float* mine = g_recv;
     // the shards are contiguous and in rank order (off[r+1] = off[r] + cnt[r]) from off[0]
     check(MPI_Reduce_scatter(x + off[0], mine, icnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
-    memcpy(x + off[c->rank], mine, cnt[c->rank] * sizeof(float));
-    free(mine);
+    if (cnt[c->rank]) memcpy(x + off[c->rank], mine, cnt[c->rank] * sizeof(float));
     free(ioff);
     c->seconds += now_s() - t;
 }
