@@ -371,13 +371,6 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
     }
     ops_init(tc->threads);
-    if (comm->size > 1 && strncmp(ops_backend_name(), "cuda", 4) == 0) {
-        // train/dist.c hands MPI host pointers; the GPU arenas need the NCCL layer
-        // (train/comm_nccl.h), which the trainer does not use yet (docs/distributed.md)
-        fprintf(stderr, "error: rank %d: multi-process training on the CUDA backend is not wired up yet (the NCCL layer builds "
-                "but the trainer does not use it): run train_gpt_cuda as one process, or train_gpt (CPU) under mpirun\n", comm->rank);
-        return 1;
-    }
     const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
     const long tokens_per_step = tc->tokens_per_step;
     const int grad_accum = (int)(tokens_per_step / ((long)B * T * P));
@@ -421,7 +414,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     gpt_build(&model, mc, tc->seed);   // the same seed on every rank: the same initial weights
     gpt_alloc_acts(&model, B, T);
     Dist dist;
-    dist_init(&dist, comm, P > 1 ? tc->zero_stage : 0, model.table.total);
+    if (dist_init(&dist, comm, P > 1 ? tc->zero_stage : 0, model.table.total) != 0) return 1;
     Optim opt;
     optim_init_range(&opt, &model, dist.lo, dist.hi);
 

@@ -34,6 +34,18 @@ typedef struct {
     __typeof__(ops_sumsq)* sumsq;
     __typeof__(ops_sumsq_chunks)* sumsq_chunks;
     __typeof__(ops_adamw)* adamw;
+    __typeof__(ops_moe_router_forward)* moe_router_forward;
+    __typeof__(ops_moe_router_backward)* moe_router_backward;
+    __typeof__(ops_moe_router_stats)* moe_router_stats;
+    __typeof__(ops_moe_dispatch_plan)* moe_dispatch_plan;
+    __typeof__(ops_moe_gather)* moe_gather;
+    __typeof__(ops_moe_gather_backward)* moe_gather_backward;
+    __typeof__(ops_moe_combine)* moe_combine;
+    __typeof__(ops_moe_combine_backward)* moe_combine_backward;
+    __typeof__(ops_grouped_matmul_forward)* grouped_matmul_forward;
+    __typeof__(ops_grouped_matmul_backward)* grouped_matmul_backward;
+    __typeof__(ops_sigmoid_gate_add_forward)* sigmoid_gate_add_forward;
+    __typeof__(ops_sigmoid_gate_add_backward)* sigmoid_gate_add_backward;
 } OpsTable;
 
 extern const OpsTable cpu_ref;

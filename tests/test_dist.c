@@ -45,8 +45,7 @@ static void test_basic(void) {
 static void test_zero1(size_t total) {
     Comm* c = &g_comm;
     Dist d0, d1;
-    dist_init(&d0, c, 0, total);
-    dist_init(&d1, c, 1, total);
+    TU_CHECK(dist_init(&d0, c, 0, total) == 0 && dist_init(&d1, c, 1, total) == 0, "dist_init");
     // shards: rank order, contiguous, chunk-aligned starts, covering [0, total)
     int ok = d1.off[0] == 0;
     for (int r = 0; r < c->size; r++) {

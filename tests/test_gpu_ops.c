@@ -12,11 +12,13 @@
 // values on both sides, so accumulation is checked too.
 //
 // Tolerances (fp32 on both sides, different summation orders):
-//   elementwise ops, norms, prep, softmax + cross-entropy, AdamW: 1e-5
+//   elementwise ops, norms, prep, softmax + cross-entropy, AdamW, the MoE router, combine and
+//   the shared-expert gate: 1e-5
 //   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits)
-//   sums of squares (double partials) 1e-12; the embedding backward, abs-max, abs-median and
-//   the gate histogram: exact (same order of additions, or integer counts, or a selection)
+//   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
+//   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan and
+//   the MoE gather and its backward: exact (same order of additions, or integer counts, or a selection)
 // These bounds are written before any GPU run; loosen one only with the measured error beside it.
 #include <string.h>
 #include "test_util.h"
@@ -420,6 +422,170 @@ static void test_absmax_median(int N, int C) {
     free(x); free(base); ops_free(d_x); ops_free(d_base);
 }
 
+// ---------------------------------------------------------------------------------------------
+// MoE: router forward/backward and statistics, the dispatch plan, gather/combine and their
+// backward, the grouped GEMM, the shared expert's gate. Each CUDA op gets the same inputs as
+// the CPU op (the CPU's upstream outputs), so a failure names the op that differs.
+
+// device ints d[n] must equal host ref[n]
+static void cmp_int(const char* what, const int* d, const int* ref, size_t n) {
+    int* h = malloc((n ? n : 1) * sizeof(int));
+    ops_to_host(h, d, n * sizeof(int));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != ref[i];
+    TU_CHECK(bad == 0, "%s: %zu of %zu integers differ from the CPU", what, bad, n);
+    printf("  %-64s %s\n", what, bad == 0 ? "equal" : "DIFFERENT");
+    free(h);
+}
+static int* dpoison_int(size_t n) {
+    int* h = malloc((n ? n : 1) * sizeof(int));
+    for (size_t i = 0; i < n; i++) h[i] = -7;
+    int* d = dcopy_int(h, n);
+    free(h);
+    return d;
+}
+static void cmp_double(const char* what, double g, double r, double tol) {
+    double e = fabs(g - r) / (fabs(r) > 1e-30 ? fabs(r) : 1.0);
+    TU_CHECK(e <= tol, "%s: %.17g vs CPU %.17g (rel %.2e > %.0e)", what, g, r, e, tol);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", what, e, tol);
+}
+
+// ties: logits rounded to multiples of 0.5, so equal logits are common and the lower index
+// must win on both backends
+static void test_moe_router(int N, int E, int k, OpsRouter kind, int ties, int capacity) {
+    char nm[128];
+    const int S = N * k;
+    const char* kn = kind == OPS_ROUTER_SOFTMAX ? "softmax" : "sigmoid";
+    float* logits = hrand((size_t)N * E, 2);
+    if (ties) for (size_t i = 0; i < (size_t)N * E; i++) logits[i] = roundf(logits[i] * 2.0f) * 0.5f;
+    float *probs = hzeros((size_t)N * E), *tw = hzeros(S), *lse = hzeros(N);
+    int* idx = calloc(S, sizeof(int));
+    cpu_ref.moe_router_forward(probs, idx, tw, lse, logits, N, E, k, kind);
+    float *d_logits = dcopy(logits, (size_t)N * E), *d_probs = dpoison((size_t)N * E), *d_tw = dpoison(S), *d_lse = dpoison(N);
+    int* d_idx = dpoison_int(S);
+    ops_moe_router_forward(d_probs, d_idx, d_tw, d_lse, d_logits, N, E, k, kind);
+    snprintf(nm, sizeof nm, "router %s N=%d E=%d k=%d%s: top-k indices", kn, N, E, k, ties ? " (ties)" : "");
+    cmp_int(nm, d_idx, idx, S);
+    snprintf(nm, sizeof nm, "router %s: probs", kn); cmp(nm, d_probs, probs, (size_t)N * E, TOL_ELEM);
+    snprintf(nm, sizeof nm, "router %s: top-k weights", kn); cmp(nm, d_tw, tw, S, TOL_ELEM);
+    snprintf(nm, sizeof nm, "router %s: lse", kn); cmp(nm, d_lse, lse, N, TOL_ELEM);
+    // the rest runs on the CPU's forward outputs
+    ops_from_host(d_probs, probs, (size_t)N * E * sizeof(float));
+    ops_from_host(d_tw, tw, (size_t)S * sizeof(float));
+    ops_from_host(d_lse, lse, (size_t)N * sizeof(float));
+    ops_from_host(d_idx, idx, (size_t)S * sizeof(int));
+
+    // backward: every term (top-k weights, load balancing, z-loss)
+    float *dtw = hrand(S, 1), *aux = hrand(E, 0.1), *rdl = hzeros((size_t)N * E);
+    cpu_ref.moe_router_backward(rdl, dtw, logits, probs, idx, tw, lse, aux, 1e-3f, N, E, k, kind);
+    float *d_dtw = dcopy(dtw, S), *d_aux = dcopy(aux, E), *d_dl = dpoison((size_t)N * E);
+    ops_moe_router_backward(d_dl, d_dtw, d_logits, d_probs, d_idx, d_tw, d_lse, d_aux, 1e-3f, N, E, k, kind);
+    snprintf(nm, sizeof nm, "router %s backward dlogits", kn); cmp(nm, d_dl, rdl, (size_t)N * E, TOL_ELEM);
+
+    // statistics (double sums in other orders)
+    double *rps = calloc(E, sizeof(double)), *gps = calloc(E, sizeof(double)), rls, rent, gls, gent;
+    cpu_ref.moe_router_stats(rps, &rls, &rent, probs, lse, N, E);
+    ops_moe_router_stats(gps, &gls, &gent, d_probs, d_lse, N, E);
+    double pe = 0.0;
+    for (int e = 0; e < E; e++) pe = fmax(pe, fabs(gps[e] - rps[e]) / fmax(fabs(rps[e]), 1e-30));
+    TU_CHECK(pe <= 1e-12, "router stats p_sum: rel err %.2e", pe);
+    printf("  %-64s rel err %.2e (tol 1e-12)\n", "router stats: per-expert probability sums", pe);
+    cmp_double("router stats: sum of lse^2", gls, rls, 1e-12);
+    cmp_double("router stats: sum of entropies", gent, rent, 1e-12);
+
+    // dispatch plan
+    int *cnt = calloc(E, sizeof(int)), *off = calloc(E + 1, sizeof(int)), *rs = calloc(S, sizeof(int)), *sr = calloc(S, sizeof(int));
+    cpu_ref.moe_dispatch_plan(cnt, off, rs, sr, idx, N, E, k, capacity);
+    const int R = off[E];
+    int *d_cnt = dpoison_int(E), *d_off = dpoison_int(E + 1), *d_rs = dpoison_int(S), *d_sr = dpoison_int(S);
+    ops_moe_dispatch_plan(d_cnt, d_off, d_rs, d_sr, d_idx, N, E, k, capacity);
+    snprintf(nm, sizeof nm, "dispatch plan S=%d capacity %d (R=%d kept): counts", S, capacity, R);
+    cmp_int(nm, d_cnt, cnt, E);
+    cmp_int("dispatch plan: offsets", d_off, off, E + 1);
+    cmp_int("dispatch plan: row -> slot", d_rs, rs, R);
+    cmp_int("dispatch plan: slot -> row (-1 dropped)", d_sr, sr, S);
+    ops_from_host(d_rs, rs, (size_t)S * sizeof(int));
+    ops_from_host(d_sr, sr, (size_t)S * sizeof(int));
+
+    // gather and its backward (same additions in the same order: exact)
+    const int C = 72;
+    float *x = hrand((size_t)N * C, 1), *xp = hzeros((size_t)R * C);
+    cpu_ref.moe_gather(xp, x, rs, R, k, C);
+    float *d_x = dcopy(x, (size_t)N * C), *d_xp = dpoison((size_t)R * C);
+    ops_moe_gather(d_xp, d_x, d_rs, R, k, C);
+    cmp_exact("gather", d_xp, xp, (size_t)R * C);
+    float *dxp = hrand((size_t)R * C, 1), *dx = hrand((size_t)N * C, 1);
+    float* d_dx = dcopy(dx, (size_t)N * C);
+    float* d_dxp = dcopy(dxp, (size_t)R * C);
+    cpu_ref.moe_gather_backward(dx, dxp, sr, N, k, C);
+    ops_moe_gather_backward(d_dx, d_dxp, d_sr, N, k, C);
+    cmp_exact("gather backward (+=)", d_dx, dx, (size_t)N * C);
+
+    // combine (+=) and its backward
+    float *yp = hrand((size_t)R * C, 1), *out = hrand((size_t)N * C, 1);
+    float *d_yp = dcopy(yp, (size_t)R * C), *d_out = dcopy(out, (size_t)N * C);
+    cpu_ref.moe_combine(out, yp, tw, sr, N, k, C);
+    ops_moe_combine(d_out, d_yp, d_tw, d_sr, N, k, C);
+    cmp("combine (+=)", d_out, out, (size_t)N * C, TOL_ELEM);
+    float *dout = hrand((size_t)N * C, 1), *rdyp = hzeros((size_t)R * C), *rdtw = hzeros(S);
+    cpu_ref.moe_combine_backward(rdyp, rdtw, dout, yp, tw, sr, N, k, C);
+    float *d_dout = dcopy(dout, (size_t)N * C), *d_dyp = dpoison((size_t)R * C), *d_dtw2 = dpoison(S);
+    ops_moe_combine_backward(d_dyp, d_dtw2, d_dout, d_yp, d_tw, d_sr, N, k, C);
+    cmp("combine backward dyp", d_dyp, rdyp, (size_t)R * C, TOL_ELEM);
+    cmp("combine backward dtopk_w (0 for dropped slots)", d_dtw2, rdtw, S, TOL_ELEM);
+
+    free(logits); free(probs); free(tw); free(lse); free(idx); free(dtw); free(aux); free(rdl);
+    free(rps); free(gps); free(cnt); free(off); free(rs); free(sr); free(x); free(xp); free(dxp); free(dx);
+    free(yp); free(out); free(dout); free(rdyp); free(rdtw);
+    ops_free(d_logits); ops_free(d_probs); ops_free(d_tw); ops_free(d_lse); ops_free(d_idx); ops_free(d_dtw);
+    ops_free(d_aux); ops_free(d_dl); ops_free(d_cnt); ops_free(d_off); ops_free(d_rs); ops_free(d_sr);
+    ops_free(d_x); ops_free(d_xp); ops_free(d_dx); ops_free(d_dxp); ops_free(d_yp); ops_free(d_out);
+    ops_free(d_dout); ops_free(d_dyp); ops_free(d_dtw2);
+}
+
+// groups of the given row counts (0 = an expert without tokens)
+static void test_grouped_matmul(int G, const int* rows, int C, int OC) {
+    char nm[128];
+    int* off = calloc(G + 1, sizeof(int));
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + rows[g];
+    const int R = off[G];
+    float *inp = hrand((size_t)R * C, 1), *w = hrand((size_t)G * OC * C, 1), *dout = hrand((size_t)R * OC, 1);
+    float *dw0 = hrand((size_t)G * OC * C, 1);
+    float *ref = hzeros((size_t)R * OC), *rdinp = hzeros((size_t)R * C), *rdw = hcopy(dw0, (size_t)G * OC * C);
+    cpu_ref.grouped_matmul_forward(ref, inp, w, off, G, C, OC);
+    cpu_ref.grouped_matmul_backward(rdinp, rdw, dout, inp, w, off, G, C, OC);
+    float *d_inp = dcopy(inp, (size_t)R * C), *d_w = dcopy(w, (size_t)G * OC * C), *d_dout = dcopy(dout, (size_t)R * OC);
+    float *d_out = dpoison((size_t)R * OC), *d_dinp = dpoison((size_t)R * C), *d_dw = dcopy(dw0, (size_t)G * OC * C);
+    int* d_off = dcopy_int(off, G + 1);
+    ops_grouped_matmul_forward(d_out, d_inp, d_w, d_off, G, C, OC);
+    ops_grouped_matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_off, G, C, OC);
+    snprintf(nm, sizeof nm, "grouped matmul G=%d R=%d C=%d OC=%d forward", G, R, C, OC);
+    cmp(nm, d_out, ref, (size_t)R * OC, tol_gemm);
+    cmp("grouped matmul backward dinp", d_dinp, rdinp, (size_t)R * C, tol_gemm);
+    cmp("grouped matmul backward dw (+=; an empty group keeps its value)", d_dw, rdw, (size_t)G * OC * C, tol_gemm);
+    cpu_ref.grouped_matmul_backward(NULL, rdw, dout, inp, w, off, G, C, OC);
+    ops_grouped_matmul_backward(NULL, d_dw, d_dout, d_inp, d_w, d_off, G, C, OC);
+    cmp("grouped matmul backward dw only (dinp NULL), accumulated twice", d_dw, rdw, (size_t)G * OC * C, tol_gemm);
+    free(off); free(inp); free(w); free(dout); free(dw0); free(ref); free(rdinp); free(rdw);
+    ops_free(d_inp); ops_free(d_w); ops_free(d_dout); ops_free(d_out); ops_free(d_dinp); ops_free(d_dw); ops_free(d_off);
+}
+
+static void test_sigmoid_gate_add(int N, int C) {
+    float *y = hrand((size_t)N * C, 1), *z = hrand(N, 3), *out = hrand((size_t)N * C, 1), *dout = hrand((size_t)N * C, 1);
+    float *d_y = dcopy(y, (size_t)N * C), *d_z = dcopy(z, N), *d_out = dcopy(out, (size_t)N * C), *d_dout = dcopy(dout, (size_t)N * C);
+    cpu_ref.sigmoid_gate_add_forward(out, y, z, N, C);
+    ops_sigmoid_gate_add_forward(d_out, d_y, d_z, N, C);
+    cmp("shared-expert gate forward (+=)", d_out, out, (size_t)N * C, TOL_ELEM);
+    float *rdy = hzeros((size_t)N * C), *rdz = hzeros(N);
+    cpu_ref.sigmoid_gate_add_backward(rdy, rdz, dout, y, z, N, C);
+    float *d_dy = dpoison((size_t)N * C), *d_dz = dpoison(N);
+    ops_sigmoid_gate_add_backward(d_dy, d_dz, d_dout, d_y, d_z, N, C);
+    cmp("shared-expert gate backward dy", d_dy, rdy, (size_t)N * C, TOL_ELEM);
+    cmp("shared-expert gate backward dz", d_dz, rdz, N, TOL_ELEM);
+    free(y); free(z); free(out); free(dout); free(rdy); free(rdz);
+    ops_free(d_y); ops_free(d_z); ops_free(d_out); ops_free(d_dout); ops_free(d_dy); ops_free(d_dz);
+}
+
 int main(int argc, char** argv) {
     char why[256];
     int have = cuda_device_present(why, sizeof why);
@@ -463,6 +629,20 @@ int main(int argc, char** argv) {
     test_attention(1, 40, 2, 1, 256, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
     test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+
+    // MoE: both routers, dropless and with capacity (drops), more slots than one 1024-slot chunk
+    // of the dispatch plan, ties in the logits
+    test_moe_router(300, 8, 2, OPS_ROUTER_SOFTMAX, 0, 0);
+    test_moe_router(300, 8, 2, OPS_ROUTER_SIGMOID, 0, 0);
+    test_moe_router(300, 8, 2, OPS_ROUTER_SOFTMAX, 1, 40);
+    test_moe_router(1000, 64, 8, OPS_ROUTER_SOFTMAX, 0, 0);
+    test_moe_router(1000, 64, 8, OPS_ROUTER_SIGMOID, 1, 100);
+    test_moe_router(5, 128, 8, OPS_ROUTER_SOFTMAX, 0, 0);   // most experts get no token
+    const int rows1[5] = {7, 0, 33, 1, 64};
+    test_grouped_matmul(5, rows1, 96, 160);
+    const int rows2[3] = {0, 37, 0};
+    test_grouped_matmul(3, rows2, 45, 53);
+    test_sigmoid_gate_add(100, 200);
 
     printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);
     return tu_finish();

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     }
     const size_t total = 3 * 4096 + 777;
     Dist d;
-    dist_init(&d, &c, 1, total);   // for the shard layout only
+    if (dist_init(&d, &c, 1, total) != 0) return 1;   // for the shard layout only
     float* h = malloc(total * sizeof(float));
     float* want = malloc(total * sizeof(float));
     float* dev = NULL;

@@ -50,20 +50,33 @@ int nccl_init(NcclComm* n, Comm* c) {
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     n->stream = s;
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    n->compute_done = ev;
     return 0;
 }
 
 void nccl_free(NcclComm* n) {
     if (n->nccl) ncclCommDestroy((ncclComm_t)n->nccl);
     if (n->stream) cudaStreamDestroy((cudaStream_t)n->stream);
+    if (n->compute_done) cudaEventDestroy((cudaEvent_t)n->compute_done);
     memset(n, 0, sizeof(*n));
 }
 
+// the collectives' stream waits for the work queued on the compute stream (the legacy default
+// stream 0) so far: the gradients they read are complete
+static void wait_for_compute(NcclComm* n) {
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)n->compute_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)n->stream, (cudaEvent_t)n->compute_done, 0));
+}
+
 void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count) {
+    wait_for_compute(n);
     NCCL_CHECK(ncclAllReduce(x, x, count, ncclFloat, ncclSum, (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
 }
 
 void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
+    wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < n->comm->size; r++)
         NCCL_CHECK(ncclReduce(x + off[r], x + off[r], cnt[r], ncclFloat, ncclSum, r,
@@ -72,6 +85,7 @@ void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const
 }
 
 void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
+    wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < n->comm->size; r++)
         NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,

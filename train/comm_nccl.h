@@ -7,6 +7,12 @@
 // group of one ncclReduce per shard (rooted at its owner) and all-gather a group of one
 // ncclBroadcast per shard, which NCCL runs as one fused operation.
 //
+// Ordering with the compute: the CUDA backend queues its work on the legacy default stream
+// (kernels/cuda/cuda_common.h: cuda_stream = 0). Every collective here first makes its own
+// stream wait for the work queued there so far (an event, no host wait), so a gradient is
+// complete before it is reduced; nccl_sync then waits on the host for the collectives, and
+// whatever is queued after it runs on the results.
+//
 // Status: builds in CI (CUDA toolkit + NCCL); run only where a GPU is present
 // (tests/test_nccl.c, docs/gpu.md).
 #pragma once
@@ -18,6 +24,7 @@ typedef struct {
     void* nccl;          // ncclComm_t
     void* stream;        // cudaStream_t the collectives run on
     int device;          // CUDA device of this process
+    void* compute_done;  // cudaEvent_t recorded on the compute stream before each collective
     double seconds;      // wall time in nccl_sync (waiting for collectives)
 } NcclComm;
 

@@ -1,11 +1,15 @@
 // train/dist.c: data parallelism (train/dist.h). The arenas are host memory on the CPU
-// backend, which is what the MPI collectives take; the NCCL build passes device pointers.
+// backend, which is what the MPI collectives take; the CUDA backend's are device memory, which
+// NCCL takes (GATEDGPT_NCCL, set for the CUDA library by CMakeLists.txt).
 #include "dist.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../kernels/ops.h"
+#ifdef GATEDGPT_NCCL
+#include "comm_nccl.h"
+#endif
 
 void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi) {
     // shard length: total / size rounded up to whole norm chunks
@@ -16,7 +20,7 @@ void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi) {
     *hi = b < total ? b : total;
 }
 
-void dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
+int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     memset(d, 0, sizeof(*d));
     d->comm = c;
     d->zero_stage = zero_stage;
@@ -35,9 +39,32 @@ void dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     }
     if (zero_stage == 1) { d->lo = d->off[c->rank]; d->hi = d->lo + d->cnt[c->rank]; }
     else { d->lo = 0; d->hi = total; }
+#ifdef GATEDGPT_DEVICE_ARENAS
+    const char* single = getenv("GATEDGPT_NCCL_SINGLE");
+    if (c->size > 1 || (single && strcmp(single, "1") == 0)) {
+#ifdef GATEDGPT_NCCL
+        NcclComm* n = calloc(1, sizeof(NcclComm));
+        if (!n || nccl_init(n, c) != 0) {
+            fprintf(stderr, "error: rank %d: NCCL did not start: the CUDA backend's gradients need it with %d processes "
+                    "(rerun with NCCL_DEBUG=INFO; docs/distributed.md)\n", c->rank, c->size);
+            free(n);
+            return -1;
+        }
+        d->nccl = n;
+#else
+        fprintf(stderr, "error: rank %d: this CUDA build has no NCCL, which data parallelism on GPUs needs: install "
+                "NCCL (libnccl-dev) and rebuild, or run one process\n", c->rank);
+        return -1;
+#endif
+    }
+#endif
+    return 0;
 }
 
 void dist_free(Dist* d) {
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) { nccl_free((NcclComm*)d->nccl); free(d->nccl); }
+#endif
     free(d->off); free(d->cnt); free(d->part);
     memset(d, 0, sizeof(*d));
 }
@@ -47,6 +74,17 @@ void dist_reduce_grads(Dist* d, float* grads) {
     // all-reduce does anyway): MPI's all-reduce may add the ranks' values in another order than
     // its reduce-scatter (it does with 3 ranks), and this way both stages sum every element
     // identically, so ZeRO-1 trains bit for bit like ZeRO-0.
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) {
+        NcclComm* n = (NcclComm*)d->nccl;
+        double t = n->seconds;
+        nccl_reduce_scatter_sum_f32(n, grads, d->off, d->cnt);
+        if (d->zero_stage == 0) nccl_allgather_f32(n, grads, d->off, d->cnt);
+        nccl_sync(n);
+        d->comm->seconds += n->seconds - t;   // the step log's comm_ms
+        return;
+    }
+#endif
     comm_reduce_scatter_sum_f32(d->comm, grads, d->off, d->cnt);
     if (d->zero_stage == 0) comm_allgather_f32(d->comm, grads, d->off, d->cnt);
 }
@@ -67,5 +105,16 @@ float dist_grad_norm(Dist* d, const float* grads) {
 }
 
 void dist_gather_params(Dist* d, float* params) {
-    if (d->zero_stage == 1) comm_allgather_f32(d->comm, params, d->off, d->cnt);
+    if (d->zero_stage != 1) return;
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) {
+        NcclComm* n = (NcclComm*)d->nccl;
+        double t = n->seconds;
+        nccl_allgather_f32(n, params, d->off, d->cnt);
+        nccl_sync(n);
+        d->comm->seconds += n->seconds - t;
+        return;
+    }
+#endif
+    comm_allgather_f32(d->comm, params, d->off, d->cnt);
 }

@@ -3,6 +3,12 @@
 // updates one shard of the parameters with its shard of the AdamW state, all-gather the
 // parameters), and the global gradient norm.
 //
+// The arenas live in the backend's memory. The CPU backend's are host memory and go through
+// the host layer (train/comm.h: MPI). The CUDA backend's are device memory: that library is
+// compiled with GATEDGPT_DEVICE_ARENAS (and GATEDGPT_NCCL where NCCL is installed), and with
+// more than one process the arena collectives go through NCCL (train/comm_nccl.h); the small
+// host collectives (loss, norm chunks, MoE counts) stay on MPI.
+//
 // Shards: the flat arena of `total` floats is cut into `size` contiguous ranges in rank order,
 // each a whole number of OPS_SUMSQ_CHUNK floats (the last one shorter), so every process sums
 // exactly the norm chunks it owns and the global norm has the same bits under zero_stage 0
@@ -20,9 +26,13 @@ typedef struct {
     size_t lo, hi;         // the range this process updates: its shard (ZeRO-1) or [0, total)
     size_t nchunks;        // norm chunks over the arena
     double* part;          // [nchunks] host: per-chunk sums of squares
+    void* nccl;            // NcclComm* when the arena collectives run on NCCL, else NULL
 } Dist;
 
-void dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
+// Returns 0, or -1 after printing why (a CUDA build without NCCL under mpirun; NCCL failing to
+// start). GATEDGPT_NCCL_SINGLE=1 in the environment runs the NCCL path with one process too
+// (tests/test_gpu_train.sh: it must give the same bits as the single-process path).
+int dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
 // The shard [*lo, *hi) of rank `rank` of `size` over an arena of `total` floats (the layout
 // above; what a ZeRO-1 checkpoint's rank file holds).
 void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi);

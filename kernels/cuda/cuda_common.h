@@ -39,9 +39,17 @@ enum {
     CUDA_SCRATCH_ROPE,         // RoPE cos/sin tables
     CUDA_SCRATCH_EMB,          // embedding backward: tokens grouped by id
     CUDA_SCRATCH_REDUCE,       // sums of squares, probe partials
+    CUDA_SCRATCH_MOE,          // MoE router statistics partials
     CUDA_SCRATCH_COUNT
 };
 void* cuda_scratch(int slot, size_t bytes);
+
+// ---- GEMM (matmul.cu) -----------------------------------------------------------------------
+// cuBLASLt, column-major: D[m, n] (leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D, op =
+// transpose when ta / tb; A stored (ta ? k x m : m x k) with leading dim lda, B likewise.
+// beta 0 or 1. The algorithm is chosen once per shape and alignment and cached (matmul.cu).
+void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
+               int ldb, float* D, int ldd, float beta);
 
 // ---- launch helpers -------------------------------------------------------------------------
 static inline unsigned cuda_blocks(size_t n, int threads) {

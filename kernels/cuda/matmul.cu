@@ -53,20 +53,41 @@ static uint32_t lt_alignment(const void* p) {
 }
 
 // The algorithm chosen for one problem, kept so that a shape always runs the same algorithm
-// (and the heuristic query, tens of microseconds, runs once per shape).
+// (and the heuristic query, tens of microseconds, runs once per shape). An open-addressing hash
+// table: the experts of an MoE layer bring a new row count every step, so shapes are many. When
+// the table is full a shape is planned on every call (the heuristic is deterministic, so the
+// same shape still gets the same algorithm).
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldd;
+    int used, ta, tb, m, n, k, lda, ldb, ldd;
     uint32_t al_a, al_b, al_d;
     cublasComputeType_t compute;
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
-#define LT_MAX_PLANS 256
+#define LT_MAX_PLANS 8192   // a power of two
 static LtPlan lt_plans[LT_MAX_PLANS];
-static int lt_nplans = 0;
+
+static int lt_plan_same(const LtPlan* p, const LtPlan* q) {
+    return p->ta == q->ta && p->tb == q->tb && p->m == q->m && p->n == q->n && p->k == q->k &&
+           p->lda == q->lda && p->ldb == q->ldb && p->ldd == q->ldd && p->al_a == q->al_a &&
+           p->al_b == q->al_b && p->al_d == q->al_d && p->compute == q->compute;
+}
+// the slot of key: where it is, or the empty slot where it belongs (NULL when full and absent)
+static LtPlan* lt_plan_slot(const LtPlan* key) {
+    uint32_t h = 2166136261u;   // FNV-1a over the shape fields
+    const int f[12] = {key->ta, key->tb, key->m, key->n, key->k, key->lda, key->ldb, key->ldd,
+                       (int)key->al_a, (int)key->al_b, (int)key->al_d, (int)key->compute};
+    for (int i = 0; i < 12; i++) h = (h ^ (uint32_t)f[i]) * 16777619u;
+    for (int probe = 0; probe < LT_MAX_PLANS; probe++) {
+        LtPlan* p = &lt_plans[(h + (uint32_t)probe) & (LT_MAX_PLANS - 1)];
+        if (!p->used || lt_plan_same(p, key)) return p;
+    }
+    return NULL;
+}
 
 // D[m, n] (column-major, leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D
 // op = transpose when ta / tb; A is stored (ta ? k x m : m x k) with leading dim lda, B likewise.
-static void lt_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
+// Declared in cuda_common.h as cuda_gemm (moe.cu calls it once per expert).
+void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
                     int ldb, float* D, int ldd, float beta) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {   // an empty sum: D = beta * D; only beta 0 or 1 occur here
@@ -84,24 +105,18 @@ static void lt_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
 
-    uint32_t al_a = lt_alignment(A), al_b = lt_alignment(B), al_d = lt_alignment(D);
-    LtPlan* plan = NULL;
-    for (int i = 0; i < lt_nplans; i++) {
-        LtPlan* p = &lt_plans[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
-            p->ldb == ldb && p->ldd == ldd && p->al_a == al_a && p->al_b == al_b && p->al_d == al_d &&
-            p->compute == lt_compute) { plan = p; break; }
-    }
-    LtPlan fresh;
-    if (!plan) {
+    LtPlan key = {1, ta, tb, m, n, k, lda, ldb, ldd, lt_alignment(A), lt_alignment(B), lt_alignment(D),
+                  lt_compute, {}};
+    LtPlan* plan = lt_plan_slot(&key);
+    if (!plan || !plan->used) {
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         size_t ws = LT_WORKSPACE_BYTES;
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.al_a, sizeof(key.al_a)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.al_b, sizeof(key.al_b)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.al_d, sizeof(key.al_d)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.al_d, sizeof(key.al_d)));
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
@@ -112,9 +127,9 @@ static void lt_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda
                      m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N', lda, ldb, ldd);
             cuda_fail(__FILE__, __LINE__, msg, "an unusual shape or misaligned tensor; report the shape");
         }
-        fresh = (LtPlan){ta, tb, m, n, k, lda, ldb, ldd, al_a, al_b, al_d, lt_compute, heur.algo};
-        if (lt_nplans < LT_MAX_PLANS) lt_plans[lt_nplans++] = fresh;
-        plan = &fresh;
+        key.algo = heur.algo;
+        if (plan) *plan = key;
+        else plan = &key;
     }
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(lt_handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
@@ -129,13 +144,13 @@ static void lt_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda
 //   column-major: out^T[OC,N] = (w as C x OC)^T (inp as C x N)
 void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
                         int accumulate) {
-    lt_gemm(1, 0, OC, N, C, w, C, inp, C, out, OC, accumulate ? 1.0f : 0.0f);
+    cuda_gemm(1, 0, OC, N, C, w, C, inp, C, out, OC, accumulate ? 1.0f : 0.0f);
 }
 
 // dinp[N,C] = dout[N,OC] @ w[OC,C]:   dinp^T[C,N] = (w as C x OC) (dout as OC x N)
 // dw[OC,C] += dout^T @ inp:           dw^T[C,OC] += (inp as C x N) (dout as OC x N)^T
 void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                          const float* w, int N, int C, int OC) {
-    if (dinp) lt_gemm(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f);
-    lt_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
+    if (dinp) cuda_gemm(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f);
+    cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
 }

@@ -1,11 +1,13 @@
-// kernels/cuda/moe.cu: the Mixture-of-Experts ops of kernels/ops.h on the CUDA backend.
+// kernels/cuda/moe.cu: the Mixture-of-Experts ops of kernels/ops.h on the CUDA backend: router
+// (top-k, renormalised weights) and its backward, routing statistics, the dispatch plan, gather
+// and combine with their backward, the grouped GEMM over experts, the shared expert's gate.
+// kernels/cpu/moe.c is the reference for the math; this file says how each op maps to threads.
 //
-// Status: only ops_accumulate is implemented (dense models use it). The routing, dispatch,
-// grouped-GEMM and shared-expert-gate ops are not written yet: each stops the run with a
-// message naming the op, so an MoE config on the CUDA backend fails loudly at its first MoE
-// layer instead of computing garbage. The CPU backend (kernels/cpu/moe.c) has all of them; the
-// plan (permute + cuBLAS grouped GEMM or per-expert cuBLASLt, chosen by measurement) is in
-// docs/gpu.md.
+// Determinism, as on the CPU: no atomics. Every output element has one writer; the dispatch
+// plan ranks each expert's slots with a block-wide scan in slot order (so rows keep token
+// order, the CPU's counting sort); statistics are partial sums in a fixed order, added on the
+// host in order. The grouped GEMM is one cuBLASLt call per expert with tokens (the alternative,
+// cuBLAS's grouped GEMM, is to be chosen by measurement on a GPU: docs/gpu.md).
 #include "cuda_common.h"
 
 // y[n] += x[n]
@@ -16,44 +18,404 @@ __global__ static void accumulate_kernel(float* y, const float* x, size_t n) {
 
 extern "C" void ops_accumulate(float* y, const float* x, size_t n) {
     if (n == 0) return;
-    accumulate_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream>>>(y, x, n);
+    accumulate_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(y, x, n);
     CUDA_LAUNCH_CHECK("accumulate_kernel");
 }
 
-static void moe_missing(const char* op) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s is not implemented on the CUDA backend yet", op);
-    cuda_fail(__FILE__, __LINE__, msg, "MoE models ([moe] n_expert > 0) train on the CPU backend for now (docs/gpu.md)");
+// ---------------------------------------------------------------------------------------------
+// router: one thread per token (E and k are small next to the expert GEMMs; the router's
+// logits are fp32 on every backend)
+
+__global__ static void router_forward_kernel(float* probs, int* topk_idx, float* topk_w, float* lse,
+                                             const float* logits, int N, int E, int k, int kind) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float* r = logits + (size_t)n * E;
+    float* p = probs + (size_t)n * E;
+    int* idx = topk_idx + (size_t)n * k;
+    float* w = topk_w + (size_t)n * k;
+    float mx = -INFINITY;
+    for (int i = 0; i < E; i++) mx = fmaxf(mx, r[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < E; i++) sum += expf(r[i] - mx);
+    lse[n] = mx + logf(sum);
+    if (kind == OPS_ROUTER_SOFTMAX) {
+        for (int i = 0; i < E; i++) p[i] = expf(r[i] - mx) / sum;
+    } else {
+        float ssum = 0.0f;
+        for (int i = 0; i < E; i++) { p[i] = cuda_sigmoid(r[i]); ssum += p[i]; }
+        for (int i = 0; i < E; i++) p[i] /= ssum;
+    }
+    // top-k: the k largest logits, largest first, ties to the lower index (strict '>')
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < E; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= idx[q] == i;
+            if (taken) continue;
+            if (best < 0 || r[i] > r[best]) best = i;
+        }
+        idx[j] = best;
+    }
+    // renormalised weights: softmax over the chosen logits (shifted by the largest), or s / sum s
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        w[j] = kind == OPS_ROUTER_SOFTMAX ? expf(r[idx[j]] - r[idx[0]]) : cuda_sigmoid(r[idx[j]]);
+        wsum += w[j];
+    }
+    for (int j = 0; j < k; j++) w[j] /= wsum;
 }
 
-extern "C" {
-void ops_moe_router_forward(float*, int*, float*, float*, const float*, int, int, int, OpsRouter) {
-    moe_missing("ops_moe_router_forward");
+extern "C" void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
+                                       const float* logits, int N, int E, int k, OpsRouter kind) {
+    if (N <= 0) return;
+    router_forward_kernel<<<cuda_blocks((size_t)N, 128), 128, 0, cuda_stream>>>(probs, topk_idx, topk_w, lse,
+                                                                                logits, N, E, k, (int)kind);
+    CUDA_LAUNCH_CHECK("router_forward_kernel");
 }
-void ops_moe_router_backward(float*, const float*, const float*, const float*, const int*, const float*,
-                             const float*, const float*, float, int, int, int, OpsRouter) {
-    moe_missing("ops_moe_router_backward");
+
+// dlogits[n, :] (=): the three terms of kernels/cpu/moe.c, derived there
+__global__ static void router_backward_kernel(float* dlogits, const float* dtopk_w, const float* logits,
+                                              const float* probs, const int* topk_idx, const float* topk_w,
+                                              const float* lse, const float* aux_grad, float z_grad, int N,
+                                              int E, int k, int kind) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float* r = logits + (size_t)n * E;
+    const float* p = probs + (size_t)n * E;
+    const int* idx = topk_idx + (size_t)n * k;
+    const float* w = topk_w + (size_t)n * k;
+    const float* g = dtopk_w + (size_t)n * k;
+    float* dr = dlogits + (size_t)n * E;
+    float gbar = 0.0f;
+    for (int j = 0; j < k; j++) gbar += w[j] * g[j];
+    for (int i = 0; i < E; i++) dr[i] = 0.0f;
+    if (kind == OPS_ROUTER_SOFTMAX) {
+        for (int j = 0; j < k; j++) dr[idx[j]] += w[j] * (g[j] - gbar);
+    } else {
+        float sk = 0.0f;
+        for (int j = 0; j < k; j++) sk += cuda_sigmoid(r[idx[j]]);
+        for (int j = 0; j < k; j++) {
+            float s = cuda_sigmoid(r[idx[j]]);
+            dr[idx[j]] += (g[j] - gbar) / sk * s * (1.0f - s);
+        }
+    }
+    float abar = 0.0f;
+    for (int i = 0; i < E; i++) abar += p[i] * aux_grad[i];
+    if (kind == OPS_ROUTER_SOFTMAX) {
+        for (int i = 0; i < E; i++) dr[i] += p[i] * (aux_grad[i] - abar);
+    } else {
+        float ssum = 0.0f;
+        for (int i = 0; i < E; i++) ssum += cuda_sigmoid(r[i]);
+        for (int i = 0; i < E; i++) {
+            float s = cuda_sigmoid(r[i]);
+            dr[i] += (aux_grad[i] - abar) / ssum * s * (1.0f - s);
+        }
+    }
+    if (z_grad != 0.0f) {
+        float zl = z_grad * lse[n];
+        for (int i = 0; i < E; i++) dr[i] += zl * expf(r[i] - lse[n]);
+    }
 }
-void ops_moe_router_stats(double*, double*, double*, const float*, const float*, int, int) {
-    moe_missing("ops_moe_router_stats");
+
+extern "C" void ops_moe_router_backward(float* dlogits, const float* dtopk_w, const float* logits,
+                                        const float* probs, const int* topk_idx, const float* topk_w,
+                                        const float* lse, const float* aux_grad, float z_grad, int N, int E,
+                                        int k, OpsRouter kind) {
+    if (N <= 0) return;
+    router_backward_kernel<<<cuda_blocks((size_t)N, 128), 128, 0, cuda_stream>>>(
+        dlogits, dtopk_w, logits, probs, topk_idx, topk_w, lse, aux_grad, z_grad, N, E, k, (int)kind);
+    CUDA_LAUNCH_CHECK("router_backward_kernel");
 }
-void ops_moe_dispatch_plan(int*, int*, int*, int*, const int*, int, int, int, int) {
-    moe_missing("ops_moe_dispatch_plan");
+
+// ---------------------------------------------------------------------------------------------
+// routing statistics: per-expert probability sums (one block per expert), and the sums of lse^2
+// and of the per-token entropy (MOE_STAT_BLOCKS blocks over strided tokens); all in double,
+// each thread in token order, blocks reduced in warp order, block partials added on the host in
+// block order.
+#define MOE_STAT_BLOCKS 128
+
+__global__ static void router_psum_kernel(double* p_sum, const float* probs, int N, int E) {
+    __shared__ double sh[32];
+    int e = blockIdx.x;
+    double s = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) s += probs[(size_t)n * E + e];
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) p_sum[e] = s;
 }
-void ops_moe_gather(float*, const float*, const int*, int, int, int) { moe_missing("ops_moe_gather"); }
-void ops_moe_gather_backward(float*, const float*, const int*, int, int, int) { moe_missing("ops_moe_gather_backward"); }
-void ops_moe_combine(float*, const float*, const float*, const int*, int, int, int) { moe_missing("ops_moe_combine"); }
-void ops_moe_combine_backward(float*, float*, const float*, const float*, const float*, const int*, int, int, int) {
-    moe_missing("ops_moe_combine_backward");
+
+__global__ static void router_token_stats_kernel(double* part, const float* probs, const float* lse, int N,
+                                                 int E) {
+    __shared__ double sh[32];
+    double ls = 0.0, es = 0.0;
+    for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+        ls += (double)lse[n] * lse[n];
+        double h = 0.0;
+        for (int i = 0; i < E; i++) {
+            double p = probs[(size_t)n * E + i];
+            if (p > 0.0) h -= p * log(p);
+        }
+        es += h;
+    }
+    ls = block_sum_d(ls, sh);
+    es = block_sum_d(es, sh);
+    if (threadIdx.x == 0) { part[2 * blockIdx.x] = ls; part[2 * blockIdx.x + 1] = es; }
 }
-void ops_grouped_matmul_forward(float*, const float*, const float*, const int*, int, int, int) {
-    moe_missing("ops_grouped_matmul_forward");
+
+extern "C" void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,
+                                     const float* lse, int N, int E) {
+    double* dev = (double*)cuda_scratch(CUDA_SCRATCH_MOE, ((size_t)E + 2 * MOE_STAT_BLOCKS) * sizeof(double));
+    double* part = dev + E;
+    router_psum_kernel<<<E, 256, 0, cuda_stream>>>(dev, probs, N, E);
+    CUDA_LAUNCH_CHECK("router_psum_kernel");
+    router_token_stats_kernel<<<MOE_STAT_BLOCKS, 256, 0, cuda_stream>>>(part, probs, lse, N, E);
+    CUDA_LAUNCH_CHECK("router_token_stats_kernel");
+    ops_to_host(p_sum, dev, (size_t)E * sizeof(double));
+    double hp[2 * MOE_STAT_BLOCKS];
+    ops_to_host(hp, part, sizeof hp);
+    double ls = 0.0, es = 0.0;
+    for (int b = 0; b < MOE_STAT_BLOCKS; b++) { ls += hp[2 * b]; es += hp[2 * b + 1]; }
+    *lse_sq = ls;
+    *entropy = es;
 }
-void ops_grouped_matmul_backward(float*, float*, const float*, const float*, const float*, const int*, int, int, int) {
-    moe_missing("ops_grouped_matmul_backward");
+
+// ---------------------------------------------------------------------------------------------
+// dispatch plan: a stable counting sort of the S = N*k slots by expert, in three launches.
+//   1. counts[e]: block e counts the slots that chose e (__syncthreads_count per 1024 slots)
+//   2. offsets: one thread, the prefix sum of the kept counts (E is small)
+//   3. block e walks the slots in order, 1024 at a time; a slot's rank among e's slots is the
+//      count before it in its warp (ballot) + in earlier warps + in earlier chunks. Rank <
+//      kept: row offsets[e] + rank; else dropped (-1). Each slot has one expert, so slot_row
+//      has one writer per element.
+// Every block reads all S indices (E*S int reads from L2, ~20 us at 128 experts and S = 128k:
+// small next to the expert GEMMs; a segmented sort would save it if a profile says so).
+#define MOE_PLAN_THREADS 1024
+
+__global__ static void plan_count_kernel(int* counts, const int* topk_idx, int S) {
+    int e = blockIdx.x, total = 0;
+    for (int base = 0; base < S; base += blockDim.x) {
+        int s = base + threadIdx.x;
+        total += __syncthreads_count(s < S && topk_idx[s] == e);
+    }
+    if (threadIdx.x == 0) counts[e] = total;
 }
-void ops_sigmoid_gate_add_forward(float*, const float*, const float*, int, int) { moe_missing("ops_sigmoid_gate_add_forward"); }
-void ops_sigmoid_gate_add_backward(float*, float*, const float*, const float*, const float*, int, int) {
-    moe_missing("ops_sigmoid_gate_add_backward");
+
+__global__ static void plan_offsets_kernel(int* offsets, const int* counts, int E, int capacity) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    offsets[0] = 0;
+    for (int e = 0; e < E; e++) {
+        int kept = capacity > 0 && counts[e] > capacity ? capacity : counts[e];
+        offsets[e + 1] = offsets[e] + kept;
+    }
 }
+
+__global__ static void plan_place_kernel(int* row_slot, int* slot_row, const int* topk_idx, const int* offsets,
+                                         int S) {
+    __shared__ int warp_count[MOE_PLAN_THREADS / 32];
+    int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int first = offsets[e], kept = offsets[e + 1] - offsets[e];
+    int before = 0;   // e's slots in earlier chunks
+    for (int base = 0; base < S; base += blockDim.x) {
+        int s = base + threadIdx.x;
+        int mine = s < S && topk_idx[s] == e;
+        unsigned ballot = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) warp_count[warp] = __popc(ballot);
+        __syncthreads();
+        int rank = before + __popc(ballot & ((1u << lane) - 1u));
+        int chunk = 0;
+        for (int w = 0; w < nw; w++) {
+            if (w < warp) rank += warp_count[w];
+            chunk += warp_count[w];
+        }
+        if (mine) {
+            if (rank < kept) {
+                row_slot[first + rank] = s;
+                slot_row[s] = first + rank;
+            } else {
+                slot_row[s] = -1;   // over capacity: dropped
+            }
+        }
+        before += chunk;
+        __syncthreads();   // warp_count is rewritten by the next chunk
+    }
+}
+
+extern "C" void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
+                                      const int* topk_idx, int N, int E, int k, int capacity) {
+    const int S = N * k;
+    plan_count_kernel<<<E, MOE_PLAN_THREADS, 0, cuda_stream>>>(counts, topk_idx, S);
+    CUDA_LAUNCH_CHECK("plan_count_kernel");
+    plan_offsets_kernel<<<1, 32, 0, cuda_stream>>>(offsets, counts, E, capacity);
+    CUDA_LAUNCH_CHECK("plan_offsets_kernel");
+    plan_place_kernel<<<E, MOE_PLAN_THREADS, 0, cuda_stream>>>(row_slot, slot_row, topk_idx, offsets, S);
+    CUDA_LAUNCH_CHECK("plan_place_kernel");
+}
+
+// ---------------------------------------------------------------------------------------------
+// gather / combine: one thread per output element, the k choices of a token in order
+
+__global__ static void gather_kernel(float* xp, const float* x, const int* row_slot, int R, int k, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    size_t r = i / C, c = i % C;
+    xp[i] = x[(size_t)(row_slot[r] / k) * C + c];
+}
+
+extern "C" void ops_moe_gather(float* xp, const float* x, const int* row_slot, int R, int k, int C) {
+    if (R <= 0) return;
+    gather_kernel<<<cuda_blocks((size_t)R * C, 256), 256, 0, cuda_stream>>>(xp, x, row_slot, R, k, C);
+    CUDA_LAUNCH_CHECK("gather_kernel");
+}
+
+__global__ static void gather_backward_kernel(float* dx, const float* dxp, const int* slot_row, int N, int k,
+                                              int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    size_t n = i / C, c = i % C;
+    float d = dx[i];
+    for (int j = 0; j < k; j++) {
+        int r = slot_row[n * k + j];
+        if (r >= 0) d += dxp[(size_t)r * C + c];
+    }
+    dx[i] = d;
+}
+
+extern "C" void ops_moe_gather_backward(float* dx, const float* dxp, const int* slot_row, int N, int k, int C) {
+    if (N <= 0) return;
+    gather_backward_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(dx, dxp, slot_row, N, k, C);
+    CUDA_LAUNCH_CHECK("gather_backward_kernel");
+}
+
+__global__ static void combine_kernel(float* out, const float* yp, const float* topk_w, const int* slot_row,
+                                      int N, int k, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    size_t n = i / C, c = i % C;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int r = slot_row[n * k + j];
+        if (r >= 0) acc += topk_w[n * k + j] * yp[(size_t)r * C + c];
+    }
+    out[i] += acc;
+}
+
+extern "C" void ops_moe_combine(float* out, const float* yp, const float* topk_w, const int* slot_row, int N,
+                                int k, int C) {
+    if (N <= 0) return;
+    combine_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, yp, topk_w, slot_row, N, k, C);
+    CUDA_LAUNCH_CHECK("combine_kernel");
+}
+
+// one warp per slot s = n*k + j: dyp[row] = w * dout[n]; dtopk_w[s] = dout[n] . yp[row] (warp sum)
+__global__ static void combine_backward_kernel(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+                                               const float* topk_w, const int* slot_row, int N, int k, int C) {
+    size_t s = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (s >= (size_t)N * k) return;   // whole warps leave together
+    int r = slot_row[s];
+    if (r < 0) {
+        if (lane == 0) dtopk_w[s] = 0.0f;
+        return;
+    }
+    const float* d = dout + (s / k) * C;
+    const float* y = yp + (size_t)r * C;
+    float* dy = dyp + (size_t)r * C;
+    float w = topk_w[s], dot = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        dy[c] = w * d[c];
+        dot += d[c] * y[c];
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) dtopk_w[s] = dot;
+}
+
+extern "C" void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+                                         const float* topk_w, const int* slot_row, int N, int k, int C) {
+    size_t S = (size_t)N * k;
+    if (S == 0) return;
+    combine_backward_kernel<<<cuda_blocks(S, 8), 256, 0, cuda_stream>>>(dyp, dtopk_w, dout, yp, topk_w, slot_row,
+                                                                        N, k, C);
+    CUDA_LAUNCH_CHECK("combine_backward_kernel");
+}
+
+// ---------------------------------------------------------------------------------------------
+// grouped GEMM: one cuBLASLt call per group with rows (the row boundaries come to the host:
+// G + 1 ints, one synchronisation per call). Row-major mapping as in matmul.cu.
+
+static int* host_offsets(const int* offsets, int G) {
+    static int* h = NULL;
+    static int cap = 0;
+    if (cap < G + 1) {
+        free(h);
+        cap = G + 1;
+        h = (int*)malloc((size_t)cap * sizeof(int));
+        if (!h) cuda_fail(__FILE__, __LINE__, "out of host memory for the expert offsets", "lower n_expert");
+    }
+    ops_to_host(h, offsets, (size_t)(G + 1) * sizeof(int));
+    return h;
+}
+
+extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
+                                           int G, int C, int OC) {
+    const int* off = host_offsets(offsets, G);
+    for (int g = 0; g < G; g++) {
+        int r0 = off[g], rows = off[g + 1] - off[g];
+        if (rows <= 0) continue;
+        // out[rows, OC] = inp[rows, C] @ w[g]^T
+        cuda_gemm(1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C, out + (size_t)r0 * OC,
+                  OC, 0.0f);
+    }
+}
+
+extern "C" void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                            const float* w, const int* offsets, int G, int C, int OC) {
+    const int* off = host_offsets(offsets, G);
+    for (int g = 0; g < G; g++) {
+        int r0 = off[g], rows = off[g + 1] - off[g];
+        if (rows <= 0) continue;
+        const float* dy = dout + (size_t)r0 * OC;
+        const float* wg = w + (size_t)g * OC * C;
+        // dinp[rows, C] = dout[rows, OC] @ w[g];  dw[g] += dout[rows]^T @ inp[rows]
+        if (dinp) cuda_gemm(0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
+        cuda_gemm(0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC, dw + (size_t)g * OC * C, C, 1.0f);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the shared expert's gate: out[n, :] += sigmoid(z[n]) * y[n, :]
+
+__global__ static void sigmoid_gate_add_kernel(float* out, const float* y, const float* z, int N, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    out[i] += cuda_sigmoid(z[i / C]) * y[i];
+}
+
+extern "C" void ops_sigmoid_gate_add_forward(float* out, const float* y, const float* z, int N, int C) {
+    if (N <= 0) return;
+    sigmoid_gate_add_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, y, z, N, C);
+    CUDA_LAUNCH_CHECK("sigmoid_gate_add_kernel");
+}
+
+// one warp per token: dy = sig * dout; dz = (dout . y) sig (1 - sig)
+__global__ static void sigmoid_gate_add_backward_kernel(float* dy, float* dz, const float* dout, const float* y,
+                                                        const float* z, int N, int C) {
+    int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (n >= N) return;
+    float g = cuda_sigmoid(z[n]), dot = 0.0f;
+    const float* d = dout + (size_t)n * C;
+    const float* yn = y + (size_t)n * C;
+    float* dyn = dy + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) {
+        dyn[c] = g * d[c];
+        dot += d[c] * yn[c];
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) dz[n] = dot * g * (1.0f - g);
+}
+
+extern "C" void ops_sigmoid_gate_add_backward(float* dy, float* dz, const float* dout, const float* y,
+                                              const float* z, int N, int C) {
+    if (N <= 0) return;
+    sigmoid_gate_add_backward_kernel<<<cuda_blocks((size_t)N, 8), 256, 0, cuda_stream>>>(dy, dz, dout, y, z, N, C);
+    CUDA_LAUNCH_CHECK("sigmoid_gate_add_backward_kernel");
 }
