@@ -371,6 +371,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
     }
     ops_init(tc->threads);
+    if (tc->attn_impl == ATTN_IMPL_CUDNN && strncmp(ops_backend_name(), "cuda", 4) != 0) {
+        fprintf(stderr, "error: %s: [train] attn_impl = cudnn needs the CUDA backend (train_gpt_cuda); this is %s: "
+                "set attn_impl = fused\n", config_path ? config_path : "--train.attn_impl", ops_backend_name());
+        return 1;
+    }
     const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
     const long tokens_per_step = tc->tokens_per_step;
     const int grad_accum = (int)(tokens_per_step / ((long)B * T * P));
@@ -412,6 +417,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
 
     GPT model;
     gpt_build(&model, mc, tc->seed);   // the same seed on every rank: the same initial weights
+    model.attn_impl = (OpsAttnImpl)tc->attn_impl;
     gpt_alloc_acts(&model, B, T);
     Dist dist;
     if (dist_init(&dist, comm, P > 1 ? tc->zero_stage : 0, model.table.total) != 0) return 1;

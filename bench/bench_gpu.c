@@ -88,6 +88,7 @@ static void run_config(Result* r, const Shape* s, int gate, int warmup, int step
     double t0 = now_s();
     GPT m;
     gpt_build(&m, mc, tc->seed);
+    m.attn_impl = (OpsAttnImpl)tc->attn_impl;
     gpt_alloc_acts(&m, B, T);
     Optim opt;
     optim_init(&opt, &m);

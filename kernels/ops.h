@@ -61,6 +61,9 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, con
 typedef enum { OPS_GATE_NONE = 0, OPS_GATE_ELEMENTWISE = 1, OPS_GATE_HEADWISE = 2 } OpsGate;
 typedef enum { OPS_GATEPOS_SDPA = 0, OPS_GATEPOS_VALUE = 1 } OpsGatePos;
 typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } OpsGateAct;
+// which attention kernel: the backend's own (every backend), or cuDNN's fused SDPA (CUDA only,
+// computes in bf16; the CPU backend has one implementation and ignores this)
+typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1 } OpsAttnImpl;
 typedef struct {
     int B, T;
     int H, Hkv, hd;      // query heads, key/value heads, head dim
@@ -71,6 +74,7 @@ typedef struct {
     OpsGate gate;
     OpsGatePos gate_pos;
     OpsGateAct gate_act;
+    OpsAttnImpl impl;
 } OpsAttnShape;
 // columns of the fused projection qkv[N, QKVG] = [ q (H*hd) | k (Hkv*hd) | v (Hkv*hd) | z (G) ]
 int ops_attn_gate_cols(const OpsAttnShape* s);   // G

@@ -47,6 +47,7 @@ static const char* const MLP_NAMES[] = {"swiglu", "gelu"};
 static const char* const GATE_NAMES[] = {"none", "elementwise", "headwise"};
 static const char* const GATEPOS_NAMES[] = {"sdpa", "value"};
 static const char* const GATEACT_NAMES[] = {"sigmoid", "ns_sigmoid", "silu"};
+static const char* const ATTN_IMPL_NAMES[] = {"fused", "cudnn"};
 static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
 static const char* const ONERROR_NAMES[] = {"continue", "exit"};
 static const char* const ROUTER_NAMES[] = {"softmax_topk", "sigmoid_topk"};
@@ -111,6 +112,7 @@ static const KeyDef KEYS[] = {
     K_FLOAT("train", "grad_clip", train.grad_clip, "1.0"),
     K_INT("train", "threads", train.threads, "0"),
     K_INT("train", "zero_stage", train.zero_stage, "0"),
+    K_ENUM("train", "attn_impl", train.attn_impl, ATTN_IMPL_NAMES, "fused"),
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
@@ -148,7 +150,7 @@ _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_
 _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
                sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
-               sizeof(SchedKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
+               sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
 
 static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics"};
 #define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics"

@@ -38,6 +38,7 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     s->qk_norm = c->qk_norm; s->rope = c->pos == POS_ROPE; s->rope_base = c->rope_base;
     s->eps = c->norm_eps; s->gate = (OpsGate)c->attn_gate;
     s->gate_pos = (OpsGatePos)c->gate_position; s->gate_act = (OpsGateAct)c->gate_act;
+    s->impl = m->attn_impl;
 
     size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
     size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;

@@ -54,6 +54,7 @@ typedef struct GPT {
     ModelWeights w;      // pointers into params
     ModelWeights g;      // pointers into grads
     OpsAttnShape attn;   // attention shape for the current B, T
+    OpsAttnImpl attn_impl; // which attention kernel ([train] attn_impl); set before gpt_alloc_acts
 
     // activations, sized for B x T at gpt_alloc_acts
     int B, T;

@@ -12,6 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin    # data-parallel training under mpirun (train/comm_mpi.c)
   bible-kjv                     # the demo corpus (King James Bible), no download needed
   python3-numpy python3-matplotlib   # scripts/report.py (ablation reports)
+  python3-pip                   # fetches the cudnn-frontend headers (scripts/cudnn_frontend.sh)
 )
 
 missing=()
@@ -20,7 +21,9 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# with a CUDA toolkit: the cudnn-frontend headers for the cuDNN attention (a soft dependency)
+frontend() { bash "$(dirname "${BASH_SOURCE[0]}")/cudnn_frontend.sh"; }
+[ ${#missing[@]} -eq 0 ] && { frontend; exit 0; }
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -37,3 +40,4 @@ if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" > /tmp/
     || { echo "deps: apt-get failed; log:" >&2; tail -20 /tmp/gatedgpt-deps.log >&2; exit 1; }
 fi
 echo "deps: done"
+frontend

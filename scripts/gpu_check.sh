@@ -39,6 +39,12 @@ main() {
     local flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGATEDGPT_MPI=OFF)
     command -v ninja > /dev/null && flags+=(-G Ninja)
     [ -d gpu-deps ] && flags+=(-DCMAKE_PREFIX_PATH="$PWD/gpu-deps")
+    # cuDNN and NCCL from the pip wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) where the toolkit has none
+    local pyroot
+    if pyroot=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null); then
+        flags+=(-DCUDNN_ROOT="$pyroot")
+        export LD_LIBRARY_PATH="$pyroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"   # libcudnn.so.9 is loaded at run time
+    fi
     rm -rf "$build"
     if ! cmake -S . -B "$build" "${flags[@]}" > "$OUTDIR/configure.log" 2>&1; then
         if grep -q "no CPU GEMM library" "$OUTDIR/configure.log"; then
@@ -81,6 +87,12 @@ main() {
             --shape gpt2_124m_b8t1024_tf32 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
             || say "benchmark gpt2_124m (TF32): failed or out of time"
     fi
+    if [ "$(left)" -gt 90 ] && "$build/tests/test_gpu_ops" --has-cudnn; then
+        # cuDNN's fused attention as the attention kernel (the speed reference for the fused one)
+        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
+            --shape gpt2_124m_b8t1024_tf32_cudnn configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
+            --set train.attn_impl=cudnn || say "benchmark gpt2_124m (TF32, cuDNN attention): failed or out of time"
+    fi
     if [ "$(left)" -gt 120 ]; then
         # the paper's dense 1.7B shape (d 2048, 16 q / 8 kv heads x 128, SwiGLU 6144, vocab 151936)
         # cut to 8 of its 28 layers and 2 x 2048 tokens, to fit the time in fp32
@@ -88,6 +100,14 @@ main() {
             --shape dense1p7b_8layers_b2t2048 configs/paper/dense_1p7b_baseline.ini --set model.n_layer=8 \
             --set train.batch_size=2 --set train.seq_len=2048 \
             || say "benchmark 1.7B-shaped: failed or out of time"
+    fi
+
+    if [ "$(left)" -gt 90 ]; then
+        # the paper's MoE 15B-A2B shape (128 experts x 768, top-8) cut to 2 of its 24 layers
+        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 20 )) "$bench" --steps 3 --warmup 1 --tsv "$TSV" \
+            --shape moe15b_2layers_b2t2048_tf32 configs/paper/moe_15b_a2b_baseline.ini --set model.n_layer=2 \
+            --set train.batch_size=2 --set train.seq_len=2048 \
+            || say "benchmark MoE 15B-shaped: failed or out of time"
     fi
 
     say "done in $(( $(date +%s) - start ))s; log: $LOG"

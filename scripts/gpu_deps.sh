@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_deps.sh [DIR]: stage, from this machine's Debian packages, what a bare GPU machine
-# lacks for scripts/gpu_check.sh: libinih (static library and header) into DIR (default
+# lacks for scripts/gpu_check.sh: libinih (static library and header) and the cudnn-frontend
+# headers (scripts/cudnn_frontend.sh) into DIR (default
 # gpu-deps/ in the repository, ignored by git). Carry DIR to the GPU machine with the working
 # tree; gpu_check.sh finds it there (CMAKE_PREFIX_PATH). No BLAS is staged: without one,
 # gpu_check.sh builds the CPU reference of the GPU tests with GATEDGPT_GEMM=naive.
@@ -17,4 +18,8 @@ fi
 mkdir -p "$dir/include" "$dir/lib"
 cp "$hdr" "$dir/include/ini.h"
 cp "$lib" "$dir/lib/libinih.a"
-echo "gpu_deps: staged $hdr and $lib under $dir/ ($(du -sh "$dir" | cut -f1)); carry it to the GPU machine"
+# the cudnn-frontend headers (header-only) for the cuDNN attention, if fetched here
+if bash scripts/cudnn_frontend.sh && [ -f third_party/cudnn_frontend/include/cudnn_frontend.h ]; then
+    cp -r third_party/cudnn_frontend/include/. "$dir/include/"
+fi
+echo "gpu_deps: staged $hdr and $lib (and the cudnn-frontend headers, if fetched) under $dir/ ($(du -sh "$dir" | cut -f1)); carry it to the GPU machine"

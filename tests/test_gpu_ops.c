@@ -3,6 +3,7 @@
 //   test_gpu_ops                  run every check (prints "skipped: no CUDA device" and exits 0
 //                                 where no GPU is visible)
 //   test_gpu_ops --has-device     exit 0 when a GPU is usable, 1 otherwise (for scripts)
+//   test_gpu_ops --has-cudnn      exit 0 when a GPU is usable and the build has cuDNN attention
 //
 // Both backends live in this binary: the CUDA one under the ops_* names, the CPU one renamed
 // and reached through the table cpu_ref (tests/cpu_ref.h). Each check draws random inputs on
@@ -14,7 +15,8 @@
 // Tolerances (fp32 on both sides, different summation orders):
 //   elementwise ops, norms, prep, softmax + cross-entropy, AdamW, the MoE router, combine and
 //   the shared-expert gate: 1e-5
-//   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4
+//   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4;
+//   cuDNN's attention (attn_impl = cudnn, bf16 inside): forward 2e-2, backward 5e-2
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits)
 //   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
 //   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan and
@@ -28,6 +30,9 @@
 #define TOL_ELEM 1e-5
 #define TOL_ATT_FWD 2e-5
 #define TOL_ATT_BWD 1e-4
+// cuDNN's attention computes in bf16 (8 mantissa bits: inputs rounded by up to 2^-9 relative)
+#define TOL_CUDNN_FWD 2e-2
+#define TOL_CUDNN_BWD 5e-2
 static double tol_gemm = 1e-5;
 
 // ---- host/device helpers ----------------------------------------------------------------
@@ -204,15 +209,23 @@ static void test_norm(OpsNormKind kind, int N, int C) {
 static const char* gate_name[] = {"none", "elementwise", "headwise"};
 static const char* act_name[] = {"sigmoid", "ns_sigmoid", "silu"};
 
+// which attention kernel test_attention checks (main runs the set with the fused kernel, then a
+// subset with cuDNN's when the build has it), and its tolerances
+static OpsAttnImpl att_impl = OPS_ATTN_FUSED;
+
 static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, int rope, OpsGate gate,
                            OpsGatePos pos, OpsGateAct act) {
+    const double TOL_FWD = att_impl == OPS_ATTN_CUDNN ? TOL_CUDNN_FWD : TOL_ATT_FWD;
+    const double TOL_BWD = att_impl == OPS_ATTN_CUDNN ? TOL_CUDNN_BWD : TOL_ATT_BWD;
     OpsAttnShape s = {0};
+    s.impl = att_impl;
     s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = qk_norm; s.rope = rope;
     s.rope_base = 10000.0f; s.eps = 1e-5f; s.gate = gate; s.gate_pos = pos; s.gate_act = act;
     const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd, R = H + Hkv;
     const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
     char tag[128], nm[192];
-    snprintf(tag, sizeof tag, "attn B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s", B, T, H, Hkv, hd, qk_norm, rope,
+    snprintf(tag, sizeof tag, "attn%s B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s",
+             att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : "", B, T, H, Hkv, hd, qk_norm, rope,
              gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", act_name[act]);
     printf(" %s\n", tag);
     float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3), *dyg = hrand((size_t)N * Hd, 1);
@@ -244,13 +257,13 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ops_from_host(d_v, rv, (size_t)N * KVd * sizeof(float));
     float *d_y = dpoison((size_t)N * Hd), *d_yg = sgate ? dpoison((size_t)N * Hd) : d_y, *d_lse = dpoison((size_t)N * H);
     ops_attention_forward(d_y, d_yg, d_lse, d_q, d_k, d_v, d_qkv, &s);
-    snprintf(nm, sizeof nm, "  attention forward y"); cmp(nm, d_y, ry, (size_t)N * Hd, TOL_ATT_FWD);
-    if (sgate) { snprintf(nm, sizeof nm, "  attention forward yg (gated)"); cmp(nm, d_yg, ryg, (size_t)N * Hd, TOL_ATT_FWD); }
-    snprintf(nm, sizeof nm, "  attention forward lse"); cmp(nm, d_lse, rlse, (size_t)N * H, TOL_ATT_FWD);
+    snprintf(nm, sizeof nm, "  attention forward y"); cmp(nm, d_y, ry, (size_t)N * Hd, TOL_FWD);
+    if (sgate) { snprintf(nm, sizeof nm, "  attention forward yg (gated)"); cmp(nm, d_yg, ryg, (size_t)N * Hd, TOL_FWD); }
+    snprintf(nm, sizeof nm, "  attention forward lse"); cmp(nm, d_lse, rlse, (size_t)N * H, TOL_FWD);
     if (!sgate) {   // a separate yg buffer gets a copy of y
         float* d_yg2 = dpoison((size_t)N * Hd);
         ops_attention_forward(d_y, d_yg2, d_lse, d_q, d_k, d_v, d_qkv, &s);
-        snprintf(nm, sizeof nm, "  attention forward yg (separate buffer, no gate)"); cmp(nm, d_yg2, ry, (size_t)N * Hd, TOL_ATT_FWD);
+        snprintf(nm, sizeof nm, "  attention forward yg (separate buffer, no gate)"); cmp(nm, d_yg2, ry, (size_t)N * Hd, TOL_FWD);
         ops_free(d_yg2);
     }
 
@@ -260,9 +273,9 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     float *d_dq = dpoison((size_t)N * Hd), *d_dk = dpoison((size_t)N * KVd), *d_dv = dpoison((size_t)N * KVd);
     float* d_dqkv = dpoison((size_t)N * QKVG);
     ops_attention_backward(d_dq, d_dk, d_dv, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
-    snprintf(nm, sizeof nm, "  attention backward dq"); cmp(nm, d_dq, rdq, (size_t)N * Hd, TOL_ATT_BWD);
-    snprintf(nm, sizeof nm, "  attention backward dk"); cmp(nm, d_dk, rdk, (size_t)N * KVd, TOL_ATT_BWD);
-    snprintf(nm, sizeof nm, "  attention backward dv"); cmp(nm, d_dv, rdv, (size_t)N * KVd, TOL_ATT_BWD);
+    snprintf(nm, sizeof nm, "  attention backward dq"); cmp(nm, d_dq, rdq, (size_t)N * Hd, TOL_BWD);
+    snprintf(nm, sizeof nm, "  attention backward dk"); cmp(nm, d_dk, rdk, (size_t)N * KVd, TOL_BWD);
+    snprintf(nm, sizeof nm, "  attention backward dv"); cmp(nm, d_dv, rdv, (size_t)N * KVd, TOL_BWD);
     // determinism of the backward
     float *d_dq2 = dpoison((size_t)N * Hd), *d_dk2 = dpoison((size_t)N * KVd), *d_dv2 = dpoison((size_t)N * KVd);
     ops_attention_backward(d_dq2, d_dk2, d_dv2, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
@@ -277,10 +290,10 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, d_rrstd, d_qw, d_kw, &s);
     // dqkv: q/k/v (and value-gate) columns from prep backward, sdpa-gate columns from attention
     // backward: together every column is written
-    snprintf(nm, sizeof nm, "  dqkv (attention + prep backward, every column)"); cmp(nm, d_dqkv, rdqkv, (size_t)N * QKVG, TOL_ATT_BWD);
+    snprintf(nm, sizeof nm, "  dqkv (attention + prep backward, every column)"); cmp(nm, d_dqkv, rdqkv, (size_t)N * QKVG, TOL_BWD);
     if (qk_norm) {
-        snprintf(nm, sizeof nm, "  prep backward q_norm.w +="); cmp(nm, d_dqw, rdqw, hd, TOL_ATT_BWD);
-        snprintf(nm, sizeof nm, "  prep backward k_norm.w +="); cmp(nm, d_dkw, rdkw, hd, TOL_ATT_BWD);
+        snprintf(nm, sizeof nm, "  prep backward q_norm.w +="); cmp(nm, d_dqw, rdqw, hd, TOL_BWD);
+        snprintf(nm, sizeof nm, "  prep backward k_norm.w +="); cmp(nm, d_dkw, rdkw, hd, TOL_BWD);
     }
 
     // probe statistics on the same q, k, lse, qkv
@@ -288,8 +301,8 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     cpu_ref.attn_first_token(rmean, rq, rk, rlse, &s);
     ops_attn_first_token(gmean, d_q, d_k, d_lse, &s);
     double e = tu_rel_err(gmean, rmean, H);
-    TU_CHECK(e <= TOL_ATT_FWD, "first-token attention: rel err %.2e", e);
-    printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_ATT_FWD);
+    TU_CHECK(e <= TOL_FWD, "first-token attention: rel err %.2e", e);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_FWD);
     if (gate != OPS_GATE_NONE) {
         double rs, gs;
         long rc, gc, rh[10], gh[10];
@@ -446,6 +459,7 @@ static int* dpoison_int(size_t n) {
 }
 static void cmp_double(const char* what, double g, double r, double tol) {
     double e = fabs(g - r) / (fabs(r) > 1e-30 ? fabs(r) : 1.0);
+    if (isnan(e)) e = INFINITY;
     TU_CHECK(e <= tol, "%s: %.17g vs CPU %.17g (rel %.2e > %.0e)", what, g, r, e, tol);
     printf("  %-64s rel err %.2e (tol %.0e)\n", what, e, tol);
 }
@@ -483,11 +497,15 @@ static void test_moe_router(int N, int E, int k, OpsRouter kind, int ties, int c
     snprintf(nm, sizeof nm, "router %s backward dlogits", kn); cmp(nm, d_dl, rdl, (size_t)N * E, TOL_ELEM);
 
     // statistics (double sums in other orders)
-    double *rps = calloc(E, sizeof(double)), *gps = calloc(E, sizeof(double)), rls, rent, gls, gent;
+    double *rps = calloc(E, sizeof(double)), *gps = calloc(E, sizeof(double)), rls, rent, gls = NAN, gent = NAN;
+    for (int e = 0; e < E; e++) gps[e] = NAN;   // an unwritten entry fails
     cpu_ref.moe_router_stats(rps, &rls, &rent, probs, lse, N, E);
     ops_moe_router_stats(gps, &gls, &gent, d_probs, d_lse, N, E);
     double pe = 0.0;
-    for (int e = 0; e < E; e++) pe = fmax(pe, fabs(gps[e] - rps[e]) / fmax(fabs(rps[e]), 1e-30));
+    for (int e = 0; e < E; e++) {
+        double d = fabs(gps[e] - rps[e]) / fmax(fabs(rps[e]), 1e-30);
+        if (!(d <= pe)) pe = isnan(d) ? INFINITY : d;   // NaN counts as the worst error
+    }
     TU_CHECK(pe <= 1e-12, "router stats p_sum: rel err %.2e", pe);
     printf("  %-64s rel err %.2e (tol 1e-12)\n", "router stats: per-expert probability sums", pe);
     cmp_double("router stats: sum of lse^2", gls, rls, 1e-12);
@@ -590,6 +608,7 @@ int main(int argc, char** argv) {
     char why[256];
     int have = cuda_device_present(why, sizeof why);
     if (argc > 1 && strcmp(argv[1], "--has-device") == 0) return have ? 0 : 1;
+    if (argc > 1 && strcmp(argv[1], "--has-cudnn") == 0) return have && cuda_cudnn_available() ? 0 : 1;
     if (!have) {
         printf("skipped: no CUDA device (%s)\n", why);
         return 0;
@@ -630,6 +649,20 @@ int main(int argc, char** argv) {
     test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
     test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
 
+    // cuDNN's fused attention (attn_impl = cudnn): the gate variants around it, GQA, longer T,
+    // head_dim 128; the sdpa gate is applied outside cuDNN, so every gate is covered
+    if (cuda_cudnn_available()) {
+        att_impl = OPS_ATTN_CUDNN;
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SILU);
+        test_attention(2, 64, 4, 4, 64, 0, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SIGMOID);
+        test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        att_impl = OPS_ATTN_FUSED;
+    } else {
+        printf("cuDNN attention: not in this build (scripts/cudnn_frontend.sh): its checks skipped\n");
+    }
+
     // MoE: both routers, dropless and with capacity (drops), more slots than one 1024-slot chunk
     // of the dispatch plan, ties in the logits
     test_moe_router(300, 8, 2, OPS_ROUTER_SOFTMAX, 0, 0);
@@ -638,6 +671,8 @@ int main(int argc, char** argv) {
     test_moe_router(1000, 64, 8, OPS_ROUTER_SOFTMAX, 0, 0);
     test_moe_router(1000, 64, 8, OPS_ROUTER_SIGMOID, 1, 100);
     test_moe_router(5, 128, 8, OPS_ROUTER_SOFTMAX, 0, 0);   // most experts get no token
+    test_moe_router(301, 8, 3, OPS_ROUTER_SIGMOID, 0, 0);   // odd k; N*k not a multiple of 8 warps
+    test_moe_router(333, 16, 1, OPS_ROUTER_SOFTMAX, 0, 400); // k = 1; a capacity that drops nothing
     const int rows1[5] = {7, 0, 33, 1, 64};
     test_grouped_matmul(5, rows1, 96, 160);
     const int rows2[3] = {0, 37, 0};

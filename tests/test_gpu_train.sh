@@ -31,7 +31,9 @@ tol1=1e-4; tol=2e-3; tolp=1e-3
 if [ "${GATEDGPT_CUDA_TF32:-0}" != 0 ]; then tol1=1e-2; tol=1e-2; tolp=1e-2; fi
 pass=0; fail=0
 
-# run NAME CONFIG [overrides...]: both backends, then compare their log.jsonl
+# run NAME CONFIG [overrides...]: both backends, then compare their log.jsonl (GPU_ARGS: more
+# overrides for the GPU run only)
+GPU_ARGS=()
 run() {
     local name=$1 cfg=$2; shift 2
     local common=(--config "$cfg" --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"
@@ -40,7 +42,7 @@ run() {
                   --train.warmup_steps=5 --log.val_every=0 --log.log_every=5 --log.sample_every=20
                   --log.sample_tokens=8 --metrics.probe_every=20 "$@")
     "$build/train_gpt" "${common[@]}" --log.run_dir="$tmp/$name.cpu" > "$tmp/$name.cpu.out"
-    "$build/train_gpt_cuda" "${common[@]}" --log.run_dir="$tmp/$name.gpu" > "$tmp/$name.gpu.out" || {
+    "$build/train_gpt_cuda" "${common[@]}" ${GPU_ARGS[@]+"${GPU_ARGS[@]}"} --log.run_dir="$tmp/$name.gpu" > "$tmp/$name.gpu.out" || {
         echo "FAIL: $name: train_gpt_cuda failed"; tail -5 "$tmp/$name.gpu.out"; fail=$((fail + 1)); return; }
     grep '^backend' "$tmp/$name.gpu.out" | head -1
     # step lines -> "step loss"; probe at step 0 -> its three means
@@ -76,8 +78,18 @@ run qwen_headwise configs/tiny_headwise.ini
 run qwen_elementwise configs/tiny_gated.ini
 run gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
     --model.mlp=gelu --model.n_kv_head=4
+# cuDNN's attention (bf16 inside): looser bounds, written before any GPU run
+if "$build/tests/test_gpu_ops" --has-cudnn; then
+    save=("$tol1" "$tol" "$tolp"); tol1=1e-2; tol=3e-2; tolp=3e-2
+    GPU_ARGS=(--train.attn_impl=cudnn)
+    run qwen_elementwise_cudnn configs/tiny_gated.ini
+    GPU_ARGS=()
+    tol1=${save[0]}; tol=${save[1]}; tolp=${save[2]}
+else
+    echo "  cuDNN attention: not in this build: skipped"
+fi
 run moe_baseline configs/tiny_moe_baseline.ini
-run moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.capacity_factor=1.0
+run moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
 
 # exact resume on the GPU (the CPU backend's test is tests/test_resume.sh)
 R=(--config configs/tiny_gated.ini --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"

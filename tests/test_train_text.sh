@@ -24,4 +24,11 @@ probes=$(grep -c '"type":"probe"' "$run/log.jsonl")
 grep -q '"type":"probe","step":60,.*"layers":\[{"layer":0,"f_attn":' "$run/log.jsonl" || { echo "FAIL: probe record malformed"; exit 1; }
 # untrained: about ln(8192) = 9.01 nats; require a drop of at least 1.5 nats
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.5) }' || { echo "FAIL: val loss did not fall enough"; exit 1; }
-echo "1 passed, 0 failed"
+# cuDNN's attention exists on the CUDA backend only: the CPU trainer refuses it, naming the key
+if "$build/train_gpt" --config configs/tiny_gated.ini --train.steps=1 --train.warmup_steps=0 --train.attn_impl=cudnn \
+        --log.run_dir="$run/cudnn" > "$run/cudnn.out" 2>&1; then
+    echo "FAIL: attn_impl = cudnn accepted by the CPU backend"; exit 1
+fi
+grep -q "error: configs/tiny_gated.ini: \[train\] attn_impl = cudnn needs the CUDA backend" "$run/cudnn.out" ||
+    { echo "FAIL: attn_impl = cudnn on the CPU: message"; cat "$run/cudnn.out"; exit 1; }
+echo "2 passed, 0 failed"

@@ -11,6 +11,7 @@
 // fused bf16 tensor-core flash attention with the gate in its epilogue replaces it later
 // (docs/gpu.md).
 #include "cuda_common.h"
+#include <cuda_bf16.h>
 #include <math.h>
 
 int ops_attn_gate_cols(const OpsAttnShape* s) {
@@ -585,10 +586,54 @@ static void att_forward_launch(float* y, float* yg, float* lse, const float* q, 
     CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
+// fp32 <-> bf16 for the cuDNN attention (attention_cudnn.cpp), one thread per element
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+__global__ void from_bf16_kernel(float* out, const __nv_bfloat16* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat162float(in[i]);
+}
+void cuda_to_bf16(void* out, const float* in, size_t n) {
+    if (n == 0) return;
+    to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>((__nv_bfloat16*)out, in, n);
+    CUDA_LAUNCH_CHECK("to_bf16_kernel");
+}
+void cuda_from_bf16(float* out, const void* in, size_t n) {
+    if (n == 0) return;
+    from_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, (const __nv_bfloat16*)in, n);
+    CUDA_LAUNCH_CHECK("from_bf16_kernel");
+}
+
+// The sdpa gate after cuDNN's attention (attn_impl = cudnn; the fused kernel does it in its
+// epilogue): yg = y * act(z), one thread per element; without the gate yg = y (when distinct).
+__global__ void attention_gate_apply_kernel(float* yg, const float* y, const float* qkv, AttnDims d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t Hd = (size_t)d.H * d.hd;
+    if (i >= (size_t)d.N * Hd) return;
+    size_t n = i / Hd, j = i % Hd;   // j = h * hd + c
+    float yy = y[i];
+    if (d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA) {
+        const float* z = qkv + n * d.QKVG + d.zoff;
+        yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? j : j / d.hd]);
+    }
+    yg[i] = yy;
+}
+
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
     att_check_shape(s);
     AttnDims d = attn_dims(s);
+    if (s->impl == OPS_ATTN_CUDNN) {
+        cuda_cudnn_attention_forward(y, lse, q, k, v, s);
+        if (yg != y) {
+            size_t n = (size_t)d.N * d.H * d.hd;
+            attention_gate_apply_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(yg, y, qkv, d);
+            CUDA_LAUNCH_CHECK("attention_gate_apply_kernel");
+        }
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)s->hd);
     switch (att_nc(s->hd)) {
     case 1: att_forward_launch<1>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
@@ -627,6 +672,10 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
     attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(scratch, D, dqkv, dyg, y, qkv, d);
     CUDA_LAUNCH_CHECK("attention_backward_pre_kernel");
     const float* dy = sgate ? scratch : dyg;
+    if (s->impl == OPS_ATTN_CUDNN) {   // D is computed again inside cuDNN
+        cuda_cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, s);
+        return;
+    }
     switch (att_nc(s->hd)) {
     case 1: att_backward_launch<1>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
     case 2: att_backward_launch<2>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;

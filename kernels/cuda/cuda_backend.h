@@ -27,6 +27,8 @@ size_t cuda_device_used_bytes(void);
 double cuda_peak_flops_bf16(void);
 // 1 when GEMMs may use TF32 tensor cores (environment GATEDGPT_CUDA_TF32=1 at ops_init).
 int cuda_tf32_enabled(void);
+// 1 when this build has cuDNN's fused attention (attn_impl = cudnn: kernels/cuda/attention_cudnn.cu)
+int cuda_cudnn_available(void);
 // e.g. "NVIDIA H200"
 const char* cuda_device_name(void);
 

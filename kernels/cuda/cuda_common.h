@@ -1,6 +1,8 @@
 // kernels/cuda/cuda_common.h: shared by the CUDA kernels (not part of ops.h): error checks with
 // file, line and a hint; the stream; scratch buffers; small device helpers (activations,
-// deterministic warp and block reductions).
+// deterministic warp and block reductions). The host part also compiles as plain C++ (the
+// cuDNN graph code, attention_cudnn.cpp, is built by the host compiler: much faster than nvcc
+// on the cudnn-frontend headers); the device helpers are for nvcc only.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -40,6 +42,8 @@ enum {
     CUDA_SCRATCH_EMB,          // embedding backward: tokens grouped by id
     CUDA_SCRATCH_REDUCE,       // sums of squares, probe partials
     CUDA_SCRATCH_MOE,          // MoE router statistics partials
+    CUDA_SCRATCH_CUDNN,        // cuDNN attention: bf16 copies of q, k, v, o (and gradients)
+    CUDA_SCRATCH_CUDNN_WS,     // cuDNN attention: the plan's workspace
     CUDA_SCRATCH_COUNT
 };
 void* cuda_scratch(int slot, size_t bytes);
@@ -51,12 +55,27 @@ void* cuda_scratch(int slot, size_t bytes);
 void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
                int ldb, float* D, int ldd, float beta);
 
+// ---- bf16 conversions (attention.cu), for the cuDNN attention's bf16 copies ------------------
+// out[n] (bf16, round to nearest even) = in[n];  out[n] (fp32) = in[n] (bf16, exact)
+void cuda_to_bf16(void* out, const float* in, size_t n);
+void cuda_from_bf16(float* out, const void* in, size_t n);
+
+// ---- cuDNN attention (attention_cudnn.cpp; attn_impl = cudnn) ------------------------------
+// y[N, H*hd] and lse[B, H, T] (=) from q, k, v, as ops_attention_forward without the gate;
+// dq, dk, dv (=) from dy (the gradient of y), as ops_attention_backward's attention part.
+void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+                                  const OpsAttnShape* s);
+void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                   const float* k, const float* v, const float* y, const float* lse,
+                                   const OpsAttnShape* s);
+
 // ---- launch helpers -------------------------------------------------------------------------
 static inline unsigned cuda_blocks(size_t n, int threads) {
     size_t b = (n + (size_t)threads - 1) / (size_t)threads;
     return (unsigned)(b > 0 ? b : 1);
 }
 
+#ifdef __CUDACC__
 // ---- device helpers -------------------------------------------------------------------------
 // expf/tanhf are CUDA's accurate versions (the build never uses --use_fast_math): ~2 ulp,
 // like the CPU's cpu_expf.
@@ -122,3 +141,4 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     float s = lane < nw ? shared[lane] : -INFINITY;
     return warp_max(s);
 }
+#endif   // __CUDACC__

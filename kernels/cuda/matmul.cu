@@ -77,6 +77,9 @@ static LtPlan* lt_plan_slot(const LtPlan* key) {
     const int f[12] = {key->ta, key->tb, key->m, key->n, key->k, key->lda, key->ldb, key->ldd,
                        (int)key->al_a, (int)key->al_b, (int)key->al_d, (int)key->compute};
     for (int i = 0; i < 12; i++) h = (h ^ (uint32_t)f[i]) * 16777619u;
+    h ^= h >> 15;   // a final mix: the low bits (the slot) then depend on every bit of the shape
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
     for (int probe = 0; probe < LT_MAX_PLANS; probe++) {
         LtPlan* p = &lt_plans[(h + (uint32_t)probe) & (LT_MAX_PLANS - 1)];
         if (!p->used || lt_plan_same(p, key)) return p;

@@ -164,6 +164,7 @@ __global__ static void router_token_stats_kernel(double* part, const float* prob
 
 extern "C" void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,
                                      const float* lse, int N, int E) {
+    if (E <= 0) return;
     double* dev = (double*)cuda_scratch(CUDA_SCRATCH_MOE, ((size_t)E + 2 * MOE_STAT_BLOCKS) * sizeof(double));
     double* part = dev + E;
     router_psum_kernel<<<E, 256, 0, cuda_stream>>>(dev, probs, N, E);
@@ -191,7 +192,7 @@ extern "C" void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entr
 // small next to the expert GEMMs; a segmented sort would save it if a profile says so).
 #define MOE_PLAN_THREADS 1024
 
-__global__ static void plan_count_kernel(int* counts, const int* topk_idx, int S) {
+__global__ static void __launch_bounds__(MOE_PLAN_THREADS) plan_count_kernel(int* counts, const int* topk_idx, int S) {
     int e = blockIdx.x, total = 0;
     for (int base = 0; base < S; base += blockDim.x) {
         int s = base + threadIdx.x;
@@ -209,7 +210,7 @@ __global__ static void plan_offsets_kernel(int* offsets, const int* counts, int 
     }
 }
 
-__global__ static void plan_place_kernel(int* row_slot, int* slot_row, const int* topk_idx, const int* offsets,
+__global__ static void __launch_bounds__(MOE_PLAN_THREADS) plan_place_kernel(int* row_slot, int* slot_row, const int* topk_idx, const int* offsets,
                                          int S) {
     __shared__ int warp_count[MOE_PLAN_THREADS / 32];
     int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -243,6 +244,7 @@ __global__ static void plan_place_kernel(int* row_slot, int* slot_row, const int
 extern "C" void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
                                       const int* topk_idx, int N, int E, int k, int capacity) {
     const int S = N * k;
+    if (E <= 0) return;
     plan_count_kernel<<<E, MOE_PLAN_THREADS, 0, cuda_stream>>>(counts, topk_idx, S);
     CUDA_LAUNCH_CHECK("plan_count_kernel");
     plan_offsets_kernel<<<1, 32, 0, cuda_stream>>>(offsets, counts, E, capacity);

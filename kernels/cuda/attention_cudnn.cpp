@@ -1,0 +1,220 @@
+// kernels/cuda/attention_cudnn.cpp: cuDNN's fused flash attention (SDPA), the second attention
+// implementation of the CUDA backend (`[train] attn_impl = cudnn`): the baseline's speed
+// reference that the fused gated kernel (attention.cu) is measured against, and a usable
+// implementation for every variant (the sdpa gate is applied around it by attention.cu).
+//
+// Built with cuDNN's graph API through the cudnn-frontend headers (header-only C++, fetched by
+// scripts/cudnn_frontend.sh; CMake defines GATEDGPT_CUDNN when it finds them and libcudnn).
+// Without them this file only defines stubs that stop the run with a message. Host C++ only
+// (compiled by the host compiler: the frontend's templates take nvcc minutes); the bf16
+// conversion kernels it launches are in attention.cu.
+//
+// Data flow (forward; the backward is the same with dy, y in and dq, dk, dv out):
+//   q[N, H*hd], k, v[N, Hkv*hd] fp32  --convert-->  bf16 copies (same [B, T, heads, hd] layout)
+//   cuDNN SDPA, causal, scale 1/sqrt(hd), GQA by the head counts, fp32 softmax statistics
+//   O bf16 --convert--> y fp32;  Stats [B, H, T] fp32 = lse (natural log, of the scaled scores)
+// cuDNN's flash attention takes bf16/fp16 inputs only, so this path computes in bf16 even while
+// the rest of the backend is fp32: it agrees with the CPU to bf16 precision (~1e-2), not fp32.
+// The conversions are extra passes over q, k, v; they disappear when the backend's activations
+// are bf16 (docs/gpu.md, bf16 design).
+//
+// Tensors are described to cuDNN as [B, heads, T, hd] with the strides of the row-major
+// [B, T, heads, hd] buffers, so no transpose is needed. Graphs are built once per shape and
+// cached; the backward asks for cuDNN's deterministic algorithm (the backend promises the same
+// bits run to run).
+#include "cuda_common.h"
+
+#ifdef GATEDGPT_CUDNN
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+
+namespace fe = cudnn_frontend;
+typedef unsigned short bf16_t;   // storage of a bf16 value (the kernels in attention.cu convert)
+static void to_bf16(bf16_t* out, const float* in, size_t n) { cuda_to_bf16(out, in, n); }
+static void from_bf16(float* out, const bf16_t* in, size_t n) { cuda_from_bf16(out, in, n); }
+
+// The frontend loads libcudnn at run time (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, set by
+// CMakeLists.txt): nothing links against cuDNN, so the binaries start on machines without it
+// (CI), and the library is found where it is installed (the toolkit, or the pip wheel through
+// LD_LIBRARY_PATH or GATEDGPT_CUDNN_LIB=<path to libcudnn.so.9>).
+namespace cudnn_frontend { void* cudnn_dlhandle = nullptr; }
+
+static void cudnn_load(void) {
+    if (fe::cudnn_dlhandle) return;
+    const char* env = getenv("GATEDGPT_CUDNN_LIB");
+    const char* names[] = {env, "libcudnn.so.9", "libcudnn.so"};
+    for (const char* n : names) {
+        if (!n || !*n) continue;
+        fe::cudnn_dlhandle = dlopen(n, RTLD_NOW | RTLD_GLOBAL);
+        if (fe::cudnn_dlhandle) return;
+    }
+    char msg[600];
+    snprintf(msg, sizeof msg, "[train] attn_impl = cudnn: cannot load libcudnn.so.9 (%s)", dlerror());
+    cuda_fail(__FILE__, __LINE__, msg,
+              "install cuDNN 9 (with the CUDA toolkit, or pip's nvidia-cudnn-cu13), put its lib folder on "
+              "LD_LIBRARY_PATH or set GATEDGPT_CUDNN_LIB to the file; or use attn_impl = fused");
+}
+
+#define CUDNN_CHECK(call) cudnn_check((call), #call, __FILE__, __LINE__)
+static void cudnn_check(cudnnStatus_t s, const char* what, const char* file, int line) {
+    if (s == CUDNN_STATUS_SUCCESS) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s", what, fe::detail::get_error_string(s));
+    cuda_fail(file, line, msg, "check that libcudnn (9.x) matches the CUDA runtime and the GPU is sm_80 or newer");
+}
+
+// a frontend call that returns an error_t: the message names the step and the shape
+static void fe_check(fe::error_t e, const char* step, const OpsAttnShape* s, const char* file, int line) {
+    if (e.is_good()) return;
+    char msg[768];
+    snprintf(msg, sizeof msg, "cuDNN SDPA (%s) for B=%d T=%d n_head=%d n_kv_head=%d head_dim=%d: %s", step, s->B,
+             s->T, s->H, s->Hkv, s->hd, e.get_message().c_str());
+    cuda_fail(file, line, msg,
+              "cuDNN's flash attention needs sm_80+, head_dim a multiple of 8 and at most 128 (256 on Hopper "
+              "with recent cuDNN); use [train] attn_impl = fused for other shapes");
+}
+#define FE_CHECK(expr, step, s) fe_check((expr), (step), (s), __FILE__, __LINE__)
+
+static cudnnHandle_t cudnn_handle;
+
+// tensor uids of the graphs' variant packs
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
+
+typedef std::tuple<int, int, int, int, int, int> ShapeKey;   // B, T, H, Hkv, hd, backward?
+static std::map<ShapeKey, std::shared_ptr<fe::graph::Graph>> graphs;
+
+// [B, heads, T, hd] over the row-major [B, T, heads, hd] buffer
+static std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, const char* name, int uid, int B,
+                                                          int heads, int T, int hd) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({B, heads, T, hd})
+                        .set_stride({(int64_t)T * heads * hd, hd, (int64_t)heads * hd, 1}));
+}
+
+static std::shared_ptr<fe::graph::Graph> build_graph(const OpsAttnShape* s, int backward) {
+    ShapeKey key{s->B, s->T, s->H, s->Hkv, s->hd, backward};
+    auto it = graphs.find(key);
+    if (it != graphs.end()) return it->second;
+    if (!cudnn_handle) {
+        cudnn_load();
+        CUDNN_CHECK(fe::detail::create_handle(&cudnn_handle));
+        CUDNN_CHECK(fe::detail::set_stream(cudnn_handle, cuda_stream));
+    }
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    auto Q = bthd(*g, "Q", UID_Q, B, H, T, hd);
+    auto K = bthd(*g, "K", UID_K, B, Hkv, T, hd);
+    auto V = bthd(*g, "V", UID_V, B, Hkv, T, hd);
+    if (!backward) {
+        auto opts = fe::graph::SDPA_attributes()
+                        .set_name("sdpa")
+                        .set_generate_stats(true)   // training: the lse for the backward and F-Attn
+                        .set_causal_mask(true)
+                        .set_attn_scale(scale);
+        auto [O, Stats] = g->sdpa(Q, K, V, opts);
+        O->set_output(true).set_uid(UID_O).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
+        Stats->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT)
+            .set_dim({B, H, T, 1}).set_stride({(int64_t)H * T, T, 1, 1});
+    } else {
+        auto O = bthd(*g, "O", UID_O, B, H, T, hd);
+        auto dO = bthd(*g, "dO", UID_DO, B, H, T, hd);
+        auto Stats = g->tensor(fe::graph::Tensor_attributes()
+                                   .set_name("Stats")
+                                   .set_uid(UID_STATS)
+                                   .set_dim({B, H, T, 1})
+                                   .set_stride({(int64_t)H * T, T, 1, 1})
+                                   .set_data_type(fe::DataType_t::FLOAT));
+        auto opts = fe::graph::SDPA_backward_attributes()
+                        .set_name("sdpa_backward")
+                        .set_causal_mask(true)
+                        .set_attn_scale(scale)
+                        .set_deterministic_algorithm(true);
+        auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
+        dQ->set_output(true).set_uid(UID_DQ).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
+        dK->set_output(true).set_uid(UID_DK).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
+        dV->set_output(true).set_uid(UID_DV).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
+    }
+    FE_CHECK(g->validate(), "validate", s);
+    FE_CHECK(g->build_operation_graph(cudnn_handle), "build_operation_graph", s);
+    FE_CHECK(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", s);
+    FE_CHECK(g->check_support(cudnn_handle), "check_support", s);
+    FE_CHECK(g->build_plans(cudnn_handle), "build_plans", s);
+    graphs[key] = g;
+    return g;
+}
+
+static void* workspace_for(const std::shared_ptr<fe::graph::Graph>& g, const OpsAttnShape* s) {
+    int64_t ws = 0;
+    FE_CHECK(g->get_workspace_size(ws), "get_workspace_size", s);
+    return ws > 0 ? cuda_scratch(CUDA_SCRATCH_CUDNN_WS, (size_t)ws) : NULL;
+}
+
+void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+                                  const OpsAttnShape* s) {
+    auto g = build_graph(s, 0);
+    const size_t nq = (size_t)s->B * s->T * s->H * s->hd, nk = (size_t)s->B * s->T * s->Hkv * s->hd;
+    // bf16 buffers: q, k, v, o
+    bf16_t* buf = (bf16_t*)cuda_scratch(CUDA_SCRATCH_CUDNN, (2 * nq + 2 * nk) * sizeof(bf16_t));
+    bf16_t *bq = buf, *bk = bq + nq, *bv = bk + nk, *bo = bv + nk;
+    to_bf16(bq, q, nq);
+    to_bf16(bk, k, nk);
+    to_bf16(bv, v, nk);
+    std::unordered_map<int64_t, void*> pack = {
+        {UID_Q, bq}, {UID_K, bk}, {UID_V, bv}, {UID_O, bo}, {UID_STATS, lse}};
+    FE_CHECK(g->execute(cudnn_handle, pack, workspace_for(g, s)), "execute", s);
+    from_bf16(y, bo, nq);
+}
+
+void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                   const float* k, const float* v, const float* y, const float* lse,
+                                   const OpsAttnShape* s) {
+    auto g = build_graph(s, 1);
+    const size_t nq = (size_t)s->B * s->T * s->H * s->hd, nk = (size_t)s->B * s->T * s->Hkv * s->hd;
+    // bf16 buffers: q, k, v, o, do, dq, dk, dv
+    bf16_t* buf = (bf16_t*)cuda_scratch(CUDA_SCRATCH_CUDNN, (4 * nq + 4 * nk) * sizeof(bf16_t));
+    bf16_t *bq = buf, *bk = bq + nq, *bv = bk + nk, *bo = bv + nk, *bdo = bo + nq, *bdq = bdo + nq,
+                  *bdk = bdq + nq, *bdv = bdk + nk;
+    to_bf16(bq, q, nq);
+    to_bf16(bk, k, nk);
+    to_bf16(bv, v, nk);
+    to_bf16(bo, y, nq);   // y came from bf16: the round trip is exact
+    to_bf16(bdo, dy, nq);
+    std::unordered_map<int64_t, void*> pack = {
+        {UID_Q, bq}, {UID_K, bk}, {UID_V, bv}, {UID_O, bo}, {UID_DO, bdo}, {UID_STATS, (void*)lse},
+        {UID_DQ, bdq}, {UID_DK, bdk}, {UID_DV, bdv}};
+    FE_CHECK(g->execute(cudnn_handle, pack, workspace_for(g, s)), "execute", s);
+    from_bf16(dq, bdq, nq);
+    from_bf16(dk, bdk, nk);
+    from_bf16(dv, bdv, nk);
+}
+
+int cuda_cudnn_available(void) { return 1; }
+
+#else   // built without the cudnn-frontend headers or libcudnn
+
+static void cudnn_missing(void) {
+    cuda_fail(__FILE__, __LINE__, "[train] attn_impl = cudnn, but this build has no cuDNN attention",
+              "run scripts/cudnn_frontend.sh (fetches the cudnn-frontend headers), make sure libcudnn 9 is "
+              "installed, reconfigure (cmake prints 'cuDNN attention: ON'), or use attn_impl = fused");
+}
+void cuda_cudnn_attention_forward(float*, float*, const float*, const float*, const float*, const OpsAttnShape*) {
+    cudnn_missing();
+}
+void cuda_cudnn_attention_backward(float*, float*, float*, const float*, const float*, const float*,
+                                   const float*, const float*, const float*, const OpsAttnShape*) {
+    cudnn_missing();
+}
+int cuda_cudnn_available(void) { return 0; }
+
+#endif
