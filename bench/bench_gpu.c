@@ -13,7 +13,7 @@
 //
 // Columns: tokens/s; TFLOP/s from the model's FLOPs per token (docs/architecture.md, 6 x
 // matmul params + attention); MFU against the peak of the precision this build computes in
-// (fp32, or TF32 with GATEDGPT_CUDA_TF32=1: ops_peak_flops) and against the bf16 dense peak
+// (fp32, TF32 with GATEDGPT_CUDA_TF32=1, bf16 with GATEDGPT_CUDA_BF16_GEMM=1: ops_peak_flops) and against the bf16 dense peak
 // (the target, reached once the bf16 path exists); the gate's overhead = step time over
 // the same shape's ungated step time, minus 1; memory = the peak of the backend's allocations
 // during the config and the device's used memory after it (CUDA context and cuBLAS included).
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     ops_init(0);
     double peak = ops_peak_flops(), peak_bf16 = cuda_peak_flops_bf16();
     fprintf(stderr, "bench_gpu: %s | peak %.1f TFLOP/s (%s), bf16 dense %.1f TFLOP/s\n", ops_backend_name(),
-            peak / 1e12, cuda_tf32_enabled() ? "TF32" : "fp32", peak_bf16 / 1e12);
+            peak / 1e12, cuda_gemm_math_name(), peak_bf16 / 1e12);
 
     Result res[MAX_CONFIGS];
     int n = 0;
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     FILE* tf = tsv ? fopen(tsv, "a") : NULL;
     printf("\n== gatedgpt CUDA training step: %s | median of %d steps after %d warm-up ==\n", ops_backend_name(), steps, warmup);
     printf("%-30s %10s %8s %9s %9s %10s %8s %8s %8s %9s %10s %10s\n", "config", "B x T", "params", "GFLOP/tok",
-           "ms/step", "tok/s", "TFLOP/s", cuda_tf32_enabled() ? "MFU tf32" : "MFU fp32", "MFU bf16", "gate ovh",
+           "ms/step", "tok/s", "TFLOP/s", cuda_gemm_math() == CUDA_MATH_BF16 ? "MFU bf16g" : cuda_tf32_enabled() ? "MFU tf32" : "MFU fp32", "MFU bf16", "gate ovh",
            "peak MiB", "device MiB");
     for (int i = 0; i < n; i++) {
         Result* r = &res[i];

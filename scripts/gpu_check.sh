@@ -87,6 +87,12 @@ main() {
             --shape gpt2_124m_b8t1024_tf32 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
             || say "benchmark gpt2_124m (TF32): failed or out of time"
     fi
+    if [ "$(left)" -gt 90 ]; then
+        # bf16 tensor-core GEMMs on fp32 storage (the bf16 GEMM rate before the bf16 compute path)
+        GATEDGPT_CUDA_BF16_GEMM=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
+            --shape gpt2_124m_b8t1024_bf16gemm configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
+            || say "benchmark gpt2_124m (bf16 GEMMs): failed or out of time"
+    fi
     if [ "$(left)" -gt 90 ] && "$build/tests/test_gpu_ops" --has-cudnn; then
         # cuDNN's fused attention as the attention kernel (the speed reference for the fused one)
         GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \

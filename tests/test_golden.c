@@ -34,7 +34,8 @@
 #else
 // CUDA fp32: other summation orders than the CPU's, so 10x the CPU's tolerances (the issue's
 // 1e-4 for gradients and parameters); with GATEDGPT_CUDA_TF32=1 the GEMM inputs are rounded to
-// 10 mantissa bits (~5e-4 relative each) and the bounds are those of TF32. Not yet run on a GPU.
+// 10 mantissa bits (~5e-4 relative each) and the bounds are those of TF32; with
+// GATEDGPT_CUDA_BF16_GEMM=1 to 8 bits (~2e-3 each), bounds 4x looser. Not yet run on a GPU.
 static double TOL_LOSS = 1e-5, TOL_LOGITS = 1e-4, TOL_GRAD = 1e-4, TOL_STEP3 = 1e-4;
 #define TOL_STEP3_MOE 1e-3
 #define TOL_MOE_LOSS 1e-4
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
     ops_init(0);
 #ifdef GATEDGPT_CUDA_BACKEND
     if (cuda_tf32_enabled()) { TOL_LOSS = 1e-3; TOL_LOGITS = 5e-3; TOL_GRAD = 2e-2; TOL_STEP3 = 2e-2; }
+    if (cuda_gemm_math() == CUDA_MATH_BF16) { TOL_LOSS = 5e-3; TOL_LOGITS = 3e-2; TOL_GRAD = 8e-2; TOL_STEP3 = 8e-2; }
     printf("  backend: %s\n", ops_backend_name());
 #endif
 

@@ -21,12 +21,21 @@ size_t cuda_allocated_peak_bytes(void);
 void cuda_reset_peak(void);   // the peak restarts from the bytes held now
 size_t cuda_device_used_bytes(void);
 // Peak dense FLOP/s of this GPU: for the precision this build computes in (what
-// ops_peak_flops returns: fp32, or TF32 when GATEDGPT_CUDA_TF32=1) and for bf16 tensor cores
+// ops_peak_flops returns: fp32, TF32 or bf16 by cuda_gemm_math) and for bf16 tensor cores
 // (the reference for MFU once the bf16 path lands). From a table of known GPUs; otherwise
 // estimated from SM count and clock (see memory.cu).
 double cuda_peak_flops_bf16(void);
 // 1 when GEMMs may use TF32 tensor cores (environment GATEDGPT_CUDA_TF32=1 at ops_init).
 int cuda_tf32_enabled(void);
+// What the GEMMs round their fp32 inputs to (read from the environment at ops_init):
+//   CUDA_MATH_FP32  full fp32 (default)
+//   CUDA_MATH_TF32  GATEDGPT_CUDA_TF32=1: TF32 tensor cores (10-bit mantissa)
+//   CUDA_MATH_BF16  GATEDGPT_CUDA_BF16_GEMM=1: bf16 tensor cores (8-bit mantissa), fp32
+//                   accumulation and storage: the bf16 GEMM rate without bf16 activations
+//                   (a step towards the bf16 compute path, docs/gpu.md)
+enum { CUDA_MATH_FP32 = 0, CUDA_MATH_TF32 = 1, CUDA_MATH_BF16 = 2 };
+int cuda_gemm_math(void);
+const char* cuda_gemm_math_name(void);   // "fp32", "TF32", "bf16-gemm"
 // 1 when this build has cuDNN's fused attention (attn_impl = cudnn: kernels/cuda/attention_cudnn.cu)
 int cuda_cudnn_available(void);
 // e.g. "NVIDIA H200"

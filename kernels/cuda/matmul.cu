@@ -8,8 +8,10 @@
 //
 // Precision: CUBLAS_COMPUTE_32F (full fp32 FMA, the default) or, with GATEDGPT_CUDA_TF32=1 in
 // the environment at ops_init, CUBLAS_COMPUTE_32F_FAST_TF32 (inputs rounded to TF32, 10-bit
-// mantissa: ~8x the throughput on tensor cores, ~1e-3 relative error; the GPU tests then loosen
-// their tolerances). Default off so that CUDA and CPU agree to fp32 rounding.
+// mantissa: ~8x the throughput on tensor cores, ~1e-3 relative error), or with
+// GATEDGPT_CUDA_BF16_GEMM=1 CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16, 8-bit
+// mantissa, fp32 accumulation: the bf16 tensor-core rate, ~1e-2 relative error); the GPU tests
+// then loosen their tolerances. Default off so that CUDA and CPU agree to fp32 rounding.
 //
 // Determinism: cuBLASLt gives the same bits run to run for the same algorithm, shapes,
 // alignment and GPU; the algorithm chosen for a shape is cached, so it never changes mid-run.
@@ -35,12 +37,14 @@ static void* lt_workspace;
 static const size_t LT_WORKSPACE_BYTES = 32u << 20;   // 32 MiB, what cuBLAS asks for on Hopper
 static cublasComputeType_t lt_compute = CUBLAS_COMPUTE_32F;
 
-void cuda_matmul_init(int allow_tf32) {
+void cuda_matmul_init(int math) {
     if (!lt_handle) {
         CUBLAS_CHECK(cublasLtCreate(&lt_handle));
         lt_workspace = ops_malloc(LT_WORKSPACE_BYTES);
     }
-    lt_compute = allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    lt_compute = math == CUDA_MATH_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+                 : math == CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
 }
 
 // The largest power of two (up to 256) that divides the address: cuBLASLt picks algorithms by

@@ -6,12 +6,12 @@
 cudaStream_t cuda_stream = 0;
 static int cuda_dev = -1;
 static int cuda_sync_each = 0;     // GATEDGPT_CUDA_SYNC=1: synchronise after every launch
-static int cuda_tf32 = 0;          // GATEDGPT_CUDA_TF32=1: GEMMs may use TF32 tensor cores
+static int cuda_math = CUDA_MATH_FP32;   // GEMM inputs: fp32, or rounded to TF32 / bf16 (environment)
 static char cuda_name[512];
 static cudaDeviceProp cuda_prop;
 
 // matmul.cu: creates the cuBLASLt handle and workspace
-void cuda_matmul_init(int allow_tf32);
+void cuda_matmul_init(int math);
 
 // ---- errors ---------------------------------------------------------------------------------
 static const char* cuda_hint(cudaError_t e) {
@@ -102,17 +102,22 @@ void ops_init(int threads) {
     CUDA_CHECK(cudaSetDevice(cuda_dev));
     CUDA_CHECK(cudaGetDeviceProperties(&cuda_prop, cuda_dev));
     cuda_sync_each = env_flag("GATEDGPT_CUDA_SYNC");
-    cuda_tf32 = env_flag("GATEDGPT_CUDA_TF32");
-    cuda_matmul_init(cuda_tf32);
+    // GATEDGPT_CUDA_BF16_GEMM=1 wins over GATEDGPT_CUDA_TF32=1
+    cuda_math = env_flag("GATEDGPT_CUDA_BF16_GEMM") ? CUDA_MATH_BF16 : env_flag("GATEDGPT_CUDA_TF32") ? CUDA_MATH_TF32 : CUDA_MATH_FP32;
+    cuda_matmul_init(cuda_math);
     snprintf(cuda_name, sizeof(cuda_name), "cuda fp32 (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
              cuda_prop.name, cuda_prop.major, cuda_prop.minor, cuda_prop.multiProcessorCount,
-             cuda_tf32 ? "TF32" : "fp32", cuda_sync_each ? ", sync after every kernel" : "");
+             cuda_gemm_math_name(), cuda_sync_each ? ", sync after every kernel" : "");
 }
 
 const char* ops_backend_name(void) { return cuda_name[0] ? cuda_name : "cuda fp32"; }
 int ops_num_threads(void) { return 1; }   // one host thread drives the GPU
 const char* cuda_device_name(void) { return cuda_prop.name; }
-int cuda_tf32_enabled(void) { return cuda_tf32; }
+int cuda_tf32_enabled(void) { return cuda_math == CUDA_MATH_TF32; }
+int cuda_gemm_math(void) { return cuda_math; }
+const char* cuda_gemm_math_name(void) {
+    return cuda_math == CUDA_MATH_BF16 ? "bf16-gemm" : cuda_math == CUDA_MATH_TF32 ? "TF32" : "fp32";
+}
 void cuda_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // ---- memory ---------------------------------------------------------------------------------
@@ -218,9 +223,9 @@ static double cuda_peak_estimate_fp32(void) {
 
 double ops_peak_flops(void) {
     const CudaPeak* p = cuda_peak_entry();
-    if (p) return cuda_tf32 ? p->tf32 : p->fp32;
+    if (p) return cuda_math == CUDA_MATH_BF16 ? p->bf16 : cuda_math == CUDA_MATH_TF32 ? p->tf32 : p->fp32;
     double f = cuda_peak_estimate_fp32();
-    return cuda_tf32 ? 8.0 * f : f;
+    return cuda_math == CUDA_MATH_BF16 ? 16.0 * f : cuda_math == CUDA_MATH_TF32 ? 8.0 * f : f;
 }
 
 double cuda_peak_flops_bf16(void) {
