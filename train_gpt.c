@@ -371,9 +371,10 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
     }
     ops_init(tc->threads);
-    if (tc->attn_impl == ATTN_IMPL_CUDNN && strncmp(ops_backend_name(), "cuda", 4) != 0) {
-        fprintf(stderr, "error: %s: [train] attn_impl = cudnn needs the CUDA backend (train_gpt_cuda); this is %s: "
-                "set attn_impl = fused\n", config_path ? config_path : "--train.attn_impl", ops_backend_name());
+    if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
+        fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
+                "set attn_impl = fused\n", config_path ? config_path : "--train.attn_impl",
+                tc->attn_impl == ATTN_IMPL_CUDNN ? "cudnn" : "flash", ops_backend_name());
         return 1;
     }
     const int B = tc->batch_size, T = tc->seq_len, P = comm->size;

@@ -61,9 +61,10 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, con
 typedef enum { OPS_GATE_NONE = 0, OPS_GATE_ELEMENTWISE = 1, OPS_GATE_HEADWISE = 2 } OpsGate;
 typedef enum { OPS_GATEPOS_SDPA = 0, OPS_GATEPOS_VALUE = 1 } OpsGatePos;
 typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } OpsGateAct;
-// which attention kernel: the backend's own (every backend), or cuDNN's fused SDPA (CUDA only,
-// computes in bf16; the CPU backend has one implementation and ignores this)
-typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1 } OpsAttnImpl;
+// which attention kernel: the backend's own fp32 one (every backend), cuDNN's fused SDPA or the
+// backend's bf16 tensor-core flash kernel (CUDA only; both compute in bf16). The CPU backend
+// has one implementation and ignores this.
+typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1, OPS_ATTN_FLASH = 2 } OpsAttnImpl;
 typedef struct {
     int B, T;
     int H, Hkv, hd;      // query heads, key/value heads, head dim

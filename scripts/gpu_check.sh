@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: the GPU check in one command, sized for one H200 (any sm_90 GPU) and at
 # most ~8 minutes: build for sm_90 only, run the GPU tests (make test-gpu), benchmark a GPT-2
-# 124M-shaped and a 1.7B-shaped model (cut to 8 layers) with no gate, the headwise and the
-# elementwise gate, and print a table last. The whole log goes to $OUT/gpu_check.log (or
+# 124M-shaped model (bf16 GEMMs with the flash or cuDNN attention, fp32, TF32), the paper's
+# 1.7B dense shape (8 layers) and its 15B MoE shape (2 layers), each with no gate, the headwise
+# and the elementwise gate, and print a table last. The whole log goes to $OUT/gpu_check.log (or
 # build-gpu/gpu_check.log), the benchmark rows to bench.tsv beside it.
 #
 #   scripts/gpu_check.sh
@@ -45,6 +46,10 @@ main() {
         flags+=(-DCUDNN_ROOT="$pyroot")
         export LD_LIBRARY_PATH="$pyroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"   # libcudnn.so.9 is loaded at run time
     fi
+    if pyroot=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null); then
+        flags+=(-DNCCL_ROOT="$pyroot")
+        export LD_LIBRARY_PATH="$pyroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
     rm -rf "$build"
     if ! cmake -S . -B "$build" "${flags[@]}" > "$OUTDIR/configure.log" 2>&1; then
         if grep -q "no CPU GEMM library" "$OUTDIR/configure.log"; then
@@ -77,49 +82,36 @@ main() {
     say "benchmark ($(left)s left)"
     printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh\tpeak MiB\tdevice MiB\n" > "$TSV"
     local bench="$build/bench_gpu"
-    if [ "$(left)" -gt 60 ]; then
-        timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
-            --shape gpt2_124m_b8t1024 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
-            || say "benchmark gpt2_124m: failed or out of time"
+    # row NAME MIN_SECONDS_LEFT STEPS CONFIG [--set ...]: one benchmark row (3 gate variants), run
+    # only while the budget allows; environment variables before `row` apply to it
+    row() {
+        local name=$1 need=$2 steps=$3 cfg=$4; shift 4
+        [ "$(left)" -gt "$need" ] || { say "benchmark $name: skipped (budget)"; return; }
+        timeout $(( $(left) - 20 )) "$bench" --steps "$steps" --warmup 2 --tsv "$TSV" --shape "$name" "$cfg" "$@" \
+            || say "benchmark $name: failed or out of time"
+    }
+    local G2=(configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024)
+    # the issue's target numerics first: bf16 tensor-core GEMMs + the tensor-core flash attention
+    GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
+    # cuDNN's attention as the reference for the attention kernel (the gate is a separate pass there)
+    if "$build/tests/test_gpu_ops" --has-cudnn; then
+        GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_cudnn 60 5 "${G2[@]}" --set train.attn_impl=cudnn
     fi
-    if [ "$(left)" -gt 90 ]; then
-        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
-            --shape gpt2_124m_b8t1024_tf32 configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
-            || say "benchmark gpt2_124m (TF32): failed or out of time"
-    fi
-    if [ "$(left)" -gt 90 ]; then
-        # bf16 tensor-core GEMMs on fp32 storage (the bf16 GEMM rate before the bf16 compute path)
-        GATEDGPT_CUDA_BF16_GEMM=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
-            --shape gpt2_124m_b8t1024_bf16gemm configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
-            || say "benchmark gpt2_124m (bf16 GEMMs): failed or out of time"
-    fi
-    if [ "$(left)" -gt 90 ] && "$build/tests/test_gpu_ops" --has-cudnn; then
-        # cuDNN's fused attention as the attention kernel (the speed reference for the fused one)
-        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 30 )) "$bench" --steps 5 --warmup 2 --tsv "$TSV" \
-            --shape gpt2_124m_b8t1024_tf32_cudnn configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024 \
-            --set train.attn_impl=cudnn || say "benchmark gpt2_124m (TF32, cuDNN attention): failed or out of time"
-    fi
-    if [ "$(left)" -gt 120 ]; then
-        # the paper's dense 1.7B shape (d 2048, 16 q / 8 kv heads x 128, SwiGLU 6144, vocab 151936)
-        # cut to 8 of its 28 layers and 2 x 2048 tokens, to fit the time in fp32
-        timeout $(( $(left) - 20 )) "$bench" --steps 3 --warmup 1 --tsv "$TSV" \
-            --shape dense1p7b_8layers_b2t2048 configs/paper/dense_1p7b_baseline.ini --set model.n_layer=8 \
-            --set train.batch_size=2 --set train.seq_len=2048 \
-            || say "benchmark 1.7B-shaped: failed or out of time"
-    fi
-
-    if [ "$(left)" -gt 90 ]; then
-        # the paper's MoE 15B-A2B shape (128 experts x 768, top-8) cut to 2 of its 24 layers
-        GATEDGPT_CUDA_TF32=1 timeout $(( $(left) - 20 )) "$bench" --steps 3 --warmup 1 --tsv "$TSV" \
-            --shape moe15b_2layers_b2t2048_tf32 configs/paper/moe_15b_a2b_baseline.ini --set model.n_layer=2 \
-            --set train.batch_size=2 --set train.seq_len=2048 \
-            || say "benchmark MoE 15B-shaped: failed or out of time"
-    fi
+    row gpt2_124m_b8t1024_fp32 60 5 "${G2[@]}"
+    # the paper's dense 1.7B shape (d 2048, 16 q / 8 kv heads x 128, SwiGLU 6144, vocab 151936)
+    # cut to 8 of its 28 layers, 2 x 2048 tokens
+    GATEDGPT_CUDA_BF16_GEMM=1 row dense1p7b_8layers_b2t2048_bf16gemm_flash 90 3 configs/paper/dense_1p7b_baseline.ini \
+        --set model.n_layer=8 --set train.batch_size=2 --set train.seq_len=2048 --set train.attn_impl=flash
+    # the paper's MoE 15B-A2B shape (128 experts x 768, top-8) cut to 2 of its 24 layers
+    GATEDGPT_CUDA_BF16_GEMM=1 row moe15b_2layers_b2t2048_bf16gemm_flash 90 3 configs/paper/moe_15b_a2b_baseline.ini \
+        --set model.n_layer=2 --set train.batch_size=2 --set train.seq_len=2048 --set train.attn_impl=flash
+    GATEDGPT_CUDA_TF32=1 row gpt2_124m_b8t1024_tf32 60 5 "${G2[@]}"
+    GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm 60 5 "${G2[@]}"
 
     say "done in $(( $(date +%s) - start ))s; log: $LOG"
     echo
     echo "GPU tests: ${test_summary:-none ran} $([ $tests_ok = 1 ] && echo "(all passed)" || echo "(FAILURES: see above)"); $gpu_note"
-    echo "benchmark (fp32 backend; MFU against the fp32/TF32 peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
+    echo "benchmark (fp32 storage; GEMMs fp32 / TF32 / bf16 by row; MFU against that peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
     if command -v column > /dev/null; then column -t -s $'\t' "$TSV"; else cat "$TSV"; fi
     [ $tests_ok = 1 ]
 }

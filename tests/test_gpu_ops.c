@@ -16,7 +16,8 @@
 //   elementwise ops, norms, prep, softmax + cross-entropy, AdamW, the MoE router, combine and
 //   the shared-expert gate: 1e-5
 //   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4;
-//   cuDNN's attention (attn_impl = cudnn, bf16 inside): forward 2e-2, backward 5e-2
+//   cuDNN's attention and the flash kernel (attn_impl = cudnn / flash, bf16 products): forward
+//   2e-2, backward 5e-2
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits), or 2e-2
 //   with GATEDGPT_CUDA_BF16_GEMM=1 (8 mantissa bits)
 //   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
@@ -31,9 +32,10 @@
 #define TOL_ELEM 1e-5
 #define TOL_ATT_FWD 2e-5
 #define TOL_ATT_BWD 1e-4
-// cuDNN's attention computes in bf16 (8 mantissa bits: inputs rounded by up to 2^-9 relative)
-#define TOL_CUDNN_FWD 2e-2
-#define TOL_CUDNN_BWD 5e-2
+// cuDNN's attention and the flash kernel compute their products in bf16 (8 mantissa bits:
+// inputs rounded by up to 2^-9 relative)
+#define TOL_BF16_FWD 2e-2
+#define TOL_BF16_BWD 5e-2
 static double tol_gemm = 1e-5;
 
 // ---- host/device helpers ----------------------------------------------------------------
@@ -216,8 +218,8 @@ static OpsAttnImpl att_impl = OPS_ATTN_FUSED;
 
 static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, int rope, OpsGate gate,
                            OpsGatePos pos, OpsGateAct act) {
-    const double TOL_FWD = att_impl == OPS_ATTN_CUDNN ? TOL_CUDNN_FWD : TOL_ATT_FWD;
-    const double TOL_BWD = att_impl == OPS_ATTN_CUDNN ? TOL_CUDNN_BWD : TOL_ATT_BWD;
+    const double TOL_FWD = att_impl != OPS_ATTN_FUSED ? TOL_BF16_FWD : TOL_ATT_FWD;
+    const double TOL_BWD = att_impl != OPS_ATTN_FUSED ? TOL_BF16_BWD : TOL_ATT_BWD;
     OpsAttnShape s = {0};
     s.impl = att_impl;
     s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = qk_norm; s.rope = rope;
@@ -226,7 +228,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
     char tag[128], nm[192];
     snprintf(tag, sizeof tag, "attn%s B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s",
-             att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : "", B, T, H, Hkv, hd, qk_norm, rope,
+             att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : att_impl == OPS_ATTN_FLASH ? " (flash, tensor cores)" : "", B, T, H, Hkv, hd, qk_norm, rope,
              gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", act_name[act]);
     printf(" %s\n", tag);
     float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3), *dyg = hrand((size_t)N * Hd, 1);
@@ -650,6 +652,18 @@ int main(int argc, char** argv) {
     test_attention(1, 40, 2, 1, 256, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
     test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+
+    // the tensor-core flash kernel (attn_impl = flash): head_dim 64 and 128, every gate (in its
+    // epilogue), GQA 1/2/4, T not a multiple of the 64-row tiles, T = 1, several key tiles
+    att_impl = OPS_ATTN_FLASH;
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 1, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_NS_SIGMOID);
+    test_attention(1, 64, 2, 2, 64, 0, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU);
+    test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 129, 4, 4, 128, 0, 0, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(3, 1, 2, 1, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
+    att_impl = OPS_ATTN_FUSED;
 
     // cuDNN's fused attention (attn_impl = cudnn): the gate variants around it, GQA, longer T,
     // head_dim 128; the sdpa gate is applied outside cuDNN, so every gate is covered

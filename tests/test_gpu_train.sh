@@ -80,7 +80,13 @@ run qwen_headwise configs/tiny_headwise.ini
 run qwen_elementwise configs/tiny_gated.ini
 run gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
     --model.mlp=gelu --model.n_kv_head=4
-# cuDNN's attention (bf16 inside): looser bounds, written before any GPU run
+# the tensor-core flash attention and cuDNN's (bf16 products): looser bounds, written before any
+# GPU run
+save=("$tol1" "$tol" "$tolp"); tol1=1e-2; tol=3e-2; tolp=3e-2
+GPU_ARGS=(--train.attn_impl=flash)
+run qwen_elementwise_flash configs/tiny_gated.ini --model.head_dim=64 --model.n_head=2 --model.n_kv_head=1
+GPU_ARGS=()
+tol1=${save[0]}; tol=${save[1]}; tolp=${save[2]}
 if "$build/tests/test_gpu_ops" --has-cudnn; then
     save=("$tol1" "$tol" "$tolp"); tol1=1e-2; tol=3e-2; tolp=3e-2
     GPU_ARGS=(--train.attn_impl=cudnn)

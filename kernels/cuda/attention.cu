@@ -7,10 +7,11 @@
 // Token n = b*T + t. q[N, H*hd], k/v[N, Hkv*hd]; query head h uses kv head h / (H/Hkv).
 // The math is kernels/cpu/attention.c's; the comments there derive it.
 //
-// This is the simple correct kernel (fp32 CUDA cores, one query row per warp at a time); the
-// fused bf16 tensor-core flash attention with the gate in its epilogue replaces it later
-// (docs/gpu.md).
+// This is the simple correct kernel (fp32 CUDA cores, one query row per warp at a time,
+// attn_impl = fused); attention_flash.cu is the bf16 tensor-core one (attn_impl = flash) and
+// attention_cudnn.cpp calls cuDNN's (attn_impl = cudnn), both chosen here.
 #include "cuda_common.h"
+#include "attention.h"
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -56,12 +57,6 @@ static const float* rope_tables(int T, int hd, float base) {
 //   inverse rotation (its transpose):      out[i] = a c + b s,  out[i + half] = b c - a s
 // with a = x[i], b = x[i + half], c = cos[t, i], s = sin[t, i]; channels past 2*half (odd hd)
 // are not rotated.
-struct AttnDims {
-    int N, T, H, Hkv, hd, QKVG, zoff;
-    int qk_norm, rope, gate, gate_pos, gate_act;
-    float eps;
-};
-
 static AttnDims attn_dims(const OpsAttnShape* s) {
     AttnDims d;
     d.N = s->B * s->T; d.T = s->T; d.H = s->H; d.Hkv = s->Hkv; d.hd = s->hd;
@@ -634,6 +629,10 @@ void ops_attention_forward(float* y, float* yg, float* lse, const float* q, cons
         }
         return;
     }
+    if (s->impl == OPS_ATTN_FLASH) {   // bf16 tensor cores, the gate in its epilogue
+        cuda_flash_attention_forward(y, yg, lse, q, k, v, qkv, d, s->B);
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)s->hd);
     switch (att_nc(s->hd)) {
     case 1: att_forward_launch<1>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
@@ -674,6 +673,10 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
     const float* dy = sgate ? scratch : dyg;
     if (s->impl == OPS_ATTN_CUDNN) {   // D is computed again inside cuDNN
         cuda_cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, s);
+        return;
+    }
+    if (s->impl == OPS_ATTN_FLASH) {
+        cuda_flash_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, s->B);
         return;
     }
     switch (att_nc(s->hd)) {
