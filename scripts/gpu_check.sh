@@ -65,7 +65,7 @@ main() {
 
     say "build"
     local t0=$(date +%s)
-    cmake --build "$build" -j "$(nproc)" --target train_gpt train_gpt_cuda prepare test_gpu_ops test_golden_cuda bench_gpu \
+    cmake --build "$build" -j "$(nproc)" --target train_gpt train_gpt_cuda prepare test_gpu_ops test_golden_cuda bench_gpu bench_attn_gpu \
         > "$OUTDIR/build.log" 2>&1 || { tail -40 "$OUTDIR/build.log"; say "FAILED: build"; return 1; }
     say "built in $(( $(date +%s) - t0 ))s"
 
@@ -91,6 +91,12 @@ main() {
             || say "benchmark $name: failed or out of time"
     }
     local G2=(configs/gpt2_124m.ini --set train.batch_size=8 --set train.seq_len=1024)
+    # the attention kernels alone: the gated flash kernel vs cuDNN's ungated one (goal >= 0.90)
+    if [ "$(left)" -gt 60 ]; then
+        timeout 60 "$build/bench_attn_gpu" --iters 10 --tsv "$OUTDIR/attn.tsv" > "$OUTDIR/attn.txt" 2>&1 \
+            || say "bench_attn_gpu: failed or out of time"
+        cat "$OUTDIR/attn.txt"
+    fi
     # the issue's target numerics first: bf16 tensor-core GEMMs + the tensor-core flash attention
     GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
     # cuDNN's attention as the reference for the attention kernel (the gate is a separate pass there)
@@ -113,6 +119,7 @@ main() {
     echo "GPU tests: ${test_summary:-none ran} $([ $tests_ok = 1 ] && echo "(all passed)" || echo "(FAILURES: see above)"); $gpu_note"
     echo "benchmark (fp32 storage; GEMMs fp32 / TF32 / bf16 by row; MFU against that peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
     if command -v column > /dev/null; then column -t -s $'\t' "$TSV"; else cat "$TSV"; fi
+    [ -f "$OUTDIR/attn.txt" ] && { echo "attention kernels alone (bench_attn_gpu):"; tail -n +2 "$OUTDIR/attn.txt"; }
     [ $tests_ok = 1 ]
 }
 
