@@ -111,6 +111,9 @@ main() {
     # the paper's MoE 15B-A2B shape (128 experts x 768, top-8) cut to 2 of its 24 layers
     GATEDGPT_CUDA_BF16_GEMM=1 row moe15b_2layers_b2t2048_bf16gemm_flash 90 3 configs/paper/moe_15b_a2b_baseline.ini \
         --set model.n_layer=2 --set train.batch_size=2 --set train.seq_len=2048 --set train.attn_impl=flash
+    GATEDGPT_CUDA_BF16_GEMM=1 GATEDGPT_MOE_GEMM=grouped row moe15b_2layers_b2t2048_bf16gemm_flash_groupedgemm 90 3 \
+        configs/paper/moe_15b_a2b_baseline.ini --set model.n_layer=2 --set train.batch_size=2 --set train.seq_len=2048 \
+        --set train.attn_impl=flash
     GATEDGPT_CUDA_TF32=1 row gpt2_124m_b8t1024_tf32 60 5 "${G2[@]}"
     GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm 60 5 "${G2[@]}"
 

@@ -690,9 +690,14 @@ int main(int argc, char** argv) {
     test_moe_router(301, 8, 3, OPS_ROUTER_SIGMOID, 0, 0);   // odd k; N*k not a multiple of 8 warps
     test_moe_router(333, 16, 1, OPS_ROUTER_SOFTMAX, 0, 400); // k = 1; a capacity that drops nothing
     const int rows1[5] = {7, 0, 33, 1, 64};
-    test_grouped_matmul(5, rows1, 96, 160);
     const int rows2[3] = {0, 37, 0};
-    test_grouped_matmul(3, rows2, 45, 53);
+    for (int mode = CUDA_MOE_GEMM_LOOP; mode <= CUDA_MOE_GEMM_GROUPED; mode++) {   // both ways of the experts' GEMMs
+        cuda_set_moe_gemm(mode);
+        printf(" grouped matmul as %s\n", mode == CUDA_MOE_GEMM_LOOP ? "one cuBLASLt call per expert" : "one cuBLAS grouped GEMM");
+        test_grouped_matmul(5, rows1, 96, 160);
+        test_grouped_matmul(3, rows2, 45, 53);
+    }
+    cuda_set_moe_gemm(CUDA_MOE_GEMM_LOOP);
     test_sigmoid_gate_add(100, 200);
 
     printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);

@@ -38,6 +38,12 @@ int cuda_gemm_math(void);
 const char* cuda_gemm_math_name(void);   // "fp32", "TF32", "bf16-gemm"
 // 1 when this build has cuDNN's fused attention (attn_impl = cudnn: kernels/cuda/attention_cudnn.cu)
 int cuda_cudnn_available(void);
+// How the MoE experts' GEMMs run (kernels/cuda/moe.cu): one cuBLASLt call per expert (LOOP, the
+// default) or one cuBLAS grouped GEMM (GROUPED; environment GATEDGPT_MOE_GEMM=grouped). Tests
+// and benchmarks switch it with cuda_set_moe_gemm.
+enum { CUDA_MOE_GEMM_LOOP = 0, CUDA_MOE_GEMM_GROUPED = 1 };
+int cuda_moe_gemm(void);
+void cuda_set_moe_gemm(int mode);
 // e.g. "NVIDIA H200"
 const char* cuda_device_name(void);
 

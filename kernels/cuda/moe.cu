@@ -6,9 +6,11 @@
 // Determinism, as on the CPU: no atomics. Every output element has one writer; the dispatch
 // plan ranks each expert's slots with a block-wide scan in slot order (so rows keep token
 // order, the CPU's counting sort); statistics are partial sums in a fixed order, added on the
-// host in order. The grouped GEMM is one cuBLASLt call per expert with tokens (the alternative,
-// cuBLAS's grouped GEMM, is to be chosen by measurement on a GPU: docs/gpu.md).
+// host in order. The grouped GEMM is one cuBLASLt call per expert with tokens, or one call of
+// cuBLAS's grouped GEMM (GATEDGPT_MOE_GEMM=grouped), to be chosen by measurement on a GPU.
 #include "cuda_common.h"
+#include <cublas_v2.h>
+#include <string.h>
 
 // y[n] += x[n]
 __global__ static void accumulate_kernel(float* y, const float* x, size_t n) {
@@ -341,8 +343,23 @@ extern "C" void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float
 }
 
 // ---------------------------------------------------------------------------------------------
-// grouped GEMM: one cuBLASLt call per group with rows (the row boundaries come to the host:
-// G + 1 ints, one synchronisation per call). Row-major mapping as in matmul.cu.
+// grouped GEMM, two ways (the faster is to be chosen by measurement on a GPU: bench_gpu's MoE
+// rows run both):
+//   loop    (default) one cuBLASLt call per group with rows (matmul.cu's cached algorithms)
+//   grouped one cublasGemmGroupedBatchedEx call for all groups (each expert its own group of
+//           one problem: the shapes differ), GATEDGPT_MOE_GEMM=grouped or cuda_set_moe_gemm
+// Both need the row boundaries on the host (G + 1 ints, one synchronisation per call).
+// Row-major mapping as in matmul.cu.
+
+static int moe_gemm_mode = -1;   // CUDA_MOE_GEMM_LOOP / _GROUPED; -1: not read from the environment yet
+extern "C" void cuda_set_moe_gemm(int mode) { moe_gemm_mode = mode; }
+extern "C" int cuda_moe_gemm(void) {
+    if (moe_gemm_mode < 0) {
+        const char* e = getenv("GATEDGPT_MOE_GEMM");
+        moe_gemm_mode = e && strcmp(e, "grouped") == 0 ? CUDA_MOE_GEMM_GROUPED : CUDA_MOE_GEMM_LOOP;
+    }
+    return moe_gemm_mode;
+}
 
 static int* host_offsets(const int* offsets, int G) {
     static int* h = NULL;
@@ -357,29 +374,128 @@ static int* host_offsets(const int* offsets, int G) {
     return h;
 }
 
+#define CUBLAS_CHECK(call) moe_cublas_check((call), #call, __FILE__, __LINE__)
+static void moe_cublas_check(cublasStatus_t st, const char* what, const char* file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s: %s (%s)", what, cublasGetStatusString(st), cublasGetStatusName(st));
+    cuda_fail(file, line, msg,
+              st == CUBLAS_STATUS_NOT_SUPPORTED ? "this cuBLAS has no grouped GEMM for these types: unset GATEDGPT_MOE_GEMM"
+                                                : "rerun with GATEDGPT_CUDA_SYNC=1; unset GATEDGPT_MOE_GEMM to use per-expert calls");
+}
+
+// One problem per group: D_g = op(A_g) op(B_g) (+ beta D_g), column-major as cuda_gemm. The
+// argument arrays are host memory (cuBLAS reads them at the call); the pointer arrays go to the
+// device first (cuBLAS's grouped GEMM reads them there).
+typedef struct {
+    int cap, n;
+    cublasOperation_t *ta, *tb;
+    int *m, *nn, *k, *lda, *ldb, *ldd, *size;
+    float *alpha, *beta;
+    const void** hp;    // [3 * cap] host pointers: A of every problem, then B, then D
+    void** dp;          // the same on the device
+} GroupedCall;
+
+static void grouped_reserve(GroupedCall* c, int G) {
+    if (c->cap >= G) return;
+    c->cap = G;
+    c->ta = (cublasOperation_t*)realloc(c->ta, G * sizeof(cublasOperation_t));
+    c->tb = (cublasOperation_t*)realloc(c->tb, G * sizeof(cublasOperation_t));
+    int** ints[] = {&c->m, &c->nn, &c->k, &c->lda, &c->ldb, &c->ldd, &c->size};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = (int*)realloc(*ints[i], G * sizeof(int));
+    c->alpha = (float*)realloc(c->alpha, G * sizeof(float));
+    c->beta = (float*)realloc(c->beta, G * sizeof(float));
+    c->hp = (const void**)realloc(c->hp, 3 * (size_t)G * sizeof(void*));
+    if (!c->ta || !c->tb || !c->m || !c->nn || !c->k || !c->lda || !c->ldb || !c->ldd || !c->size || !c->alpha ||
+        !c->beta || !c->hp)
+        cuda_fail(__FILE__, __LINE__, "out of host memory for the grouped GEMM arguments", "lower n_expert");
+    if (c->dp) CUDA_CHECK(cudaFree(c->dp));
+    CUDA_CHECK(cudaMalloc((void**)&c->dp, 3 * (size_t)G * sizeof(void*)));
+}
+
+static void grouped_add(GroupedCall* c, int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
+                        int ldb, float* D, int ldd, float beta) {
+    int i = c->n++;
+    c->ta[i] = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    c->tb[i] = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    c->m[i] = m; c->nn[i] = n; c->k[i] = k; c->lda[i] = lda; c->ldb[i] = ldb; c->ldd[i] = ldd;
+    c->size[i] = 1; c->alpha[i] = 1.0f; c->beta[i] = beta;
+    c->hp[i] = A; c->hp[c->cap + i] = B; c->hp[2 * c->cap + i] = D;
+}
+
+static void grouped_run(GroupedCall* c) {
+    static cublasHandle_t handle;
+    if (c->n == 0) return;
+    if (!handle) {
+        CUBLAS_CHECK(cublasCreate(&handle));
+        CUBLAS_CHECK(cublasSetStream(handle, cuda_stream));
+    }
+    // pack the three pointer lists contiguously for one copy: A[0..n), B[0..n), D[0..n)
+    const void** packed = (const void**)malloc(3 * (size_t)c->n * sizeof(void*));
+    if (!packed) cuda_fail(__FILE__, __LINE__, "out of host memory", "lower n_expert");
+    for (int i = 0; i < c->n; i++) {
+        packed[i] = c->hp[i];
+        packed[c->n + i] = c->hp[c->cap + i];
+        packed[2 * c->n + i] = c->hp[2 * c->cap + i];
+    }
+    CUDA_CHECK(cudaMemcpy(c->dp, packed, 3 * (size_t)c->n * sizeof(void*), cudaMemcpyHostToDevice));
+    free(packed);
+    const int math = cuda_gemm_math();
+    cublasComputeType_t ct = math == CUDA_MATH_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+                             : math == CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                      : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(handle, c->ta, c->tb, c->m, c->nn, c->k, c->alpha,
+                                            (const void* const*)c->dp, CUDA_R_32F, c->lda,
+                                            (const void* const*)(c->dp + c->n), CUDA_R_32F, c->ldb, c->beta,
+                                            c->dp + 2 * c->n, CUDA_R_32F, c->ldd, c->n, c->size, ct));
+    c->n = 0;
+}
+
+static GroupedCall grouped_call;
+
 extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
                                            int G, int C, int OC) {
     const int* off = host_offsets(offsets, G);
+    const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
+    if (grouped) grouped_reserve(&grouped_call, G);
     for (int g = 0; g < G; g++) {
         int r0 = off[g], rows = off[g + 1] - off[g];
         if (rows <= 0) continue;
         // out[rows, OC] = inp[rows, C] @ w[g]^T
-        cuda_gemm(1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C, out + (size_t)r0 * OC,
-                  OC, 0.0f);
+        if (grouped)
+            grouped_add(&grouped_call, 1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C,
+                        out + (size_t)r0 * OC, OC, 0.0f);
+        else
+            cuda_gemm(1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C, out + (size_t)r0 * OC,
+                      OC, 0.0f);
     }
+    if (grouped) grouped_run(&grouped_call);
 }
 
 extern "C" void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                             const float* w, const int* offsets, int G, int C, int OC) {
     const int* off = host_offsets(offsets, G);
-    for (int g = 0; g < G; g++) {
-        int r0 = off[g], rows = off[g + 1] - off[g];
-        if (rows <= 0) continue;
-        const float* dy = dout + (size_t)r0 * OC;
-        const float* wg = w + (size_t)g * OC * C;
-        // dinp[rows, C] = dout[rows, OC] @ w[g];  dw[g] += dout[rows]^T @ inp[rows]
-        if (dinp) cuda_gemm(0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
-        cuda_gemm(0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC, dw + (size_t)g * OC * C, C, 1.0f);
+    const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
+    if (grouped) grouped_reserve(&grouped_call, G);
+    for (int pass = dinp ? 0 : 1; pass < 2; pass++) {   // pass 0: dinp, pass 1: dw
+        for (int g = 0; g < G; g++) {
+            int r0 = off[g], rows = off[g + 1] - off[g];
+            if (rows <= 0) continue;
+            const float* dy = dout + (size_t)r0 * OC;
+            const float* wg = w + (size_t)g * OC * C;
+            // dinp[rows, C] = dout[rows, OC] @ w[g];  dw[g] += dout[rows]^T @ inp[rows]
+            if (pass == 0) {
+                if (grouped) grouped_add(&grouped_call, 0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
+                else cuda_gemm(0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
+            } else {
+                if (grouped)
+                    grouped_add(&grouped_call, 0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC,
+                                dw + (size_t)g * OC * C, C, 1.0f);
+                else
+                    cuda_gemm(0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC, dw + (size_t)g * OC * C, C, 1.0f);
+            }
+        }
+        if (grouped) grouped_run(&grouped_call);
     }
 }
 
