@@ -74,10 +74,21 @@ main() {
     say "$gpu_note"
     say "GPU tests (ctest -L gpu, GATEDGPT_CUDA_SYNC=1: a failing kernel is named)"
     local tests_ok=1
-    (cd "$build" && GATEDGPT_CUDA_SYNC=1 ctest -L gpu --output-on-failure --timeout 240) > "$OUTDIR/tests.log" 2>&1 || tests_ok=0
+    # a hung kernel must not eat the whole budget: 150 s per test, and the tests together leave
+    # at least 120 s for the benchmark
+    local tmax=$(( $(left) - 120 )); [ "$tmax" -lt 60 ] && tmax=60
+    (cd "$build" && GATEDGPT_CUDA_SYNC=1 timeout "$tmax" ctest -L gpu --output-on-failure --timeout 150) > "$OUTDIR/tests.log" 2>&1 || tests_ok=0
     cat "$OUTDIR/tests.log"
     local test_summary
     test_summary=$(grep -E "tests passed|tests failed" "$OUTDIR/tests.log" | tail -1)
+    # a failure in the op tests: compute-sanitizer names the first bad access (if it is installed)
+    local sanitizer
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ $tests_ok = 0 ] && [ -n "$sanitizer" ] && [ "$(left)" -gt 200 ] && grep -q "gpu_ops .*Failed\|gpu_ops .*Exception\|gpu_ops .*Timeout" "$OUTDIR/tests.log"; then
+        say "gpu_ops failed: compute-sanitizer memcheck on it (100 s at most)"
+        timeout 100 "$sanitizer" --tool memcheck --print-limit 10 "$build/tests/test_gpu_ops" > "$OUTDIR/sanitizer.log" 2>&1
+        grep -E "=========|FAIL" "$OUTDIR/sanitizer.log" | head -40
+    fi
 
     say "benchmark ($(left)s left)"
     printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh\tpeak MiB\tdevice MiB\n" > "$TSV"
