@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_deps.sh [DIR]: stage, from this machine's Debian packages, what a bare GPU machine
-# lacks for scripts/gpu_check.sh: libinih (static library and header) and the cudnn-frontend
-# headers (scripts/cudnn_frontend.sh) into DIR (default
+# lacks for scripts/gpu_check.sh: libinih and zlib (static libraries and headers) and the
+# cudnn-frontend headers (scripts/cudnn_frontend.sh) into DIR (default
 # gpu-deps/ in the repository, ignored by git). Carry DIR to the GPU machine with the working
 # tree; gpu_check.sh finds it there (CMAKE_PREFIX_PATH). No BLAS is staged: without one,
 # gpu_check.sh builds the CPU reference of the GPU tests with GATEDGPT_GEMM=naive.
@@ -18,6 +18,15 @@ fi
 mkdir -p "$dir/include" "$dir/lib"
 cp "$hdr" "$dir/include/ini.h"
 cp "$lib" "$dir/lib/libinih.a"
+# zlib (checkpoint checksums): header and static library, for a machine without zlib1g-dev
+for p in /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/libz.a; do
+    if [ -f "$p" ] && [ -f /usr/include/zlib.h ]; then
+        cp /usr/include/zlib.h /usr/include/zconf.h "$dir/include/" 2>/dev/null || cp /usr/include/zlib.h "$dir/include/"
+        [ -f /usr/include/x86_64-linux-gnu/zconf.h ] && cp /usr/include/x86_64-linux-gnu/zconf.h "$dir/include/"
+        cp "$p" "$dir/lib/libz.a"
+        break
+    fi
+done
 # the cudnn-frontend headers (header-only) for the cuDNN attention, if fetched here
 if bash scripts/cudnn_frontend.sh && [ -f third_party/cudnn_frontend/include/cudnn_frontend.h ]; then
     cp -r third_party/cudnn_frontend/include/. "$dir/include/"

@@ -136,7 +136,7 @@ fi
 
 # several GPUs: data parallel over NCCL
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${ngpu:-0}" -ge 2 ] && command -v mpirun > /dev/null; then
+if [ "${ngpu:-0}" -ge 2 ] && command -v mpirun > /dev/null && ldd "$build/train_gpt_cuda" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     D=("${R[@]}" --train.tokens_per_step=256 --checkpoint.checkpoint_every=0)
     ok=1
@@ -155,7 +155,7 @@ if [ "${ngpu:-0}" -ge 2 ] && command -v mpirun > /dev/null; then
         fail=$((fail + 1))
     fi
 else
-    echo "  NCCL data parallel across GPUs: skipped (needs 2 GPUs and mpirun; this machine has ${ngpu:-0})"
+    echo "  NCCL data parallel across GPUs: skipped (needs 2 GPUs, mpirun and an MPI build; this machine has ${ngpu:-0} GPU(s))"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     Comm c;
     comm_init(&c, &argc, &argv);
     NcclComm n;
-    if (nccl_init(&n, &c) != 0) {
+    if (nccl_init(&n, &c, 0) != 0) {
         if (c.rank == 0) printf("skipped: no CUDA device (the NCCL path builds here; it runs where a GPU is present)\n");
         comm_finalize(&c);
         return 0;

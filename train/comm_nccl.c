@@ -30,7 +30,7 @@ static double now_s(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-int nccl_init(NcclComm* n, Comm* c) {
+int nccl_init(NcclComm* n, Comm* c, int use_current_device) {
     memset(n, 0, sizeof(*n));
     n->comm = c;
     int ndev = 0;
@@ -39,8 +39,17 @@ int nccl_init(NcclComm* n, Comm* c) {
         fprintf(stderr, "nccl: no CUDA device on rank %d\n", c->rank);
         return -1;
     }
-    n->device = c->local_rank % ndev;
-    CUDA_CHECK(cudaSetDevice(n->device));
+    if (use_current_device) {
+        // the CUDA backend chose the GPU at ops_init (and allocated on it): keep it
+        CUDA_CHECK(cudaGetDevice(&n->device));
+        if (n->device != c->local_rank % ndev)
+            fprintf(stderr, "warning: rank %d: GPU %d in use, but local rank %d of %d GPUs would pick GPU %d: check that "
+                    "the launcher sets OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or LOCAL_RANK\n", c->rank, n->device,
+                    c->local_rank, ndev, c->local_rank % ndev);
+    } else {
+        n->device = c->local_rank % ndev;
+        CUDA_CHECK(cudaSetDevice(n->device));
+    }
     ncclUniqueId id;
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     comm_broadcast(c, &id, sizeof id);

@@ -5,7 +5,9 @@
 //
 // Shards follow train/dist.h (contiguous, rank order, possibly unequal): reduce-scatter is a
 // group of one ncclReduce per shard (rooted at its owner) and all-gather a group of one
-// ncclBroadcast per shard, which NCCL runs as one fused operation.
+// ncclBroadcast per shard, launched together (ncclGroupStart/End). P calls per collective:
+// padding the arena to P equal shards would allow ncclReduceScatter / ncclAllGather (fewer
+// launches at large P); to measure on a multi-GPU node.
 //
 // Ordering with the compute: the CUDA backend queues its work on the legacy default stream
 // (kernels/cuda/cuda_common.h: cuda_stream = 0). Every collective here first makes its own
@@ -28,9 +30,11 @@ typedef struct {
     double seconds;      // wall time in nccl_sync (waiting for collectives)
 } NcclComm;
 
-// Selects device local_rank % device_count and builds the NCCL communicator. Returns -1 with
-// a message when there is no CUDA device (the caller decides whether that is an error).
-int nccl_init(NcclComm* n, Comm* c);
+// Builds the NCCL communicator on the process's GPU: the current device when use_current_device
+// (the CUDA backend picked it at ops_init and holds memory there), else device
+// local_rank % device_count (selected here). Returns -1 with a message when there is no CUDA
+// device (the caller decides whether that is an error).
+int nccl_init(NcclComm* n, Comm* c, int use_current_device);
 void nccl_free(NcclComm* n);
 // In place on device memory, enqueued on n->stream (nccl_sync waits for them).
 void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count);

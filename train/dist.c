@@ -44,7 +44,7 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     if (c->size > 1 || (single && strcmp(single, "1") == 0)) {
 #ifdef GATEDGPT_NCCL
         NcclComm* n = calloc(1, sizeof(NcclComm));
-        if (!n || nccl_init(n, c) != 0) {
+        if (!n || nccl_init(n, c, 1) != 0) {
             fprintf(stderr, "error: rank %d: NCCL did not start: the CUDA backend's gradients need it with %d processes "
                     "(rerun with NCCL_DEBUG=INFO; docs/distributed.md)\n", c->rank, c->size);
             free(n);

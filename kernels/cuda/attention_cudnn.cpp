@@ -21,14 +21,18 @@
 // Tensors are described to cuDNN as [B, heads, T, hd] with the strides of the row-major
 // [B, T, heads, hd] buffers, so no transpose is needed. Graphs are built once per shape and
 // cached; the backward asks for cuDNN's deterministic algorithm (the backend promises the same
-// bits run to run).
+// bits run to run), and falls back to the default one with a warning where cuDNN has none.
 #include "cuda_common.h"
 
 #ifdef GATEDGPT_CUDNN
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
+#include <exception>
+#include <stdlib.h>
+
 #include <map>
+#include <string>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
@@ -44,17 +48,31 @@ static void from_bf16(float* out, const bf16_t* in, size_t n) { cuda_from_bf16(o
 // LD_LIBRARY_PATH or GATEDGPT_CUDNN_LIB=<path to libcudnn.so.9>).
 namespace cudnn_frontend { void* cudnn_dlhandle = nullptr; }
 
-static void cudnn_load(void) {
-    if (fe::cudnn_dlhandle) return;
+// Loads libcudnn once; returns 0 (and leaves why[] filled) when it is not there.
+static int cudnn_try_load(char* why, size_t len) {
+    if (fe::cudnn_dlhandle) return 1;
+    // the frontend loads the CUDA runtime too: the one this binary links (CUDA 13), not an older
+    // one that happens to be on the library path
+    char cudart[32];
+    snprintf(cudart, sizeof cudart, "libcudart.so.%d", CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart, 0);
     const char* env = getenv("GATEDGPT_CUDNN_LIB");
     const char* names[] = {env, "libcudnn.so.9", "libcudnn.so"};
     for (const char* n : names) {
         if (!n || !*n) continue;
         fe::cudnn_dlhandle = dlopen(n, RTLD_NOW | RTLD_GLOBAL);
-        if (fe::cudnn_dlhandle) return;
+        if (fe::cudnn_dlhandle) return 1;
     }
+    const char* e = dlerror();
+    snprintf(why, len, "%s", e ? e : "libcudnn.so.9 not found");
+    return 0;
+}
+
+static void cudnn_load(void) {
+    char why[400];
+    if (cudnn_try_load(why, sizeof why)) return;
     char msg[600];
-    snprintf(msg, sizeof msg, "[train] attn_impl = cudnn: cannot load libcudnn.so.9 (%s)", dlerror());
+    snprintf(msg, sizeof msg, "[train] attn_impl = cudnn: cannot load libcudnn.so.9 (%s)", why);
     cuda_fail(__FILE__, __LINE__, msg,
               "install cuDNN 9 (with the CUDA toolkit, or pip's nvidia-cudnn-cu13), put its lib folder on "
               "LD_LIBRARY_PATH or set GATEDGPT_CUDNN_LIB to the file; or use attn_impl = fused");
@@ -67,18 +85,6 @@ static void cudnn_check(cudnnStatus_t s, const char* what, const char* file, int
     snprintf(msg, sizeof msg, "%s: %s", what, fe::detail::get_error_string(s));
     cuda_fail(file, line, msg, "check that libcudnn (9.x) matches the CUDA runtime and the GPU is sm_80 or newer");
 }
-
-// a frontend call that returns an error_t: the message names the step and the shape
-static void fe_check(fe::error_t e, const char* step, const OpsAttnShape* s, const char* file, int line) {
-    if (e.is_good()) return;
-    char msg[768];
-    snprintf(msg, sizeof msg, "cuDNN SDPA (%s) for B=%d T=%d n_head=%d n_kv_head=%d head_dim=%d: %s", step, s->B,
-             s->T, s->H, s->Hkv, s->hd, e.get_message().c_str());
-    cuda_fail(file, line, msg,
-              "cuDNN's flash attention needs sm_80+, head_dim a multiple of 8 and at most 128 (256 on Hopper "
-              "with recent cuDNN); use [train] attn_impl = fused for other shapes");
-}
-#define FE_CHECK(expr, step, s) fe_check((expr), (step), (s), __FILE__, __LINE__)
 
 static cudnnHandle_t cudnn_handle;
 
@@ -98,6 +104,73 @@ static std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, c
                         .set_stride({(int64_t)T * heads * hd, hd, (int64_t)heads * hd, 1}));
 }
 
+// One SDPA graph (forward, or backward with or without cuDNN's deterministic algorithm), built
+// and planned; NULL with *err set when cuDNN cannot do it (the frontend reports some failures by
+// error value and some by exception: both end here).
+static std::shared_ptr<fe::graph::Graph> try_build(const OpsAttnShape* s, int backward, int deterministic,
+                                                   std::string* err) {
+    try {
+        auto g = std::make_shared<fe::graph::Graph>();
+        g->set_io_data_type(fe::DataType_t::BFLOAT16)
+            .set_intermediate_data_type(fe::DataType_t::FLOAT)
+            .set_compute_data_type(fe::DataType_t::FLOAT);
+        const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
+        const float scale = 1.0f / sqrtf((float)hd);
+        auto Q = bthd(*g, "Q", UID_Q, B, H, T, hd);
+        auto K = bthd(*g, "K", UID_K, B, Hkv, T, hd);
+        auto V = bthd(*g, "V", UID_V, B, Hkv, T, hd);
+        if (!backward) {
+            auto opts = fe::graph::SDPA_attributes()
+                            .set_name("sdpa")
+                            .set_generate_stats(true)   // training: the lse for the backward and F-Attn
+                            .set_causal_mask(true)
+                            .set_attn_scale(scale);
+            auto [O, Stats] = g->sdpa(Q, K, V, opts);
+            O->set_output(true).set_uid(UID_O).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
+            Stats->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT)
+                .set_dim({B, H, T, 1}).set_stride({(int64_t)H * T, T, 1, 1});
+        } else {
+            auto O = bthd(*g, "O", UID_O, B, H, T, hd);
+            auto dO = bthd(*g, "dO", UID_DO, B, H, T, hd);
+            auto Stats = g->tensor(fe::graph::Tensor_attributes()
+                                       .set_name("Stats")
+                                       .set_uid(UID_STATS)
+                                       .set_dim({B, H, T, 1})
+                                       .set_stride({(int64_t)H * T, T, 1, 1})
+                                       .set_data_type(fe::DataType_t::FLOAT));
+            auto opts = fe::graph::SDPA_backward_attributes()
+                            .set_name("sdpa_backward")
+                            .set_causal_mask(true)
+                            .set_attn_scale(scale)
+                            .set_deterministic_algorithm(deterministic != 0);
+            auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
+            dQ->set_output(true).set_uid(UID_DQ).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
+            dK->set_output(true).set_uid(UID_DK).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
+            dV->set_output(true).set_uid(UID_DV).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
+        }
+        const char* step = "validate";
+        fe::error_t e = g->validate();
+        if (e.is_good()) { step = "build_operation_graph"; e = g->build_operation_graph(cudnn_handle); }
+        if (e.is_good()) { step = "create_execution_plans"; e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); }
+        if (e.is_good()) { step = "check_support"; e = g->check_support(cudnn_handle); }
+        if (e.is_good()) { step = "build_plans"; e = g->build_plans(cudnn_handle); }
+        if (!e.is_good()) { *err = std::string(step) + ": " + e.get_message(); return nullptr; }
+        return g;
+    } catch (const std::exception& ex) {
+        *err = ex.what();
+        return nullptr;
+    }
+}
+
+static void fail_shape(const OpsAttnShape* s, const char* what, const std::string& why, const char* file, int line) {
+    char msg[900];
+    snprintf(msg, sizeof msg, "cuDNN SDPA %s for B=%d T=%d n_head=%d n_kv_head=%d head_dim=%d: %s", what, s->B, s->T,
+             s->H, s->Hkv, s->hd, why.c_str());
+    cuda_fail(file, line, msg,
+              "cuDNN's flash attention needs sm_80+, head_dim a multiple of 8 and at most 128 (256 on Hopper "
+              "with recent cuDNN); use [train] attn_impl = fused or flash for other shapes");
+}
+
 static std::shared_ptr<fe::graph::Graph> build_graph(const OpsAttnShape* s, int backward) {
     ShapeKey key{s->B, s->T, s->H, s->Hkv, s->hd, backward};
     auto it = graphs.find(key);
@@ -107,56 +180,36 @@ static std::shared_ptr<fe::graph::Graph> build_graph(const OpsAttnShape* s, int 
         CUDNN_CHECK(fe::detail::create_handle(&cudnn_handle));
         CUDNN_CHECK(fe::detail::set_stream(cudnn_handle, cuda_stream));
     }
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    auto Q = bthd(*g, "Q", UID_Q, B, H, T, hd);
-    auto K = bthd(*g, "K", UID_K, B, Hkv, T, hd);
-    auto V = bthd(*g, "V", UID_V, B, Hkv, T, hd);
-    if (!backward) {
-        auto opts = fe::graph::SDPA_attributes()
-                        .set_name("sdpa")
-                        .set_generate_stats(true)   // training: the lse for the backward and F-Attn
-                        .set_causal_mask(true)
-                        .set_attn_scale(scale);
-        auto [O, Stats] = g->sdpa(Q, K, V, opts);
-        O->set_output(true).set_uid(UID_O).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
-        Stats->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT)
-            .set_dim({B, H, T, 1}).set_stride({(int64_t)H * T, T, 1, 1});
-    } else {
-        auto O = bthd(*g, "O", UID_O, B, H, T, hd);
-        auto dO = bthd(*g, "dO", UID_DO, B, H, T, hd);
-        auto Stats = g->tensor(fe::graph::Tensor_attributes()
-                                   .set_name("Stats")
-                                   .set_uid(UID_STATS)
-                                   .set_dim({B, H, T, 1})
-                                   .set_stride({(int64_t)H * T, T, 1, 1})
-                                   .set_data_type(fe::DataType_t::FLOAT));
-        auto opts = fe::graph::SDPA_backward_attributes()
-                        .set_name("sdpa_backward")
-                        .set_causal_mask(true)
-                        .set_attn_scale(scale)
-                        .set_deterministic_algorithm(true);
-        auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
-        dQ->set_output(true).set_uid(UID_DQ).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
-        dK->set_output(true).set_uid(UID_DK).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
-        dV->set_output(true).set_uid(UID_DV).set_dim({B, Hkv, T, hd}).set_stride({(int64_t)T * Hkv * hd, hd, (int64_t)Hkv * hd, 1});
+    std::string err;
+    auto g = try_build(s, backward, 1, &err);
+    if (!g && backward) {
+        // cuDNN's deterministic backward is not available everywhere (GPU, cuDNN version): the
+        // run goes on with the default one, and says so (repeat runs may then differ in the
+        // last bits)
+        fprintf(stderr, "warning: cuDNN SDPA: no deterministic backward here (%s): using the default one; "
+                "runs with attn_impl = cudnn may differ bit for bit\n", err.c_str());
+        g = try_build(s, backward, 0, &err);
     }
-    FE_CHECK(g->validate(), "validate", s);
-    FE_CHECK(g->build_operation_graph(cudnn_handle), "build_operation_graph", s);
-    FE_CHECK(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", s);
-    FE_CHECK(g->check_support(cudnn_handle), "check_support", s);
-    FE_CHECK(g->build_plans(cudnn_handle), "build_plans", s);
+    if (!g) fail_shape(s, backward ? "backward" : "forward", err, __FILE__, __LINE__);
     graphs[key] = g;
     return g;
 }
 
+// runs a built graph; exceptions and error values both stop the run with the shape named
+static void run_graph(const std::shared_ptr<fe::graph::Graph>& g, std::unordered_map<int64_t, void*>& pack,
+                      void* workspace, const OpsAttnShape* s) {
+    try {
+        fe::error_t e = g->execute(cudnn_handle, pack, workspace);
+        if (!e.is_good()) fail_shape(s, "execute", e.get_message(), __FILE__, __LINE__);
+    } catch (const std::exception& ex) {
+        fail_shape(s, "execute", ex.what(), __FILE__, __LINE__);
+    }
+}
+
 static void* workspace_for(const std::shared_ptr<fe::graph::Graph>& g, const OpsAttnShape* s) {
     int64_t ws = 0;
-    FE_CHECK(g->get_workspace_size(ws), "get_workspace_size", s);
+    fe::error_t e = g->get_workspace_size(ws);
+    if (!e.is_good()) fail_shape(s, "get_workspace_size", e.get_message(), __FILE__, __LINE__);
     return ws > 0 ? cuda_scratch(CUDA_SCRATCH_CUDNN_WS, (size_t)ws) : NULL;
 }
 
@@ -172,7 +225,7 @@ void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const fl
     to_bf16(bv, v, nk);
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, bq}, {UID_K, bk}, {UID_V, bv}, {UID_O, bo}, {UID_STATS, lse}};
-    FE_CHECK(g->execute(cudnn_handle, pack, workspace_for(g, s)), "execute", s);
+    run_graph(g, pack, workspace_for(g, s), s);
     from_bf16(y, bo, nq);
 }
 
@@ -193,13 +246,17 @@ void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float*
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, bq}, {UID_K, bk}, {UID_V, bv}, {UID_O, bo}, {UID_DO, bdo}, {UID_STATS, (void*)lse},
         {UID_DQ, bdq}, {UID_DK, bdk}, {UID_DV, bdv}};
-    FE_CHECK(g->execute(cudnn_handle, pack, workspace_for(g, s)), "execute", s);
+    run_graph(g, pack, workspace_for(g, s), s);
     from_bf16(dq, bdq, nq);
     from_bf16(dk, bdk, nk);
     from_bf16(dv, bdv, nk);
 }
 
-int cuda_cudnn_available(void) { return 1; }
+// built in, and libcudnn loads
+int cuda_cudnn_available(void) {
+    char why[400];
+    return cudnn_try_load(why, sizeof why);
+}
 
 #else   // built without the cudnn-frontend headers or libcudnn
 
