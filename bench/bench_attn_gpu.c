@@ -1,7 +1,8 @@
 // bench/bench_attn_gpu.c: the attention kernels alone on the CUDA backend, forward + backward,
 // for the comparison: the fused gated flash kernel (attn_impl = flash, elementwise and
-// headwise gate) against cuDNN's ungated fused attention (attn_impl = cudnn) on the same shapes
-// (goal: >= 90% of cuDNN's throughput), with the fp32 kernel (attn_impl = fused) beside them.
+// headwise gate; the mma.sync kernel, and the first WMMA one once) against cuDNN's ungated fused
+// attention (attn_impl = cudnn) on the same shapes (goal: >= 90% of cuDNN's throughput), with the
+// fp32 kernel (attn_impl = fused) beside them.
 //
 //   bench_attn_gpu [--iters N] [--tsv PATH]
 //
@@ -46,6 +47,7 @@ static float* drand(size_t n, float scale, unsigned* seed) {
 // median ms of forward + backward, or -1 when the variant is not available in this build
 static double time_variant(const AttnCase* c, const Variant* v, int iters) {
     if (v->impl == OPS_ATTN_CUDNN && !cuda_cudnn_available()) return -1.0;
+    cuda_set_flash_kernel(strstr(v->name, "wmma") ? CUDA_FLASH_WMMA : CUDA_FLASH_MMA);
     OpsAttnShape s = {0};
     s.B = c->B; s.T = c->T; s.H = c->H; s.Hkv = c->Hkv; s.hd = c->hd; s.eps = 1e-5f;
     s.gate = v->gate; s.gate_pos = OPS_GATEPOS_SDPA; s.gate_act = OPS_ACT_SIGMOID; s.impl = v->impl;
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
         {"flash none", OPS_ATTN_FLASH, OPS_GATE_NONE},
         {"flash elementwise", OPS_ATTN_FLASH, OPS_GATE_ELEMENTWISE},
         {"flash headwise", OPS_ATTN_FLASH, OPS_GATE_HEADWISE},
+        {"flash-wmma elementwise", OPS_ATTN_FLASH, OPS_GATE_ELEMENTWISE},
         {"cudnn elementwise", OPS_ATTN_CUDNN, OPS_GATE_ELEMENTWISE},
         {"fused(fp32) none", OPS_ATTN_FUSED, OPS_GATE_NONE},
     };

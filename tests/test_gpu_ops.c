@@ -655,14 +655,20 @@ int main(int argc, char** argv) {
 
     // the tensor-core flash kernel (attn_impl = flash): head_dim 64 and 128, every gate (in its
     // epilogue), GQA 1/2/4, T not a multiple of the 64-row tiles, T = 1, several key tiles
+    // both kernels of attn_impl = flash: mma.sync (the default) and the first WMMA version
     att_impl = OPS_ATTN_FLASH;
-    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
-    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
-    test_attention(2, 100, 4, 1, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_NS_SIGMOID);
-    test_attention(1, 64, 2, 2, 64, 0, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU);
-    test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
-    test_attention(2, 129, 4, 4, 128, 0, 0, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
-    test_attention(3, 1, 2, 1, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
+    for (int fk = CUDA_FLASH_MMA; fk <= CUDA_FLASH_WMMA; fk++) {
+        cuda_set_flash_kernel(fk);
+        printf(" flash attention, %s kernel\n", fk == CUDA_FLASH_MMA ? "mma.sync" : "WMMA");
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 1, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_NS_SIGMOID);
+        test_attention(1, 64, 2, 2, 64, 0, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU);
+        test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 129, 4, 4, 128, 0, 0, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(3, 1, 2, 1, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
+    }
+    cuda_set_flash_kernel(CUDA_FLASH_MMA);
     att_impl = OPS_ATTN_FUSED;
 
     // cuDNN's fused attention (attn_impl = cudnn): the gate variants around it, GQA, longer T,

@@ -20,3 +20,10 @@ void cuda_flash_attention_forward(float* y, float* yg, float* lse, const float* 
 void cuda_flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* D,
                                    const float* q, const float* k, const float* v, const float* lse,
                                    AttnDims d, int B);
+// The same with mma.sync and register-resident softmax (attention_mma.cu): what
+// cuda_flash_attention_* run unless the WMMA version is asked for (cuda_flash_kernel).
+void cuda_mma_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
+                                const float* v, const float* qkv, AttnDims d, int B);
+void cuda_mma_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* D,
+                                 const float* q, const float* k, const float* v, const float* lse,
+                                 AttnDims d, int B);

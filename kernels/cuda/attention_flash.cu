@@ -27,11 +27,16 @@
 // Deterministic: no atomics, every output element has one writer, fixed loop orders.
 // head_dim 64 or 128 (a template parameter: the fragment loops unroll); bf16 WMMA needs sm_80+.
 //
+// This WMMA version is the first one; attention_mma.cu is the fast one (mma.sync, the softmax in
+// registers), which attn_impl = flash runs by default (GATEDGPT_FLASH_WMMA=1 picks this one).
+//
 // Status: builds, not yet run (docs/gpu.md).
 #include "attention.h"
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <stdlib.h>
+#include <string.h>
 
 using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
@@ -390,20 +395,21 @@ static void fa_check(const AttnDims& d) {
                   "use [train] attn_impl = fused (any head_dim) or cudnn");
     if (d.Hkv < 1 || d.H % d.Hkv != 0)
         cuda_fail(__FILE__, __LINE__, "attention: n_head must be a multiple of n_kv_head", "fix the config");
-    static int checked = 0;
-    if (checked) return;
+    static int checked = -1;   // the kernel choice it was checked for
+    if (checked == cuda_flash_kernel()) return;
     int dev = 0, major = 0, smem = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    size_t need = fa_dkv_smem<128>();   // the largest of the kernels
+    // the largest kernel's shared memory: the WMMA dK/dV kernel, or the mma ones (4 tiles + 512 B)
+    size_t need = cuda_flash_kernel() == CUDA_FLASH_WMMA ? fa_dkv_smem<128>() : 4 * (size_t)64 * (128 + 8) * 2 + 512;
     if (major < 8 || (size_t)smem < need) {
         char msg[200];
         snprintf(msg, sizeof msg, "attn_impl = flash needs sm_80+ and %zu bytes of shared memory per block; this GPU: sm_%d, %d bytes",
                  need, major, smem);
         cuda_fail(__FILE__, __LINE__, msg, "use [train] attn_impl = fused or cudnn on this GPU");
     }
-    checked = 1;
+    checked = cuda_flash_kernel();
 }
 
 template <int HD>
@@ -434,9 +440,23 @@ static void fa_backward(float* dq, float* dk, float* dv, const float* dy, const 
     CUDA_LAUNCH_CHECK("flash_dkv_kernel");
 }
 
+static int flash_kernel = -1;   // CUDA_FLASH_MMA / _WMMA; -1: not read from the environment yet
+extern "C" void cuda_set_flash_kernel(int which) { flash_kernel = which; }
+extern "C" int cuda_flash_kernel(void) {
+    if (flash_kernel < 0) {
+        const char* e = getenv("GATEDGPT_FLASH_WMMA");
+        flash_kernel = e && strcmp(e, "1") == 0 ? CUDA_FLASH_WMMA : CUDA_FLASH_MMA;
+    }
+    return flash_kernel;
+}
+
 void cuda_flash_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                                   const float* v, const float* qkv, AttnDims d, int B) {
     fa_check(d);
+    if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
+        cuda_mma_attention_forward(y, yg, lse, q, k, v, qkv, d, B);
+        return;
+    }
     if (d.hd == 64) fa_forward<64>(y, yg, lse, q, k, v, qkv, d, B);
     else fa_forward<128>(y, yg, lse, q, k, v, qkv, d, B);
 }
@@ -445,6 +465,10 @@ void cuda_flash_attention_backward(float* dq, float* dk, float* dv, const float*
                                    const float* q, const float* k, const float* v, const float* lse,
                                    AttnDims d, int B) {
     fa_check(d);
+    if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
+        cuda_mma_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, B);
+        return;
+    }
     if (d.hd == 64) fa_backward<64>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
     else fa_backward<128>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
 }

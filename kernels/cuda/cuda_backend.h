@@ -44,6 +44,12 @@ int cuda_cudnn_available(void);
 enum { CUDA_MOE_GEMM_LOOP = 0, CUDA_MOE_GEMM_GROUPED = 1 };
 int cuda_moe_gemm(void);
 void cuda_set_moe_gemm(int mode);
+// Which kernel attn_impl = flash runs: mma.sync with the softmax in registers (MMA, the default,
+// kernels/cuda/attention_mma.cu) or the first WMMA version (WMMA, kernels/cuda/attention_flash.cu;
+// environment GATEDGPT_FLASH_WMMA=1). Tests run both.
+enum { CUDA_FLASH_MMA = 0, CUDA_FLASH_WMMA = 1 };
+int cuda_flash_kernel(void);
+void cuda_set_flash_kernel(int which);
 // e.g. "NVIDIA H200"
 const char* cuda_device_name(void);
 
