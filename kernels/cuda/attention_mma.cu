@@ -11,7 +11,8 @@
 // so a row's softmax statistics are a reduction over the 4 threads of a quad (shuffles), the
 // rescaling of the output multiplies registers, and the probabilities P (a C tile) are repacked
 // as the A operand of P V without touching shared memory. Shared memory holds only the staged
-// bf16 tiles (Q, K, V; dY for the backward): 52-70 KiB, so 2-3 blocks fit an SM.
+// bf16 tiles (Q, K, V; dY for the backward): 52-70 KiB at head_dim 128 (2-3 blocks per SM),
+// 27-37 KiB at 64.
 //
 // Tiles as attention_flash.cu: blocks of 64 rows (4 warps x 16), the other side in tiles of 64,
 // head_dim 64 or 128; the last query tiles (the most keys) are scheduled first. Deterministic:
@@ -152,14 +153,13 @@ mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float*
     float o[HD / 8][4];
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int last = min(t0 + MM_ROWS, T) - 1;
-    const int wlast = min(t0 + rw + 15, T - 1);
+    const int last = min(t0 + MM_ROWS, T) - 1;   // keys 0..last: every warp's rows see key 0
     for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         mm_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
         mm_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
         __syncthreads();
-        if (t0 + rw >= T || wlast < u0) continue;   // warp-uniform
+        if (t0 + rw >= T) continue;   // warp-uniform: this warp's rows are all padding
         float s[8][4];
         mm_abt<HD>(s, Qs, rw, Ks, lane);
         // scale, mask (key u visible to row t when u <= t < T), row maxima
@@ -248,13 +248,12 @@ mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const 
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     const int last = min(t0 + MM_ROWS, T) - 1;
-    const int wlast = min(t0 + rw + 15, T - 1);
     for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         mm_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
         mm_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
         __syncthreads();
-        if (t0 + rw >= T || wlast < u0) continue;
+        if (t0 + rw >= T) continue;   // warp-uniform
         float s[8][4], dp[8][4];
         mm_abt<HD>(s, Qs, rw, Ks, lane);    // S = Q K^T
         mm_abt<HD>(dp, dYs, rw, Vs, lane);  // dP = dY V^T
