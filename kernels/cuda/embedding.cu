@@ -1,5 +1,6 @@
 // kernels/cuda/embedding.cu: token (+ learned position) embedding, forward and backward.
 #include "cuda_common.h"
+#include <cub/device/device_radix_sort.cuh>
 #include <string.h>
 
 // out[n, c] = wte[idx[n], c] (+ wpe[n % T, c]); one thread per element
@@ -20,25 +21,23 @@ void ops_embedding_forward(float* out, const int* idx, const float* wte, const f
 }
 
 // ---- backward -------------------------------------------------------------------------------
-// Deterministic without atomics: the tokens are grouped by id (on the host: a stable counting
-// sort of the N ids, O(N + V)), and one thread per (distinct id, channel) adds that id's dout
-// rows in token order. That is the order the CPU backend adds them in, so dwte gets the same
-// bits on both backends. The copy of idx to the host waits for the queued backward work (one
-// sync per backward pass; the bf16 path can group the ids when the batch is uploaded instead).
-//
-// grouped layout (ints): ids[U] | start[U+1] | order[N], rows of id ids[u] are
-// order[start[u] .. start[u+1]).
-__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* grouped,
-                                              int U, int N, int C) {
-    int u = blockIdx.x;   // distinct ids on x (up to 2^31 - 1 blocks), channels on y
+// Deterministic without atomics: the tokens are grouped by id on the GPU (CUB's radix sort of
+// the pairs (id, position), which is stable, so each id's positions stay ascending), and one
+// thread per (run of equal ids, channel) adds that id's dout rows in token order. That is the
+// order the CPU backend adds them in, so dwte gets the same bits on both backends. No copy to
+// the host: the backward pass never waits here.
+//   sorted_id[N], sorted_pos[N]: the pairs sorted by id; a run starts at j when j == 0 or
+//   sorted_id[j] != sorted_id[j - 1]. Grid (N, C / 128): blocks inside a run return at once.
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* sorted_id,
+                                              const int* sorted_pos, int N, int C) {
+    int j = blockIdx.x;   // sorted positions on x (up to 2^31 - 1 blocks), channels on y
     int c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (u >= U || c >= C) return;
-    const int* ids = grouped;
-    const int* start = grouped + U;
-    const int* order = grouped + 2 * U + 1;
-    float* row = dwte + (size_t)ids[u] * C;
+    if (j >= N || c >= C) return;
+    const int id = sorted_id[j];
+    if (j > 0 && sorted_id[j - 1] == id) return;   // not the start of a run
+    float* row = dwte + (size_t)id * C;
     float acc = row[c];
-    for (int j = start[u]; j < start[u + 1]; j++) acc += dout[(size_t)order[j] * C + c];
+    for (int r = j; r < N && sorted_id[r] == id; r++) acc += dout[(size_t)sorted_pos[r] * C + c];
     row[c] = acc;
 }
 
@@ -52,59 +51,32 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, in
     dwpe[i] = acc;
 }
 
-// host buffers of the grouping, grown on demand
-static int* emb_host_idx;
-static int* emb_host_grouped;
-static int* emb_host_count;
-static size_t emb_cap_n = 0, emb_cap_v = 0;
-
-static void* emb_realloc(void* p, size_t bytes) {
-    void* q = realloc(p, bytes ? bytes : 1);
-    if (!q) { fprintf(stderr, "error: out of host memory (%zu bytes) in the embedding backward\n", bytes); exit(1); }
-    return q;
+__global__ void embedding_iota_kernel(int* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i;
 }
 
 void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx,
                             int B, int T, int C) {
     const int N = B * T;
-    if ((size_t)N > emb_cap_n) {
-        emb_cap_n = N;
-        emb_host_idx = (int*)emb_realloc(emb_host_idx, (size_t)N * sizeof(int));
-        emb_host_grouped = (int*)emb_realloc(emb_host_grouped, (size_t)(3 * N + 1) * sizeof(int));
-    }
-    ops_to_host(emb_host_idx, idx, (size_t)N * sizeof(int));
-    int vmax = 0;
-    for (int n = 0; n < N; n++) if (emb_host_idx[n] > vmax) vmax = emb_host_idx[n];
-    if ((size_t)vmax + 2 > emb_cap_v) {
-        emb_cap_v = (size_t)vmax + 2;
-        emb_host_count = (int*)emb_realloc(emb_host_count, emb_cap_v * sizeof(int));
-    }
-    // stable counting sort: count[v] = rows with id v, then the distinct ids in increasing order
-    memset(emb_host_count, 0, ((size_t)vmax + 2) * sizeof(int));
-    for (int n = 0; n < N; n++) emb_host_count[emb_host_idx[n]]++;
-    int U = 0;
-    for (int v = 0; v <= vmax; v++) U += emb_host_count[v] > 0;
-    int* ids = emb_host_grouped;
-    int* start = ids + U;
-    int* order = start + U + 1;
-    int u = 0, pos = 0;
-    for (int v = 0; v <= vmax; v++) {
-        int cnt = emb_host_count[v];
-        if (!cnt) continue;
-        ids[u] = v;
-        start[u] = pos;
-        emb_host_count[v] = pos;   // now: the next free slot of id v
-        pos += cnt;
-        u++;
-    }
-    start[U] = N;
-    for (int n = 0; n < N; n++) order[emb_host_count[emb_host_idx[n]]++] = n;   // n ascending: stable
-
-    size_t gbytes = (size_t)(2 * U + 1 + N) * sizeof(int);
-    int* grouped = (int*)cuda_scratch(CUDA_SCRATCH_EMB, gbytes);
-    ops_from_host(grouped, emb_host_grouped, gbytes);
-    dim3 grid(U, cuda_blocks(C, 128));
-    embedding_backward_wte_kernel<<<grid, 128, 0, cuda_stream>>>(dwte, dout, grouped, U, N, C);
+    if (N <= 0) return;
+    // scratch: positions [N] | sorted ids [N] | sorted positions [N] | CUB's temporary storage
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, idx, (int*)NULL, (const int*)NULL, (int*)NULL, N, 0,
+                                               32, cuda_stream));
+    const size_t ints = 3 * (size_t)N;
+    const size_t off = (ints * sizeof(int) + 255) / 256 * 256;
+    char* scratch = (char*)cuda_scratch(CUDA_SCRATCH_EMB, off + temp_bytes);
+    int* pos = (int*)scratch;
+    int* sorted_id = pos + N;
+    int* sorted_pos = sorted_id + N;
+    embedding_iota_kernel<<<cuda_blocks((size_t)N, 256), 256, 0, cuda_stream>>>(pos, N);
+    CUDA_LAUNCH_CHECK("embedding_iota_kernel");
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch + off, temp_bytes, idx, sorted_id, pos, sorted_pos, N, 0, 32,
+                                               cuda_stream));
+    CUDA_LAUNCH_CHECK("cub::DeviceRadixSort::SortPairs");
+    dim3 grid(N, cuda_blocks(C, 128));
+    embedding_backward_wte_kernel<<<grid, 128, 0, cuda_stream>>>(dwte, dout, sorted_id, sorted_pos, N, C);
     CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
     if (dwpe) {
         size_t n = (size_t)T * C;
