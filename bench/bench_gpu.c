@@ -17,7 +17,9 @@
 // (the target, reached once the bf16 path exists); the gate's overhead = step time over
 // the same shape's ungated step time, minus 1; memory = the peak of the backend's allocations
 // during the config and the device's used memory after it (CUDA context and cuBLAS included).
-// The table goes to stdout last; --tsv appends one line per config for scripts.
+// The table goes to stdout last; --tsv appends one line per config for scripts. With
+// GATEDGPT_CUDA_PROFILE=1 each config also prints a per-op time table of its timed steps (the
+// device is synchronised around every op then, so those step times are not the benchmark's).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +108,7 @@ static void run_config(Result* r, const Shape* s, int gate, int warmup, int step
     for (int i = 0; i < N; i++) tg[i] = in[(i + 1) % N];
     double* ms = malloc((size_t)(steps > 0 ? steps : 1) * sizeof(double));
     for (int step = 0; step < warmup + steps; step++) {
+        if (step == warmup) cuda_profile_reset();   // GATEDGPT_CUDA_PROFILE=1: the timed steps only
         cuda_sync();
         double a = now_s();
         gpt_zero_grad(&m);
@@ -120,6 +123,12 @@ static void run_config(Result* r, const Shape* s, int gate, int warmup, int step
         if (step >= warmup) ms[step - warmup] = dt;
         fprintf(stderr, "  %s step %d%s: %.2f ms, loss %.4f, grad norm %.3f\n", r->name, step + 1,
                 step < warmup ? " (warm-up)" : "", dt, loss, norm);
+    }
+    if (cuda_profile_enabled()) {
+        char title[160];
+        snprintf(title, sizeof title, "%s, %d timed steps (median step %.2f ms with the syncs)", r->name, steps,
+                 steps > 0 ? ms[steps / 2] : 0.0);
+        cuda_profile_print(title);
     }
     qsort(ms, (size_t)steps, sizeof(double), cmp_double);
     r->med_ms = ms[steps / 2];

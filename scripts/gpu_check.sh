@@ -126,6 +126,13 @@ main() {
     fi
     # the target numerics first: bf16 tensor-core GEMMs + the tensor-core flash attention
     GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
+    # where the time of that step goes, op by op (the device synchronised around every op)
+    if [ "$(left)" -gt 90 ]; then
+        GATEDGPT_CUDA_BF16_GEMM=1 GATEDGPT_CUDA_PROFILE=1 timeout 60 "$bench" --steps 2 --warmup 1 --gates elementwise \
+            --shape gpt2_124m_profile "${G2[@]}" --set train.attn_impl=flash 2>/dev/null | grep -A 60 "^per-op profile" \
+            > "$OUTDIR/profile.txt" || say "per-op profile: failed or out of time"
+        cat "$OUTDIR/profile.txt"
+    fi
     # cuDNN's attention as the reference for the attention kernel (the gate is a separate pass there)
     if "$build/tests/test_gpu_ops" --has-cudnn; then
         GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_cudnn 60 5 "${G2[@]}" --set train.attn_impl=cudnn

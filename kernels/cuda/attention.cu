@@ -126,6 +126,7 @@ __global__ void attn_prep_forward_kernel(float* q, float* k, float* v, float* qk
 
 void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attn_prep_forward");
     AttnDims d = attn_dims(s);
     const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
@@ -236,6 +237,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                             const float* dk, const float* dv, const float* qkv,
                             const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
                             const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attn_prep_backward");
     AttnDims d = attn_dims(s);
     const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
@@ -618,6 +620,7 @@ __global__ void attention_gate_apply_kernel(float* yg, const float* y, const flo
 
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attention_forward");
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     if (s->impl == OPS_ATTN_CUDNN) {
@@ -662,6 +665,7 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                             const float* dyg, const float* q, const float* k, const float* v,
                             const float* y, const float* lse, const float* qkv,
                             const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attention_backward");
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     const float scale = 1.0f / sqrtf((float)s->hd);

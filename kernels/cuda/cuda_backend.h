@@ -50,6 +50,13 @@ void cuda_set_moe_gemm(int mode);
 enum { CUDA_FLASH_MMA = 0, CUDA_FLASH_WMMA = 1 };
 int cuda_flash_kernel(void);
 void cuda_set_flash_kernel(int which);
+// Per-op profile (environment GATEDGPT_CUDA_PROFILE=1 at ops_init): every op synchronises the
+// device before and after itself and adds its wall time to a table (so the step gets slower:
+// a diagnostic, not a benchmark). reset empties the table; print writes it to stdout, largest
+// first, with each op's share of the total; enabled says whether profiling is on.
+int cuda_profile_enabled(void);
+void cuda_profile_reset(void);
+void cuda_profile_print(const char* title);
 // e.g. "NVIDIA H200"
 const char* cuda_device_name(void);
 

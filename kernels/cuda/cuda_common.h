@@ -48,6 +48,19 @@ enum {
 };
 void* cuda_scratch(int slot, size_t bytes);
 
+// ---- per-op profile (memory.cu; GATEDGPT_CUDA_PROFILE=1) ------------------------------------
+// CUDA_OP_TIMER("name") at the top of an op: with profiling on, the device is synchronised
+// before and after the op and the wall time is added to the op's row (nested ops count in the
+// outermost one only). Off (the default) it costs one branch. cuda_profile_print shows the table.
+struct CudaOpTimer {
+    const char* name;
+    double t0;
+    int active;
+    explicit CudaOpTimer(const char* op);
+    ~CudaOpTimer();
+};
+#define CUDA_OP_TIMER(name) CudaOpTimer cuda_op_timer_(name)
+
 // ---- GEMM (matmul.cu) -----------------------------------------------------------------------
 // cuBLASLt, column-major: D[m, n] (leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D, op =
 // transpose when ta / tb; A stored (ta ? k x m : m x k) with leading dim lda, B likewise.

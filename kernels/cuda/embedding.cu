@@ -15,6 +15,7 @@ __global__ void embedding_forward_kernel(float* out, const int* idx, const float
 
 void ops_embedding_forward(float* out, const int* idx, const float* wte, const float* wpe,
                            int B, int T, int C) {
+    CUDA_OP_TIMER("ops_embedding_forward");
     size_t n = (size_t)B * T * C;
     embedding_forward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, idx, wte, wpe, B * T, T, C);
     CUDA_LAUNCH_CHECK("embedding_forward_kernel");
@@ -58,6 +59,7 @@ __global__ void embedding_iota_kernel(int* x, int n) {
 
 void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx,
                             int B, int T, int C) {
+    CUDA_OP_TIMER("ops_embedding_backward");
     const int N = B * T;
     if (N <= 0) return;
     // scratch: positions [N] | sorted ids [N] | sorted positions [N] | CUB's temporary storage

@@ -151,6 +151,7 @@ void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, con
 //   column-major: out^T[OC,N] = (w as C x OC)^T (inp as C x N)
 void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
                         int accumulate) {
+    CUDA_OP_TIMER("ops_matmul_forward");
     cuda_gemm(1, 0, OC, N, C, w, C, inp, C, out, OC, accumulate ? 1.0f : 0.0f);
 }
 
@@ -158,6 +159,7 @@ void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int
 // dw[OC,C] += dout^T @ inp:           dw^T[C,OC] += (inp as C x N) (dout as OC x N)^T
 void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                          const float* w, int N, int C, int OC) {
+    CUDA_OP_TIMER("ops_matmul_backward");
     if (dinp) cuda_gemm(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f);
     cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
 }

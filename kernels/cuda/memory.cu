@@ -2,10 +2,12 @@
 // scratch buffers and the peak FLOP/s table.
 #include "cuda_common.h"
 #include <string.h>
+#include <time.h>
 
 cudaStream_t cuda_stream = 0;
 static int cuda_dev = -1;
 static int cuda_sync_each = 0;     // GATEDGPT_CUDA_SYNC=1: synchronise after every launch
+static int cuda_profiling = 0;     // GATEDGPT_CUDA_PROFILE=1: per-op wall times (CudaOpTimer)
 static int cuda_math = CUDA_MATH_FP32;   // GEMM inputs: fp32, or rounded to TF32 / bf16 (environment)
 static char cuda_name[512];
 static cudaDeviceProp cuda_prop;
@@ -102,6 +104,7 @@ void ops_init(int threads) {
     CUDA_CHECK(cudaSetDevice(cuda_dev));
     CUDA_CHECK(cudaGetDeviceProperties(&cuda_prop, cuda_dev));
     cuda_sync_each = env_flag("GATEDGPT_CUDA_SYNC");
+    cuda_profiling = env_flag("GATEDGPT_CUDA_PROFILE");
     // GATEDGPT_CUDA_BF16_GEMM=1 wins over GATEDGPT_CUDA_TF32=1
     cuda_math = env_flag("GATEDGPT_CUDA_BF16_GEMM") ? CUDA_MATH_BF16 : env_flag("GATEDGPT_CUDA_TF32") ? CUDA_MATH_TF32 : CUDA_MATH_FP32;
     cuda_matmul_init(cuda_math);
@@ -158,16 +161,22 @@ static void cuda_release(void* p) {
 
 void* ops_malloc(size_t bytes) { return cuda_alloc_zeroed(bytes); }
 void ops_free(void* p) { cuda_release(p); }
-void ops_zero(float* x, size_t n) { CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream)); }
+void ops_zero(float* x, size_t n) {
+    CUDA_OP_TIMER("ops_zero");
+    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
+}
 void ops_copy(float* dst, const float* src, size_t n) {
+    CUDA_OP_TIMER("ops_copy");
     if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 }
 // Synchronous both ways: to_host returns with the data there; from_host may be given a host
 // buffer that the caller frees right after.
 void ops_to_host(void* dst, const void* src, size_t bytes) {
+    CUDA_OP_TIMER("ops_to_host");
     if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 void ops_from_host(void* dst, const void* src, size_t bytes) {
+    CUDA_OP_TIMER("ops_from_host");
     if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
@@ -231,4 +240,64 @@ double ops_peak_flops(void) {
 double cuda_peak_flops_bf16(void) {
     const CudaPeak* p = cuda_peak_entry();
     return p ? p->bf16 : 16.0 * cuda_peak_estimate_fp32();
+}
+
+// ---- per-op profile -------------------------------------------------------------------------
+// Rows keyed by the op's name pointer (a string literal per op), in first-seen order.
+#define CUDA_PROF_ROWS 96
+static struct { const char* name; double seconds; long calls; } cuda_prof[CUDA_PROF_ROWS];
+static int cuda_prof_rows = 0, cuda_prof_depth = 0;
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+CudaOpTimer::CudaOpTimer(const char* op) : name(op), t0(0.0), active(0) {
+    if (!cuda_profiling) return;
+    if (cuda_prof_depth++ > 0) return;   // inside another op: that one counts the time
+    CUDA_CHECK(cudaDeviceSynchronize());
+    t0 = prof_now();
+    active = 1;
+}
+
+CudaOpTimer::~CudaOpTimer() {
+    if (!cuda_profiling) return;
+    cuda_prof_depth--;
+    if (!active) return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    double dt = prof_now() - t0;
+    int i = 0;
+    while (i < cuda_prof_rows && cuda_prof[i].name != name) i++;
+    if (i == cuda_prof_rows) {
+        if (cuda_prof_rows == CUDA_PROF_ROWS) return;
+        cuda_prof[cuda_prof_rows].name = name;
+        cuda_prof[cuda_prof_rows].seconds = 0.0;
+        cuda_prof[cuda_prof_rows].calls = 0;
+        cuda_prof_rows++;
+    }
+    cuda_prof[i].seconds += dt;
+    cuda_prof[i].calls++;
+}
+
+int cuda_profile_enabled(void) { return cuda_profiling; }
+void cuda_profile_reset(void) { cuda_prof_rows = 0; }
+
+void cuda_profile_print(const char* title) {
+    if (!cuda_profiling) return;
+    double total = 0.0;
+    int order[CUDA_PROF_ROWS];
+    for (int i = 0; i < cuda_prof_rows; i++) { total += cuda_prof[i].seconds; order[i] = i; }
+    for (int i = 1; i < cuda_prof_rows; i++)   // insertion sort, largest time first
+        for (int j = i; j > 0 && cuda_prof[order[j]].seconds > cuda_prof[order[j - 1]].seconds; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    printf("per-op profile: %s (device synchronised around every op; %.3f ms in ops)\n", title, total * 1e3);
+    printf("  %-34s %8s %12s %10s %7s\n", "op", "calls", "total ms", "ms/call", "share");
+    for (int r = 0; r < cuda_prof_rows; r++) {
+        int i = order[r];
+        printf("  %-34s %8ld %12.3f %10.4f %6.1f%%\n", cuda_prof[i].name, cuda_prof[i].calls, cuda_prof[i].seconds * 1e3,
+               cuda_prof[i].seconds * 1e3 / (double)cuda_prof[i].calls, total > 0 ? 100.0 * cuda_prof[i].seconds / total : 0.0);
+    }
 }

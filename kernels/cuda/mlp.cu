@@ -23,10 +23,12 @@ __global__ void swiglu_backward_kernel(float* dgu, const float* dh, const float*
 }
 
 void ops_swiglu_forward(float* h, const float* gu, int N, int F) {
+    CUDA_OP_TIMER("ops_swiglu_forward");
     swiglu_forward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream>>>(h, gu, N, F);
     CUDA_LAUNCH_CHECK("swiglu_forward_kernel");
 }
 void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, int F) {
+    CUDA_OP_TIMER("ops_swiglu_backward");
     swiglu_backward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream>>>(dgu, dh, gu, N, F);
     CUDA_LAUNCH_CHECK("swiglu_backward_kernel");
 }
@@ -50,10 +52,12 @@ __global__ void gelu_backward_kernel(float* dinp, const float* dout, const float
 }
 
 void ops_gelu_forward(float* out, const float* inp, size_t n) {
+    CUDA_OP_TIMER("ops_gelu_forward");
     gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, inp, n);
     CUDA_LAUNCH_CHECK("gelu_forward_kernel");
 }
 void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    CUDA_OP_TIMER("ops_gelu_backward");
     gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(dinp, dout, inp, n);
     CUDA_LAUNCH_CHECK("gelu_backward_kernel");
 }

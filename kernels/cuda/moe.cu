@@ -19,6 +19,7 @@ __global__ static void accumulate_kernel(float* y, const float* x, size_t n) {
 }
 
 extern "C" void ops_accumulate(float* y, const float* x, size_t n) {
+    CUDA_OP_TIMER("ops_accumulate");
     if (n == 0) return;
     accumulate_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(y, x, n);
     CUDA_LAUNCH_CHECK("accumulate_kernel");
@@ -70,6 +71,7 @@ __global__ static void router_forward_kernel(float* probs, int* topk_idx, float*
 
 extern "C" void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
                                        const float* logits, int N, int E, int k, OpsRouter kind) {
+    CUDA_OP_TIMER("ops_moe_router_forward");
     if (N <= 0) return;
     router_forward_kernel<<<cuda_blocks((size_t)N, 128), 128, 0, cuda_stream>>>(probs, topk_idx, topk_w, lse,
                                                                                 logits, N, E, k, (int)kind);
@@ -124,6 +126,7 @@ extern "C" void ops_moe_router_backward(float* dlogits, const float* dtopk_w, co
                                         const float* probs, const int* topk_idx, const float* topk_w,
                                         const float* lse, const float* aux_grad, float z_grad, int N, int E,
                                         int k, OpsRouter kind) {
+    CUDA_OP_TIMER("ops_moe_router_backward");
     if (N <= 0) return;
     router_backward_kernel<<<cuda_blocks((size_t)N, 128), 128, 0, cuda_stream>>>(
         dlogits, dtopk_w, logits, probs, topk_idx, topk_w, lse, aux_grad, z_grad, N, E, k, (int)kind);
@@ -166,6 +169,7 @@ __global__ static void router_token_stats_kernel(double* part, const float* prob
 
 extern "C" void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,
                                      const float* lse, int N, int E) {
+    CUDA_OP_TIMER("ops_moe_router_stats");
     if (E <= 0) return;
     double* dev = (double*)cuda_scratch(CUDA_SCRATCH_MOE, ((size_t)E + 2 * MOE_STAT_BLOCKS) * sizeof(double));
     double* part = dev + E;
@@ -245,6 +249,7 @@ __global__ static void __launch_bounds__(MOE_PLAN_THREADS) plan_place_kernel(int
 
 extern "C" void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
                                       const int* topk_idx, int N, int E, int k, int capacity) {
+    CUDA_OP_TIMER("ops_moe_dispatch_plan");
     const int S = N * k;
     if (E <= 0) return;
     plan_count_kernel<<<E, MOE_PLAN_THREADS, 0, cuda_stream>>>(counts, topk_idx, S);
@@ -266,6 +271,7 @@ __global__ static void gather_kernel(float* xp, const float* x, const int* row_s
 }
 
 extern "C" void ops_moe_gather(float* xp, const float* x, const int* row_slot, int R, int k, int C) {
+    CUDA_OP_TIMER("ops_moe_gather");
     if (R <= 0) return;
     gather_kernel<<<cuda_blocks((size_t)R * C, 256), 256, 0, cuda_stream>>>(xp, x, row_slot, R, k, C);
     CUDA_LAUNCH_CHECK("gather_kernel");
@@ -285,6 +291,7 @@ __global__ static void gather_backward_kernel(float* dx, const float* dxp, const
 }
 
 extern "C" void ops_moe_gather_backward(float* dx, const float* dxp, const int* slot_row, int N, int k, int C) {
+    CUDA_OP_TIMER("ops_moe_gather_backward");
     if (N <= 0) return;
     gather_backward_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(dx, dxp, slot_row, N, k, C);
     CUDA_LAUNCH_CHECK("gather_backward_kernel");
@@ -305,6 +312,7 @@ __global__ static void combine_kernel(float* out, const float* yp, const float* 
 
 extern "C" void ops_moe_combine(float* out, const float* yp, const float* topk_w, const int* slot_row, int N,
                                 int k, int C) {
+    CUDA_OP_TIMER("ops_moe_combine");
     if (N <= 0) return;
     combine_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, yp, topk_w, slot_row, N, k, C);
     CUDA_LAUNCH_CHECK("combine_kernel");
@@ -335,6 +343,7 @@ __global__ static void combine_backward_kernel(float* dyp, float* dtopk_w, const
 
 extern "C" void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float* dout, const float* yp,
                                          const float* topk_w, const int* slot_row, int N, int k, int C) {
+    CUDA_OP_TIMER("ops_moe_combine_backward");
     size_t S = (size_t)N * k;
     if (S == 0) return;
     combine_backward_kernel<<<cuda_blocks(S, 8), 256, 0, cuda_stream>>>(dyp, dtopk_w, dout, yp, topk_w, slot_row,
@@ -455,6 +464,7 @@ static GroupedCall grouped_call;
 
 extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
                                            int G, int C, int OC) {
+    CUDA_OP_TIMER("ops_grouped_matmul_forward");
     const int* off = host_offsets(offsets, G);
     const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
     if (grouped) grouped_reserve(&grouped_call, G);
@@ -474,6 +484,7 @@ extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const f
 
 extern "C" void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                             const float* w, const int* offsets, int G, int C, int OC) {
+    CUDA_OP_TIMER("ops_grouped_matmul_backward");
     const int* off = host_offsets(offsets, G);
     const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
     if (grouped) grouped_reserve(&grouped_call, G);
@@ -509,6 +520,7 @@ __global__ static void sigmoid_gate_add_kernel(float* out, const float* y, const
 }
 
 extern "C" void ops_sigmoid_gate_add_forward(float* out, const float* y, const float* z, int N, int C) {
+    CUDA_OP_TIMER("ops_sigmoid_gate_add_forward");
     if (N <= 0) return;
     sigmoid_gate_add_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, y, z, N, C);
     CUDA_LAUNCH_CHECK("sigmoid_gate_add_kernel");
@@ -533,6 +545,7 @@ __global__ static void sigmoid_gate_add_backward_kernel(float* dy, float* dz, co
 
 extern "C" void ops_sigmoid_gate_add_backward(float* dy, float* dz, const float* dout, const float* y,
                                               const float* z, int N, int C) {
+    CUDA_OP_TIMER("ops_sigmoid_gate_add_backward");
     if (N <= 0) return;
     sigmoid_gate_add_backward_kernel<<<cuda_blocks((size_t)N, 8), 256, 0, cuda_stream>>>(dy, dz, dout, y, z, N, C);
     CUDA_LAUNCH_CHECK("sigmoid_gate_add_backward_kernel");

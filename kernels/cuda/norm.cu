@@ -33,6 +33,7 @@ __global__ void norm_forward_kernel(float* out, float* mean, float* rstd, const 
 
 void ops_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                       const float* b, int N, int C, float eps, OpsNormKind kind) {
+    CUDA_OP_TIMER("ops_norm_forward");
     const int threads = 256;   // 8 rows per block
     norm_forward_kernel<<<cuda_blocks((size_t)N * 32, threads), threads, 0, cuda_stream>>>(
         out, kind == OPS_LAYERNORM ? mean : NULL, rstd, inp, w, b, N, C, eps, kind == OPS_LAYERNORM);
@@ -96,6 +97,7 @@ __global__ void norm_reduce_blocks_kernel(float* out, const float* partial, int 
 void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                        const float* w, const float* mean, const float* rstd, int N, int C,
                        OpsNormKind kind) {
+    CUDA_OP_TIMER("ops_norm_backward");
     const int ln = kind == OPS_LAYERNORM;
     norm_backward_dx_kernel<<<cuda_blocks((size_t)N * 32, 256), 256, 0, cuda_stream>>>(
         dinp, dout, inp, w, ln ? mean : NULL, rstd, N, C, ln);

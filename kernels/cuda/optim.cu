@@ -16,6 +16,7 @@ __global__ void sumsq_chunks_kernel(double* part, const float* x, size_t n) {
 }
 
 void ops_sumsq_chunks(double* part, const float* x, size_t n) {
+    CUDA_OP_TIMER("ops_sumsq_chunks");
     size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (nc == 0) return;
     double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, nc * sizeof(double));
@@ -25,6 +26,7 @@ void ops_sumsq_chunks(double* part, const float* x, size_t n) {
 }
 
 double ops_sumsq(const float* x, size_t n) {
+    CUDA_OP_TIMER("ops_sumsq");
     size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     double* part = (double*)malloc((nc ? nc : 1) * sizeof(double));
     if (!part) { fprintf(stderr, "error: out of host memory in ops_sumsq\n"); exit(1); }
@@ -52,6 +54,7 @@ __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, si
 
 void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float lr, float b1,
                float b2, float eps, float wd, float grad_scale, int t) {
+    CUDA_OP_TIMER("ops_adamw");
     if (n == 0) return;
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     float decay = 1.0f - lr * wd;

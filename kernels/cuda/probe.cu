@@ -41,6 +41,7 @@ __global__ void probe_sum_rows_kernel(double* out, const double* vals, size_t n)
 
 void ops_attn_first_token(float* head_mean, const float* q, const float* k, const float* lse,
                           const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attn_first_token");
     const int B = s->B, T = s->T, H = s->H;
     if (T <= 1) { for (int h = 0; h < H; h++) head_mean[h] = 0.0f; return; }
     size_t per_h = (size_t)B * (T - 1);
@@ -87,6 +88,7 @@ __global__ void probe_gate_kernel(ProbeGatePart* part, const float* qkv, int N, 
 
 void ops_gate_stats(const float* qkv, const OpsAttnShape* s, double* sum, long* count,
                     long* hist) {
+    CUDA_OP_TIMER("ops_gate_stats");
     const int N = s->B * s->T, QKVG = ops_attn_qkv_cols(s), G = ops_attn_gate_cols(s);
     memset(hist, 0, 10 * sizeof(long));
     *sum = 0.0;
@@ -140,6 +142,7 @@ __global__ void probe_absmax_kernel(ProbeMax* part, const float* x, const float*
 }
 
 void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos) {
+    CUDA_OP_TIMER("ops_absmax");
     ProbeMax* dpart = (ProbeMax*)cuda_scratch(CUDA_SCRATCH_REDUCE, PROBE_BLOCKS * sizeof(ProbeMax));
     probe_absmax_kernel<<<PROBE_BLOCKS, PROBE_THREADS, 0, cuda_stream>>>(dpart, x, base, (size_t)N * C);
     CUDA_LAUNCH_CHECK("probe_absmax_kernel");
@@ -175,6 +178,7 @@ __global__ void probe_radix_hist_kernel(unsigned int* part, const float* x, cons
 }
 
 float ops_abs_median(const float* x, const float* base, int N, int C) {
+    CUDA_OP_TIMER("ops_abs_median");
     size_t n = (size_t)N * C;
     if (n == 0) return 0.0f;
     unsigned int* dpart = (unsigned int*)cuda_scratch(CUDA_SCRATCH_REDUCE, (size_t)PROBE_BLOCKS * 256 * sizeof(unsigned int));

@@ -45,12 +45,14 @@ __global__ void xent_backward_kernel(float* dlogits, const float* logits, const 
 
 void ops_xent_forward(float* losses, float* lse, const float* logits, const int* targets, int N,
                       int V, int Vp) {
+    CUDA_OP_TIMER("ops_xent_forward");
     xent_forward_kernel<<<N, XENT_THREADS, 0, cuda_stream>>>(losses, lse, logits, targets, V, Vp);
     CUDA_LAUNCH_CHECK("xent_forward_kernel");
 }
 
 void ops_xent_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
                        float dloss, int N, int V, int Vp) {
+    CUDA_OP_TIMER("ops_xent_backward");
     xent_backward_kernel<<<N, XENT_THREADS, 0, cuda_stream>>>(dlogits, logits, lse, targets, dloss, V, Vp);
     CUDA_LAUNCH_CHECK("xent_backward_kernel");
 }
