@@ -258,6 +258,13 @@ static int train_main(Comm* comm, int argc, char** argv);
 // MoE: the load-balancing loss's expert counts over every process (GPT.moe_reduce)
 static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
 
+// GPT.grads_ready on the last micro-step: a finished layer's gradients go to the reduction now
+typedef struct { Dist* dist; float* grads; } GradsReady;
+static void grads_ready(void* ctx, size_t lo, size_t hi) {
+    GradsReady* g = (GradsReady*)ctx;
+    dist_reduce_range(g->dist, g->grads, lo, hi);
+}
+
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -437,8 +444,9 @@ static int train_main(Comm* comm, int argc, char** argv) {
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            B, T, grad_accum, P, tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
     if (P > 1)
-        printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process\n",
-               comm_name(comm), dist.zero_stage, dist.hi - dist.lo, model.table.total);
+        printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
+               comm_name(comm), dist.zero_stage, dist.hi - dist.lo, model.table.total,
+               dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
     fflush(stdout);
 
     int* in = malloc((size_t)B * T * sizeof(int));
@@ -514,10 +522,17 @@ static int train_main(Comm* comm, int argc, char** argv) {
         double loss = 0.0;
         model.moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
         model.moe_reduce_ctx = comm;
+        GradsReady gr = {&dist, model.grads};
         for (int micro = 0; micro < grad_accum; micro++) {
             if (dataloader_next(&train_dl, in, tg) != 0) return 1;
             loss += gpt_forward(&model, in, tg) / grad_accum;
+            // the last micro-step finishes each layer's gradients: reduce them while the rest of
+            // the backward runs (dist.overlap: NCCL, or GATEDGPT_DIST_OVERLAP=1)
+            const int last = micro == grad_accum - 1 && P > 1 && dist.overlap;
+            model.grads_ready = last ? grads_ready : NULL;
+            model.grads_ready_ctx = &gr;
             gpt_backward(&model, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
+            model.grads_ready = NULL;
         }
         model.moe_reduce = NULL;
         // the global batch: gradients summed over ranks, the loss averaged

@@ -23,6 +23,23 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
     free(host);
     weights_bind(&m->w, m->params, &m->table, cfg);
     weights_bind(&m->g, m->grads, &m->table, cfg);
+    // each layer's range of the arena (its tensors are named h.L.*), for gpt_backward's
+    // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing
+    m->layer_lo = calloc((size_t)cfg->n_layer, sizeof(size_t));
+    m->layer_hi = calloc((size_t)cfg->n_layer, sizeof(size_t));
+    for (int l = 0; l < cfg->n_layer; l++) {
+        char prefix[24];
+        int plen = snprintf(prefix, sizeof prefix, "h.%d.", l);
+        size_t lo = (size_t)-1, hi = 0, sum = 0;
+        for (int i = 0; i < m->table.n; i++) {
+            const ParamInfo* p = &m->table.p[i];
+            if (strncmp(p->name, prefix, (size_t)plen) != 0) continue;
+            if (p->offset < lo) lo = p->offset;
+            if (p->offset + p->numel > hi) hi = p->offset + p->numel;
+            sum += p->numel;
+        }
+        if (sum > 0 && hi - lo == sum) { m->layer_lo[l] = lo; m->layer_hi[l] = hi; }
+    }
     m->moe_stats = calloc((size_t)cfg->n_layer, sizeof(MoeStats));
     for (int l = 0; l < cfg->n_layer; l++)
         moe_stats_init(&m->moe_stats[l], config_layer_is_moe(cfg, l) ? cfg->moe.n_expert : 0);
@@ -120,6 +137,7 @@ void gpt_free(GPT* m) {
     free(m->res); free(m->layer);
     if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
     free(m->moe_stats);
+    free(m->layer_lo); free(m->layer_hi);
     weights_free(&m->w); weights_free(&m->g);
     param_table_free(&m->table);
     memset(m, 0, sizeof(*m));
@@ -221,6 +239,9 @@ void gpt_backward(GPT* m, float dloss) {
         ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, w->wqkv, N, d, QKVG);
         ops_norm_backward(m->dres, g->ln1_w, g->ln1_b, m->dnorm, a->res_in, w->ln1_w, a->ln1_mean,
                           a->ln1_rstd, N, d, nk);
+        // layer l's parameter gradients are complete (the rest of the pass does not touch them)
+        if (m->grads_ready && m->layer_hi[l] > m->layer_lo[l])
+            m->grads_ready(m->grads_ready_ctx, m->layer_lo[l], m->layer_hi[l]);
     }
     ops_embedding_backward(m->g.wte, m->g.wpe, m->dres, m->idx, B, T, d);
 }

@@ -86,6 +86,14 @@ typedef struct GPT {
     // around training micro-steps only (evaluation and probes run on one process).
     void (*moe_reduce)(void* ctx, double* x, int n);
     void* moe_reduce_ctx;
+    // Data parallelism: when set, gpt_backward calls it as soon as a layer's parameter gradients
+    // are complete, with that layer's floats [lo, hi) of the gradient arena, so their reduction
+    // over processes can run while the backward pass goes on (train/dist.h). The trainer sets it
+    // around the last micro-step of an optimizer step only.
+    void (*grads_ready)(void* ctx, size_t lo, size_t hi);
+    void* grads_ready_ctx;
+    size_t* layer_lo;    // [n_layer] the layer's parameters: floats [layer_lo, layer_hi) of the
+    size_t* layer_hi;    // arena (both 0 when they are not contiguous: never reported early)
 } GPT;
 
 // Build the parameter table and allocate params + grads (initialised from cfg and seed).

@@ -5,6 +5,7 @@
 #     tokens): step losses within 1e-5 relative, parameters after 20 steps within 1e-5 of each
 #     tensor's max (the measured figures are printed);
 #   - ZeRO-1 vs ZeRO-0 under 2 and 3 processes: the same losses and parameters, bit for bit;
+#   - the same with the gradients reduced layer by layer during the backward pass (overlap);
 #   - an MoE model (load-balancing loss on): 2 processes vs 1, the expert counts summed over
 #     processes;
 #   - a checkpoint written by 2 processes (ZeRO-1) resumes under 2 processes bit for bit;
@@ -55,6 +56,21 @@ for n in two three; do
     check "$n processes: ZeRO-1 model.bin == ZeRO-0, byte for byte" cmp -s "$(ck ${n}_z1 20)/model.bin" "$(ck $n 20)/model.bin"
 done
 check "ZeRO-1 writes one rank file per process" [ -f "$(ck three_z1 20)/rank_00002.bin" ]
+
+# gradients reduced layer by layer during the backward pass (what NCCL does; GATEDGPT_DIST_OVERLAP
+# forces it on MPI): every range reduced once, the rest at the end, so 3 processes still train
+# like 1, and ZeRO-1 like ZeRO-0 bit for bit
+GATEDGPT_DIST_OVERLAP=1 run three_ov 3
+GATEDGPT_DIST_OVERLAP=1 run three_ov_z1 3 --train.zero_stage=1
+check "overlap: says so" grep -q "gradients reduced layer by layer during the backward pass" "$TMP/three_ov.out"
+"$PY" tests/compare_ckpt.py losses "$TMP/three_ov/log.jsonl" "$TMP/one/log.jsonl" 1e-5 >"$TMP/ov.l.cmp"
+rc=$?
+check "overlap, 3 processes vs 1: $(cat "$TMP/ov.l.cmp")" [ $rc -eq 0 ]
+"$PY" tests/compare_ckpt.py params "$(ck three_ov 20)" "$(ck one 20)" 1e-5 >"$TMP/ov.p.cmp"
+rc=$?
+check "overlap, 3 processes vs 1 after 20 steps: $(cat "$TMP/ov.p.cmp")" [ $rc -eq 0 ]
+echo "overlap, 3 processes vs 1: $(cat "$TMP/ov.l.cmp"); $(cat "$TMP/ov.p.cmp")"
+check "overlap: ZeRO-1 model.bin == ZeRO-0, byte for byte" cmp -s "$(ck three_ov_z1 20)/model.bin" "$(ck three_ov 20)/model.bin"
 
 # MoE: the load-balancing loss's expert fractions are over the global batch, so 2 processes of
 # batch 4 train like 1 process of batch 8 (one micro-step each)

@@ -88,7 +88,8 @@ void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const
     wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < n->comm->size; r++)
-        NCCL_CHECK(ncclReduce(x + off[r], x + off[r], cnt[r], ncclFloat, ncclSum, r,
+        if (cnt[r] > 0)   // every rank skips the same empty pieces (sub-ranges of the arena)
+            NCCL_CHECK(ncclReduce(x + off[r], x + off[r], cnt[r], ncclFloat, ncclSum, r,
                               (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
     NCCL_CHECK(ncclGroupEnd());
 }
@@ -97,7 +98,8 @@ void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* 
     wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < n->comm->size; r++)
-        NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,
+        if (cnt[r] > 0)
+            NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,
                                  (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
     NCCL_CHECK(ncclGroupEnd());
 }

@@ -39,6 +39,8 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     }
     if (zero_stage == 1) { d->lo = d->off[c->rank]; d->hi = d->lo + d->cnt[c->rank]; }
     else { d->lo = 0; d->hi = total; }
+    const char* ov = getenv("GATEDGPT_DIST_OVERLAP");
+    d->overlap = ov && strcmp(ov, "1") == 0;
 #ifdef GATEDGPT_DEVICE_ARENAS
     const char* single = getenv("GATEDGPT_NCCL_SINGLE");
     if (c->size > 1 || (single && strcmp(single, "1") == 0)) {
@@ -51,6 +53,7 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
             return -1;
         }
         d->nccl = n;
+        d->overlap = 1;   // NCCL runs beside the backward pass: reduce each layer as it finishes
 #else
         fprintf(stderr, "error: rank %d: this CUDA build has no NCCL, which data parallelism on GPUs needs: install "
                 "NCCL (libnccl-dev) and rebuild, or run one process\n", c->rank);
@@ -62,6 +65,7 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
 }
 
 void dist_free(Dist* d) {
+    free(d->done);
 #ifdef GATEDGPT_NCCL
     if (d->nccl) { nccl_free((NcclComm*)d->nccl); free(d->nccl); }
 #endif
@@ -69,7 +73,76 @@ void dist_free(Dist* d) {
     memset(d, 0, sizeof(*d));
 }
 
+// The part of every rank's shard inside [lo, hi): per-rank offsets and counts that tile
+// [lo, hi) in rank order (ranks whose shard misses it get a count of 0).
+static void sub_shards(const Dist* d, size_t lo, size_t hi, size_t* off, size_t* cnt) {
+    for (int r = 0; r < d->comm->size; r++) {
+        size_t a = d->off[r], b = d->off[r] + d->cnt[r];
+        a = a < lo ? lo : a > hi ? hi : a;
+        b = b < lo ? lo : b > hi ? hi : b;
+        off[r] = a;
+        cnt[r] = b - a;
+    }
+}
+
+// reduce-scatter of grads[lo, hi) over the arena collective (NCCL: enqueued, no host wait)
+static void reduce_scatter_range(Dist* d, float* grads, size_t lo, size_t hi) {
+    if (hi <= lo) return;
+    size_t* off = malloc(2 * (size_t)d->comm->size * sizeof(size_t));
+    if (!off) { fprintf(stderr, "error: out of host memory (dist)\n"); exit(1); }
+    size_t* cnt = off + d->comm->size;
+    sub_shards(d, lo, hi, off, cnt);
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) nccl_reduce_scatter_sum_f32((NcclComm*)d->nccl, grads, off, cnt);
+    else
+#endif
+        comm_reduce_scatter_sum_f32(d->comm, grads, off, cnt);
+    free(off);
+}
+
+void dist_reduce_range(Dist* d, float* grads, size_t lo, size_t hi) {
+    if (!d->overlap || d->comm->size == 1 || hi <= lo) return;
+    if (d->ndone == d->done_cap) {
+        d->done_cap = d->done_cap ? 2 * d->done_cap : 64;
+        d->done = realloc(d->done, (size_t)d->done_cap * sizeof(*d->done));
+        if (!d->done) { fprintf(stderr, "error: out of host memory (dist)\n"); exit(1); }
+    }
+    d->done[d->ndone][0] = lo;
+    d->done[d->ndone][1] = hi;
+    d->ndone++;
+    reduce_scatter_range(d, grads, lo, hi);
+}
+
+static int cmp_range(const void* a, const void* b) {
+    size_t x = ((const size_t*)a)[0], y = ((const size_t*)b)[0];
+    return x < y ? -1 : x > y;
+}
+
 void dist_reduce_grads(Dist* d, float* grads) {
+    if (d->overlap && d->comm->size > 1) {
+        // what the backward did not hand over (embeddings, final norm, LM head, any layer that
+        // was not one block): the gaps between the reduced ranges, in arena order
+        qsort(d->done, (size_t)d->ndone, sizeof(*d->done), cmp_range);
+        size_t at = 0;
+        for (int i = 0; i < d->ndone; i++) {
+            reduce_scatter_range(d, grads, at, d->done[i][0]);
+            if (d->done[i][1] > at) at = d->done[i][1];
+        }
+        reduce_scatter_range(d, grads, at, d->total);
+        d->ndone = 0;
+#ifdef GATEDGPT_NCCL
+        if (d->nccl) {
+            NcclComm* n = (NcclComm*)d->nccl;
+            double t = n->seconds;
+            if (d->zero_stage == 0) nccl_allgather_f32(n, grads, d->off, d->cnt);
+            nccl_sync(n);   // the time the step waits for communication (what overlap did not hide)
+            d->comm->seconds += n->seconds - t;
+            return;
+        }
+#endif
+        if (d->zero_stage == 0) comm_allgather_f32(d->comm, grads, d->off, d->cnt);
+        return;
+    }
     // zero_stage 0 is the all-reduce taken as reduce-scatter + all-gather (what a ring
     // all-reduce does anyway): MPI's all-reduce may add the ranks' values in another order than
     // its reduce-scatter (it does with 3 ranks), and this way both stages sum every element

@@ -27,6 +27,14 @@ typedef struct {
     size_t nchunks;        // norm chunks over the arena
     double* part;          // [nchunks] host: per-chunk sums of squares
     void* nccl;            // NcclComm* when the arena collectives run on NCCL, else NULL
+    // Overlap: the gradients of a layer are reduce-scattered as soon as the backward pass has
+    // finished it (dist_reduce_range, from GPT.grads_ready), the rest in dist_reduce_grads. On
+    // NCCL the reductions run on their own stream while the backward goes on; on MPI they block
+    // (no gain: the cores run the backward), so MPI uses it only when GATEDGPT_DIST_OVERLAP=1
+    // (tests: the bucketed ranges must give the same training).
+    int overlap;
+    size_t (*done)[2];     // [ndone] ranges already reduced this step, in the order reduced
+    int ndone, done_cap;
 } Dist;
 
 // Returns 0, or -1 after printing why (a CUDA build without NCCL under mpirun; NCCL failing to
@@ -46,3 +54,8 @@ void dist_reduce_grads(Dist* d, float* grads);
 float dist_grad_norm(Dist* d, const float* grads);
 // ZeRO-1: every process's updated shard of params[total] to all processes (no-op for 0).
 void dist_gather_params(Dist* d, float* params);
+// Overlap (d->overlap, more than one process): reduce-scatter grads[lo, hi) now (each process
+// keeps the sum of its shard's part of it). Call after the last micro-step's backward has
+// finished those gradients; dist_reduce_grads then reduces only what no call covered. Every
+// process makes the same calls in the same order.
+void dist_reduce_range(Dist* d, float* grads, size_t lo, size_t hi);
