@@ -35,6 +35,18 @@ void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int
 void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
                          const float* w, int N, int C, int OC);
 
+// The GPT-2 MLP's GEMMs with the GELU (tanh approximation) fused where the backend can (CUDA:
+// cuBLASLt epilogues), so the activation costs no extra pass over memory:
+// pre[N,OC] (=) inp[N,C] @ w[OC,C]^T,  act[N,OC] (=) gelu(pre)
+//   (the same values as ops_matmul_forward + ops_gelu_forward)
+void ops_matmul_gelu_forward(float* pre, float* act, const float* inp, const float* w, int N, int C,
+                             int OC);
+// the backward of the GEMM that reads act (inp = act[N,C], C = the MLP width) through the GELU:
+// dpre[N,C] (=) (dout[N,OC] @ w[OC,C]) * gelu'(pre[N,C]);  dw[OC,C] += dout^T @ inp
+//   (the same values as ops_matmul_backward into dact + ops_gelu_backward)
+void ops_matmul_backward_gelu(float* dpre, float* dw, const float* dout, const float* inp,
+                              const float* w, const float* pre, int N, int C, int OC);
+
 // ---------------------------------------------------------------------------------------------
 // embeddings: out[B*T, C] = wte[idx] (+ wpe[t] when wpe != NULL)
 void ops_embedding_forward(float* out, const int* idx, const float* wte, const float* wpe,

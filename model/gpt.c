@@ -181,9 +181,12 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
             m->moe_loss += moe_forward(m, l, out);
             continue;
         }
-        ops_matmul_forward(a->mlp_pre, a->ln2, w->w_in, N, d, Fin, 0);
-        if (c->mlp == MLP_SWIGLU) ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
-        else ops_gelu_forward(a->mlp_act, a->mlp_pre, (size_t)N * F);
+        if (c->mlp == MLP_SWIGLU) {
+            ops_matmul_forward(a->mlp_pre, a->ln2, w->w_in, N, d, Fin, 0);
+            ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
+        } else {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA)
+            ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, w->w_in, N, d, F);
+        }
         ops_copy(out, a->res_mid, (size_t)N * d);
         ops_matmul_forward(out, a->mlp_act, w->w_out, N, F, d, 1);
     }
@@ -223,9 +226,12 @@ void gpt_backward(GPT* m, float dloss) {
         if (config_layer_is_moe(c, l)) {
             moe_backward(m, l, dloss);
         } else {
-            ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
-            if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
-            else ops_gelu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, (size_t)N * F);
+            if (c->mlp == MLP_SWIGLU) {
+                ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
+                ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
+            } else {   // GELU's derivative fused into the GEMM
+                ops_matmul_backward_gelu(m->dmlp_pre, g->w_out, m->dres, a->mlp_act, w->w_out, a->mlp_pre, N, F, d);
+            }
             ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, w->w_in, N, d, Fin);
         }
         ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,

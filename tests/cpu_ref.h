@@ -13,6 +13,8 @@ typedef struct {
     __typeof__(ops_init)* init;
     __typeof__(ops_matmul_forward)* matmul_forward;
     __typeof__(ops_matmul_backward)* matmul_backward;
+    __typeof__(ops_matmul_gelu_forward)* matmul_gelu_forward;
+    __typeof__(ops_matmul_backward_gelu)* matmul_backward_gelu;
     __typeof__(ops_embedding_forward)* embedding_forward;
     __typeof__(ops_embedding_backward)* embedding_backward;
     __typeof__(ops_norm_forward)* norm_forward;

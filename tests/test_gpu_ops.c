@@ -142,6 +142,34 @@ static void test_matmul(int N, int C, int OC) {
     ops_free(d_inp); ops_free(d_w); ops_free(d_dout); ops_free(d_out); ops_free(d_dinp); ops_free(d_dw);
 }
 
+// the GEMMs with GELU fused (cuBLASLt epilogues where it has them, the unfused ops elsewhere):
+// forward pre and act, backward dpre (=) and dw (+=)
+static void test_matmul_gelu(int N, int C, int OC) {
+    char nm[96];
+    float *inp = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 0.2);
+    float *rpre = hzeros((size_t)N * OC), *ract = hzeros((size_t)N * OC);
+    cpu_ref.matmul_gelu_forward(rpre, ract, inp, w, N, C, OC);
+    float *d_inp = dcopy(inp, (size_t)N * C), *d_w = dcopy(w, (size_t)OC * C);
+    float *d_pre = dpoison((size_t)N * OC), *d_act = dpoison((size_t)N * OC);
+    ops_matmul_gelu_forward(d_pre, d_act, d_inp, d_w, N, C, OC);
+    snprintf(nm, sizeof nm, "matmul + gelu forward N=%d C=%d OC=%d: pre", N, C, OC);
+    cmp(nm, d_pre, rpre, (size_t)N * OC, tol_gemm);
+    snprintf(nm, sizeof nm, "matmul + gelu forward: act");
+    cmp(nm, d_act, ract, (size_t)N * OC, tol_gemm);
+    // backward of the next GEMM through the GELU: here inp2 = act [N, OC] -> out [N, C]
+    float *dout = hrand((size_t)N * C, 1), *w2 = hrand((size_t)C * OC, 0.2), *dw0 = hrand((size_t)C * OC, 1);
+    float *rdpre = hzeros((size_t)N * OC), *rdw = hcopy(dw0, (size_t)C * OC);
+    cpu_ref.matmul_backward_gelu(rdpre, rdw, dout, ract, w2, rpre, N, OC, C);
+    float *d_dout = dcopy(dout, (size_t)N * C), *d_w2 = dcopy(w2, (size_t)C * OC), *d_dw = dcopy(dw0, (size_t)C * OC);
+    float *d_ract = dcopy(ract, (size_t)N * OC), *d_rpre = dcopy(rpre, (size_t)N * OC), *d_dpre = dpoison((size_t)N * OC);
+    ops_matmul_backward_gelu(d_dpre, d_dw, d_dout, d_ract, d_w2, d_rpre, N, OC, C);
+    cmp("matmul backward through gelu: dpre", d_dpre, rdpre, (size_t)N * OC, tol_gemm);
+    cmp("matmul backward through gelu: dw (+=)", d_dw, rdw, (size_t)C * OC, tol_gemm);
+    free(inp); free(w); free(rpre); free(ract); free(dout); free(w2); free(dw0); free(rdpre); free(rdw);
+    ops_free(d_inp); ops_free(d_w); ops_free(d_pre); ops_free(d_act); ops_free(d_dout); ops_free(d_w2);
+    ops_free(d_dw); ops_free(d_ract); ops_free(d_rpre); ops_free(d_dpre);
+}
+
 // ---------------------------------------------------------------------------------------------
 static void test_embedding(int B, int T, int C, int V) {
     const int N = B * T;
@@ -627,6 +655,8 @@ int main(int argc, char** argv) {
     test_matmul(128, 256, 384);
     test_matmul(37, 45, 53);       // odd shapes: unaligned rows for cuBLASLt
     test_matmul(300, 64, 1000);
+    test_matmul_gelu(256, 128, 512);   // aligned: cuBLASLt's GELU epilogues
+    test_matmul_gelu(37, 45, 53);      // odd: the unfused fallback where the epilogue has no algorithm
     test_embedding(4, 64, 96, 50);
     test_embedding(2, 33, 770, 3000);
     test_norm(OPS_RMSNORM, 300, 200);

@@ -50,3 +50,17 @@ void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t 
         dinp[i] = grad * dout[i];
     }
 }
+
+// The fused GEMM + GELU ops of ops.h, composed from the two ops they fuse (on the CPU the GELU
+// pass is cheap next to the GEMM): the same bits as calling them one after the other.
+void ops_matmul_gelu_forward(float* pre, float* act, const float* inp, const float* w, int N, int C,
+                             int OC) {
+    ops_matmul_forward(pre, inp, w, N, C, OC, 0);
+    ops_gelu_forward(act, pre, (size_t)N * OC);
+}
+
+void ops_matmul_backward_gelu(float* dpre, float* dw, const float* dout, const float* inp,
+                              const float* w, const float* pre, int N, int C, int OC) {
+    ops_matmul_backward(dpre, dw, dout, inp, w, N, C, OC);    // dpre holds dact for now
+    ops_gelu_backward(dpre, dpre, pre, (size_t)N * C);        // elementwise: in place is safe
+}

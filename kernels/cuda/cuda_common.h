@@ -67,6 +67,12 @@ struct CudaOpTimer {
 // beta 0 or 1. The algorithm is chosen once per shape and alignment and cached (matmul.cu).
 void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
                int ldb, float* D, int ldd, float beta);
+// The same with an epilogue (matmul.cu): CUDA_EPI_GELU_AUX (aux = product, D = gelu(aux)) or
+// CUDA_EPI_DGELU (D = product * gelu'(aux)); aux m x n, leading dim ldaux. Returns -1 when
+// cuBLASLt cannot fuse it on this problem (the caller then runs the unfused ops).
+enum { CUDA_EPI_NONE = 0, CUDA_EPI_GELU_AUX = 1, CUDA_EPI_DGELU = 2 };
+int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                 float* D, int ldd, float beta, int epi, const float* aux, int ldaux);
 
 // ---- bf16 conversions (attention.cu), for the cuDNN attention's bf16 copies ------------------
 // out[n] (bf16, round to nearest even) = in[n];  out[n] (fp32) = in[n] (bf16, exact)

@@ -65,6 +65,9 @@ typedef struct {
     int used, ta, tb, m, n, k, lda, ldb, ldd;
     uint32_t al_a, al_b, al_d;
     cublasComputeType_t compute;
+    int epi, ldaux;        // CUDA_EPI_* and the aux matrix's leading dimension (0 without one)
+    uint32_t al_aux;
+    int noalgo;            // cuBLASLt has no algorithm for this (epilogue) problem: callers fall back
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 #define LT_MAX_PLANS 8192   // a power of two
@@ -73,14 +76,16 @@ static LtPlan lt_plans[LT_MAX_PLANS];
 static int lt_plan_same(const LtPlan* p, const LtPlan* q) {
     return p->ta == q->ta && p->tb == q->tb && p->m == q->m && p->n == q->n && p->k == q->k &&
            p->lda == q->lda && p->ldb == q->ldb && p->ldd == q->ldd && p->al_a == q->al_a &&
-           p->al_b == q->al_b && p->al_d == q->al_d && p->compute == q->compute;
+           p->al_b == q->al_b && p->al_d == q->al_d && p->compute == q->compute && p->epi == q->epi &&
+           p->ldaux == q->ldaux && p->al_aux == q->al_aux;
 }
 // the slot of key: where it is, or the empty slot where it belongs (NULL when full and absent)
 static LtPlan* lt_plan_slot(const LtPlan* key) {
     uint32_t h = 2166136261u;   // FNV-1a over the shape fields
-    const int f[12] = {key->ta, key->tb, key->m, key->n, key->k, key->lda, key->ldb, key->ldd,
-                       (int)key->al_a, (int)key->al_b, (int)key->al_d, (int)key->compute};
-    for (int i = 0; i < 12; i++) h = (h ^ (uint32_t)f[i]) * 16777619u;
+    const int f[15] = {key->ta, key->tb, key->m, key->n, key->k, key->lda, key->ldb, key->ldd,
+                       (int)key->al_a, (int)key->al_b, (int)key->al_d, (int)key->compute, key->epi,
+                       key->ldaux, (int)key->al_aux};
+    for (int i = 0; i < 15; i++) h = (h ^ (uint32_t)f[i]) * 16777619u;
     h ^= h >> 15;   // a final mix: the low bits (the slot) then depend on every bit of the shape
     h *= 0x2c1b3c6du;
     h ^= h >> 12;
@@ -91,30 +96,43 @@ static LtPlan* lt_plan_slot(const LtPlan* key) {
     return NULL;
 }
 
-// D[m, n] (column-major, leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D
+// D[m, n] (column-major, leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D, then the
+// epilogue: CUDA_EPI_GELU_AUX: aux = that product, D = gelu(aux); CUDA_EPI_DGELU: D = product *
+// gelu'(aux) (aux read). aux is m x n column-major with leading dim ldaux. Returns 0, or -1 when
+// cuBLASLt has no algorithm for the epilogue on this problem (remembered per shape; the caller
+// computes it unfused). Without an epilogue a missing algorithm is an error.
 // op = transpose when ta / tb; A is stored (ta ? k x m : m x k) with leading dim lda, B likewise.
-// Declared in cuda_common.h as cuda_gemm (moe.cu calls it once per expert).
-void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
-                    int ldb, float* D, int ldd, float beta) {
-    if (m <= 0 || n <= 0) return;
+int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                 float* D, int ldd, float beta, int epi, const float* aux, int ldaux) {
+    if (m <= 0 || n <= 0) return 0;
     if (k <= 0) {   // an empty sum: D = beta * D; only beta 0 or 1 occur here
+        if (epi != CUDA_EPI_NONE) return -1;   // the caller's unfused path handles the activation
         if (beta == 0.0f)
             for (int j = 0; j < n; j++) CUDA_CHECK(cudaMemsetAsync(D + (size_t)j * ldd, 0, (size_t)m * sizeof(float), cuda_stream));
-        return;
+        return 0;
     }
+    LtPlan key = {1, ta, tb, m, n, k, lda, ldb, ldd, lt_alignment(A), lt_alignment(B), lt_alignment(D),
+                  lt_compute, epi, epi ? ldaux : 0, epi ? lt_alignment(aux) : 0, 0, {}};
+    LtPlan* plan = lt_plan_slot(&key);
+    if (plan && plan->used && plan->noalgo) return -1;
+
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, lt_compute, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    if (epi != CUDA_EPI_NONE) {
+        cublasLtEpilogue_t e = epi == CUDA_EPI_GELU_AUX ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_DGELU;
+        int64_t ldx = ldaux;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldx, sizeof(ldx)));
+    }
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
 
-    LtPlan key = {1, ta, tb, m, n, k, lda, ldb, ldd, lt_alignment(A), lt_alignment(B), lt_alignment(D),
-                  lt_compute, {}};
-    LtPlan* plan = lt_plan_slot(&key);
     if (!plan || !plan->used) {
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -126,13 +144,23 @@ void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, con
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.al_d, sizeof(key.al_d)));
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, ld, ld, pref, 1, &heur, &found);
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-        if (found == 0) {
-            char msg[256];
-            snprintf(msg, sizeof(msg), "cuBLASLt: no algorithm for an fp32 GEMM m=%d n=%d k=%d (op %c%c, ld %d %d %d)",
-                     m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N', lda, ldb, ldd);
-            cuda_fail(__FILE__, __LINE__, msg, "an unusual shape or misaligned tensor; report the shape");
+        if (epi == CUDA_EPI_NONE) CUBLAS_CHECK(st);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+            if (epi == CUDA_EPI_NONE) {
+                char msg[256];
+                snprintf(msg, sizeof(msg), "cuBLASLt: no algorithm for an fp32 GEMM m=%d n=%d k=%d (op %c%c, ld %d %d %d)",
+                         m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N', lda, ldb, ldd);
+                cuda_fail(__FILE__, __LINE__, msg, "an unusual shape or misaligned tensor; report the shape");
+            }
+            key.noalgo = 1;   // this epilogue here: never again asked, computed unfused
+            if (plan) *plan = key;
+            CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+            CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+            CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+            CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+            return -1;
         }
         key.algo = heur.algo;
         if (plan) *plan = key;
@@ -145,6 +173,12 @@ void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, con
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    return 0;
+}
+
+void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* D,
+               int ldd, float beta) {
+    cuda_gemm_ep(ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, CUDA_EPI_NONE, NULL, 0);
 }
 
 // out[N,OC] (=|+=) inp[N,C] @ w[OC,C]^T
@@ -162,4 +196,29 @@ void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float*
     CUDA_OP_TIMER("ops_matmul_backward");
     if (dinp) cuda_gemm(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f);
     cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
+}
+
+// The GPT-2 MLP's GEMMs with the GELU in cuBLASLt's epilogue (GELU_AUX keeps the pre-activation
+// for the backward; DGELU multiplies by the derivative at it). cuBLASLt's GELU is the tanh
+// approximation, as ours (the GPU test compares with the CPU's at fp32 bounds). Where cuBLASLt
+// has no algorithm for the epilogue on a shape (remembered), the two unfused ops run instead.
+void ops_matmul_gelu_forward(float* pre, float* act, const float* inp, const float* w, int N, int C,
+                             int OC) {
+    CUDA_OP_TIMER("ops_matmul_gelu_forward");
+    // act^T[OC, N] = gelu((w as C x OC)^T (inp as C x N)), aux pre^T[OC, N]
+    if (cuda_gemm_ep(1, 0, OC, N, C, w, C, inp, C, act, OC, 0.0f, CUDA_EPI_GELU_AUX, pre, OC) == 0) return;
+    ops_matmul_forward(pre, inp, w, N, C, OC, 0);
+    ops_gelu_forward(act, pre, (size_t)N * OC);
+}
+
+void ops_matmul_backward_gelu(float* dpre, float* dw, const float* dout, const float* inp,
+                              const float* w, const float* pre, int N, int C, int OC) {
+    CUDA_OP_TIMER("ops_matmul_backward_gelu");
+    // dpre^T[C, N] = ((w as C x OC)(dout as OC x N)) * gelu'(pre^T)
+    if (cuda_gemm_ep(0, 0, C, N, OC, w, C, dout, OC, dpre, C, 0.0f, CUDA_EPI_DGELU, pre, C) == 0) {
+        cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);   // dw += dout^T inp
+        return;
+    }
+    ops_matmul_backward(dpre, dw, dout, inp, w, N, C, OC);
+    ops_gelu_backward(dpre, dpre, pre, (size_t)N * C);   // elementwise: in place is safe
 }
