@@ -89,6 +89,38 @@ static void test_zero1(size_t total) {
     dist_free(&d0); dist_free(&d1);
 }
 
+// Overlap: some ranges reduced early (out of order, one crossing shard boundaries, one empty),
+// the rest by dist_reduce_grads: the same gradients and norm as the one-shot reduction, under
+// ZeRO-0 and ZeRO-1.
+static void test_overlap(size_t total) {
+    Comm* c = &g_comm;
+    for (int stage = 0; stage <= 1; stage++) {
+        Dist ref, ov;
+        TU_CHECK(dist_init(&ref, c, stage, total) == 0 && dist_init(&ov, c, stage, total) == 0, "dist_init");
+        ov.overlap = 1;   // as NCCL (or GATEDGPT_DIST_OVERLAP=1) sets it
+        float* a = malloc(total * sizeof(float));
+        float* b = malloc(total * sizeof(float));
+        for (size_t i = 0; i < total; i++) a[i] = b[i] = contrib(c->rank, i);
+        dist_reduce_grads(&ref, a);
+        // ranges handed over as a backward pass would: late layers first
+        size_t r0 = total * 3 / 4, r1 = total / 3, r2 = total / 10;
+        dist_reduce_range(&ov, b, r0, total - total / 20);
+        dist_reduce_range(&ov, b, r1, r0);     // crosses shard boundaries for 2+ ranks
+        dist_reduce_range(&ov, b, r2, r2);     // empty: ignored
+        dist_reduce_range(&ov, b, r2, r2 + 7);
+        dist_reduce_grads(&ov, b);             // the gaps: [0, r2), [r2+7, r1), the tail
+        size_t lo = stage ? ov.lo : 0, hi = stage ? ov.hi : total;
+        CHECK(memcmp(a + lo, b + lo, (hi - lo) * sizeof(float)) == 0,
+              "rank %d: zero %d, %zu floats: ranges reduced early + the rest == one reduction, bitwise", c->rank,
+              stage, total);
+        float na = dist_grad_norm(&ref, a), nb = dist_grad_norm(&ov, b);
+        CHECK(memcmp(&na, &nb, sizeof na) == 0, "rank %d: zero %d: the same grad norm", c->rank, stage);
+        CHECK(ov.ndone == 0, "rank %d: the reduced ranges are forgotten after the step", c->rank);
+        free(a); free(b);
+        dist_free(&ref); dist_free(&ov);
+    }
+}
+
 int main(int argc, char** argv) {
     comm_init(&g_comm, &argc, &argv);
     ops_init(1);
@@ -96,6 +128,8 @@ int main(int argc, char** argv) {
     test_zero1(3 * OPS_SUMSQ_CHUNK + 1234);   // not a whole number of chunks
     test_zero1(100);                          // fewer chunks than ranks: empty shards
     test_zero1(1000003);
+    test_overlap(3 * OPS_SUMSQ_CHUNK + 1234);
+    test_overlap(1000003);
     // one line per rank with failures; the summary from rank 0, with every rank's counts summed
     double counts[2] = {tu_passed, tu_failed};
     comm_allreduce_sum_f64(&g_comm, counts, 2);
