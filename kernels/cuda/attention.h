@@ -3,6 +3,9 @@
 // attention.cu calls for [train] attn_impl = flash.
 #pragma once
 #include "cuda_common.h"
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
 
 // Token n = b*T + t; qkv[N, QKVG] with the gate logits z at column zoff.
 struct AttnDims {
@@ -27,3 +30,18 @@ void cuda_mma_attention_forward(float* y, float* yg, float* lse, const float* q,
 void cuda_mma_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* D,
                                  const float* q, const float* k, const float* v, const float* lse,
                                  AttnDims d, int B);
+
+#ifdef __CUDACC__
+// The tensor-core kernels' staging (attention_flash.cu, attention_mma.cu): rows [r0, r0 + 64) of
+// head `head` of batch row b of x[B*T, heads*HD] (row stride ld floats), rounded to bf16, into
+// dst[64][HD + 8] (the padding keeps fragment loads free of bank conflicts); rows past T are 0.
+template <int HD>
+__device__ __forceinline__ void attn_stage_bf16(__nv_bfloat16* dst, const float* x, size_t ld, int b, int head,
+                                                int r0, int T) {
+    const float* xh = x + (size_t)b * T * ld + (size_t)head * HD;
+    for (int idx = threadIdx.x; idx < 64 * HD; idx += blockDim.x) {
+        int r = idx / HD, c = idx % HD, t = r0 + r;
+        dst[r * (HD + 8) + c] = __float2bfloat16_rn(t < T ? xh[(size_t)t * ld + c] : 0.0f);
+    }
+}
+#endif

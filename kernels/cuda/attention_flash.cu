@@ -55,16 +55,6 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragBR
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBCol;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
-// rows [r0, r0 + 64) of one head of x (row stride ld floats), rounded to bf16 -> dst[64][HD+8];
-// rows past T are zero
-template <int HD>
-__device__ __forceinline__ void fa_stage(bf16* dst, const float* x, size_t ld, int r0, int T) {
-    for (int idx = threadIdx.x; idx < FA_ROWS * HD; idx += blockDim.x) {
-        int r = idx / HD, c = idx % HD, t = r0 + r;
-        dst[r * (HD + 8) + c] = __float2bfloat16_rn(t < T ? x[(size_t)t * ld + c] : 0.0f);
-    }
-}
-
 // out[16][FA_COLS] (fp32, row stride FA_LDS) = A[16][HD] @ B[FA_COLS][HD]^T, A and B row-major in
 // shared memory with row stride HD + 8 (B read as a column-major matrix_b: its rows are columns)
 template <int HD>
@@ -150,15 +140,15 @@ flash_forward_kernel(float* y, float* yg, float* lse, const float* q, const floa
     float* Aw = Lw + 16;
 
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    fa_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
     for (int i = lane; i < 16 * LDO; i += 32) Ow[i] = 0.0f;
     if (lane < 16) { Mw[lane] = -INFINITY; Lw[lane] = 0.0f; }
     const int last = min(t0 + FA_ROWS, T) - 1;   // the block's last query sees keys 0..last
     const int wlast = min(t0 + rw + 15, T - 1);  // this warp's last query
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();   // the previous tile is no longer read (and Q is staged)
-        fa_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-        fa_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+        attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+        attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
         __syncthreads();
         if (t0 + rw >= T || wlast < u0) continue;   // warp-uniform: no visible key in this tile
         fa_abt<HD>(Sw, Qs + rw * LDH, Ks);
@@ -247,8 +237,8 @@ flash_dq_kernel(float* dq, const float* dy, const float* q, const float* k, cons
     float* Dw = LSEw + 16;
 
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    fa_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-    fa_stage<HD>(dYs, dy + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
+    attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
     if (lane < 16) {
         const int t = t0 + rw + lane;
         LSEw[lane] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
@@ -261,8 +251,8 @@ flash_dq_kernel(float* dq, const float* dy, const float* q, const float* k, cons
     const int wlast = min(t0 + rw + 15, T - 1);
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();
-        fa_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-        fa_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+        attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+        attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
         __syncthreads();
         if (t0 + rw >= T || wlast < u0) continue;
         fa_abt<HD>(Sw, Qs + rw * LDH, Ks);      // S = Q K^T
@@ -321,8 +311,8 @@ flash_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const fl
     float* Outw = (float*)(DSw + 16 * FA_LDP);
 
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    fa_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-    fa_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+    attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+    attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
     FragC adk[HD / 16], adv[HD / 16];
     #pragma unroll
     for (int j = 0; j < HD / 16; j++) { wmma::fill_fragment(adk[j], 0.0f); wmma::fill_fragment(adv[j], 0.0f); }
@@ -331,8 +321,8 @@ flash_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const fl
         const int h = kh * G + g;
         for (int t0 = (u0 / FA_COLS) * FA_COLS; t0 < T; t0 += FA_COLS) {
             __syncthreads();   // the previous query tile is no longer read (and K, V are staged)
-            fa_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-            fa_stage<HD>(dYs, dy + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+            attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
+            attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
             for (int i = threadIdx.x; i < FA_COLS; i += blockDim.x) {
                 const int t = t0 + i;
                 LSEs[i] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
@@ -444,8 +434,7 @@ static int flash_kernel = -1;   // CUDA_FLASH_MMA / _WMMA; -1: not read from the
 extern "C" void cuda_set_flash_kernel(int which) { flash_kernel = which; }
 extern "C" int cuda_flash_kernel(void) {
     if (flash_kernel < 0) {
-        const char* e = getenv("GATEDGPT_FLASH_WMMA");
-        flash_kernel = e && strcmp(e, "1") == 0 ? CUDA_FLASH_WMMA : CUDA_FLASH_MMA;
+        flash_kernel = cuda_env_is("GATEDGPT_FLASH_WMMA", "1") ? CUDA_FLASH_WMMA : CUDA_FLASH_MMA;
     }
     return flash_kernel;
 }

@@ -72,15 +72,6 @@ __device__ __forceinline__ void mm_load_b(uint32_t* b, const __nv_bfloat16* X, i
     mm_ldsm4_t(b, X + (size_t)(k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (HD + 8) + n0 + (lane >> 4) * 8);
 }
 
-// rows [r0, r0 + 64) of one head of x (row stride ld floats), rounded to bf16 -> dst[64][HD+8]
-template <int HD>
-__device__ __forceinline__ void mm_stage(__nv_bfloat16* dst, const float* x, size_t ld, int r0, int T) {
-    for (int idx = threadIdx.x; idx < MM_ROWS * HD; idx += blockDim.x) {
-        int r = idx / HD, c = idx % HD, t = r0 + r;
-        dst[r * (HD + 8) + c] = __float2bfloat16_rn(t < T ? x[(size_t)t * ld + c] : 0.0f);
-    }
-}
-
 // acc[8][4] (16 rows x 64 columns) = A-rows of X (r0..r0+15) @ Y^T (rows 0..63 of Y), over HD
 template <int HD>
 __device__ __forceinline__ void mm_abt(float (*acc)[4], const __nv_bfloat16* X, int r0, const __nv_bfloat16* Y,
@@ -146,7 +137,7 @@ mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float*
     __nv_bfloat16* Ks = Qs + MM_ROWS * LDH;
     __nv_bfloat16* Vs = Ks + MM_COLS * LDH;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    mm_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
 
     const int row0 = t0 + rw + g, row1 = row0 + 8;   // the two query rows this thread holds
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;   // l: this thread's partial sums
@@ -156,8 +147,8 @@ mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float*
     const int last = min(t0 + MM_ROWS, T) - 1;   // keys 0..last: every warp's rows see key 0
     for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
-        mm_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-        mm_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+        attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+        attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
         __syncthreads();
         if (t0 + rw >= T) continue;   // warp-uniform: this warp's rows are all padding
         float s[8][4];
@@ -238,8 +229,8 @@ mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const 
     __nv_bfloat16* Ks = dYs + MM_ROWS * LDH;
     __nv_bfloat16* Vs = Ks + MM_COLS * LDH;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    mm_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-    mm_stage<HD>(dYs, dy + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
+    attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
     const int row0 = t0 + rw + g, row1 = row0 + 8;
     const size_t sbase = ((size_t)b * H + h) * T;
     const float lse0 = row0 < T ? lse[sbase + row0] : 0.0f, lse1 = row1 < T ? lse[sbase + row1] : 0.0f;
@@ -250,8 +241,8 @@ mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const 
     const int last = min(t0 + MM_ROWS, T) - 1;
     for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
-        mm_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-        mm_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+        attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+        attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
         __syncthreads();
         if (t0 + rw >= T) continue;   // warp-uniform
         float s[8][4], dp[8][4];
@@ -306,8 +297,8 @@ mma_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const floa
     float* LSEs = (float*)(dYs + MM_COLS * LDH);
     float* Ds = LSEs + MM_COLS;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
-    mm_stage<HD>(Ks, k + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
-    mm_stage<HD>(Vs, v + (size_t)b * T * ldk + (size_t)kh * HD, ldk, u0, T);
+    attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
+    attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
     const int key0 = u0 + rw + g, key1 = key0 + 8;   // the two keys (rows) this thread holds
     float adk[HD / 8][4], adv[HD / 8][4];
     #pragma unroll
@@ -320,8 +311,8 @@ mma_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const floa
         const int h = kh * G + gi;
         for (int t0 = u0; t0 < T; t0 += MM_COLS) {
             __syncthreads();
-            mm_stage<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-            mm_stage<HD>(dYs, dy + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+            attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
+            attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
             for (int i = threadIdx.x; i < MM_COLS; i += blockDim.x) {
                 const int t = t0 + i;
                 LSEs[i] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;

@@ -30,6 +30,13 @@ void cuda_fail(const char* file, int line, const char* msg, const char* hint);
 // ordered after the previous one, and cudaMemcpy to the host waits for all of them).
 extern cudaStream_t cuda_stream;
 
+// cuBLAS / cuBLASLt status (a cublasStatus_t) -> on failure the error with file, line and a
+// hint, and exit; not_supported_hint replaces the default hint for CUBLAS_STATUS_NOT_SUPPORTED
+// (matmul.cu)
+void cuda_cublas_check(int status, const char* what, const char* file, int line, const char* not_supported_hint);
+// 1 when the environment variable `name` is set to exactly `value` (memory.cu)
+int cuda_env_is(const char* name, const char* value);
+
 // ---- scratch --------------------------------------------------------------------------------
 // Device buffers owned by the backend, one per slot, grown on demand (a grow frees and
 // reallocates, which synchronises; after the first step of a run no op allocates). Slots keep

@@ -19,14 +19,16 @@
 #include <cublasLt.h>
 #include <stdint.h>
 
-#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) cuda_cublas_check((int)(call), #call, __FILE__, __LINE__, NULL)
 
-static void cublas_check(cublasStatus_t s, const char* what, const char* file, int line) {
+void cuda_cublas_check(int status, const char* what, const char* file, int line, const char* not_supported_hint) {
+    cublasStatus_t s = (cublasStatus_t)status;
     if (s == CUBLAS_STATUS_SUCCESS) return;
     const char* hint = "rerun with GATEDGPT_CUDA_SYNC=1; a fault in an earlier kernel is often reported here";
     if (s == CUBLAS_STATUS_ALLOC_FAILED) hint = "out of GPU memory: lower [train] batch_size or seq_len";
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED) hint = "cuBLASLt has no algorithm for this shape, layout or alignment";
-    if (s == CUBLAS_STATUS_NOT_INITIALIZED) hint = "cuBLASLt did not initialise: is a GPU visible (nvidia-smi)?";
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+        hint = not_supported_hint ? not_supported_hint : "cuBLASLt has no algorithm for this shape, layout or alignment";
+    if (s == CUBLAS_STATUS_NOT_INITIALIZED) hint = "cuBLAS did not initialise: is a GPU visible (nvidia-smi)?";
     fprintf(stderr, "error: %s:%d: %s: %s (%s)\n  hint: %s\n", file, line, what,
             cublasLtGetStatusString(s), cublasLtGetStatusName(s), hint);
     exit(1);

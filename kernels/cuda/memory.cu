@@ -84,6 +84,11 @@ static int env_flag(const char* name) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
+int cuda_env_is(const char* name, const char* value) {
+    const char* v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
+
 // One process per GPU: the device is the process's rank on its node (mpirun sets one of these)
 // modulo the number of visible devices.
 static int local_rank_from_env(void) {

@@ -364,8 +364,7 @@ static int moe_gemm_mode = -1;   // CUDA_MOE_GEMM_LOOP / _GROUPED; -1: not read 
 extern "C" void cuda_set_moe_gemm(int mode) { moe_gemm_mode = mode; }
 extern "C" int cuda_moe_gemm(void) {
     if (moe_gemm_mode < 0) {
-        const char* e = getenv("GATEDGPT_MOE_GEMM");
-        moe_gemm_mode = e && strcmp(e, "grouped") == 0 ? CUDA_MOE_GEMM_GROUPED : CUDA_MOE_GEMM_LOOP;
+        moe_gemm_mode = cuda_env_is("GATEDGPT_MOE_GEMM", "grouped") ? CUDA_MOE_GEMM_GROUPED : CUDA_MOE_GEMM_LOOP;
     }
     return moe_gemm_mode;
 }
@@ -383,15 +382,9 @@ static int* host_offsets(const int* offsets, int G) {
     return h;
 }
 
-#define CUBLAS_CHECK(call) moe_cublas_check((call), #call, __FILE__, __LINE__)
-static void moe_cublas_check(cublasStatus_t st, const char* what, const char* file, int line) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    char msg[400];
-    snprintf(msg, sizeof msg, "%s: %s (%s)", what, cublasGetStatusString(st), cublasGetStatusName(st));
-    cuda_fail(file, line, msg,
-              st == CUBLAS_STATUS_NOT_SUPPORTED ? "this cuBLAS has no grouped GEMM for these types: unset GATEDGPT_MOE_GEMM"
-                                                : "rerun with GATEDGPT_CUDA_SYNC=1; unset GATEDGPT_MOE_GEMM to use per-expert calls");
-}
+// cuBLAS statuses through matmul.cu's check, with the hint for a cuBLAS without grouped GEMM
+#define CUBLAS_CHECK(call) \
+    cuda_cublas_check((int)(call), #call, __FILE__, __LINE__, "this cuBLAS has no grouped GEMM for these types: unset GATEDGPT_MOE_GEMM")
 
 // One problem per group: D_g = op(A_g) op(B_g) (+ beta D_g), column-major as cuda_gemm. The
 // argument arrays are host memory (cuBLAS reads them at the call); the pointer arrays go to the
