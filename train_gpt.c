@@ -442,7 +442,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
                mc->moe.top_k, gpt_matmul_params(mc) / 1e6, model.table.total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
-           B, T, grad_accum, P, tokens_per_step, model.acts_floats * 4.0 / (1 << 20), cfg.log.run_dir);
+           B, T, grad_accum, P, tokens_per_step, model.acts_bytes / (double)(1 << 20), cfg.log.run_dir);
     if (P > 1)
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(comm), dist.zero_stage, dist.hi - dist.lo, model.table.total,

@@ -2,14 +2,19 @@
 // (kernels/cpu, later kernels/cuda) implements all of them. model/ includes only this header.
 //
 // Conventions
-// - All tensors are float32 in the backend's memory (host memory for the CPU backend),
-//   row-major, and named with their shape in the comment: N = B*T tokens, C = channels.
+// - Tensors live in the backend's memory (host memory for the CPU backend), row-major, and are
+//   named with their shape in the comment: N = B*T tokens, C = channels.
+// - Element types: `float` is fp32 always (master weights, weight gradients, the residual
+//   stream, statistics); `act_t` is the activation storage type of the build (ops_types.h:
+//   fp32, or bf16 under GATEDGPT_ACT_BF16). GEMMs read weights as act_t: the compute copy of
+//   the master weights (ops_weights_to_act). Ops compute in fp32 whatever they store.
 // - Linear weights follow PyTorch's nn.Linear: W[OC, C], y = x W^T.
 // - "+=" in a comment means the op accumulates into that output (gradient accumulation over
 //   micro-steps, residual streams); "=" means it overwrites.
 // - Every op is deterministic for a fixed thread count: static schedules, fixed reduction order.
 #pragma once
 #include <stddef.h>
+#include "ops_types.h"
 
 // ---------------------------------------------------------------------------------------------
 // backend lifetime and memory
@@ -20,35 +25,46 @@ void* ops_malloc(size_t bytes);              // zero-filled; aborts with a messa
 void  ops_free(void* p);
 void  ops_zero(float* x, size_t n);          // x[n] = 0
 void  ops_copy(float* dst, const float* src, size_t n);              // device to device
-void  ops_accumulate(float* y, const float* x, size_t n);            // y[n] += x[n]
+void  ops_accumulate(act_t* y, const act_t* x, size_t n);            // y[n] += x[n]
 void  ops_to_host(void* dst, const void* src, size_t bytes);         // backend -> host
 void  ops_from_host(void* dst, const void* src, size_t bytes);       // host -> backend
 double ops_peak_flops(void);                 // measured fp32 peak FLOP/s of this device
+// act[n] (=) x[n] rounded to act_t (nearest even); a copy for fp32 act_t, nothing when act
+// aliases x (the model converts the fp32 residual gradient for the GEMMs that read it)
+void  ops_act_from_float(act_t* act, const float* x, size_t n);
+// The compute copy of the master weights: act[i] (=) w[i] with stochastic rounding for bf16
+// act_t, the random bits bf16_sr_bits(seed, i) (kernels/bf16.h); a copy for fp32 act_t,
+// nothing when act aliases w.
+void  ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed);
 
 // ---------------------------------------------------------------------------------------------
 // GEMM
-// out[N,OC] (= or +=) inp[N,C] @ w[OC,C]^T
-void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
-                        int accumulate);
+// out[N,OC] (=) inp[N,C] @ w[OC,C]^T   (fp32 accumulation, rounded to act_t once)
+void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC);
+// the same product into fp32: out[N,OC] (= or +=) inp @ w^T. For the residual stream (+=)
+// and the router's logits (=), which stay fp32.
+void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N, int C, int OC,
+                            int accumulate);
 // dinp[N,C] = dout[N,OC] @ w[OC,C]   (skipped when dinp is NULL)
-// dw[OC,C] += dout^T @ inp
-void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                         const float* w, int N, int C, int OC);
+// dw[OC,C] += dout^T @ inp            (fp32: the weight gradients)
+void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
+                         const act_t* w, int N, int C, int OC);
 
 // The GPT-2 MLP's GEMMs with the GELU (tanh approximation) fused where the backend can (CUDA:
 // cuBLASLt epilogues), so the activation costs no extra pass over memory:
 // pre[N,OC] (=) inp[N,C] @ w[OC,C]^T,  act[N,OC] (=) gelu(pre)
 //   (the same values as ops_matmul_forward + ops_gelu_forward)
-void ops_matmul_gelu_forward(float* pre, float* act, const float* inp, const float* w, int N, int C,
+void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC);
 // the backward of the GEMM that reads act (inp = act[N,C], C = the MLP width) through the GELU:
 // dpre[N,C] (=) (dout[N,OC] @ w[OC,C]) * gelu'(pre[N,C]);  dw[OC,C] += dout^T @ inp
 //   (the same values as ops_matmul_backward into dact + ops_gelu_backward)
-void ops_matmul_backward_gelu(float* dpre, float* dw, const float* dout, const float* inp,
-                              const float* w, const float* pre, int N, int C, int OC);
+void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
+                              const act_t* w, const act_t* pre, int N, int C, int OC);
 
 // ---------------------------------------------------------------------------------------------
-// embeddings: out[B*T, C] = wte[idx] (+ wpe[t] when wpe != NULL)
+// embeddings (fp32: the residual stream, from the master weights):
+// out[B*T, C] = wte[idx] (+ wpe[t] when wpe != NULL)
 void ops_embedding_forward(float* out, const int* idx, const float* wte, const float* wpe,
                            int B, int T, int C);
 // dwte[V,C] += scatter of dout by idx; dwpe[maxT,C] += sum over b (when dwpe != NULL)
@@ -60,59 +76,40 @@ void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const i
 //   rmsnorm:   out = inp * rstd * w,                 rstd = 1/sqrt(mean(inp^2) + eps)
 //   layernorm: out = (inp - mean) * rstd * w + b,    rstd = 1/sqrt(var(inp) + eps)
 // mean[N] is written for layernorm only (may be NULL for rmsnorm), rstd[N] always; b NULL for rms.
-typedef enum { OPS_RMSNORM = 0, OPS_LAYERNORM = 1 } OpsNormKind;
-void ops_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+// inp, w, b, mean, rstd fp32 (inp is the residual stream); out act_t.
+void ops_norm_forward(act_t* out, float* mean, float* rstd, const float* inp, const float* w,
                       const float* b, int N, int C, float eps, OpsNormKind kind);
 // dinp[N,C] += ..., dw[C] += ..., db[C] += ... (db NULL for rms)
-void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, const float* inp,
                        const float* w, const float* mean, const float* rstd, int N, int C,
                        OpsNormKind kind);
 
 // ---------------------------------------------------------------------------------------------
 // attention (causal, GQA, with the optional output or value gate)
-typedef enum { OPS_GATE_NONE = 0, OPS_GATE_ELEMENTWISE = 1, OPS_GATE_HEADWISE = 2 } OpsGate;
-typedef enum { OPS_GATEPOS_SDPA = 0, OPS_GATEPOS_VALUE = 1 } OpsGatePos;
-typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } OpsGateAct;
-// which attention kernel: the backend's own fp32 one (every backend), cuDNN's fused SDPA or the
-// backend's bf16 tensor-core flash kernel (CUDA only; both compute in bf16). The CPU backend
-// has one implementation and ignores this.
-typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1, OPS_ATTN_FLASH = 2 } OpsAttnImpl;
-typedef struct {
-    int B, T;
-    int H, Hkv, hd;      // query heads, key/value heads, head dim
-    int qk_norm;         // RMSNorm over hd on q and k (weights [hd])
-    int rope;            // rotate q, k (rotate_half convention) with base rope_base
-    float rope_base;
-    float eps;           // qk-norm epsilon
-    OpsGate gate;
-    OpsGatePos gate_pos;
-    OpsGateAct gate_act;
-    OpsAttnImpl impl;
-} OpsAttnShape;
 // columns of the fused projection qkv[N, QKVG] = [ q (H*hd) | k (Hkv*hd) | v (Hkv*hd) | z (G) ]
 int ops_attn_gate_cols(const OpsAttnShape* s);   // G
 int ops_attn_qkv_cols(const OpsAttnShape* s);    // QKVG
 
 // prep: split qkv, qk-norm (saves qk_rstd[N, H+Hkv]), rope, value gate.
 //   q[N, H*hd], k[N, Hkv*hd], v[N, Hkv*hd] (=)
-void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
+void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const act_t* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s);
 // dqkv[N, QKVG] (=) for the q, k, v columns and (value gate) the z columns; the sdpa-gate z
 // columns are written by ops_attention_backward. dqnorm_w[hd], dknorm_w[hd] (+=).
-void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const float* dq,
-                            const float* dk, const float* dv, const float* qkv,
+void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const act_t* dq,
+                            const act_t* dk, const act_t* dv, const act_t* qkv,
                             const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
                             const OpsAttnShape* s);
 // y[N, H*hd] = softmax(q k^T / sqrt(hd), causal) v (=), lse[B,H,T] its row logsumexp (=),
 // yg[N, H*hd] = y * act(z) for the sdpa gate (z read from qkv's gate columns), else yg = y
 // (yg may then alias y).
-void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
-                           const float* v, const float* qkv, const OpsAttnShape* s);
+void ops_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, const act_t* k,
+                           const act_t* v, const act_t* qkv, const OpsAttnShape* s);
 // from dyg[N, H*hd]: dq, dk, dv (=) and, for the sdpa gate, the z columns of dqkv (=).
-// scratch: [N, H*hd] floats (used for dy when gated)
-void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float* scratch,
-                            const float* dyg, const float* q, const float* k, const float* v,
-                            const float* y, const float* lse, const float* qkv,
+// scratch: [N, H*hd] act_t (used for dy when gated)
+void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t* scratch,
+                            const act_t* dyg, const act_t* q, const act_t* k, const act_t* v,
+                            const act_t* y, const float* lse, const act_t* qkv,
                             const OpsAttnShape* s);
 
 // ---------------------------------------------------------------------------------------------
@@ -120,13 +117,13 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
 // "host" are written to host memory.
 // F-Attn: p_first[b,h,t] = exp(q_t . k_0 / sqrt(hd) - lse[b,h,t]), the attention probability
 // on the sequence's first token. head_mean[H] (host) = its mean over b and queries t = 1..T-1.
-void ops_attn_first_token(float* head_mean, const float* q, const float* k, const float* lse,
+void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, const float* lse,
                           const OpsAttnShape* s);
 // Gate scores act(z) of the gate columns of qkv[N, QKVG]: their sum and a 10-bin histogram
 // over [0, 1] (scores outside are clamped into the end bins). sum, count, hist[10]: host.
-void ops_gate_stats(const float* qkv, const OpsAttnShape* s, double* sum, long* count,
+void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* count,
                     long* hist);
-// max over x[N, C] of |x| (or of |x - base| when base != NULL), and the token index n of the
+// max over x[N, C] (fp32: the residual stream) of |x| (or of |x - base| when base != NULL), and the token index n of the
 // (first) max. host outputs.
 void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos);
 // median of |x| (or |x - base|) over N*C values (host result; the lower median for even n)
@@ -135,18 +132,17 @@ float ops_abs_median(const float* x, const float* base, int N, int C);
 // ---------------------------------------------------------------------------------------------
 // MLP activations
 // swiglu: gu[N, 2F] = [g | u] -> h[N,F] = silu(g) * u        (=)
-void ops_swiglu_forward(float* h, const float* gu, int N, int F);
-void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, int F);   // (=)
+void ops_swiglu_forward(act_t* h, const act_t* gu, int N, int F);
+void ops_swiglu_backward(act_t* dgu, const act_t* dh, const act_t* gu, int N, int F);   // (=)
 // gelu (tanh approximation), elementwise over n
-void ops_gelu_forward(float* out, const float* inp, size_t n);
-void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);     // (=)
+void ops_gelu_forward(act_t* out, const act_t* inp, size_t n);
+void ops_gelu_backward(act_t* dinp, const act_t* dout, const act_t* inp, size_t n);     // (=)
 
 // ---------------------------------------------------------------------------------------------
 // Mixture of Experts (model/moe.c calls them in this order; docs/architecture.md has the data
 // flow). N tokens, E experts, k = top_k, S = N*k routed token slots: slot s = n*k + j is token
 // n's j-th choice. R <= S kept slots (R = S when dropless). Integer tensors are int32 in
 // backend memory. The router's tensors are fp32 on every backend (also under bf16 compute).
-typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;
 
 // Router, from logits[N, E] = x W_r^T (all outputs =):
 //   probs[N, E]     the distribution the load-balancing loss averages: softmax(logits), or for
@@ -177,45 +173,48 @@ void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const 
 void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
                            const int* topk_idx, int N, int E, int k, int capacity);
 // Gather (permute): xp[r, :] = x[row_slot[r] / k, :] for r < R (=). x[N, C], xp[R, C].
-void ops_moe_gather(float* xp, const float* x, const int* row_slot, int R, int k, int C);
+void ops_moe_gather(act_t* xp, const act_t* x, const int* row_slot, int R, int k, int C);
 // Its backward, a gather too (one writer per token, no atomics):
 // dx[n, :] += sum over j = 0..k-1 (in order, kept slots) of dxp[slot_row[n*k + j], :]
-void ops_moe_gather_backward(float* dx, const float* dxp, const int* slot_row, int N, int k,
+void ops_moe_gather_backward(act_t* dx, const act_t* dxp, const int* slot_row, int N, int k,
                              int C);
 // Combine (scale and scatter back): out[n, :] += sum over j (in order, kept slots) of
-// topk_w[n, j] * yp[slot_row[n*k + j], :]. yp[R, C], out[N, C]. One writer per token.
-void ops_moe_combine(float* out, const float* yp, const float* topk_w, const int* slot_row,
+// topk_w[n, j] * yp[slot_row[n*k + j], :]. yp[R, C], out[N, C] (fp32: the residual stream).
+// One writer per token.
+void ops_moe_combine(float* out, const act_t* yp, const float* topk_w, const int* slot_row,
                      int N, int k, int C);
 // dyp[R, C] (=): dyp[slot_row[s], :] = topk_w[s] * dout[n, :]; dtopk_w[N, k] (=):
 // dout[n, :] . yp[slot_row[s], :], 0 for a dropped slot.
-void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, const act_t* yp,
                               const float* topk_w, const int* slot_row, int N, int k, int C);
 // Grouped GEMM (the experts; one grouped GEMM on CUDA): for each group g, its rows
 // [offsets[g], offsets[g+1]) of inp[R, C]: out[rows, OC] (=) inp[rows, :] @ w[g]^T, with
 // w[G, OC, C] (group g's weight at w + g*OC*C). offsets[G + 1] in backend memory.
-void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
+void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, const int* offsets,
                                 int G, int C, int OC);
 // dinp[rows, C] (=) dout[rows, :] @ w[g] (skipped when dinp is NULL); dw[g] += dout[rows]^T @ inp[rows]
-void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                 const float* w, const int* offsets, int G, int C, int OC);
-// Sigmoid-gated add (the shared expert's gate): out[n, :] += sigmoid(z[n]) * y[n, :], z[N].
-void ops_sigmoid_gate_add_forward(float* out, const float* y, const float* z, int N, int C);
+void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
+                                 const act_t* w, const int* offsets, int G, int C, int OC);
+// Sigmoid-gated add (the shared expert's gate): out[n, :] += sigmoid(z[n]) * y[n, :], z[N];
+// out (the residual stream), z and dz fp32.
+void ops_sigmoid_gate_add_forward(float* out, const act_t* y, const float* z, int N, int C);
 // dy[N, C] (=) sigmoid(z) * dout; dz[N] (=) (dout[n] . y[n]) * sig * (1 - sig)
-void ops_sigmoid_gate_add_backward(float* dy, float* dz, const float* dout, const float* y,
+void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, const act_t* y,
                                    const float* z, int N, int C);
 
 // ---------------------------------------------------------------------------------------------
-// fused softmax + cross-entropy over the first V of Vp columns (padding excluded)
+// fused softmax + cross-entropy over the first V of Vp columns (padding excluded), in fp32
+// over act_t logits
 // lse[N] (=) = logsumexp(logits[n, :V]); losses[N] (=) = lse[n] - logits[n, target[n]]
-void ops_xent_forward(float* losses, float* lse, const float* logits, const int* targets, int N,
+void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int* targets, int N,
                       int V, int Vp);
 // dlogits[N,Vp] (=) = (exp(logits[:, :V] - lse) - onehot(target)) * dloss, from the forward's
 // lse; 0 in padded columns. dlogits may alias logits.
-void ops_xent_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
                        float dloss, int N, int V, int Vp);
 
 // ---------------------------------------------------------------------------------------------
-// optimizer
+// optimizer (fp32: master weights, gradients, AdamW state)
 double ops_sumsq(const float* x, size_t n);   // sum of squares, fixed-order reduction
 // The partial sums behind ops_sumsq: part[c] (host) = sum of x[i]^2 (in double) over chunk c,
 // i in [c*OPS_SUMSQ_CHUNK, (c+1)*OPS_SUMSQ_CHUNK) of x[n]; ops_sumsq adds them in order of c.

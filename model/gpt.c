@@ -22,6 +22,10 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
     ops_from_host(m->params, host, bytes);
     free(host);
     weights_bind(&m->w, m->params, &m->table, cfg);
+    // the GEMMs' copy of the weights: its own bf16 arena, or the fp32 params themselves
+    m->seed = seed;
+    m->params_act = OPS_ACT_IS_FLOAT ? (act_t*)m->params : ops_malloc(m->table.total * sizeof(act_t));
+    gpt_params_changed(m, 0);
     weights_bind(&m->g, m->grads, &m->table, cfg);
     // each layer's range of the arena (its tensors are named h.L.*), for gpt_backward's
     // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing
@@ -47,7 +51,10 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
 
 void gpt_alloc_acts(GPT* m, int B, int T) {
     const ModelConfig* c = &m->cfg;
-    if (m->acts) { ops_free(m->acts); ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer); }
+    if (m->acts) {
+        ops_free(m->acts); if (m->aacts_elems) ops_free(m->aacts);
+        ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer);
+    }
     m->B = B; m->T = T;
     OpsAttnShape* s = &m->attn;
     memset(s, 0, sizeof(*s));
@@ -70,13 +77,22 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     int any_moe = 0, any_dense = 0;
     for (int l = 0; l < c->n_layer; l++) { if (config_layer_is_moe(c, l)) any_moe = 1; else any_dense = 1; }
 
-    // Two passes over the same list: the first counts floats, the second hands out pointers.
+    // Two passes over the same list: the first counts elements, the second hands out pointers.
+    // TAKE: fp32 tensors; TAKEA: act_t tensors (their own arena when act_t is bf16, else the
+    // fp32 arena); ACT_OF: the act_t copy of an fp32 tensor for a GEMM (the tensor itself when
+    // act_t is fp32); TAKEI: integers. Every tensor starts 64-byte aligned (16 elements).
     float* base = NULL;
+    act_t* abase = NULL;
     int* ibase = NULL;
-    size_t off = 0, ioff = 0;
+    const int split = !OPS_ACT_IS_FLOAT;
+    size_t off = 0, aoff = 0, ioff = 0;
     for (int pass = 0; pass < 2; pass++) {
-        off = 0; ioff = 0;
+        off = 0; aoff = 0; ioff = 0;
 #define TAKE(ptr, count) do { size_t n_ = (count); (ptr) = base ? base + off : NULL; off += (n_ + 15) & ~(size_t)15; } while (0)
+#define TAKEA(ptr, count) do { size_t n_ = (count); \
+        if (split) { (ptr) = abase ? abase + aoff : NULL; aoff += (n_ + 31) & ~(size_t)31; } \
+        else { (ptr) = base ? (act_t*)(base + off) : NULL; off += (n_ + 15) & ~(size_t)15; } } while (0)
+#define ACT_OF(aptr, fptr, count) do { if (split) TAKEA(aptr, count); else (aptr) = (act_t*)(fptr); } while (0)
 #define TAKEI(ptr, count) do { size_t n_ = (count); (ptr) = ibase ? ibase + ioff : NULL; ioff += (n_ + 15) & ~(size_t)15; } while (0)
         if (pass == 1) {
             m->res = calloc(L + 1, sizeof(float*));
@@ -85,46 +101,57 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
         for (size_t l = 0; l <= L; l++) { float* p; TAKE(p, N * d); if (pass) m->res[l] = p; }
         for (size_t l = 0; l < L; l++) {
             LayerActs a = {0};
-            TAKE(a.ln1, N * d); if (ln) TAKE(a.ln1_mean, N); TAKE(a.ln1_rstd, N);
-            TAKE(a.qkv, N * QKVG); TAKE(a.q, N * Hd); TAKE(a.k, N * KVd); TAKE(a.v, N * KVd);
+            TAKEA(a.ln1, N * d); if (ln) TAKE(a.ln1_mean, N); TAKE(a.ln1_rstd, N);
+            TAKEA(a.qkv, N * QKVG); TAKEA(a.q, N * Hd); TAKEA(a.k, N * KVd); TAKEA(a.v, N * KVd);
             if (c->qk_norm) TAKE(a.qk_rstd, N * (c->n_head + c->n_kv_head));
-            TAKE(a.y, N * Hd);
-            if (sgate) TAKE(a.yg, N * Hd);
+            TAKEA(a.y, N * Hd);
+            if (sgate) TAKEA(a.yg, N * Hd);
             TAKE(a.lse, N * c->n_head);
             TAKE(a.res_mid, N * d);
-            TAKE(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
+            TAKEA(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
             if (!config_layer_is_moe(c, (int)l)) {
-                TAKE(a.mlp_pre, N * Fin); TAKE(a.mlp_act, N * F);
+                TAKEA(a.mlp_pre, N * Fin); TAKEA(a.mlp_act, N * F);
             } else {
                 TAKE(a.router_logits, N * E); TAKE(a.router_probs, N * E); TAKE(a.router_lse, N);
                 TAKE(a.topk_w, N * K);
                 TAKEI(a.topk_idx, N * K); TAKEI(a.counts, E); TAKEI(a.offsets, E + 1);
                 TAKEI(a.row_slot, S); TAKEI(a.slot_row, S);
-                TAKE(a.xp, S * d); TAKE(a.ep_pre, S * sw * Fe); TAKE(a.ep_act, S * Fe); TAKE(a.yp, S * d);
-                if (mc->n_shared_expert) { TAKE(a.sh_pre, N * sw * Fs); TAKE(a.sh_act, N * Fs); }
-                if (mc->shared_expert_gate) { TAKE(a.sh_out, N * d); TAKE(a.sh_z, N); }
+                TAKEA(a.xp, S * d); TAKEA(a.ep_pre, S * sw * Fe); TAKEA(a.ep_act, S * Fe); TAKEA(a.yp, S * d);
+                if (mc->n_shared_expert) { TAKEA(a.sh_pre, N * sw * Fs); TAKEA(a.sh_act, N * Fs); }
+                if (mc->shared_expert_gate) { TAKEA(a.sh_out, N * d); TAKE(a.sh_z, N); }
             }
             if (pass) { a.res_in = m->res[l]; if (!sgate) a.yg = a.y; m->layer[l] = a; }
         }
-        TAKE(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
-        TAKE(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
+        TAKEA(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
+        TAKEA(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
         size_t dmax = d > Hd ? d : Hd;
-        TAKE(m->dres, N * d); TAKE(m->dnorm, N * dmax); TAKE(m->dqkv, N * QKVG);
-        TAKE(m->dq, N * Hd); TAKE(m->dk, N * KVd); TAKE(m->dv, N * KVd);
-        TAKE(m->dyg, N * Hd); TAKE(m->dscratch, N * Hd);
-        if (any_dense) { TAKE(m->dmlp_pre, N * Fin); TAKE(m->dmlp_act, N * F); }
+        TAKE(m->dres, N * d); ACT_OF(m->dres_act, m->dres, N * d);
+        TAKEA(m->dnorm, N * dmax); TAKEA(m->dqkv, N * QKVG);
+        TAKEA(m->dq, N * Hd); TAKEA(m->dk, N * KVd); TAKEA(m->dv, N * KVd);
+        TAKEA(m->dyg, N * Hd); TAKEA(m->dscratch, N * Hd);
+        if (any_dense) { TAKEA(m->dmlp_pre, N * Fin); TAKEA(m->dmlp_act, N * F); }
         if (any_moe) {
-            TAKE(m->d_router, N * E); TAKE(m->d_topk_w, N * K); TAKE(m->aux_grad, E);
-            TAKE(m->d_yp, S * d); TAKE(m->d_ep_act, S * Fe); TAKE(m->d_ep_pre, S * sw * Fe);
-            if (mc->n_shared_expert) { TAKE(m->d_sh_act, N * Fs); TAKE(m->d_sh_pre, N * sw * Fs); TAKE(m->d_tmp, N * d); }
-            if (mc->shared_expert_gate) { TAKE(m->d_sh_out, N * d); TAKE(m->d_sh_z, N); }
+            TAKE(m->d_router, N * E); ACT_OF(m->d_router_act, m->d_router, N * E);
+            TAKE(m->d_topk_w, N * K); TAKE(m->aux_grad, E);
+            TAKEA(m->d_yp, S * d); TAKEA(m->d_ep_act, S * Fe); TAKEA(m->d_ep_pre, S * sw * Fe);
+            if (mc->n_shared_expert) { TAKEA(m->d_sh_act, N * Fs); TAKEA(m->d_sh_pre, N * sw * Fs); TAKEA(m->d_tmp, N * d); }
+            if (mc->shared_expert_gate) { TAKEA(m->d_sh_out, N * d); TAKE(m->d_sh_z, N); ACT_OF(m->d_sh_z_act, m->d_sh_z, N); }
         }
 #undef TAKE
+#undef TAKEA
+#undef ACT_OF
 #undef TAKEI
-        if (pass == 0) { base = ops_malloc(off * sizeof(float)); ibase = ops_malloc((ioff ? ioff : 1) * sizeof(int)); }
+        if (pass == 0) {
+            base = ops_malloc(off * sizeof(float));
+            if (split) abase = ops_malloc((aoff ? aoff : 1) * sizeof(act_t));
+            ibase = ops_malloc((ioff ? ioff : 1) * sizeof(int));
+        }
     }
     m->acts = base;
     m->acts_floats = off;
+    m->aacts = split ? abase : (act_t*)base;
+    m->aacts_elems = aoff;
+    m->acts_bytes = off * sizeof(float) + aoff * sizeof(act_t);
     m->iacts = ibase;
     m->iacts_ints = ioff;
     m->idx = ops_malloc(2 * N * sizeof(int));
@@ -133,7 +160,8 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
 
 void gpt_free(GPT* m) {
     ops_free(m->params); ops_free(m->grads);
-    if (m->acts) { ops_free(m->acts); ops_free(m->iacts); ops_free(m->idx); }
+    if (m->acts) { ops_free(m->acts); if (m->aacts_elems) ops_free(m->aacts); ops_free(m->iacts); ops_free(m->idx); }
+    if (!OPS_ACT_IS_FLOAT) ops_free(m->params_act);
     free(m->res); free(m->layer);
     if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
     free(m->moe_stats);
@@ -141,6 +169,34 @@ void gpt_free(GPT* m) {
     weights_free(&m->w); weights_free(&m->g);
     param_table_free(&m->table);
     memset(m, 0, sizeof(*m));
+}
+
+void gpt_params_changed(GPT* m, long step) {
+    m->params_act_stale = 1;
+    // a different rounding seed per step, the same on every process and on resume
+    m->params_act_seed = m->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)step + 1;
+}
+
+void gpt_refresh_act_weights(GPT* m) {
+    if (!m->params_act_stale) return;
+    ops_weights_to_act(m->params_act, m->params, m->table.total, m->params_act_seed);
+    m->params_act_stale = 0;
+}
+
+const act_t* gpt_act_w(GPT* m, const float* w) {
+    if (!w) return NULL;
+    gpt_refresh_act_weights(m);
+    return m->params_act + (w - m->params);
+}
+
+void gpt_logits_to_host(const GPT* m, float* dst, int n, int count) {
+    const act_t* row = m->logits + (size_t)n * m->cfg.padded_vocab;
+    if (OPS_ACT_IS_FLOAT) { ops_to_host(dst, row, (size_t)count * sizeof(float)); return; }
+    act_t* tmp = malloc((size_t)count * sizeof(act_t));
+    if (!tmp) { fprintf(stderr, "error: out of memory for %d logits\n", count); exit(1); }
+    ops_to_host(tmp, row, (size_t)count * sizeof(act_t));
+    for (int i = 0; i < count; i++) dst[i] = act_to_f32(tmp[i]);
+    free(tmp);
 }
 
 void gpt_zero_grad(GPT* m) {
@@ -156,6 +212,8 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     const OpsNormKind nk = norm_kind(c);
     const float eps = c->norm_eps;
 
+    gpt_refresh_act_weights(m);   // the GEMMs read act_t weights: AW(w)
+#define AW(w) gpt_act_w(m, (w))
     ops_from_host(m->idx, idx, (size_t)N * sizeof(int));
     if (targets) ops_from_host(m->targets, targets, (size_t)N * sizeof(int));
 
@@ -167,11 +225,11 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
         LayerActs* a = &m->layer[l];
         // attention: X = norm1(x); [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x += yg Wo^T
         ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
-        ops_matmul_forward(a->qkv, a->ln1, w->wqkv, N, d, QKVG, 0);
+        ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
         ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
         ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
         ops_copy(a->res_mid, a->res_in, (size_t)N * d);
-        ops_matmul_forward(a->res_mid, a->yg, w->wo, N, Hd, d, 1);
+        ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
         // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
         ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
         float* out = m->res[l + 1];
@@ -182,16 +240,17 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
             continue;
         }
         if (c->mlp == MLP_SWIGLU) {
-            ops_matmul_forward(a->mlp_pre, a->ln2, w->w_in, N, d, Fin, 0);
+            ops_matmul_forward(a->mlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
             ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
         } else {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA)
-            ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, w->w_in, N, d, F);
+            ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, AW(w->w_in), N, d, F);
         }
         ops_copy(out, a->res_mid, (size_t)N * d);
-        ops_matmul_forward(out, a->mlp_act, w->w_out, N, F, d, 1);
+        ops_matmul_forward_f32(out, a->mlp_act, AW(w->w_out), N, F, d, 1);
     }
     ops_norm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[c->n_layer], m->w.lnf_w, m->w.lnf_b, N, d, eps, nk);
-    ops_matmul_forward(m->logits, m->lnf, m->w.lm_head, N, d, c->padded_vocab, 0);
+    ops_matmul_forward(m->logits, m->lnf, AW(m->w.lm_head), N, d, c->padded_vocab);
+#undef AW
     if (!targets) return 0.0f;
 
     ops_xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
@@ -209,40 +268,44 @@ void gpt_backward(GPT* m, float dloss) {
     const int Hd = c->n_head * c->head_dim, QKVG = ops_attn_qkv_cols(&m->attn);
     const int Fin = c->mlp == MLP_SWIGLU ? 2 * F : F, Vp = c->padded_vocab;
     const OpsNormKind nk = norm_kind(c);
+#define AW(w) gpt_act_w(m, (w))
 
     // loss -> logits -> final norm. dlogits overwrite the logits in place.
     ops_xent_backward(m->logits, m->logits, m->lse, m->targets, dloss / N, N, c->vocab_size, Vp);
-    ops_matmul_backward(m->dnorm, m->g.lm_head, m->logits, m->lnf, m->w.lm_head, N, d, Vp);
+    ops_matmul_backward(m->dnorm, m->g.lm_head, m->logits, m->lnf, AW(m->w.lm_head), N, d, Vp);
     ops_zero(m->dres, (size_t)N * d);
     ops_norm_backward(m->dres, m->g.lnf_w, m->g.lnf_b, m->dnorm, m->res[c->n_layer], m->w.lnf_w,
                       m->lnf_mean, m->lnf_rstd, N, d, nk);
     // m->dres now holds dL/dx for the residual stream; it flows through every layer's residual
-    // additions unchanged, and each branch's backward adds its contribution.
+    // additions unchanged, and each branch's backward adds its contribution. The GEMMs read its
+    // act_t copy m->dres_act, made where dres has changed (nothing to do when act_t is fp32).
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerWeights* w = &m->w.layer[l];
         LayerWeights* g = &m->g.layer[l];
         LayerActs* a = &m->layer[l];
         // MLP (or MoE) branch: m->dnorm = dL/d norm2 output
+        ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
         if (config_layer_is_moe(c, l)) {
             moe_backward(m, l, dloss);
         } else {
             if (c->mlp == MLP_SWIGLU) {
-                ops_matmul_backward(m->dmlp_act, g->w_out, m->dres, a->mlp_act, w->w_out, N, F, d);
+                ops_matmul_backward(m->dmlp_act, g->w_out, m->dres_act, a->mlp_act, AW(w->w_out), N, F, d);
                 ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
             } else {   // GELU's derivative fused into the GEMM
-                ops_matmul_backward_gelu(m->dmlp_pre, g->w_out, m->dres, a->mlp_act, w->w_out, a->mlp_pre, N, F, d);
+                ops_matmul_backward_gelu(m->dmlp_pre, g->w_out, m->dres_act, a->mlp_act, AW(w->w_out), a->mlp_pre, N, F, d);
             }
-            ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, w->w_in, N, d, Fin);
+            ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
         }
         ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,
                           a->ln2_rstd, N, d, nk);
         // attention branch
-        ops_matmul_backward(m->dyg, g->wo, m->dres, a->yg, w->wo, N, Hd, d);
+        ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
+        ops_matmul_backward(m->dyg, g->wo, m->dres_act, a->yg, AW(w->wo), N, Hd, d);
         ops_attention_backward(m->dq, m->dk, m->dv, m->dqkv, m->dscratch, m->dyg, a->q, a->k, a->v,
                                a->y, a->lse, a->qkv, &m->attn);
         ops_attn_prep_backward(m->dqkv, g->qnorm_w, g->knorm_w, m->dq, m->dk, m->dv, a->qkv,
                                a->qk_rstd, w->qnorm_w, w->knorm_w, &m->attn);
-        ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, w->wqkv, N, d, QKVG);
+        ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, AW(w->wqkv), N, d, QKVG);
         ops_norm_backward(m->dres, g->ln1_w, g->ln1_b, m->dnorm, a->res_in, w->ln1_w, a->ln1_mean,
                           a->ln1_rstd, N, d, nk);
         // layer l's parameter gradients are complete (the rest of the pass does not touch them)
@@ -250,6 +313,7 @@ void gpt_backward(GPT* m, float dloss) {
             m->grads_ready(m->grads_ready_ctx, m->layer_lo[l], m->layer_hi[l]);
     }
     ops_embedding_backward(m->g.wte, m->g.wpe, m->dres, m->idx, B, T, d);
+#undef AW
 }
 
 double gpt_matmul_params(const ModelConfig* c) {

@@ -6,25 +6,27 @@
 #include "../kernels/ops.h"
 
 // Activations of one layer for one micro-batch (N = B*T tokens), kept for the backward pass.
+// act_t: the build's activation storage type (kernels/ops_types.h: fp32, or bf16); float:
+// fp32 in every build (the residual stream, statistics, the router).
 typedef struct {
     float* res_in;     // [N, d]   residual stream entering the layer (owned by GPT.res)
-    float* ln1;        // [N, d]   normed input X that feeds q, k, v and the gate
+    act_t* ln1;        // [N, d]   normed input X that feeds q, k, v and the gate
     float* ln1_mean;   // [N]
     float* ln1_rstd;   // [N]
-    float* qkv;        // [N, QKVG] fused projection output: [q | k | v | gate logits]
-    float* q;          // [N, H*hd]  after qk-norm and RoPE
-    float* k;          // [N, Hkv*hd]
-    float* v;          // [N, Hkv*hd] after the value gate (if any)
+    act_t* qkv;        // [N, QKVG] fused projection output: [q | k | v | gate logits]
+    act_t* q;          // [N, H*hd]  after qk-norm and RoPE
+    act_t* k;          // [N, Hkv*hd]
+    act_t* v;          // [N, Hkv*hd] after the value gate (if any)
     float* qk_rstd;    // [N, H+Hkv] qk-norm statistics
-    float* y;          // [N, H*hd] attention output before the sdpa gate
-    float* yg;         // [N, H*hd] after the gate (== y when there is no sdpa gate)
+    act_t* y;          // [N, H*hd] attention output before the sdpa gate
+    act_t* yg;         // [N, H*hd] after the gate (== y when there is no sdpa gate)
     float* lse;        // [B, H, T] row logsumexp of the attention scores
     float* res_mid;    // [N, d]   residual after attention
-    float* ln2;        // [N, d]
+    act_t* ln2;        // [N, d]
     float* ln2_mean;   // [N]
     float* ln2_rstd;   // [N]
-    float* mlp_pre;    // [N, 2F] swiglu or [N, F] gelu: output of w_in (dense layers)
-    float* mlp_act;    // [N, F]   input of w_out
+    act_t* mlp_pre;    // [N, 2F] swiglu or [N, F] gelu: output of w_in (dense layers)
+    act_t* mlp_act;    // [N, F]   input of w_out
     // MoE layers instead of mlp_pre, mlp_act. E experts, k = top_k, S = N*k routed slots,
     // R <= S kept (permuted) rows; Fe/Fs = d_expert/d_shared_expert, Fin = 2F swiglu, F gelu.
     float* router_logits; // [N, E]   fp32 always
@@ -36,13 +38,13 @@ typedef struct {
     int* offsets;         // [E + 1]  each expert's first row in the permuted buffers
     int* row_slot;        // [S]      permuted row -> slot (first R used)
     int* slot_row;        // [S]      slot -> permuted row, -1 if dropped
-    float* xp;            // [S, d]   permuted expert inputs (rows of ln2)
-    float* ep_pre;        // [S, Fin_e] output of the experts' w_in
-    float* ep_act;        // [S, Fe]  input of the experts' w_out
-    float* yp;            // [S, d]   expert outputs before their routing weights
-    float* sh_pre;        // [N, Fin_s] shared expert (n_shared_expert = 1)
-    float* sh_act;        // [N, Fs]
-    float* sh_out;        // [N, d]   shared expert output before its gate (shared_expert_gate)
+    act_t* xp;            // [S, d]   permuted expert inputs (rows of ln2)
+    act_t* ep_pre;        // [S, Fin_e] output of the experts' w_in
+    act_t* ep_act;        // [S, Fe]  input of the experts' w_out
+    act_t* yp;            // [S, d]   expert outputs before their routing weights
+    act_t* sh_pre;        // [N, Fin_s] shared expert (n_shared_expert = 1)
+    act_t* sh_act;        // [N, Fs]
+    act_t* sh_out;        // [N, d]   shared expert output before its gate (shared_expert_gate)
     float* sh_z;          // [N]      shared expert gate logits
 } LayerActs;
 
@@ -52,27 +54,45 @@ typedef struct GPT {
     float* params;       // arena [table.total] in backend memory
     float* grads;        // arena, same layout
     ModelWeights w;      // pointers into params
+    // The compute copy of the weights that the GEMMs read (act_t [table.total], same layout):
+    // with bf16 act_t a bf16 arena, refreshed from params by stochastic rounding
+    // (ops_weights_to_act) at the first forward after they change; with fp32 act_t it is params.
+    // gpt_act_w maps a weight of m->w to its copy.
+    act_t* params_act;
+    int params_act_stale;          // params changed since the copy was made (gpt_params_changed)
+    unsigned long long params_act_seed;   // the stochastic rounding's seed for the next refresh
+    unsigned long long seed;       // the model's seed (gpt_build)
     ModelWeights g;      // pointers into grads
     OpsAttnShape attn;   // attention shape for the current B, T
     OpsAttnImpl attn_impl; // which attention kernel ([train] attn_impl); set before gpt_alloc_acts
 
     // activations, sized for B x T at gpt_alloc_acts
     int B, T;
-    float* acts;         // one arena for everything below
+    float* acts;         // one arena for the fp32 tensors below
+    act_t* aacts;        // one arena for the act_t tensors below (== acts' memory when act_t is
+                         // fp32: then both lists share one arena)
     float** res;         // [n_layer + 1] residual streams [N, d]
     LayerActs* layer;    // [n_layer]
-    float *lnf, *lnf_mean, *lnf_rstd;   // [N, d], [N], [N]
-    float* logits;       // [N, Vp] (overwritten by dlogits in backward)
+    act_t* lnf;          // [N, d]
+    float *lnf_mean, *lnf_rstd;         // [N], [N]
+    act_t* logits;       // [N, Vp] (overwritten by dlogits in backward)
     float* losses;       // [N]
     float* lse;          // [N] logsumexp of each logits row (saved for the backward)
     int *idx, *targets;  // [N] in backend memory
-    // backward scratch
-    float *dres, *dnorm, *dqkv, *dq, *dk, *dv, *dyg, *dscratch, *dmlp_pre, *dmlp_act;
-    // MoE backward scratch (shared by the MoE layers; NULL in a dense model)
-    float *d_router, *d_topk_w, *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre;
-    float *d_sh_z, *d_tmp, *aux_grad;
+    // backward scratch. dres (fp32) is dL/d(residual stream); dres_act its act_t copy for the
+    // GEMMs that read it (the same memory when act_t is fp32).
+    float* dres;
+    act_t* dres_act;
+    act_t *dnorm, *dqkv, *dq, *dk, *dv, *dyg, *dscratch, *dmlp_pre, *dmlp_act;
+    // MoE backward scratch (shared by the MoE layers; NULL in a dense model). d_router and
+    // d_sh_z are fp32 (router, gate logits); their _act copies feed the GEMMs.
+    float *d_router, *d_topk_w, *d_sh_z, *aux_grad;
+    act_t *d_router_act, *d_sh_z_act;
+    act_t *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre, *d_tmp;
     int* iacts;          // integer activations (MoE dispatch), backend memory
-    size_t acts_floats;
+    size_t acts_floats;  // fp32 elements in acts
+    size_t aacts_elems;  // act_t elements in aacts (0 when they live in acts)
+    size_t acts_bytes;   // both arenas
     size_t iacts_ints;
 
     // MoE: per-layer routing statistics (host; n_expert = 0 for dense layers), and the weighted
@@ -112,6 +132,16 @@ void gpt_backward(GPT* m, float dloss);
 // Zero the gradients and start a new step: the MoE routing counts that the load-balancing loss
 // uses (its f_i) accumulate from here over the step's micro-steps.
 void gpt_zero_grad(GPT* m);
+// The parameters changed (an optimizer step, a checkpoint load, a test's write): the compute
+// copy of the weights is refreshed at the next forward, with stochastic rounding seeded by
+// (model seed, step), so that a resumed run rounds as the uninterrupted one did.
+void gpt_params_changed(GPT* m, long step);
+// The compute copy (act_t) of a weight tensor of m->w, for the GEMMs. Refreshes it first if the
+// parameters changed (gpt_forward does this anyway; a caller outside a forward needs it).
+const act_t* gpt_act_w(GPT* m, const float* w);
+void gpt_refresh_act_weights(GPT* m);
+// Host copy of the first `count` logits of token n of the last forward (converted to fp32).
+void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 
 // Matmul parameters a token passes through (QKV+gate, output, MLP or, in an MoE layer, the
 // router, top_k experts and the shared expert with its gate, LM head), for FLOP counts: the

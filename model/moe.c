@@ -107,16 +107,19 @@ int moe_capacity(const MoeConfig* c, int N) {
     return (int)ceil((double)c->capacity_factor * N * c->top_k / c->n_expert);
 }
 
+// the GEMMs read the act_t compute copy of a weight (model/gpt.h)
+#define AW(w) gpt_act_w(m, (w))
+
 static OpsRouter router_kind(const MoeConfig* c) {
     return c->router == ROUTER_SIGMOID_TOPK ? OPS_ROUTER_SIGMOID : OPS_ROUTER_SOFTMAX;
 }
 
 // act(pre) for an FFN of hidden width F over `rows` rows: swiglu [rows, 2F] -> [rows, F], or gelu
-static void ffn_act_forward(const ModelConfig* c, float* act, const float* pre, int rows, int F) {
+static void ffn_act_forward(const ModelConfig* c, act_t* act, const act_t* pre, int rows, int F) {
     if (c->mlp == MLP_SWIGLU) ops_swiglu_forward(act, pre, rows, F);
     else ops_gelu_forward(act, pre, (size_t)rows * F);
 }
-static void ffn_act_backward(const ModelConfig* c, float* dpre, const float* dact, const float* pre,
+static void ffn_act_backward(const ModelConfig* c, act_t* dpre, const act_t* dact, const act_t* pre,
                              int rows, int F) {
     if (c->mlp == MLP_SWIGLU) ops_swiglu_backward(dpre, dact, pre, rows, F);
     else ops_gelu_backward(dpre, dact, pre, (size_t)rows * F);
@@ -133,7 +136,7 @@ double moe_forward(GPT* m, int l, float* out) {
     const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
 
     // router: logits = X W_r^T [N, E]; p, the top-k experts and their renormalised weights
-    ops_matmul_forward(a->router_logits, a->ln2, w->router, N, d, E, 0);
+    ops_matmul_forward_f32(a->router_logits, a->ln2, AW(w->router), N, d, E, 0);
     ops_moe_router_forward(a->router_probs, a->topk_idx, a->topk_w, a->router_lse, a->router_logits,
                            N, E, k, router_kind(mc));
     // dispatch: sort the slots by expert (kept slots only, when a capacity is set)
@@ -143,21 +146,21 @@ double moe_forward(GPT* m, int l, float* out) {
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
-    ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    ops_grouped_matmul_forward(a->ep_pre, a->xp, AW(w->moe_w_in), a->offsets, E, d, sw * Fe);
     ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    ops_grouped_matmul_forward(a->yp, a->ep_act, AW(w->moe_w_out), a->offsets, E, Fe, d);
     // scale by the routing weights and add back to each token (no atomics)
     ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
     // shared expert: every token, optionally gated by sigmoid(X w_g)
     if (mc->n_shared_expert) {
-        ops_matmul_forward(a->sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs, 0);
+        ops_matmul_forward(a->sh_pre, a->ln2, AW(w->shared_w_in), N, d, sw * Fs);
         ffn_act_forward(c, a->sh_act, a->sh_pre, N, Fs);
         if (mc->shared_expert_gate) {
-            ops_matmul_forward(a->sh_out, a->sh_act, w->shared_w_out, N, Fs, d, 0);
-            ops_matmul_forward(a->sh_z, a->ln2, w->shared_gate, N, d, 1, 0);
+            ops_matmul_forward(a->sh_out, a->sh_act, AW(w->shared_w_out), N, Fs, d);
+            ops_matmul_forward_f32(a->sh_z, a->ln2, AW(w->shared_gate), N, d, 1, 0);
             ops_sigmoid_gate_add_forward(out, a->sh_out, a->sh_z, N, d);
         } else {
-            ops_matmul_forward(out, a->sh_act, w->shared_w_out, N, Fs, d, 1);
+            ops_matmul_forward_f32(out, a->sh_act, AW(w->shared_w_out), N, Fs, d, 1);
         }
     }
 
@@ -208,9 +211,9 @@ void moe_backward(GPT* m, int l, float dloss) {
 
     // routed experts, backwards: combine -> w_out -> act -> w_in (d_yp then holds d xp)
     ops_moe_combine_backward(m->d_yp, m->d_topk_w, dout, a->yp, a->topk_w, a->slot_row, N, k, d);
-    ops_grouped_matmul_backward(m->d_ep_act, g->moe_w_out, m->d_yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    ops_grouped_matmul_backward(m->d_ep_act, g->moe_w_out, m->d_yp, a->ep_act, AW(w->moe_w_out), a->offsets, E, Fe, d);
     ffn_act_backward(c, m->d_ep_pre, m->d_ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_backward(m->d_yp, g->moe_w_in, m->d_ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    ops_grouped_matmul_backward(m->d_yp, g->moe_w_in, m->d_ep_pre, a->xp, AW(w->moe_w_in), a->offsets, E, d, sw * Fe);
 
     // router: through the top-k weights, the load-balancing loss and the z-loss.
     // aux = c E sum_i f_i (1/N) sum_n p[n,i] with f constant: dL/dp[n,i] = dloss c E f_i / N.
@@ -224,21 +227,23 @@ void moe_backward(GPT* m, int l, float dloss) {
     ops_moe_router_backward(m->d_router, m->d_topk_w, a->router_logits, a->router_probs, a->topk_idx,
                             a->topk_w, a->router_lse, m->aux_grad, z_grad, N, E, k, router_kind(mc));
     // dX: router (=), then the experts' inputs gathered back per token (+=)
-    ops_matmul_backward(m->dnorm, g->router, m->d_router, a->ln2, w->router, N, d, E);
+    ops_act_from_float(m->d_router_act, m->d_router, (size_t)N * E);
+    ops_matmul_backward(m->dnorm, g->router, m->d_router_act, a->ln2, AW(w->router), N, d, E);
     ops_moe_gather_backward(m->dnorm, m->d_yp, a->slot_row, N, k, d);
 
     // shared expert (and its gate)
     if (mc->n_shared_expert) {
-        const float* dsh = dout;
+        const act_t* dsh = m->dres_act;   // gpt_backward made it from dout
         if (mc->shared_expert_gate) {
             ops_sigmoid_gate_add_backward(m->d_sh_out, m->d_sh_z, dout, a->sh_out, a->sh_z, N, d);
-            ops_matmul_backward(m->d_tmp, g->shared_gate, m->d_sh_z, a->ln2, w->shared_gate, N, d, 1);
+            ops_act_from_float(m->d_sh_z_act, m->d_sh_z, (size_t)N);
+            ops_matmul_backward(m->d_tmp, g->shared_gate, m->d_sh_z_act, a->ln2, AW(w->shared_gate), N, d, 1);
             ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
             dsh = m->d_sh_out;
         }
-        ops_matmul_backward(m->d_sh_act, g->shared_w_out, dsh, a->sh_act, w->shared_w_out, N, Fs, d);
+        ops_matmul_backward(m->d_sh_act, g->shared_w_out, dsh, a->sh_act, AW(w->shared_w_out), N, Fs, d);
         ffn_act_backward(c, m->d_sh_pre, m->d_sh_act, a->sh_pre, N, Fs);
-        ops_matmul_backward(m->d_tmp, g->shared_w_in, m->d_sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
+        ops_matmul_backward(m->d_tmp, g->shared_w_in, m->d_sh_pre, a->ln2, AW(w->shared_w_in), N, d, sw * Fs);
         ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
     }
 }

@@ -37,6 +37,9 @@ void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float gra
                   b - a, lr, tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f,
                   scale, o->t);
     }
+    // the GEMMs' compute copy of the weights is refreshed at the next forward (after the
+    // ZeRO-1 all-gather, where there is one), rounded with a seed of update t
+    gpt_params_changed(model, o->t);
 }
 
 float lr_schedule(const TrainConfig* tc, int step) {

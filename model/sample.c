@@ -23,7 +23,7 @@ static float topk_threshold(const float* x, int n, int k, float* scratch) {
 
 void sample_generate(GPT* m, const int* prompt, int n_prompt, int n_new, float temperature,
                      int top_k, unsigned long long seed, int* out) {
-    const int B0 = m->B, T0 = m->T, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab;
+    const int B0 = m->B, T0 = m->T, V = m->cfg.vocab_size;
     int T = n_prompt + n_new < T0 ? n_prompt + n_new : T0;
     gpt_alloc_acts(m, 1, T);
     int total = n_prompt + n_new;
@@ -42,7 +42,7 @@ void sample_generate(GPT* m, const int* prompt, int n_prompt, int n_new, float t
         memset(idx, 0, (size_t)T * sizeof(int));
         memcpy(idx, seq + len - ctx, (size_t)ctx * sizeof(int));
         gpt_forward(m, idx, NULL);
-        ops_to_host(logits, m->logits + (size_t)(ctx - 1) * Vp, (size_t)V * sizeof(float));
+        gpt_logits_to_host(m, logits, ctx - 1, V);
         float thr = k < V ? topk_threshold(logits, V, k, scratch) : -INFINITY;
         float mx = -INFINITY;
         for (int i = 0; i < V; i++) if (logits[i] > mx) mx = logits[i];

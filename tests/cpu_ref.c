@@ -6,6 +6,7 @@
 const OpsTable cpu_ref = {
     .init = ops_init,
     .matmul_forward = ops_matmul_forward,
+    .matmul_forward_f32 = ops_matmul_forward_f32,
     .matmul_backward = ops_matmul_backward,
     .matmul_gelu_forward = ops_matmul_gelu_forward,
     .matmul_backward_gelu = ops_matmul_backward_gelu,

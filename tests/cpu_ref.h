@@ -12,6 +12,7 @@
 typedef struct {
     __typeof__(ops_init)* init;
     __typeof__(ops_matmul_forward)* matmul_forward;
+    __typeof__(ops_matmul_forward_f32)* matmul_forward_f32;
     __typeof__(ops_matmul_backward)* matmul_backward;
     __typeof__(ops_matmul_gelu_forward)* matmul_gelu_forward;
     __typeof__(ops_matmul_backward_gelu)* matmul_backward_gelu;

@@ -111,18 +111,25 @@ static void test_matmul(int N, int C, int OC) {
     float *inp = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 1), *out0 = hrand((size_t)N * OC, 1);
     float *dout = hrand((size_t)N * OC, 1), *dw0 = hrand((size_t)OC * C, 1);
     float *d_inp = dcopy(inp, (size_t)N * C), *d_w = dcopy(w, (size_t)OC * C), *d_dout = dcopy(dout, (size_t)N * OC);
-    // forward, = and +=
+    // forward (=), and into fp32 (= and +=: the residual stream, the router's logits)
     float* ref = hcopy(out0, (size_t)N * OC);
-    cpu_ref.matmul_forward(ref, inp, w, N, C, OC, 0);
+    cpu_ref.matmul_forward(ref, inp, w, N, C, OC);
     float* d_out = dpoison((size_t)N * OC);
-    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC, 0);
+    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC);
     snprintf(nm, sizeof nm, "matmul forward N=%d C=%d OC=%d", N, C, OC);
     cmp(nm, d_out, ref, (size_t)N * OC, tol_gemm);
     memcpy(ref, out0, (size_t)N * OC * sizeof(float));
-    cpu_ref.matmul_forward(ref, inp, w, N, C, OC, 1);
+    cpu_ref.matmul_forward_f32(ref, inp, w, N, C, OC, 0);
+    ops_free(d_out);
+    d_out = dpoison((size_t)N * OC);
+    ops_matmul_forward_f32(d_out, d_inp, d_w, N, C, OC, 0);
+    snprintf(nm, sizeof nm, "matmul forward f32 N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_out, ref, (size_t)N * OC, tol_gemm);
+    memcpy(ref, out0, (size_t)N * OC * sizeof(float));
+    cpu_ref.matmul_forward_f32(ref, inp, w, N, C, OC, 1);
     ops_from_host(d_out, out0, (size_t)N * OC * sizeof(float));
-    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC, 1);
-    snprintf(nm, sizeof nm, "matmul forward += N=%d C=%d OC=%d", N, C, OC);
+    ops_matmul_forward_f32(d_out, d_inp, d_w, N, C, OC, 1);
+    snprintf(nm, sizeof nm, "matmul forward f32 += N=%d C=%d OC=%d", N, C, OC);
     cmp(nm, d_out, ref, (size_t)N * OC, tol_gemm);
     // backward: dinp (=), dw (+=)
     float *rdinp = hzeros((size_t)N * C), *rdw = hcopy(dw0, (size_t)OC * C);

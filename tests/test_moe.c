@@ -235,7 +235,7 @@ static void test_grouped_matmul(void) {
     TU_CHECK(zero, "grouped matmul: the empty group's weight gradient must stay 0");
     // each group is its own GEMM: group 2 against a plain matmul
     float* ref = fbuf(5 * c.OC, 0);
-    ops_matmul_forward(ref, c.inp + 3 * c.C, c.w + 2 * c.OC * c.C, 5, c.C, c.OC, 0);
+    ops_matmul_forward(ref, c.inp + 3 * c.C, c.w + 2 * c.OC * c.C, 5, c.C, c.OC);
     group_loss(&c);
     TU_CHECK(tu_rel_err(c.out + 3 * c.OC, ref, 5 * c.OC) < 1e-6, "grouped matmul group 2 != matmul");
 }
@@ -305,7 +305,7 @@ static float layer_setup(GPT* m, ModelConfig mc, int B, int T, float min_gap) {
         float g = 0.0f;
         for (int tries = 0; tries < 1000; tries++) {
             tu_fill(x, (size_t)d, 1.0);
-            ops_matmul_forward(logits, x, m->w.layer[0].router, 1, d, E, 0);
+            ops_matmul_forward_f32(logits, x, m->w.layer[0].router, 1, d, E, 0);
             g = topk_gap(logits, E, k);
             if (g >= min_gap) break;
         }

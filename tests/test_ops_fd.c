@@ -52,7 +52,7 @@ static float* fbuf(size_t n, double scale) { float* p = ops_malloc(n * sizeof(fl
 typedef struct { float *inp, *w, *out, *r; int N, C, OC; } MatmulCtx;
 static double matmul_loss(void* v) {
     MatmulCtx* c = v;
-    ops_matmul_forward(c->out, c->inp, c->w, c->N, c->C, c->OC, 0);
+    ops_matmul_forward(c->out, c->inp, c->w, c->N, c->C, c->OC);
     return dot(c->out, c->r, (size_t)c->N * c->OC);
 }
 static void test_matmul(void) {

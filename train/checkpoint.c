@@ -716,6 +716,7 @@ int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int 
     if (r_get(&r, host, t->total * sizeof(float)) != 0) { free(host); goto fail; }
     if (r_close(&r) != 0) { free(host); return -1; }
     ops_from_host(m->params, host, t->total * sizeof(float));
+    gpt_params_changed(m, 0);   // the compute copy of the weights follows (again below, with t)
     if (!o) { free(host); return 0; }
 
     snprintf(file, sizeof file, "%s/rank_%05d.bin", path, rank);
@@ -753,6 +754,7 @@ int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int 
     free(host);
     free(host_v);
     o->t = hdr[2];
+    gpt_params_changed(m, o->t);   // round as the uninterrupted run did after update t
     if (st) {
         st->step = (int)step;
         st->nonfinite_run = hdr[3];

@@ -1,5 +1,10 @@
 // kernels/cpu/cpu_common.h: small helpers shared by the CPU kernels (not part of ops.h).
 #pragma once
+// The CPU kernels store activations in fp32 (ops.h's act_t is float here). The bf16 emulation
+// (kernels/cpu_bf16/) wraps them; they are never compiled with bf16 act_t themselves.
+#ifdef GATEDGPT_ACT_BF16
+#error "kernels/cpu is fp32: the bf16 build wraps it (kernels/cpu_bf16/ops_bf16.c)"
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>

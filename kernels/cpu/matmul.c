@@ -41,10 +41,14 @@ void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* 
 }
 #endif
 
-// out[N,OC] (=|+=) inp[N,C] @ w[OC,C]^T
-void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC,
-                        int accumulate) {
+// out[N,OC] (=|+=) inp[N,C] @ w[OC,C]^T (the CPU backend stores activations in fp32: the two
+// forward GEMMs of ops.h are the same product)
+void ops_matmul_forward_f32(float* out, const float* inp, const float* w, int N, int C, int OC,
+                            int accumulate) {
     cpu_sgemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, accumulate ? 1.0f : 0.0f, out, OC);
+}
+void ops_matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC) {
+    ops_matmul_forward_f32(out, inp, w, N, C, OC, 0);
 }
 
 // dinp[N,C] = dout[N,OC] @ w[OC,C];  dw[OC,C] += dout^T[OC,N] @ inp[N,C]

@@ -55,7 +55,7 @@ void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t 
 // pass is cheap next to the GEMM): the same bits as calling them one after the other.
 void ops_matmul_gelu_forward(float* pre, float* act, const float* inp, const float* w, int N, int C,
                              int OC) {
-    ops_matmul_forward(pre, inp, w, N, C, OC, 0);
+    ops_matmul_forward(pre, inp, w, N, C, OC);
     ops_gelu_forward(act, pre, (size_t)N * OC);
 }
 

@@ -1,4 +1,7 @@
-// kernels/cuda/attention.cu: the attention block's ops on the GPU, fp32.
+// kernels/cuda/attention.cu: the attention block's ops on the GPU. Activations (q, k, v, qkv, y,
+// yg and their gradients) are act_t (cuda_common.h: fp32, or bf16 under GATEDGPT_ACT_BF16); every
+// kernel computes in fp32, reading with act_ld and rounding its stores with act_st; lse, qk_rstd,
+// D and the qk-norm weights and their gradients are fp32.
 //   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE rotate_half, value gate)
 //   attention: causal GQA softmax attention, tiled with an online softmax (flash-attention
 //              style: the T x T matrix never exists), saving the row logsumexp; the sdpa
@@ -7,7 +10,8 @@
 // Token n = b*T + t. q[N, H*hd], k/v[N, Hkv*hd]; query head h uses kv head h / (H/Hkv).
 // The math is kernels/cpu/attention.c's; the comments there derive it.
 //
-// This is the simple correct kernel (fp32 CUDA cores, one query row per warp at a time,
+// This is the simple correct kernel (fp32 CUDA cores and fp32 shared memory whatever the storage,
+// one query row per warp at a time,
 // attn_impl = fused); attention_flash.cu is the bf16 tensor-core one (attn_impl = flash) and
 // attention_cudnn.cpp calls cuDNN's (attn_impl = cudnn), both chosen here.
 #include "cuda_common.h"
@@ -67,12 +71,14 @@ static AttnDims attn_dims(const OpsAttnShape* s) {
 }
 
 // element i of the rotated vector (dir +1) or of its inverse rotation (dir -1), of xs[hd] with
-// xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; cs == NULL: no rotation
-__device__ __forceinline__ float rope_elem(const float* x, const float* w, float r, int i, int hd,
+// xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; cs == NULL: no rotation.
+// x: activations (cact_t) or fp32
+template <typename X>
+__device__ __forceinline__ float rope_elem(const X* x, const float* w, float r, int i, int hd,
                                            const float* cs, const float* sn, float dir) {
     int half = hd / 2;
     // xs(j) = x[j] * r * w[j] (qk-norm) or x[j]
-    #define XS(j) (w ? x[j] * r * w[j] : x[j])
+    #define XS(j) (w ? act_ld(x[j]) * r * w[j] : act_ld(x[j]))
     if (!cs || i >= 2 * half) return XS(i);
     if (i < half) {
         float a = XS(i), b = XS(i + half), c = cs[i], s = dir * sn[i];
@@ -86,58 +92,59 @@ __device__ __forceinline__ float rope_elem(const float* x, const float* w, float
 
 // One warp per (token n, head slot j): j < H a query head, j < H + Hkv a key head, else a value
 // head. qk-norm's sum of squares is a warp sum.
-__global__ void attn_prep_forward_kernel(float* q, float* k, float* v, float* qk_rstd,
-                                         const float* qkv, const float* qnorm_w,
+__global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float* qk_rstd,
+                                         const cact_t* qkv, const float* qnorm_w,
                                          const float* knorm_w, const float* rope, AttnDims d) {
     const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
     int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
-    const float* row = qkv + (size_t)n * d.QKVG;
+    const cact_t* row = qkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
         int isq = j < d.H;
-        const float* src = row + (size_t)j * hd;   // q heads then k heads, contiguous
-        float* dst = isq ? q + ((size_t)n * d.H + j) * hd : k + ((size_t)n * d.Hkv + (j - d.H)) * hd;
+        const cact_t* src = row + (size_t)j * hd;   // q heads then k heads, contiguous
+        cact_t* dst = isq ? q + ((size_t)n * d.H + j) * hd : k + ((size_t)n * d.Hkv + (j - d.H)) * hd;
         float r = 1.0f;
         const float* w = NULL;
         if (d.qk_norm) {
             float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32) ss += src[i] * src[i];
+            for (int i = lane; i < hd; i += 32) ss += act_ld(src[i]) * act_ld(src[i]);
             r = 1.0f / sqrtf(warp_sum(ss) / hd + d.eps);
             if (lane == 0) qk_rstd[(size_t)n * (d.H + d.Hkv) + j] = r;
             w = isq ? qnorm_w : knorm_w;
         }
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
-        for (int i = lane; i < hd; i += 32) dst[i] = rope_elem(src, w, r, i, hd, cs, sn, 1.0f);
+        for (int i = lane; i < hd; i += 32) act_st(&dst[i], rope_elem(src, w, r, i, hd, cs, sn, 1.0f));
     } else {
         int kh = j - d.H - d.Hkv;
-        const float* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
-        float* vd = v + ((size_t)n * d.Hkv + kh) * hd;
+        const cact_t* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        cact_t* vd = v + ((size_t)n * d.Hkv + kh) * hd;
         int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
         for (int i = lane; i < hd; i += 32) {
             float g = 1.0f;
-            if (vgate) g = cuda_gate_act(d.gate_act, row[d.zoff + (d.gate == OPS_GATE_ELEMENTWISE ? kh * hd + i : kh)]);
-            vd[i] = vs[i] * g;
+            if (vgate) g = cuda_gate_act(d.gate_act, act_ld(row[d.zoff + (d.gate == OPS_GATE_ELEMENTWISE ? kh * hd + i : kh)]));
+            act_st(&vd[i], act_ld(vs[i]) * g);
         }
     }
 }
 
-void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
+void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const act_t* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attn_prep_forward");
     AttnDims d = attn_dims(s);
     const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
-    attn_prep_forward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(q, k, v, qk_rstd, qkv, qnorm_w, knorm_w, rope, d);
+    attn_prep_forward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
+        CACT(q), CACT(k), CACT(v), qk_rstd, CCACT(qkv), qnorm_w, knorm_w, rope, d);
     CUDA_LAUNCH_CHECK("attn_prep_forward_kernel");
 }
 
 // Backward of prep, one warp per (n, head slot), writing dqkv's q, k, v (and value-gate z)
 // columns:  buf = inverse-rotated dq (or dk);  qk-norm: dx = r (w buf - x r^2 mean(w buf x)).
-__global__ void attn_prep_backward_kernel(float* dqkv, const float* dq, const float* dk,
-                                          const float* dv, const float* qkv, const float* qk_rstd,
+__global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const cact_t* dk,
+                                          const cact_t* dv, const cact_t* qkv, const float* qk_rstd,
                                           const float* qnorm_w, const float* knorm_w,
                                           const float* rope, AttnDims d) {
     const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
@@ -145,51 +152,52 @@ __global__ void attn_prep_backward_kernel(float* dqkv, const float* dq, const fl
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
     int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
-    const float* row = qkv + (size_t)n * d.QKVG;
-    float* drow = dqkv + (size_t)n * d.QKVG;
+    const cact_t* row = qkv + (size_t)n * d.QKVG;
+    cact_t* drow = dqkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
         int isq = j < d.H;
-        const float* g = isq ? dq + ((size_t)n * d.H + j) * hd : dk + ((size_t)n * d.Hkv + (j - d.H)) * hd;
+        const cact_t* g = isq ? dq + ((size_t)n * d.H + j) * hd : dk + ((size_t)n * d.Hkv + (j - d.H)) * hd;
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
-        const float* x = row + (size_t)j * hd;
-        float* dx = drow + (size_t)j * hd;
+        const cact_t* x = row + (size_t)j * hd;
+        cact_t* dx = drow + (size_t)j * hd;
         if (d.qk_norm) {
             const float* w = isq ? qnorm_w : knorm_w;
             float r = qk_rstd[(size_t)n * (d.H + d.Hkv) + j];
             float sgx = 0.0f;
-            for (int i = lane; i < hd; i += 32) sgx += w[i] * rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f) * x[i];
+            for (int i = lane; i < hd; i += 32) sgx += w[i] * rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f) * act_ld(x[i]);
             float c = r * r * warp_sum(sgx) / hd;
             for (int i = lane; i < hd; i += 32) {
                 float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
-                dx[i] = r * (w[i] * b - x[i] * c);
+                act_st(&dx[i], r * (w[i] * b - act_ld(x[i]) * c));
             }
         } else {
-            for (int i = lane; i < hd; i += 32) dx[i] = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+            for (int i = lane; i < hd; i += 32) act_st(&dx[i], rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f));
         }
     } else {
         // v' = v * a(z)
         int kh = j - d.H - d.Hkv;
-        const float* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
-        float* dvs = drow + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
-        const float* dvn = dv + ((size_t)n * d.Hkv + kh) * hd;
+        const cact_t* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        cact_t* dvs = drow + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        const cact_t* dvn = dv + ((size_t)n * d.Hkv + kh) * hd;
         int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
         if (!vgate) {
-            for (int i = lane; i < hd; i += 32) dvs[i] = dvn[i];
+            for (int i = lane; i < hd; i += 32) dvs[i] = dvn[i];   // same storage: a copy
         } else if (d.gate == OPS_GATE_ELEMENTWISE) {
             for (int i = lane; i < hd; i += 32) {
-                float z = row[d.zoff + kh * hd + i];
-                dvs[i] = dvn[i] * cuda_gate_act(d.gate_act, z);
-                drow[d.zoff + kh * hd + i] = dvn[i] * vs[i] * cuda_gate_act_grad(d.gate_act, z);
+                float z = act_ld(row[d.zoff + kh * hd + i]), g = act_ld(dvn[i]);
+                act_st(&dvs[i], g * cuda_gate_act(d.gate_act, z));
+                act_st(&drow[d.zoff + kh * hd + i], g * act_ld(vs[i]) * cuda_gate_act_grad(d.gate_act, z));
             }
         } else {
-            float z = row[d.zoff + kh], a = cuda_gate_act(d.gate_act, z), acc = 0.0f;
+            float z = act_ld(row[d.zoff + kh]), a = cuda_gate_act(d.gate_act, z), acc = 0.0f;
             for (int i = lane; i < hd; i += 32) {
-                dvs[i] = dvn[i] * a;
-                acc += dvn[i] * vs[i];
+                float g = act_ld(dvn[i]);
+                act_st(&dvs[i], g * a);
+                acc += g * act_ld(vs[i]);
             }
             acc = warp_sum(acc);
-            if (lane == 0) drow[d.zoff + kh] = acc * cuda_gate_act_grad(d.gate_act, z);
+            if (lane == 0) act_st(&drow[d.zoff + kh], acc * cuda_gate_act_grad(d.gate_act, z));
         }
     }
 }
@@ -199,8 +207,8 @@ __global__ void attn_prep_backward_kernel(float* dqkv, const float* dq, const fl
 // (block, i) with i < hd for q_norm.w, hd <= i < 2hd for k_norm.w. The CPU backend uses the
 // same blocks and order.
 #define ATTN_RED_BLOCK 64
-__global__ void attn_qknorm_partial_kernel(float* part, const float* dq, const float* dk,
-                                           const float* qkv, const float* qk_rstd,
+__global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const cact_t* dk,
+                                           const cact_t* qkv, const float* qk_rstd,
                                            const float* rope, AttnDims d) {
     const int hd = d.hd, half = hd / 2;
     int blk = blockIdx.x, i2 = blockIdx.y * blockDim.x + threadIdx.x;
@@ -214,9 +222,9 @@ __global__ void attn_qknorm_partial_kernel(float* part, const float* dq, const f
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
         for (int h = h0; h < h1; h++) {
-            const float* g = isq ? dq + ((size_t)n * d.H + h) * hd : dk + ((size_t)n * d.Hkv + (h - d.H)) * hd;
+            const cact_t* g = isq ? dq + ((size_t)n * d.H + h) * hd : dk + ((size_t)n * d.Hkv + (h - d.H)) * hd;
             float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
-            float x = qkv[(size_t)n * d.QKVG + (size_t)h * hd + i];
+            float x = act_ld(qkv[(size_t)n * d.QKVG + (size_t)h * hd + i]);
             acc += b * x * qk_rstd[(size_t)n * (d.H + d.Hkv) + h];
         }
     }
@@ -233,8 +241,8 @@ __global__ void attn_reduce_blocks_kernel(float* out, const float* part, int nbl
     out[i] += s;
 }
 
-void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const float* dq,
-                            const float* dk, const float* dv, const float* qkv,
+void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const act_t* dq,
+                            const act_t* dk, const act_t* dv, const act_t* qkv,
                             const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
                             const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attn_prep_backward");
@@ -242,13 +250,13 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
     const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
     attn_prep_backward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        dqkv, dq, dk, dv, qkv, qk_rstd, qnorm_w, knorm_w, rope, d);
+        CACT(dqkv), CCACT(dq), CCACT(dk), CCACT(dv), CCACT(qkv), qk_rstd, qnorm_w, knorm_w, rope, d);
     CUDA_LAUNCH_CHECK("attn_prep_backward_kernel");
     if (s->qk_norm) {
         int nb = (d.N + ATTN_RED_BLOCK - 1) / ATTN_RED_BLOCK;
         float* part = (float*)cuda_scratch(CUDA_SCRATCH_QKNORM, (size_t)nb * 2 * d.hd * sizeof(float));
         dim3 grid(nb, cuda_blocks(2 * d.hd, 64));
-        attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, dq, dk, qkv, qk_rstd, rope, d);
+        attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, CCACT(dq), CCACT(dk), CCACT(qkv), qk_rstd, rope, d);
         CUDA_LAUNCH_CHECK("attn_qknorm_partial_kernel");
         attn_reduce_blocks_kernel<<<cuda_blocks(d.hd, 64), 64, 0, cuda_stream>>>(dqnorm_w, part, nb, 2 * d.hd, 0, d.hd);
         CUDA_LAUNCH_CHECK("attn_reduce_blocks_kernel");
@@ -263,20 +271,21 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
 // shared memory. Inside a warp, lane j is key (or query) j of the staged tile when scores are
 // formed, and lane j owns channels j, j+32, ... (NC of them, hd <= 32*NC) when outputs are
 // accumulated; a score is broadcast to the lanes with a shuffle. Staged rows that lanes read
-// one row per lane are padded to hd+1 floats (no shared-memory bank conflicts).
+// one row per lane are padded to hd+1 floats (no shared-memory bank conflicts). Shared memory is
+// fp32 in both builds: bf16 activations are widened as they are staged.
 #define ATT_TILE 32
 #define ATT_WARPS 4
 #define ATT_ROWS_PER_WARP (ATT_TILE / ATT_WARPS)
 #define ATT_THREADS (32 * ATT_WARPS)
 #define ATT_MAX_HD 256
 
-// rows [r0, r0+32) of one head of x (row stride ld floats) -> dst[32][dstride], zero past T
-__device__ __forceinline__ void att_stage(float* dst, int dstride, const float* x, size_t ld,
+// rows [r0, r0+32) of one head of x (row stride ld elements) -> dst[32][dstride] fp32, zero past T
+__device__ __forceinline__ void att_stage(float* dst, int dstride, const cact_t* x, size_t ld,
                                           int r0, int T, int hd) {
     for (int idx = threadIdx.x; idx < ATT_TILE * hd; idx += blockDim.x) {
         int rr = idx / hd, c = idx % hd;
         int t = r0 + rr;
-        dst[rr * dstride + c] = t < T ? x[(size_t)t * ld + c] : 0.0f;
+        dst[rr * dstride + c] = t < T ? act_ld(x[(size_t)t * ld + c]) : 0.0f;
     }
 }
 
@@ -290,8 +299,8 @@ __device__ __forceinline__ float att_dot(const float* a, const float* b, int hd)
 // sum l (every lane scales by the same factor, so the partials add up at the end), output o.
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_forward_kernel(float* y, float* yg, float* lse, const float* q, const float* k,
-                         const float* v, const float* qkv, AttnDims d, float scale) {
+attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
+                         const cact_t* v, const cact_t* qkv, AttnDims d, float scale) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
     const int b = blockIdx.z, h = blockIdx.y, t0 = blockIdx.x * ATT_TILE, kh = h / (H / Hkv);
@@ -350,56 +359,60 @@ attention_forward_kernel(float* y, float* yg, float* lse, const float* q, const 
         const float inv = 1.0f / L;
         const size_t n = (size_t)b * T + t;
         if (lane == 0) lse[((size_t)b * H + h) * T + t] = m[r] + logf(L);
-        const float* z = qkv + n * d.QKVG + d.zoff;
+        const cact_t* z = qkv + n * d.QKVG + d.zoff;
         #pragma unroll
         for (int e = 0; e < NC; e++) {
             int c = lane + 32 * e;
             if (c >= hd) continue;
             float yy = o[r][e] * inv;
-            y[(n * H + h) * hd + c] = yy;
-            if (sgate) yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? h * hd + c : h]);
-            if (yg != y) yg[(n * H + h) * hd + c] = yy;
+            act_st(&y[(n * H + h) * hd + c], yy);
+            // yg from the fp32 y (rounded once, like y)
+            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * hd + c : h]));
+            if (yg != y) act_st(&yg[(n * H + h) * hd + c], yy);
         }
     }
 }
 
 // Backward, pass 1, one warp per (n, h): the sdpa gate's backward and D = dy . y.
 //   dy = dyg * a(z) (into scratch);  dz = dyg * y * a'(z) (per channel, or summed over hd)
-__global__ void attention_backward_pre_kernel(float* dy, float* D, float* dqkv, const float* dyg,
-                                              const float* y, const float* qkv, AttnDims d) {
+// D is summed over dy as stored (rounded to act_t: the dy that the dQ and dK/dV kernels read),
+// so that sum_u P_tu dP_tu = D holds for the stored values.
+__global__ void attention_backward_pre_kernel(cact_t* dy, float* D, cact_t* dqkv, const cact_t* dyg,
+                                              const cact_t* y, const cact_t* qkv, AttnDims d) {
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * d.H) return;
     const int hd = d.hd;
     int n = (int)(warp / d.H), h = (int)(warp % d.H);
-    const float* gy = dyg + ((size_t)n * d.H + h) * hd;
-    const float* yy = y + ((size_t)n * d.H + h) * hd;
+    const cact_t* gy = dyg + ((size_t)n * d.H + h) * hd;
+    const cact_t* yy = y + ((size_t)n * d.H + h) * hd;
     const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
     float dsum = 0.0f;
     if (!sgate) {
-        for (int i = lane; i < hd; i += 32) dsum += gy[i] * yy[i];
+        for (int i = lane; i < hd; i += 32) dsum += act_ld(gy[i]) * act_ld(yy[i]);
     } else {
-        const float* z = qkv + (size_t)n * d.QKVG + d.zoff;
-        float* dz = dqkv + (size_t)n * d.QKVG + d.zoff;
-        float* o = dy + ((size_t)n * d.H + h) * hd;
+        const cact_t* z = qkv + (size_t)n * d.QKVG + d.zoff;
+        cact_t* dz = dqkv + (size_t)n * d.QKVG + d.zoff;
+        cact_t* o = dy + ((size_t)n * d.H + h) * hd;
         if (d.gate == OPS_GATE_ELEMENTWISE) {
             for (int i = lane; i < hd; i += 32) {
-                float zz = z[h * hd + i];
-                float dyi = gy[i] * cuda_gate_act(d.gate_act, zz);
-                o[i] = dyi;
-                dz[h * hd + i] = gy[i] * yy[i] * cuda_gate_act_grad(d.gate_act, zz);
-                dsum += dyi * yy[i];
+                float zz = act_ld(z[h * hd + i]), g = act_ld(gy[i]), yi = act_ld(yy[i]);
+                float dyi = attn_act_round(g * cuda_gate_act(d.gate_act, zz));
+                act_st(&o[i], dyi);
+                act_st(&dz[h * hd + i], g * yi * cuda_gate_act_grad(d.gate_act, zz));
+                dsum += dyi * yi;
             }
         } else {
-            float a = cuda_gate_act(d.gate_act, z[h]), acc = 0.0f;
+            float zh = act_ld(z[h]), a = cuda_gate_act(d.gate_act, zh), acc = 0.0f;
             for (int i = lane; i < hd; i += 32) {
-                float dyi = gy[i] * a;
-                o[i] = dyi;
-                acc += gy[i] * yy[i];
-                dsum += dyi * yy[i];
+                float g = act_ld(gy[i]), yi = act_ld(yy[i]);
+                float dyi = attn_act_round(g * a);
+                act_st(&o[i], dyi);
+                acc += g * yi;
+                dsum += dyi * yi;
             }
             acc = warp_sum(acc);
-            if (lane == 0) dz[h] = acc * cuda_gate_act_grad(d.gate_act, z[h]);
+            if (lane == 0) act_st(&dz[h], acc * cuda_gate_act_grad(d.gate_act, zh));
         }
     }
     dsum = warp_sum(dsum);
@@ -411,8 +424,8 @@ __global__ void attention_backward_pre_kernel(float* dy, float* D, float* dqkv, 
 //   p = exp(s - lse);  ds = p (dp - D) scale, dp = dy . v;  dq = sum_u ds_u k_u
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_backward_dq_kernel(float* dq, const float* dy, const float* q, const float* k,
-                             const float* v, const float* lse, const float* D, AttnDims d,
+attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k,
+                             const cact_t* v, const float* lse, const float* D, AttnDims d,
                              float scale) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
@@ -467,11 +480,11 @@ attention_backward_dq_kernel(float* dq, const float* dy, const float* q, const f
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
         const int t = t0 + warp * ATT_ROWS_PER_WARP + r;
         if (t >= T) continue;
-        float* out = dq + ((size_t)b * T + t) * ldq + (size_t)h * hd;
+        cact_t* out = dq + ((size_t)b * T + t) * ldq + (size_t)h * hd;
         #pragma unroll
         for (int e = 0; e < NC; e++) {
             int c = lane + 32 * e;
-            if (c < hd) out[c] = acc[r][e];
+            if (c < hd) act_st(&out[c], acc[r][e]);
         }
     }
 }
@@ -482,8 +495,8 @@ attention_backward_dq_kernel(float* dq, const float* dy, const float* q, const f
 // One block owns its keys' rows: no atomics, and the order of the sums is fixed.
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_backward_dkv_kernel(float* dk, float* dv, const float* dy, const float* q,
-                              const float* k, const float* v, const float* lse, const float* D,
+attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q,
+                              const cact_t* k, const cact_t* v, const float* lse, const float* D,
                               AttnDims d, float scale) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv, rep = H / Hkv;
@@ -546,12 +559,12 @@ attention_backward_dkv_kernel(float* dk, float* dv, const float* dy, const float
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
         const int u = u0 + warp * ATT_ROWS_PER_WARP + r;
         if (u >= T) continue;
-        float* ok = dk + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
-        float* ov = dv + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
+        cact_t* ok = dk + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
+        cact_t* ov = dv + ((size_t)b * T + u) * ldk + (size_t)kh * hd;
         #pragma unroll
         for (int e = 0; e < NC; e++) {
             int c = lane + 32 * e;
-            if (c < hd) { ok[c] = ak[r][e]; ov[c] = av[r][e]; }
+            if (c < hd) { act_st(&ok[c], ak[r][e]); act_st(&ov[c], av[r][e]); }
         }
     }
 }
@@ -574,8 +587,8 @@ static void att_smem(K kernel, size_t bytes) {
 }
 
 template <int NC>
-static void att_forward_launch(float* y, float* yg, float* lse, const float* q, const float* k,
-                               const float* v, const float* qkv, AttnDims d, float scale, int B) {
+static void att_forward_launch(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
+                               const cact_t* v, const cact_t* qkv, AttnDims d, float scale, int B) {
     size_t smem = (size_t)ATT_TILE * (3 * d.hd + 1) * sizeof(float);
     att_smem(attention_forward_kernel<NC>, smem);
     dim3 grid((d.T + ATT_TILE - 1) / ATT_TILE, d.H, B);
@@ -583,7 +596,8 @@ static void att_forward_launch(float* y, float* yg, float* lse, const float* q, 
     CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
-// fp32 <-> bf16 for the cuDNN attention (attention_cudnn.cpp), one thread per element
+// fp32 <-> bf16 for the cuDNN attention in the fp32 build (attention_cudnn.cpp), one thread per
+// element
 __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
@@ -605,33 +619,36 @@ void cuda_from_bf16(float* out, const void* in, size_t n) {
 
 // The sdpa gate after cuDNN's attention (attn_impl = cudnn; the fused kernel does it in its
 // epilogue): yg = y * act(z), one thread per element; without the gate yg = y (when distinct).
-__global__ void attention_gate_apply_kernel(float* yg, const float* y, const float* qkv, AttnDims d) {
+__global__ void attention_gate_apply_kernel(cact_t* yg, const cact_t* y, const cact_t* qkv, AttnDims d) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t Hd = (size_t)d.H * d.hd;
     if (i >= (size_t)d.N * Hd) return;
     size_t n = i / Hd, j = i % Hd;   // j = h * hd + c
-    float yy = y[i];
+    float yy = act_ld(y[i]);
     if (d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA) {
-        const float* z = qkv + n * d.QKVG + d.zoff;
-        yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? j : j / d.hd]);
+        const cact_t* z = qkv + n * d.QKVG + d.zoff;
+        yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? j : j / d.hd]));
     }
-    yg[i] = yy;
+    act_st(&yg[i], yy);
 }
 
-void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
-                           const float* v, const float* qkv, const OpsAttnShape* s) {
+// (the ops take ops.h's act_t pointers, named with a trailing _, and pass them on as cact_t)
+void ops_attention_forward(act_t* y_, act_t* yg_, float* lse, const act_t* q_, const act_t* k_,
+                           const act_t* v_, const act_t* qkv_, const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attention_forward");
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     if (s->impl == OPS_ATTN_CUDNN) {
-        cuda_cudnn_attention_forward(y, lse, q, k, v, s);
-        if (yg != y) {
+        cuda_cudnn_attention_forward(y_, lse, q_, k_, v_, s);
+        if (yg_ != y_) {
             size_t n = (size_t)d.N * d.H * d.hd;
-            attention_gate_apply_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(yg, y, qkv, d);
+            attention_gate_apply_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(CACT(yg_), CCACT(y_), CCACT(qkv_), d);
             CUDA_LAUNCH_CHECK("attention_gate_apply_kernel");
         }
         return;
     }
+    cact_t *y = CACT(y_), *yg = CACT(yg_);
+    const cact_t *q = CCACT(q_), *k = CCACT(k_), *v = CCACT(v_), *qkv = CCACT(qkv_);
     if (s->impl == OPS_ATTN_FLASH) {   // bf16 tensor cores, the gate in its epilogue
         cuda_flash_attention_forward(y, yg, lse, q, k, v, qkv, d, s->B);
         return;
@@ -646,8 +663,8 @@ void ops_attention_forward(float* y, float* yg, float* lse, const float* q, cons
 }
 
 template <int NC>
-static void att_backward_launch(float* dq, float* dk, float* dv, const float* dy, const float* q,
-                                const float* k, const float* v, const float* lse, const float* D,
+static void att_backward_launch(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q,
+                                const cact_t* k, const cact_t* v, const float* lse, const float* D,
                                 AttnDims d, float scale, int B) {
     size_t smem_q = (size_t)ATT_TILE * (4 * d.hd + 2) * sizeof(float);
     att_smem(attention_backward_dq_kernel<NC>, smem_q);
@@ -661,9 +678,9 @@ static void att_backward_launch(float* dq, float* dk, float* dv, const float* dy
     CUDA_LAUNCH_CHECK("attention_backward_dkv_kernel");
 }
 
-void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float* scratch,
-                            const float* dyg, const float* q, const float* k, const float* v,
-                            const float* y, const float* lse, const float* qkv,
+void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act_t* scratch_,
+                            const act_t* dyg_, const act_t* q_, const act_t* k_, const act_t* v_,
+                            const act_t* y_, const float* lse, const act_t* qkv,
                             const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attention_backward");
     att_check_shape(s);
@@ -672,13 +689,16 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
     const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
     float* D = (float*)cuda_scratch(CUDA_SCRATCH_ATTN_D, (size_t)d.N * d.H * sizeof(float));
     size_t warps = (size_t)d.N * d.H;
-    attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(scratch, D, dqkv, dyg, y, qkv, d);
+    attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
+        CACT(scratch_), D, CACT(dqkv), CCACT(dyg_), CCACT(y_), CCACT(qkv), d);
     CUDA_LAUNCH_CHECK("attention_backward_pre_kernel");
-    const float* dy = sgate ? scratch : dyg;
     if (s->impl == OPS_ATTN_CUDNN) {   // D is computed again inside cuDNN
-        cuda_cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, s);
+        cuda_cudnn_attention_backward(dq_, dk_, dv_, sgate ? scratch_ : dyg_, q_, k_, v_, y_, lse, s);
         return;
     }
+    cact_t *dq = CACT(dq_), *dk = CACT(dk_), *dv = CACT(dv_);
+    const cact_t *dy = sgate ? CCACT(scratch_) : CCACT(dyg_);
+    const cact_t *q = CCACT(q_), *k = CCACT(k_), *v = CCACT(v_);
     if (s->impl == OPS_ATTN_FLASH) {
         cuda_flash_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, s->B);
         return;

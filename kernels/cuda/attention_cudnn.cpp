@@ -7,16 +7,19 @@
 // scripts/cudnn_frontend.sh; CMake defines GATEDGPT_CUDNN when it finds them and libcudnn).
 // Without them this file only defines stubs that stop the run with a message. Host C++ only
 // (compiled by the host compiler: the frontend's templates take nvcc minutes); the bf16
-// conversion kernels it launches are in attention.cu.
+// conversion kernels it launches (fp32 build) are in attention.cu.
 //
-// Data flow (forward; the backward is the same with dy, y in and dq, dk, dv out):
-//   q[N, H*hd], k, v[N, Hkv*hd] fp32  --convert-->  bf16 copies (same [B, T, heads, hd] layout)
-//   cuDNN SDPA, causal, scale 1/sqrt(hd), GQA by the head counts, fp32 softmax statistics
-//   O bf16 --convert--> y fp32;  Stats [B, H, T] fp32 = lse (natural log, of the scaled scores)
-// cuDNN's flash attention takes bf16/fp16 inputs only, so this path computes in bf16 even while
-// the rest of the backend is fp32: it agrees with the CPU to bf16 precision (~1e-2), not fp32.
-// The conversions are extra passes over q, k, v; they disappear when the backend's activations
-// are bf16 (docs/gpu.md, bf16 design).
+// Data flow (forward; the backward is the same with dy, y in and dq, dk, dv out), activations
+// act_t [B, T, heads, hd] row-major:
+//   bf16 build (GATEDGPT_ACT_BF16): q, k, v, y (and dy, dq, dk, dv) are bf16 already: cuDNN
+//     reads and writes the model's buffers in place, no copies.
+//   fp32 build: q[N, H*hd], k, v[N, Hkv*hd] fp32 --convert--> bf16 copies (same layout, in the
+//     CUDA_SCRATCH_CUDNN slot); O bf16 --convert--> y fp32.
+//   cuDNN SDPA, causal, scale 1/sqrt(hd), GQA by the head counts, fp32 softmax statistics;
+//   Stats [B, H, T] fp32 = lse (natural log, of the scaled scores), written in place.
+// cuDNN's flash attention takes bf16/fp16 inputs only, so in the fp32 build this path computes
+// in bf16 while the rest of the backend is fp32: it agrees with the CPU to bf16 precision
+// (~1e-2), not fp32, and the conversions are extra passes over q, k, v.
 //
 // Tensors are described to cuDNN as [B, heads, T, hd] with the strides of the row-major
 // [B, T, heads, hd] buffers, so no transpose is needed. Graphs are built once per shape and
@@ -38,9 +41,11 @@
 #include <unordered_map>
 
 namespace fe = cudnn_frontend;
+#ifndef GATEDGPT_ACT_BF16
 typedef unsigned short bf16_t;   // storage of a bf16 value (the kernels in attention.cu convert)
 static void to_bf16(bf16_t* out, const float* in, size_t n) { cuda_to_bf16(out, in, n); }
 static void from_bf16(float* out, const bf16_t* in, size_t n) { cuda_from_bf16(out, in, n); }
+#endif
 
 // The frontend loads libcudnn at run time (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, set by
 // CMakeLists.txt): nothing links against cuDNN, so the binaries start on machines without it
@@ -213,9 +218,15 @@ static void* workspace_for(const std::shared_ptr<fe::graph::Graph>& g, const Ops
     return ws > 0 ? cuda_scratch(CUDA_SCRATCH_CUDNN_WS, (size_t)ws) : NULL;
 }
 
-void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+// The variant packs take void*: cuDNN only reads the inputs (q, k, v, and y, dy, lse backward).
+void cuda_cudnn_attention_forward(act_t* y, float* lse, const act_t* q, const act_t* k, const act_t* v,
                                   const OpsAttnShape* s) {
     auto g = build_graph(s, 0);
+#ifdef GATEDGPT_ACT_BF16
+    std::unordered_map<int64_t, void*> pack = {
+        {UID_Q, (void*)q}, {UID_K, (void*)k}, {UID_V, (void*)v}, {UID_O, y}, {UID_STATS, lse}};
+    run_graph(g, pack, workspace_for(g, s), s);
+#else
     const size_t nq = (size_t)s->B * s->T * s->H * s->hd, nk = (size_t)s->B * s->T * s->Hkv * s->hd;
     // bf16 buffers: q, k, v, o
     bf16_t* buf = (bf16_t*)cuda_scratch(CUDA_SCRATCH_CUDNN, (2 * nq + 2 * nk) * sizeof(bf16_t));
@@ -227,12 +238,19 @@ void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const fl
         {UID_Q, bq}, {UID_K, bk}, {UID_V, bv}, {UID_O, bo}, {UID_STATS, lse}};
     run_graph(g, pack, workspace_for(g, s), s);
     from_bf16(y, bo, nq);
+#endif
 }
 
-void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
-                                   const float* k, const float* v, const float* y, const float* lse,
+void cuda_cudnn_attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dy, const act_t* q,
+                                   const act_t* k, const act_t* v, const act_t* y, const float* lse,
                                    const OpsAttnShape* s) {
     auto g = build_graph(s, 1);
+#ifdef GATEDGPT_ACT_BF16
+    std::unordered_map<int64_t, void*> pack = {
+        {UID_Q, (void*)q}, {UID_K, (void*)k}, {UID_V, (void*)v}, {UID_O, (void*)y}, {UID_DO, (void*)dy},
+        {UID_STATS, (void*)lse}, {UID_DQ, dq}, {UID_DK, dk}, {UID_DV, dv}};
+    run_graph(g, pack, workspace_for(g, s), s);
+#else
     const size_t nq = (size_t)s->B * s->T * s->H * s->hd, nk = (size_t)s->B * s->T * s->Hkv * s->hd;
     // bf16 buffers: q, k, v, o, do, dq, dk, dv
     bf16_t* buf = (bf16_t*)cuda_scratch(CUDA_SCRATCH_CUDNN, (4 * nq + 4 * nk) * sizeof(bf16_t));
@@ -250,6 +268,7 @@ void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float*
     from_bf16(dq, bdq, nq);
     from_bf16(dk, bdk, nk);
     from_bf16(dv, bdv, nk);
+#endif
 }
 
 // built in, and libcudnn loads
@@ -265,11 +284,11 @@ static void cudnn_missing(void) {
               "run scripts/cudnn_frontend.sh (fetches the cudnn-frontend headers), make sure libcudnn 9 is "
               "installed, reconfigure (cmake prints 'cuDNN attention: ON'), or use attn_impl = fused");
 }
-void cuda_cudnn_attention_forward(float*, float*, const float*, const float*, const float*, const OpsAttnShape*) {
+void cuda_cudnn_attention_forward(act_t*, float*, const act_t*, const act_t*, const act_t*, const OpsAttnShape*) {
     cudnn_missing();
 }
-void cuda_cudnn_attention_backward(float*, float*, float*, const float*, const float*, const float*,
-                                   const float*, const float*, const float*, const OpsAttnShape*) {
+void cuda_cudnn_attention_backward(act_t*, act_t*, act_t*, const act_t*, const act_t*, const act_t*,
+                                   const act_t*, const act_t*, const float*, const OpsAttnShape*) {
     cudnn_missing();
 }
 int cuda_cudnn_available(void) { return 0; }

@@ -3,9 +3,11 @@
 //
 // The math is attention.cu's fp32 kernel's (and kernels/cpu/attention.c's): online softmax,
 // the row logsumexp saved, P recomputed from it in the backward; only the products run on
-// tensor cores: q, k, v, dy are rounded to bf16 as they are staged into shared memory, every
-// product accumulates in fp32 (WMMA 16x16x16 bf16 -> fp32), and the softmax, the statistics
-// and the outputs are fp32. So it agrees with the fp32 kernel to bf16 precision (~1e-2).
+// tensor cores: q, k, v, dy are staged into shared memory as bf16 (rounded there in the fp32
+// build, copied as they are when the activations are bf16: attn_stage_bf16, attention.h), every
+// product accumulates in fp32 (WMMA 16x16x16 bf16 -> fp32), and the softmax and the statistics
+// are fp32; the outputs (y, yg, dq, dk, dv) are rounded once to the activation type (cact_t).
+// So it agrees with the fp32 kernel to bf16 precision (~1e-2).
 //
 // Tiles: a block = 64 rows (4 warps x 16) of one head; the other side walked in tiles of 64.
 // WMMA fragments have an unspecified element layout, so every step that works per row (the
@@ -35,6 +37,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,8 +119,8 @@ static_assert(fa_dkv_smem<128>() >= fa_forward_smem<128>() && fa_dkv_smem<128>()
 // forward
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_forward_kernel(float* y, float* yg, float* lse, const float* q, const float* k, const float* v,
-                     const float* qkv, AttnDims d, float scale) {
+flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
+                     const cact_t* qkv, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
     constexpr int LDH = HD + 8, LDO = HD + 4;
@@ -198,12 +201,12 @@ flash_forward_kernel(float* y, float* yg, float* lse, const float* q, const floa
         const float L = Lw[r], inv = 1.0f / L;
         const size_t n = (size_t)b * T + t;
         if (lane == 0) lse[((size_t)b * H + h) * T + t] = Mw[r] + logf(L);
-        const float* z = qkv + n * d.QKVG + d.zoff;
+        const cact_t* z = qkv + n * d.QKVG + d.zoff;
         for (int c = lane; c < HD; c += 32) {
             float yy = Ow[r * LDO + c] * inv;
-            y[(n * H + h) * HD + c] = yy;
-            if (sgate) yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]);
-            if (yg != y) yg[(n * H + h) * HD + c] = yy;
+            act_st(&y[(n * H + h) * HD + c], yy);
+            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]));
+            if (yg != y) act_st(&yg[(n * H + h) * HD + c], yy);
         }
     }
 #endif
@@ -213,7 +216,7 @@ flash_forward_kernel(float* y, float* yg, float* lse, const float* q, const floa
 // backward, dQ: rows = queries
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const float* v, const float* lse,
+flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
                 const float* D, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -275,7 +278,7 @@ flash_dq_kernel(float* dq, const float* dy, const float* q, const float* k, cons
     __syncwarp();
     for (int i = lane; i < 16 * HD; i += 32) {
         const int r = i / HD, c = i % HD, t = t0 + rw + r;
-        if (t < T) dq[((size_t)b * T + t) * ldq + (size_t)h * HD + c] = Outw[r * LDO + c] * scale;
+        if (t < T) act_st(&dq[((size_t)b * T + t) * ldq + (size_t)h * HD + c], Outw[r * LDO + c] * scale);
     }
 #endif
 }
@@ -285,7 +288,7 @@ flash_dq_kernel(float* dq, const float* dy, const float* q, const float* k, cons
 // tiles at or after the keys walked in order
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v,
+flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v,
                  const float* lse, const float* D, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -353,7 +356,7 @@ flash_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const fl
     __syncwarp();
     for (int i = lane; i < 16 * HD; i += 32) {
         const int r = i / HD, c = i % HD, u = ufirst + r;
-        if (u < T) dk[((size_t)b * T + u) * ldk + (size_t)kh * HD + c] = Outw[r * LDO + c] * scale;
+        if (u < T) act_st(&dk[((size_t)b * T + u) * ldk + (size_t)kh * HD + c], Outw[r * LDO + c] * scale);
     }
     __syncwarp();
     #pragma unroll
@@ -361,7 +364,7 @@ flash_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const fl
     __syncwarp();
     for (int i = lane; i < 16 * HD; i += 32) {
         const int r = i / HD, c = i % HD, u = ufirst + r;
-        if (u < T) dv[((size_t)b * T + u) * ldk + (size_t)kh * HD + c] = Outw[r * LDO + c];
+        if (u < T) act_st(&dv[((size_t)b * T + u) * ldk + (size_t)kh * HD + c], Outw[r * LDO + c]);
     }
 #endif
 }
@@ -402,9 +405,19 @@ static void fa_check(const AttnDims& d) {
     checked = cuda_flash_kernel();
 }
 
+// bf16 activations are staged 16 bytes at a time (attn_stage_bf16, attention.h): the tensors the
+// kernels stage (q, k, v, dy) must start 16-byte aligned. Always so for the model's buffers and
+// for cudaMalloc's; a test or caller with an offset pointer gets this error, not a fault.
+static void fa_check_aligned(const void* p, const char* name) {
+    if (sizeof(cact_t) != 2 || ((uintptr_t)p & 15) == 0) return;   // fp32: staged one value at a time
+    char msg[160];
+    snprintf(msg, sizeof msg, "attn_impl = flash: %s (bf16) is not 16-byte aligned (%p)", name, p);
+    cuda_fail(__FILE__, __LINE__, msg, "allocate activations 16-byte aligned, or use [train] attn_impl = fused");
+}
+
 template <int HD>
-static void fa_forward(float* y, float* yg, float* lse, const float* q, const float* k, const float* v,
-                       const float* qkv, AttnDims d, int B) {
+static void fa_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
+                       const cact_t* qkv, AttnDims d, int B) {
     const size_t smem = fa_forward_smem<HD>();
     static int optin = 0;
     fa_smem_optin(flash_forward_kernel<HD>, smem, &optin);
@@ -415,8 +428,8 @@ static void fa_forward(float* y, float* yg, float* lse, const float* q, const fl
 }
 
 template <int HD>
-static void fa_backward(float* dq, float* dk, float* dv, const float* dy, const float* D, const float* q,
-                        const float* k, const float* v, const float* lse, AttnDims d, int B) {
+static void fa_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
+                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t smem_q = fa_dq_smem<HD>(), smem_kv = fa_dkv_smem<HD>();
     static int optin_q = 0, optin_kv = 0;
@@ -439,9 +452,12 @@ extern "C" int cuda_flash_kernel(void) {
     return flash_kernel;
 }
 
-void cuda_flash_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
-                                  const float* v, const float* qkv, AttnDims d, int B) {
+void cuda_flash_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
+                                  const cact_t* v, const cact_t* qkv, AttnDims d, int B) {
     fa_check(d);
+    fa_check_aligned(q, "q");
+    fa_check_aligned(k, "k");
+    fa_check_aligned(v, "v");
     if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
         cuda_mma_attention_forward(y, yg, lse, q, k, v, qkv, d, B);
         return;
@@ -450,10 +466,14 @@ void cuda_flash_attention_forward(float* y, float* yg, float* lse, const float* 
     else fa_forward<128>(y, yg, lse, q, k, v, qkv, d, B);
 }
 
-void cuda_flash_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* D,
-                                   const float* q, const float* k, const float* v, const float* lse,
+void cuda_flash_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D,
+                                   const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
                                    AttnDims d, int B) {
     fa_check(d);
+    fa_check_aligned(q, "q");
+    fa_check_aligned(k, "k");
+    fa_check_aligned(v, "v");
+    fa_check_aligned(dy, "dy");
     if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
         cuda_mma_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, B);
         return;

@@ -1,5 +1,6 @@
 // kernels/cuda/attention_mma.cu: the fast version of the flash attention of attention_flash.cu
-// (same math, same outputs, the sdpa gate in the forward's epilogue): bf16 mma.sync.m16n8k16 with
+// (same math, same outputs, the sdpa gate in the forward's epilogue; activations stored as cact_t,
+// staged as bf16 by attn_stage_bf16, outputs rounded once to cact_t): bf16 mma.sync.m16n8k16 with
 // fp32 accumulation, fragments loaded with ldmatrix, and the softmax done in registers. The
 // accumulator layout of mma.sync is documented (PTX ISA, "Matrix fragments for mma.m16n8k16"),
 // unlike WMMA's, so each thread knows the rows and columns it holds:
@@ -125,8 +126,8 @@ __device__ __forceinline__ float mm_quad_sum(float v) {
 // forward: grid (T/64, H, B)
 template <int HD>
 __global__ void __launch_bounds__(MM_THREADS)
-mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float* k, const float* v, const float* qkv,
-                   AttnDims d, float scale) {
+mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
+                   const cact_t* qkv, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
     constexpr int LDH = HD + 8;
@@ -196,16 +197,16 @@ mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float*
         const float L = half ? L1 : L0, M = half ? m1 : m0, inv = 1.0f / L;
         const size_t n = (size_t)b * T + t;
         if (tq == 0) lse[((size_t)b * H + h) * T + t] = M + logf(L);
-        const float* z = qkv + n * d.QKVG + d.zoff;
+        const cact_t* z = qkv + n * d.QKVG + d.zoff;
         #pragma unroll
         for (int nt = 0; nt < HD / 8; nt++) {
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int c = nt * 8 + 2 * tq + e;
                 float yy = o[nt][half * 2 + e] * inv;
-                y[(n * H + h) * HD + c] = yy;
-                if (sgate) yy *= cuda_gate_act(d.gate_act, z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]);
-                if (yg != y) yg[(n * H + h) * HD + c] = yy;
+                act_st(&y[(n * H + h) * HD + c], yy);
+                if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]));
+                if (yg != y) act_st(&yg[(n * H + h) * HD + c], yy);
             }
         }
     }
@@ -216,7 +217,7 @@ mma_forward_kernel(float* y, float* yg, float* lse, const float* q, const float*
 // backward dQ: grid (T/64, H, B), rows = queries
 template <int HD>
 __global__ void __launch_bounds__(MM_THREADS)
-mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const float* v, const float* lse,
+mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
               const float* D, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
@@ -271,7 +272,7 @@ mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const 
         for (int nt = 0; nt < HD / 8; nt++) {
             #pragma unroll
             for (int e = 0; e < 2; e++)
-                dq[((size_t)b * T + t) * ldq + (size_t)h * HD + nt * 8 + 2 * tq + e] = acc[nt][half * 2 + e] * scale;
+                act_st(&dq[((size_t)b * T + t) * ldq + (size_t)h * HD + nt * 8 + 2 * tq + e], acc[nt][half * 2 + e] * scale);
         }
     }
 #endif
@@ -282,8 +283,8 @@ mma_dq_kernel(float* dq, const float* dy, const float* q, const float* k, const 
 // the query tiles at or after the keys walked in order
 template <int HD>
 __global__ void __launch_bounds__(MM_THREADS)
-mma_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v, const float* lse,
-               const float* D, AttnDims d, float scale) {
+mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v,
+               const float* lse, const float* D, AttnDims d, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
     constexpr int LDH = HD + 8;
@@ -350,8 +351,8 @@ mma_dkv_kernel(float* dk, float* dv, const float* dy, const float* q, const floa
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const size_t at = ((size_t)b * T + u) * ldk + (size_t)kh * HD + nt * 8 + 2 * tq + e;
-                dk[at] = adk[nt][half * 2 + e] * scale;
-                dv[at] = adv[nt][half * 2 + e];
+                act_st(&dk[at], adk[nt][half * 2 + e] * scale);
+                act_st(&dv[at], adv[nt][half * 2 + e]);
             }
         }
     }
@@ -372,8 +373,8 @@ static void mm_optin(K kernel, size_t bytes, int* done) {
 }
 
 template <int HD>
-static void mm_forward(float* y, float* yg, float* lse, const float* q, const float* k, const float* v,
-                       const float* qkv, AttnDims d, int B) {
+static void mm_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
+                       const cact_t* qkv, AttnDims d, int B) {
     static int optin = 0;
     mm_optin(mma_forward_kernel<HD>, mm_smem_fwd<HD>(), &optin);
     dim3 grid((d.T + MM_ROWS - 1) / MM_ROWS, d.H, B);
@@ -383,8 +384,8 @@ static void mm_forward(float* y, float* yg, float* lse, const float* q, const fl
 }
 
 template <int HD>
-static void mm_backward(float* dq, float* dk, float* dv, const float* dy, const float* D, const float* q,
-                        const float* k, const float* v, const float* lse, AttnDims d, int B) {
+static void mm_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
+                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
     const float scale = 1.0f / sqrtf((float)HD);
     static int optin_q = 0, optin_kv = 0;
     mm_optin(mma_dq_kernel<HD>, mm_smem_bwd<HD>(), &optin_q);
@@ -397,14 +398,14 @@ static void mm_backward(float* dq, float* dk, float* dv, const float* dy, const 
     CUDA_LAUNCH_CHECK("mma_dkv_kernel");
 }
 
-void cuda_mma_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k, const float* v,
-                                const float* qkv, AttnDims d, int B) {
+void cuda_mma_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
+                                const cact_t* qkv, AttnDims d, int B) {
     if (d.hd == 64) mm_forward<64>(y, yg, lse, q, k, v, qkv, d, B);
     else mm_forward<128>(y, yg, lse, q, k, v, qkv, d, B);
 }
 
-void cuda_mma_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* D, const float* q,
-                                 const float* k, const float* v, const float* lse, AttnDims d, int B) {
+void cuda_mma_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
+                                 const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
     if (d.hd == 64) mm_backward<64>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
     else mm_backward<128>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
 }

@@ -5,6 +5,8 @@
 // on the cudnn-frontend headers); the device helpers are for nvcc only.
 #pragma once
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <library_types.h>
 #include <stdio.h>
 #include <stdlib.h>
 extern "C" {
@@ -68,18 +70,42 @@ struct CudaOpTimer {
 };
 #define CUDA_OP_TIMER(name) CudaOpTimer cuda_op_timer_(name)
 
+// ---- activation storage on the device ----------------------------------------------------
+// ops.h's act_t is float or uint16_t (bf16 bits) in C; on the device the same memory is cact_t:
+// float, or __nv_bfloat16 under GATEDGPT_ACT_BF16. Kernels take cact_t pointers, read with
+// act_ld (to fp32) and write with act_st (fp32 -> storage, round to nearest even), and compute
+// in fp32; CUDA_R_ACT is its cuBLASLt / cuDNN data type.
+#ifdef GATEDGPT_ACT_BF16
+typedef __nv_bfloat16 cact_t;
+#define CUDA_R_ACT CUDA_R_16BF
+#else
+typedef float cact_t;
+#define CUDA_R_ACT CUDA_R_32F
+#endif
+#define CACT(p) ((cact_t*)(p))               // act_t* (ops.h) -> cact_t*
+#define CCACT(p) ((const cact_t*)(p))
+#ifdef __CUDACC__
+__device__ __forceinline__ float act_ld(float x) { return x; }
+__device__ __forceinline__ float act_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void act_st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+#endif
+
 // ---- GEMM (matmul.cu) -----------------------------------------------------------------------
 // cuBLASLt, column-major: D[m, n] (leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D, op =
 // transpose when ta / tb; A stored (ta ? k x m : m x k) with leading dim lda, B likewise.
-// beta 0 or 1. The algorithm is chosen once per shape and alignment and cached (matmul.cu).
-void cuda_gemm(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
-               int ldb, float* D, int ldd, float beta);
+// A and B have type ab (CUDA_R_32F or CUDA_R_16BF), D type dt (fp32 for weight gradients and
+// the residual stream); fp32 accumulation always. beta 0 or 1. The algorithm is chosen once
+// per shape, types and alignment and cached (matmul.cu).
+void cuda_gemm(int ta, int tb, int m, int n, int k, const void* A, int lda, const void* B,
+               int ldb, cudaDataType_t ab, void* D, int ldd, cudaDataType_t dt, float beta);
 // The same with an epilogue (matmul.cu): CUDA_EPI_GELU_AUX (aux = product, D = gelu(aux)) or
-// CUDA_EPI_DGELU (D = product * gelu'(aux)); aux m x n, leading dim ldaux. Returns -1 when
-// cuBLASLt cannot fuse it on this problem (the caller then runs the unfused ops).
+// CUDA_EPI_DGELU (D = product * gelu'(aux)); aux m x n of D's type, leading dim ldaux. Returns
+// -1 when cuBLASLt cannot fuse it on this problem (the caller then runs the unfused ops).
 enum { CUDA_EPI_NONE = 0, CUDA_EPI_GELU_AUX = 1, CUDA_EPI_DGELU = 2 };
-int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B, int ldb,
-                 float* D, int ldd, float beta, int epi, const float* aux, int ldaux);
+int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                 cudaDataType_t ab, void* D, int ldd, cudaDataType_t dt, float beta, int epi,
+                 const void* aux, int ldaux);
 
 // ---- bf16 conversions (attention.cu), for the cuDNN attention's bf16 copies ------------------
 // out[n] (bf16, round to nearest even) = in[n];  out[n] (fp32) = in[n] (bf16, exact)
@@ -89,10 +115,12 @@ void cuda_from_bf16(float* out, const void* in, size_t n);
 // ---- cuDNN attention (attention_cudnn.cpp; attn_impl = cudnn) ------------------------------
 // y[N, H*hd] and lse[B, H, T] (=) from q, k, v, as ops_attention_forward without the gate;
 // dq, dk, dv (=) from dy (the gradient of y), as ops_attention_backward's attention part.
-void cuda_cudnn_attention_forward(float* y, float* lse, const float* q, const float* k, const float* v,
+// Activations are act_t (in the bf16 build cuDNN reads and writes them in place; in the fp32
+// build they are converted to bf16 copies first).
+void cuda_cudnn_attention_forward(act_t* y, float* lse, const act_t* q, const act_t* k, const act_t* v,
                                   const OpsAttnShape* s);
-void cuda_cudnn_attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
-                                   const float* k, const float* v, const float* y, const float* lse,
+void cuda_cudnn_attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dy, const act_t* q,
+                                   const act_t* k, const act_t* v, const act_t* y, const float* lse,
                                    const OpsAttnShape* s);
 
 // ---- launch helpers -------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// kernels/cuda/memory.cu: CUDA backend lifetime, device choice, memory, copies, error checks,
-// scratch buffers and the peak FLOP/s table.
+// kernels/cuda/memory.cu: CUDA backend lifetime, device choice, memory, copies, the conversions
+// to act_t (activations, the weights' compute copy), error checks, scratch buffers and the peak
+// FLOP/s table.
 #include "cuda_common.h"
 #include <string.h>
 #include <time.h>
@@ -113,12 +114,12 @@ void ops_init(int threads) {
     // GATEDGPT_CUDA_BF16_GEMM=1 wins over GATEDGPT_CUDA_TF32=1
     cuda_math = env_flag("GATEDGPT_CUDA_BF16_GEMM") ? CUDA_MATH_BF16 : env_flag("GATEDGPT_CUDA_TF32") ? CUDA_MATH_TF32 : CUDA_MATH_FP32;
     cuda_matmul_init(cuda_math);
-    snprintf(cuda_name, sizeof(cuda_name), "cuda fp32 (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
+    snprintf(cuda_name, sizeof(cuda_name), "cuda " OPS_ACT_NAME " (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
              cuda_prop.name, cuda_prop.major, cuda_prop.minor, cuda_prop.multiProcessorCount,
              cuda_gemm_math_name(), cuda_sync_each ? ", sync after every kernel" : "");
 }
 
-const char* ops_backend_name(void) { return cuda_name[0] ? cuda_name : "cuda fp32"; }
+const char* ops_backend_name(void) { return cuda_name[0] ? cuda_name : "cuda " OPS_ACT_NAME; }
 int ops_num_threads(void) { return 1; }   // one host thread drives the GPU
 const char* cuda_device_name(void) { return cuda_prop.name; }
 int cuda_tf32_enabled(void) { return cuda_math == CUDA_MATH_TF32; }
@@ -174,6 +175,59 @@ void ops_copy(float* dst, const float* src, size_t n) {
     CUDA_OP_TIMER("ops_copy");
     if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 }
+
+// ---- fp32 -> act_t --------------------------------------------------------------------------
+// fp32 act_t: both are a device-to-device copy, or nothing when act and the source are one
+// buffer (the model then passes the same pointer). bf16 act_t: one thread per element; act and
+// the source must be different buffers (the bf16 elements are half the size, so an in-place
+// conversion would overwrite floats other threads have yet to read).
+#ifdef GATEDGPT_ACT_BF16
+// act[i] = x[i] rounded to nearest even
+__global__ static void act_from_float_kernel(cact_t* act, const float* x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) act_st(&act[i], x[i]);
+}
+// act[i] = w[i] rounded stochastically with the bits of (seed, i): the same bits as the CPU's
+// emulation (kernels/bf16.h is shared)
+__global__ static void weights_to_act_kernel(uint16_t* act, const float* w, size_t n, unsigned long long seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
+}
+static void act_not_aliased(const void* act, const void* src, const char* op) {
+    if (act != src) return;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: the bf16 output aliases its fp32 input", op);
+    cuda_fail(__FILE__, __LINE__, msg, "give the bf16 copy its own buffer (only fp32 act_t may alias)");
+}
+#endif
+
+void ops_act_from_float(act_t* act, const float* x, size_t n) {
+    CUDA_OP_TIMER("ops_act_from_float");
+    if (n == 0) return;
+#ifdef GATEDGPT_ACT_BF16
+    act_not_aliased(act, x, "ops_act_from_float");
+    act_from_float_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(CACT(act), x, n);
+    CUDA_LAUNCH_CHECK("act_from_float_kernel");
+#else
+    if ((const void*)act != (const void*)x)
+        CUDA_CHECK(cudaMemcpyAsync(act, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+#endif
+}
+
+void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
+    CUDA_OP_TIMER("ops_weights_to_act");
+    if (n == 0) return;
+#ifdef GATEDGPT_ACT_BF16
+    act_not_aliased(act, w, "ops_weights_to_act");
+    weights_to_act_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(act, w, n, seed);
+    CUDA_LAUNCH_CHECK("weights_to_act_kernel");
+#else
+    (void)seed;   // fp32 act_t: exact, nothing to round
+    if ((const void*)act != (const void*)w)
+        CUDA_CHECK(cudaMemcpyAsync(act, w, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+#endif
+}
+
 // Synchronous both ways: to_host returns with the data there; from_host may be given a host
 // buffer that the caller frees right after.
 void ops_to_host(void* dst, const void* src, size_t bytes) {

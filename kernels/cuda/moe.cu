@@ -8,20 +8,25 @@
 // order, the CPU's counting sort); statistics are partial sums in a fixed order, added on the
 // host in order. The grouped GEMM is one cuBLASLt call per expert with tokens, or one call of
 // cuBLAS's grouped GEMM (GATEDGPT_MOE_GEMM=grouped), to be chosen by measurement on a GPU.
+//
+// Types: the router's tensors are fp32; the token rows (x, xp, yp and their gradients) are
+// act_t, read with act_ld and written with act_st (kernels compute in fp32); combine adds into
+// the fp32 residual stream and its backward reads the fp32 residual gradient; expert weight
+// gradients are fp32.
 #include "cuda_common.h"
 #include <cublas_v2.h>
 #include <string.h>
 
-// y[n] += x[n]
-__global__ static void accumulate_kernel(float* y, const float* x, size_t n) {
+// y[n] += x[n] (act_t; the sum in fp32, rounded once)
+__global__ static void accumulate_kernel(cact_t* y, const cact_t* x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += x[i];
+    if (i < n) act_st(&y[i], act_ld(y[i]) + act_ld(x[i]));
 }
 
-extern "C" void ops_accumulate(float* y, const float* x, size_t n) {
+extern "C" void ops_accumulate(act_t* y, const act_t* x, size_t n) {
     CUDA_OP_TIMER("ops_accumulate");
     if (n == 0) return;
-    accumulate_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(y, x, n);
+    accumulate_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(CACT(y), CCACT(x), n);
     CUDA_LAUNCH_CHECK("accumulate_kernel");
 }
 
@@ -263,41 +268,45 @@ extern "C" void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, 
 // ---------------------------------------------------------------------------------------------
 // gather / combine: one thread per output element, the k choices of a token in order
 
-__global__ static void gather_kernel(float* xp, const float* x, const int* row_slot, int R, int k, int C) {
+// xp[r, :] = x[token of r, :]: a copy of act_t values (exact in either type)
+__global__ static void gather_kernel(cact_t* xp, const cact_t* x, const int* row_slot, int R, int k, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)R * C) return;
     size_t r = i / C, c = i % C;
     xp[i] = x[(size_t)(row_slot[r] / k) * C + c];
 }
 
-extern "C" void ops_moe_gather(float* xp, const float* x, const int* row_slot, int R, int k, int C) {
+extern "C" void ops_moe_gather(act_t* xp, const act_t* x, const int* row_slot, int R, int k, int C) {
     CUDA_OP_TIMER("ops_moe_gather");
     if (R <= 0) return;
-    gather_kernel<<<cuda_blocks((size_t)R * C, 256), 256, 0, cuda_stream>>>(xp, x, row_slot, R, k, C);
+    gather_kernel<<<cuda_blocks((size_t)R * C, 256), 256, 0, cuda_stream>>>(CACT(xp), CCACT(x), row_slot, R, k, C);
     CUDA_LAUNCH_CHECK("gather_kernel");
 }
 
-__global__ static void gather_backward_kernel(float* dx, const float* dxp, const int* slot_row, int N, int k,
+// dx[n, c] += the kept slots' dxp rows, summed in fp32 in slot order, rounded to act_t once
+__global__ static void gather_backward_kernel(cact_t* dx, const cact_t* dxp, const int* slot_row, int N, int k,
                                               int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
     size_t n = i / C, c = i % C;
-    float d = dx[i];
+    float d = act_ld(dx[i]);
     for (int j = 0; j < k; j++) {
         int r = slot_row[n * k + j];
-        if (r >= 0) d += dxp[(size_t)r * C + c];
+        if (r >= 0) d += act_ld(dxp[(size_t)r * C + c]);
     }
-    dx[i] = d;
+    act_st(&dx[i], d);
 }
 
-extern "C" void ops_moe_gather_backward(float* dx, const float* dxp, const int* slot_row, int N, int k, int C) {
+extern "C" void ops_moe_gather_backward(act_t* dx, const act_t* dxp, const int* slot_row, int N, int k, int C) {
     CUDA_OP_TIMER("ops_moe_gather_backward");
     if (N <= 0) return;
-    gather_backward_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(dx, dxp, slot_row, N, k, C);
+    gather_backward_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(CACT(dx), CCACT(dxp), slot_row,
+                                                                                     N, k, C);
     CUDA_LAUNCH_CHECK("gather_backward_kernel");
 }
 
-__global__ static void combine_kernel(float* out, const float* yp, const float* topk_w, const int* slot_row,
+// out[n, c] (fp32, the residual stream) += sum over kept slots of topk_w * yp[row, c] (act_t)
+__global__ static void combine_kernel(float* out, const cact_t* yp, const float* topk_w, const int* slot_row,
                                       int N, int k, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
@@ -305,21 +314,23 @@ __global__ static void combine_kernel(float* out, const float* yp, const float* 
     float acc = 0.0f;
     for (int j = 0; j < k; j++) {
         int r = slot_row[n * k + j];
-        if (r >= 0) acc += topk_w[n * k + j] * yp[(size_t)r * C + c];
+        if (r >= 0) acc += topk_w[n * k + j] * act_ld(yp[(size_t)r * C + c]);
     }
     out[i] += acc;
 }
 
-extern "C" void ops_moe_combine(float* out, const float* yp, const float* topk_w, const int* slot_row, int N,
+extern "C" void ops_moe_combine(float* out, const act_t* yp, const float* topk_w, const int* slot_row, int N,
                                 int k, int C) {
     CUDA_OP_TIMER("ops_moe_combine");
     if (N <= 0) return;
-    combine_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, yp, topk_w, slot_row, N, k, C);
+    combine_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, CCACT(yp), topk_w, slot_row, N,
+                                                                             k, C);
     CUDA_LAUNCH_CHECK("combine_kernel");
 }
 
 // one warp per slot s = n*k + j: dyp[row] = w * dout[n]; dtopk_w[s] = dout[n] . yp[row] (warp sum)
-__global__ static void combine_backward_kernel(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+// dout fp32 (the residual gradient), yp and dyp act_t
+__global__ static void combine_backward_kernel(cact_t* dyp, float* dtopk_w, const float* dout, const cact_t* yp,
                                                const float* topk_w, const int* slot_row, int N, int k, int C) {
     size_t s = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -330,24 +341,24 @@ __global__ static void combine_backward_kernel(float* dyp, float* dtopk_w, const
         return;
     }
     const float* d = dout + (s / k) * C;
-    const float* y = yp + (size_t)r * C;
-    float* dy = dyp + (size_t)r * C;
+    const cact_t* y = yp + (size_t)r * C;
+    cact_t* dy = dyp + (size_t)r * C;
     float w = topk_w[s], dot = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        dy[c] = w * d[c];
-        dot += d[c] * y[c];
+        act_st(&dy[c], w * d[c]);
+        dot += d[c] * act_ld(y[c]);
     }
     dot = warp_sum(dot);
     if (lane == 0) dtopk_w[s] = dot;
 }
 
-extern "C" void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float* dout, const float* yp,
+extern "C" void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, const act_t* yp,
                                          const float* topk_w, const int* slot_row, int N, int k, int C) {
     CUDA_OP_TIMER("ops_moe_combine_backward");
     size_t S = (size_t)N * k;
     if (S == 0) return;
-    combine_backward_kernel<<<cuda_blocks(S, 8), 256, 0, cuda_stream>>>(dyp, dtopk_w, dout, yp, topk_w, slot_row,
-                                                                        N, k, C);
+    combine_backward_kernel<<<cuda_blocks(S, 8), 256, 0, cuda_stream>>>(CACT(dyp), dtopk_w, dout, CCACT(yp), topk_w,
+                                                                        slot_row, N, k, C);
     CUDA_LAUNCH_CHECK("combine_backward_kernel");
 }
 
@@ -358,7 +369,14 @@ extern "C" void ops_moe_combine_backward(float* dyp, float* dtopk_w, const float
 //   grouped one cublasGemmGroupedBatchedEx call for all groups (each expert its own group of
 //           one problem: the shapes differ), GATEDGPT_MOE_GEMM=grouped or cuda_set_moe_gemm
 // Both need the row boundaries on the host (G + 1 ints, one synchronisation per call).
-// Row-major mapping as in matmul.cu.
+// Row-major mapping as in matmul.cu. Types as ops_matmul_*: inp, w, out, dout, dinp act_t (the
+// cuBLAS type CUDA_R_ACT), dw fp32, fp32 accumulation always.
+//
+// cuBLAS's grouped GEMM takes one type for C and D (Ctype) and, for bf16 A/B, only bf16 C
+// (cublasGemmGroupedBatchedEx's table: A/B/C all bf16, all fp16 or all fp32 under
+// CUBLAS_COMPUTE_32F; no bf16 x bf16 -> fp32 as cublasGemmEx has). So in the bf16 build the
+// weight gradients (bf16 inp and dout, fp32 dw) run as one cuBLASLt call per expert even in
+// the grouped mode; the forward and dinp GEMMs (all act_t) stay grouped.
 
 static int moe_gemm_mode = -1;   // CUDA_MOE_GEMM_LOOP / _GROUPED; -1: not read from the environment yet
 extern "C" void cuda_set_moe_gemm(int mode) { moe_gemm_mode = mode; }
@@ -386,9 +404,9 @@ static int* host_offsets(const int* offsets, int G) {
 #define CUBLAS_CHECK(call) \
     cuda_cublas_check((int)(call), #call, __FILE__, __LINE__, "this cuBLAS has no grouped GEMM for these types: unset GATEDGPT_MOE_GEMM")
 
-// One problem per group: D_g = op(A_g) op(B_g) (+ beta D_g), column-major as cuda_gemm. The
-// argument arrays are host memory (cuBLAS reads them at the call); the pointer arrays go to the
-// device first (cuBLAS's grouped GEMM reads them there).
+// One problem per group: D_g = op(A_g) op(B_g) (+ beta D_g), column-major as cuda_gemm, with A,
+// B and D of one type per call. The argument arrays are host memory (cuBLAS reads them at the
+// call); the pointer arrays go to the device first (cuBLAS's grouped GEMM reads them there).
 typedef struct {
     int cap, n;
     cublasOperation_t *ta, *tb;
@@ -415,8 +433,8 @@ static void grouped_reserve(GroupedCall* c, int G) {
     CUDA_CHECK(cudaMalloc((void**)&c->dp, 3 * (size_t)G * sizeof(void*)));
 }
 
-static void grouped_add(GroupedCall* c, int ta, int tb, int m, int n, int k, const float* A, int lda, const float* B,
-                        int ldb, float* D, int ldd, float beta) {
+static void grouped_add(GroupedCall* c, int ta, int tb, int m, int n, int k, const void* A, int lda, const void* B,
+                        int ldb, void* D, int ldd, float beta) {
     int i = c->n++;
     c->ta[i] = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     c->tb[i] = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -425,7 +443,8 @@ static void grouped_add(GroupedCall* c, int ta, int tb, int m, int n, int k, con
     c->hp[i] = A; c->hp[c->cap + i] = B; c->hp[2 * c->cap + i] = D;
 }
 
-static void grouped_run(GroupedCall* c) {
+// all problems with A, B and D of type t (CUDA_R_32F or CUDA_R_16BF)
+static void grouped_run(GroupedCall* c, cudaDataType_t t) {
     static cublasHandle_t handle;
     if (c->n == 0) return;
     if (!handle) {
@@ -442,22 +461,25 @@ static void grouped_run(GroupedCall* c) {
     }
     CUDA_CHECK(cudaMemcpy(c->dp, packed, 3 * (size_t)c->n * sizeof(void*), cudaMemcpyHostToDevice));
     free(packed);
-    const int math = cuda_gemm_math();
+    // the environment's TF32 / bf16-rounding modes apply to fp32 inputs only (as in matmul.cu)
+    const int math = t == CUDA_R_32F ? cuda_gemm_math() : CUDA_MATH_FP32;
     cublasComputeType_t ct = math == CUDA_MATH_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
                              : math == CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                       : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasGemmGroupedBatchedEx(handle, c->ta, c->tb, c->m, c->nn, c->k, c->alpha,
-                                            (const void* const*)c->dp, CUDA_R_32F, c->lda,
-                                            (const void* const*)(c->dp + c->n), CUDA_R_32F, c->ldb, c->beta,
-                                            c->dp + 2 * c->n, CUDA_R_32F, c->ldd, c->n, c->size, ct));
+                                            (const void* const*)c->dp, t, c->lda,
+                                            (const void* const*)(c->dp + c->n), t, c->ldb, c->beta,
+                                            c->dp + 2 * c->n, t, c->ldd, c->n, c->size, ct));
     c->n = 0;
 }
 
 static GroupedCall grouped_call;
 
-extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const float* w, const int* offsets,
+extern "C" void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, const int* offsets,
                                            int G, int C, int OC) {
     CUDA_OP_TIMER("ops_grouped_matmul_forward");
+    const cact_t *x = CCACT(inp), *wt = CCACT(w);
+    cact_t* y = CACT(out);
     const int* off = host_offsets(offsets, G);
     const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
     if (grouped) grouped_reserve(&grouped_call, G);
@@ -466,80 +488,88 @@ extern "C" void ops_grouped_matmul_forward(float* out, const float* inp, const f
         if (rows <= 0) continue;
         // out[rows, OC] = inp[rows, C] @ w[g]^T
         if (grouped)
-            grouped_add(&grouped_call, 1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C,
-                        out + (size_t)r0 * OC, OC, 0.0f);
+            grouped_add(&grouped_call, 1, 0, OC, rows, C, wt + (size_t)g * OC * C, C, x + (size_t)r0 * C, C,
+                        y + (size_t)r0 * OC, OC, 0.0f);
         else
-            cuda_gemm(1, 0, OC, rows, C, w + (size_t)g * OC * C, C, inp + (size_t)r0 * C, C, out + (size_t)r0 * OC,
-                      OC, 0.0f);
+            cuda_gemm(1, 0, OC, rows, C, wt + (size_t)g * OC * C, C, x + (size_t)r0 * C, C, CUDA_R_ACT,
+                      y + (size_t)r0 * OC, OC, CUDA_R_ACT, 0.0f);
     }
-    if (grouped) grouped_run(&grouped_call);
+    if (grouped) grouped_run(&grouped_call, CUDA_R_ACT);
 }
 
-extern "C" void ops_grouped_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                            const float* w, const int* offsets, int G, int C, int OC) {
+extern "C" void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
+                                            const act_t* w, const int* offsets, int G, int C, int OC) {
     CUDA_OP_TIMER("ops_grouped_matmul_backward");
+    const cact_t *x = CCACT(inp), *wt = CCACT(w), *dyall = CCACT(dout);
+    cact_t* dx = CACT(dinp);
     const int* off = host_offsets(offsets, G);
     const int grouped = cuda_moe_gemm() == CUDA_MOE_GEMM_GROUPED;
     if (grouped) grouped_reserve(&grouped_call, G);
     for (int pass = dinp ? 0 : 1; pass < 2; pass++) {   // pass 0: dinp, pass 1: dw
+        // dw (fp32) from act_t inputs: grouped only when act_t is fp32 (see above)
+        const int grouped_pass = grouped && (pass == 0 || CUDA_R_ACT == CUDA_R_32F);
         for (int g = 0; g < G; g++) {
             int r0 = off[g], rows = off[g + 1] - off[g];
             if (rows <= 0) continue;
-            const float* dy = dout + (size_t)r0 * OC;
-            const float* wg = w + (size_t)g * OC * C;
+            const cact_t* dy = dyall + (size_t)r0 * OC;
+            const cact_t* wg = wt + (size_t)g * OC * C;
             // dinp[rows, C] = dout[rows, OC] @ w[g];  dw[g] += dout[rows]^T @ inp[rows]
             if (pass == 0) {
-                if (grouped) grouped_add(&grouped_call, 0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
-                else cuda_gemm(0, 0, C, rows, OC, wg, C, dy, OC, dinp + (size_t)r0 * C, C, 0.0f);
+                if (grouped_pass) grouped_add(&grouped_call, 0, 0, C, rows, OC, wg, C, dy, OC, dx + (size_t)r0 * C, C, 0.0f);
+                else cuda_gemm(0, 0, C, rows, OC, wg, C, dy, OC, CUDA_R_ACT, dx + (size_t)r0 * C, C, CUDA_R_ACT, 0.0f);
             } else {
-                if (grouped)
-                    grouped_add(&grouped_call, 0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC,
+                if (grouped_pass)
+                    grouped_add(&grouped_call, 0, 1, C, OC, rows, x + (size_t)r0 * C, C, dy, OC,
                                 dw + (size_t)g * OC * C, C, 1.0f);
                 else
-                    cuda_gemm(0, 1, C, OC, rows, inp + (size_t)r0 * C, C, dy, OC, dw + (size_t)g * OC * C, C, 1.0f);
+                    cuda_gemm(0, 1, C, OC, rows, x + (size_t)r0 * C, C, dy, OC, CUDA_R_ACT, dw + (size_t)g * OC * C, C,
+                              CUDA_R_32F, 1.0f);
             }
         }
-        if (grouped) grouped_run(&grouped_call);
+        if (grouped_pass) grouped_run(&grouped_call, CUDA_R_ACT);   // the dw pass gets here with fp32 act_t only
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // the shared expert's gate: out[n, :] += sigmoid(z[n]) * y[n, :]
+// (out, z fp32: the residual stream and the gate's logit; y act_t: the shared expert's output)
 
-__global__ static void sigmoid_gate_add_kernel(float* out, const float* y, const float* z, int N, int C) {
+__global__ static void sigmoid_gate_add_kernel(float* out, const cact_t* y, const float* z, int N, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
-    out[i] += cuda_sigmoid(z[i / C]) * y[i];
+    out[i] += cuda_sigmoid(z[i / C]) * act_ld(y[i]);
 }
 
-extern "C" void ops_sigmoid_gate_add_forward(float* out, const float* y, const float* z, int N, int C) {
+extern "C" void ops_sigmoid_gate_add_forward(float* out, const act_t* y, const float* z, int N, int C) {
     CUDA_OP_TIMER("ops_sigmoid_gate_add_forward");
     if (N <= 0) return;
-    sigmoid_gate_add_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, y, z, N, C);
+    sigmoid_gate_add_kernel<<<cuda_blocks((size_t)N * C, 256), 256, 0, cuda_stream>>>(out, CCACT(y), z, N, C);
     CUDA_LAUNCH_CHECK("sigmoid_gate_add_kernel");
 }
 
 // one warp per token: dy = sig * dout; dz = (dout . y) sig (1 - sig)
-__global__ static void sigmoid_gate_add_backward_kernel(float* dy, float* dz, const float* dout, const float* y,
+// (dout fp32, the residual gradient; y, dy act_t; z, dz fp32)
+__global__ static void sigmoid_gate_add_backward_kernel(cact_t* dy, float* dz, const float* dout, const cact_t* y,
                                                         const float* z, int N, int C) {
     int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (n >= N) return;
     float g = cuda_sigmoid(z[n]), dot = 0.0f;
     const float* d = dout + (size_t)n * C;
-    const float* yn = y + (size_t)n * C;
-    float* dyn = dy + (size_t)n * C;
+    const cact_t* yn = y + (size_t)n * C;
+    cact_t* dyn = dy + (size_t)n * C;
     for (int c = lane; c < C; c += 32) {
-        dyn[c] = g * d[c];
-        dot += d[c] * yn[c];
+        act_st(&dyn[c], g * d[c]);
+        dot += d[c] * act_ld(yn[c]);
     }
     dot = warp_sum(dot);
     if (lane == 0) dz[n] = dot * g * (1.0f - g);
 }
 
-extern "C" void ops_sigmoid_gate_add_backward(float* dy, float* dz, const float* dout, const float* y,
+extern "C" void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, const act_t* y,
                                               const float* z, int N, int C) {
     CUDA_OP_TIMER("ops_sigmoid_gate_add_backward");
     if (N <= 0) return;
-    sigmoid_gate_add_backward_kernel<<<cuda_blocks((size_t)N, 8), 256, 0, cuda_stream>>>(dy, dz, dout, y, z, N, C);
+    sigmoid_gate_add_backward_kernel<<<cuda_blocks((size_t)N, 8), 256, 0, cuda_stream>>>(CACT(dy), dz, dout, CCACT(y),
+                                                                                         z, N, C);
     CUDA_LAUNCH_CHECK("sigmoid_gate_add_backward_kernel");
 }

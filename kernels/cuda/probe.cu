@@ -1,7 +1,8 @@
 // kernels/cuda/probe.cu: statistics for the stability probe (F-Attn, gate scores, M-Act) on the
 // GPU. Not on the training path. Deterministic: per-block partials in a fixed assignment of
 // elements to threads, reduced in a fixed order (integer histograms use shared-memory atomics,
-// which are exact, so their order does not matter).
+// which are exact, so their order does not matter). q, k and qkv are act_t (cact_t here), read
+// with act_ld; abs-max and abs-median read the residual stream, fp32. All sums are fp32/double.
 #include "cuda_common.h"
 #include <limits.h>
 #include <stdint.h>
@@ -12,7 +13,7 @@
 
 // ---- F-Attn ---------------------------------------------------------------------------------
 // vals[h][b][t-1] = exp(q_t . k_0 * scale - lse[b,h,t]) for t = 1..T-1; one warp per (b, h, t)
-__global__ void probe_first_token_kernel(double* vals, const float* q, const float* k,
+__global__ void probe_first_token_kernel(double* vals, const cact_t* q, const cact_t* k,
                                          const float* lse, int B, int T, int H, int Hkv, int hd,
                                          float scale) {
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -21,10 +22,10 @@ __global__ void probe_first_token_kernel(double* vals, const float* q, const flo
     if (warp >= (size_t)H * per_h) return;
     int h = (int)(warp / per_h), rest = (int)(warp % per_h);
     int b = rest / (T - 1), t = rest % (T - 1) + 1;
-    const float* k0 = k + ((size_t)b * T * Hkv + h / (H / Hkv)) * hd;   // key of token 0
-    const float* qt = q + (((size_t)b * T + t) * H + h) * hd;
+    const cact_t* k0 = k + ((size_t)b * T * Hkv + h / (H / Hkv)) * hd;   // key of token 0
+    const cact_t* qt = q + (((size_t)b * T + t) * H + h) * hd;
     float d = 0.0f;
-    for (int i = lane; i < hd; i += 32) d += qt[i] * k0[i];
+    for (int i = lane; i < hd; i += 32) d += act_ld(qt[i]) * act_ld(k0[i]);
     d = warp_sum(d);
     if (lane == 0) vals[warp] = exp((double)(d * scale) - lse[((size_t)b * H + h) * T + t]);
 }
@@ -39,7 +40,7 @@ __global__ void probe_sum_rows_kernel(double* out, const double* vals, size_t n)
     if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
-void ops_attn_first_token(float* head_mean, const float* q, const float* k, const float* lse,
+void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, const float* lse,
                           const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attn_first_token");
     const int B = s->B, T = s->T, H = s->H;
@@ -49,7 +50,7 @@ void ops_attn_first_token(float* head_mean, const float* q, const float* k, cons
     double* sums = vals + (size_t)H * per_h;
     size_t warps = (size_t)H * per_h;
     probe_first_token_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        vals, q, k, lse, B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
+        vals, CCACT(q), CCACT(k), lse, B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
     CUDA_LAUNCH_CHECK("probe_first_token_kernel");
     probe_sum_rows_kernel<<<H, 256, 0, cuda_stream>>>(sums, vals, per_h);
     CUDA_LAUNCH_CHECK("probe_sum_rows_kernel");
@@ -63,7 +64,7 @@ void ops_attn_first_token(float* head_mean, const float* q, const float* k, cons
 // per block: the sum of act(z) (double) and a 10-bin histogram over [0, 1] of the gate columns
 typedef struct { double sum; long long hist[10]; } ProbeGatePart;
 
-__global__ void probe_gate_kernel(ProbeGatePart* part, const float* qkv, int N, int QKVG, int G,
+__global__ void probe_gate_kernel(ProbeGatePart* part, const cact_t* qkv, int N, int QKVG, int G,
                                   int act) {
     __shared__ double red[32];
     __shared__ unsigned long long hist[10];
@@ -74,7 +75,7 @@ __global__ void probe_gate_kernel(ProbeGatePart* part, const float* qkv, int N, 
     double s = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         size_t n = i / G, j = i % G;
-        float g = cuda_gate_act(act, qkv[n * QKVG + zoff + j]);
+        float g = cuda_gate_act(act, act_ld(qkv[n * QKVG + zoff + j]));
         s += g;
         int bin = (int)(g * 10.0f);
         atomicAdd(&hist[bin < 0 ? 0 : bin > 9 ? 9 : bin], 1ull);
@@ -86,7 +87,7 @@ __global__ void probe_gate_kernel(ProbeGatePart* part, const float* qkv, int N, 
     }
 }
 
-void ops_gate_stats(const float* qkv, const OpsAttnShape* s, double* sum, long* count,
+void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* count,
                     long* hist) {
     CUDA_OP_TIMER("ops_gate_stats");
     const int N = s->B * s->T, QKVG = ops_attn_qkv_cols(s), G = ops_attn_gate_cols(s);
@@ -95,7 +96,7 @@ void ops_gate_stats(const float* qkv, const OpsAttnShape* s, double* sum, long* 
     *count = (long)N * G;
     if (G == 0) return;
     ProbeGatePart* dpart = (ProbeGatePart*)cuda_scratch(CUDA_SCRATCH_REDUCE, PROBE_BLOCKS * sizeof(ProbeGatePart));
-    probe_gate_kernel<<<PROBE_BLOCKS, PROBE_THREADS, 0, cuda_stream>>>(dpart, qkv, N, QKVG, G, s->gate_act);
+    probe_gate_kernel<<<PROBE_BLOCKS, PROBE_THREADS, 0, cuda_stream>>>(dpart, CCACT(qkv), N, QKVG, G, s->gate_act);
     CUDA_LAUNCH_CHECK("probe_gate_kernel");
     ProbeGatePart part[PROBE_BLOCKS];
     ops_to_host(part, dpart, sizeof(part));

@@ -1,0 +1,53 @@
+// kernels/ops_types.h: the types of the op interface (kernels/ops.h), apart from the op
+// declarations, so that a header generated from ops.h (the CPU ops under other names, for the
+// GPU tests and the bf16 emulation) can share them.
+#pragma once
+#include <stddef.h>
+#include "bf16.h"
+
+// ---------------------------------------------------------------------------------------------
+// act_t: the storage type of activations and of the gradients that flow between ops.
+// - float (the default): the CPU backend and the fp32 CUDA build.
+// - bf16 (GATEDGPT_ACT_BF16): the CUDA bf16 build, and the CPU's emulation of it (every op reads
+//   bf16, computes in fp32, rounds its outputs to nearest even), which tests the model's bf16
+//   plumbing without a GPU. docs/gpu.md says which tensors are act_t and which stay fp32:
+//   master weights, weight gradients, AdamW state, the residual stream and its gradient, norm
+//   and softmax statistics, the router, losses.
+// A build compiles model/ and train/ once for its act_t; ops.h is the same text for both.
+#ifdef GATEDGPT_ACT_BF16
+typedef uint16_t act_t;          // bf16 bits (kernels/bf16.h)
+#define OPS_ACT_NAME "bf16"
+static inline float act_to_f32(act_t x) { return bf16_to_f32(x); }
+static inline act_t act_from_f32(float x) { return bf16_from_f32(x); }
+#else
+typedef float act_t;
+#define OPS_ACT_NAME "fp32"
+static inline float act_to_f32(act_t x) { return x; }
+static inline act_t act_from_f32(float x) { return x; }
+#endif
+#define OPS_ACT_IS_FLOAT (sizeof(act_t) == sizeof(float))
+
+typedef enum { OPS_RMSNORM = 0, OPS_LAYERNORM = 1 } OpsNormKind;
+
+typedef enum { OPS_GATE_NONE = 0, OPS_GATE_ELEMENTWISE = 1, OPS_GATE_HEADWISE = 2 } OpsGate;
+typedef enum { OPS_GATEPOS_SDPA = 0, OPS_GATEPOS_VALUE = 1 } OpsGatePos;
+typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } OpsGateAct;
+// which attention kernel: the backend's own fp32 one (every backend), cuDNN's fused SDPA or the
+// backend's bf16 tensor-core flash kernel (CUDA only; both compute in bf16). The CPU backend
+// has one implementation and ignores this.
+typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1, OPS_ATTN_FLASH = 2 } OpsAttnImpl;
+typedef struct {
+    int B, T;
+    int H, Hkv, hd;      // query heads, key/value heads, head dim
+    int qk_norm;         // RMSNorm over hd on q and k (weights [hd])
+    int rope;            // rotate q, k (rotate_half convention) with base rope_base
+    float rope_base;
+    float eps;           // qk-norm epsilon
+    OpsGate gate;
+    OpsGatePos gate_pos;
+    OpsGateAct gate_act;
+    OpsAttnImpl impl;
+} OpsAttnShape;
+
+typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;
+
