@@ -21,7 +21,24 @@
 #endif
 
 // tolerances (max |ours - ref| / max |ref| per tensor; loss: relative)
-#ifndef GATEDGPT_CUDA_BACKEND
+#if defined(GATEDGPT_ACT_BF16)
+// bf16 activation storage (the CPU emulation; the CUDA bf16 build): every activation and every
+// gradient between ops rounded to 8 mantissa bits (2^-9 = 2e-3 relative each), the GEMMs' weights
+// stochastically rounded to bf16. Measured with the CPU emulation over the 18 goldens (2026-11-29):
+// loss <= 3.8e-4, logits <= 1.7e-2, gradients <= 4.3e-2 (a qk-norm weight: a sum over every
+// token of bf16 products), losses of steps 2-3 <= 3.1e-3 (7.4e-3 where routing moved), aux/z
+// <= 6.3e-3. Parameters after 3 AdamW steps <= 0.16: Adam's first steps move every weight by
+// about lr whatever the size of its gradient, so a gradient element near 0 whose sign bf16
+// flips lands 2 lr away; that check is weak here, and the step losses carry the weight.
+// MoE: a token whose router logits nearly tie can pick another expert than the fp32 reference;
+// at most BF16_MAX_MOVED slots per layer may move, and then the logits, gradients and
+// parameters cannot be compared element by element (the losses still are).
+static double TOL_LOSS = 2e-3, TOL_LOGITS = 5e-2, TOL_GRAD = 1e-1, TOL_STEP3 = 0.3;
+#define TOL_STEP_LOSS 1.5e-2
+#define TOL_STEP3_MOE 0.3
+#define TOL_MOE_LOSS 2e-2
+#define BF16_MAX_MOVED 2
+#elif !defined(GATEDGPT_CUDA_BACKEND)
 #define TOL_LOSS   1e-6   // measured <= 1.1e-7
 #define TOL_LOGITS 1e-5   // measured <= 6.5e-7
 #define TOL_GRAD   1e-5   // measured <= 1.3e-6 (the issue allows 1e-4)
@@ -40,6 +57,12 @@
 static double TOL_LOSS = 1e-5, TOL_LOGITS = 1e-4, TOL_GRAD = 1e-4, TOL_STEP3 = 1e-4;
 #define TOL_STEP3_MOE 1e-3
 #define TOL_MOE_LOSS 1e-4
+#endif
+#ifndef TOL_STEP_LOSS
+#define TOL_STEP_LOSS TOL_LOSS   // the losses of the 3 AdamW steps
+#endif
+#ifndef BF16_MAX_MOVED
+#define BF16_MAX_MOVED 0         // routed slots that may pick another expert than the reference
 #endif
 
 typedef struct { char name[96]; int dtype, ndim, dims[4]; size_t n; void* data; } GTensor;
@@ -97,8 +120,12 @@ int main(int argc, char** argv) {
 #endif
     ops_init(0);
 #ifdef GATEDGPT_CUDA_BACKEND
-    if (cuda_tf32_enabled()) { TOL_LOSS = 1e-3; TOL_LOGITS = 5e-3; TOL_GRAD = 2e-2; TOL_STEP3 = 2e-2; }
-    if (cuda_gemm_math() == CUDA_MATH_BF16 || use_cudnn) { TOL_LOSS = 5e-3; TOL_LOGITS = 3e-2; TOL_GRAD = 8e-2; TOL_STEP3 = 8e-2; }
+    // the GEMM modes and bf16 attention loosen the bounds (never tighten them: bf16 storage)
+#define LOOSEN(t, v) do { if ((t) < (v)) (t) = (v); } while (0)
+    if (cuda_tf32_enabled()) { LOOSEN(TOL_LOSS, 1e-3); LOOSEN(TOL_LOGITS, 5e-3); LOOSEN(TOL_GRAD, 2e-2); LOOSEN(TOL_STEP3, 2e-2); }
+    if (cuda_gemm_math() == CUDA_MATH_BF16 || use_cudnn) {
+        LOOSEN(TOL_LOSS, 5e-3); LOOSEN(TOL_LOGITS, 3e-2); LOOSEN(TOL_GRAD, 8e-2); LOOSEN(TOL_STEP3, 8e-2);
+    }
     if (use_cudnn && !cuda_cudnn_available()) {
         printf("skipped: no cuDNN attention in this build (or libcudnn does not load)\n");
         return 0;
@@ -145,10 +172,30 @@ int main(int argc, char** argv) {
     TU_CHECK(lrel <= TOL_LOSS, "loss %.7f vs reference %.7f (rel %.2e > %.0e)", loss, ref_loss, lrel, TOL_LOSS);
     printf("  loss        %.7f ref %.7f  rel err %.2e\n", loss, ref_loss, lrel);
 
+    // MoE routing against the reference first: where it differs (bf16 near-ties only), the
+    // elementwise comparisons below do not apply
+    int moved_any = 0;
+    for (int l = 0; l < mc->n_layer; l++) {
+        const MoeStats* st = &m.moe_stats[l];
+        if (st->n_expert == 0) continue;
+        char nm[96];
+        snprintf(nm, sizeof nm, "moe/h.%d.counts", l);
+        GTensor* tc = golden_get(&g, nm);
+        if (!tc) return 1;
+        long moved = 0;
+        for (int i = 0; i < st->n_expert && (int)tc->n == st->n_expert; i++)
+            moved += labs(((int32_t*)tc->data)[i] - st->counts[i]);
+        moved /= 2;   // a slot that moves leaves one expert and joins another
+        TU_CHECK((int)tc->n == st->n_expert && moved <= BF16_MAX_MOVED,
+                 "h.%d expert counts differ from the reference (%ld slots moved, %d allowed)", l, moved, BF16_MAX_MOVED);
+        if (moved) { moved_any = 1; printf("  moe h.%d     %ld routed slot(s) moved at a near-tie of the router logits\n", l, moved); }
+    }
+    if (moved_any) printf("  routing moved: logits, gradients and parameters not compared element by element\n");
+
     float* logits = malloc((size_t)N * V * sizeof(float));
     for (int n = 0; n < N; n++) gpt_logits_to_host(&m, logits + (size_t)n * V, n, V);
     double e = tu_rel_err(logits, golden_get(&g, "logits")->data, (size_t)N * V);
-    TU_CHECK(e <= TOL_LOGITS, "logits rel err %.2e > %.0e", e, TOL_LOGITS);
+    TU_CHECK(moved_any || e <= TOL_LOGITS, "logits rel err %.2e > %.0e", e, TOL_LOGITS);
     printf("  logits      rel err %.2e\n", e);
 
     // MoE layers: the aux and z losses (without coefficients), expert counts, dropped slots
@@ -171,7 +218,6 @@ int main(int argc, char** argv) {
         TU_CHECK(ez <= TOL_MOE_LOSS, "h.%d z %.7f vs reference %.7f (rel %.2e)", l, st->z, rz, ez);
         int same = (int)tc->n == st->n_expert;
         for (int i = 0; same && i < st->n_expert; i++) same = ((int32_t*)tc->data)[i] == st->counts[i];
-        TU_CHECK(same, "h.%d expert counts differ from the reference", l);
         TU_CHECK(st->dropped == *(int32_t*)td->data, "h.%d dropped %ld vs reference %d", l, st->dropped, *(int32_t*)td->data);
         printf("  moe h.%d     aux %.7f rel err %.2e | z %.7f rel err %.2e | counts %s | dropped %ld\n", l, st->aux, ea,
                st->z, ez, same ? "equal" : "DIFFER", st->dropped);
@@ -185,7 +231,7 @@ int main(int argc, char** argv) {
         char nm[96];
         snprintf(nm, sizeof nm, "grad/%s", p->name);
         double r = tu_rel_err(host + p->offset, golden_get(&g, nm)->data, p->numel);
-        TU_CHECK(r <= TOL_GRAD, "grad %s rel err %.2e > %.0e", p->name, r, TOL_GRAD);
+        TU_CHECK(moved_any || r <= TOL_GRAD, "grad %s rel err %.2e > %.0e", p->name, r, TOL_GRAD);
         if (r > worst) { worst = r; worst_name = p->name; }
     }
     printf("  gradients   worst rel err %.2e (%s) over %d tensors\n", worst, worst_name, m.table.n);
@@ -203,7 +249,7 @@ int main(int argc, char** argv) {
         float norm = optim_grad_norm(&m);
         optim_step(&opt, &m, &cfg.train, lr_schedule(&cfg.train, s), norm);
         double r = fabs(l - ref_losses[s]) / fabs(ref_losses[s]);
-        TU_CHECK(r <= TOL_LOSS, "step %d loss %.7f vs %.7f (rel %.2e)", s + 1, l, ref_losses[s], r);
+        TU_CHECK(r <= TOL_STEP_LOSS, "step %d loss %.7f vs %.7f (rel %.2e)", s + 1, l, ref_losses[s], r);
         printf("  step %d      loss %.7f ref %.7f rel err %.2e grad norm %.4f\n", s + 1, l, ref_losses[s], r, norm);
     }
     worst = 0;
@@ -214,7 +260,7 @@ int main(int argc, char** argv) {
         char nm[96];
         snprintf(nm, sizeof nm, "step3/%s", p->name);
         double r = tu_rel_err(host + p->offset, golden_get(&g, nm)->data, p->numel);
-        TU_CHECK(r <= tol_step3, "after 3 steps %s rel err %.2e > %.0e", p->name, r, tol_step3);
+        TU_CHECK(moved_any || r <= tol_step3, "after 3 steps %s rel err %.2e > %.0e", p->name, r, tol_step3);
         if (r > worst) { worst = r; worst_name = p->name; }
     }
     printf("  3 AdamW steps: params worst rel err %.2e (%s)\n", worst, worst_name);

@@ -1,0 +1,328 @@
+// kernels/cpu_bf16/ops_bf16.c: the CPU emulation of bf16 activation storage (act_t = bf16).
+//
+// Every op of kernels/ops.h, over the fp32 CPU kernels: the act_t inputs are widened to fp32
+// (exact), the CPU kernel computes in fp32, the act_t outputs are rounded to bf16 (nearest
+// even) once. That is the contract of the CUDA bf16 build (its kernels read bf16, compute in
+// fp32 and round once on the way out; its GEMMs accumulate in fp32), so this build shows what
+// bf16 storage does to the model and its training, and tests the model's bf16 plumbing
+// (which tensors are act_t, where fp32 copies are converted, the weights' compute copy with
+// stochastic rounding), without a GPU. It is slow (a conversion pass around every op): a test
+// and measuring tool, not a way to train.
+//
+// The fp32 kernels are kernels/cpu compiled a second time with every ops_* renamed ref_ops_*
+// (the generated header cpu_ref_rename.h); their declarations come from cpu_ref_ops.h,
+// generated from ops.h with act_t read as float (CMakeLists.txt).
+#ifndef GATEDGPT_ACT_BF16
+#error "ops_bf16.c is the bf16 build's backend: compile it with -DGATEDGPT_ACT_BF16"
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../ops.h"
+#include "cpu_ref_ops.h"
+
+// ---- conversions (each op allocates its fp32 copies: simple, and the cost is the point of
+// nothing here) -----------------------------------------------------------------------------
+static float* f32_alloc(size_t n) {
+    float* p = calloc(n ? n : 1, sizeof(float));
+    if (!p) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
+    return p;
+}
+// fp32 copy of x[n] (NULL for NULL)
+static float* widen(const act_t* x, size_t n) {
+    if (!x) return NULL;
+    float* f = f32_alloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
+    return f;
+}
+// dst[n] = round(src[n]), then src is freed
+static void narrow(act_t* dst, float* src, size_t n) {
+    if (dst) for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+    free(src);
+}
+// rows of a permuted MoE buffer: the largest row any kept slot points at, + 1
+static size_t moe_rows(const int* slot_row, size_t S) {
+    int r = -1;
+    for (size_t s = 0; s < S; s++) if (slot_row[s] > r) r = slot_row[s];
+    return (size_t)(r + 1);
+}
+
+// ---- lifetime, memory --------------------------------------------------------------------
+void ops_init(int threads) { ref_ops_init(threads); }
+const char* ops_backend_name(void) {
+    static char name[160];
+    snprintf(name, sizeof name, "cpu bf16-emulation (%s)", ref_ops_backend_name() + (strncmp(ref_ops_backend_name(), "cpu ", 4) ? 0 : 4));
+    return name;
+}
+int ops_num_threads(void) { return ref_ops_num_threads(); }
+void* ops_malloc(size_t bytes) { return ref_ops_malloc(bytes); }
+void ops_free(void* p) { ref_ops_free(p); }
+void ops_zero(float* x, size_t n) { ref_ops_zero(x, n); }
+void ops_copy(float* dst, const float* src, size_t n) { ref_ops_copy(dst, src, n); }
+void ops_accumulate(act_t* y, const act_t* x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = bf16_from_f32(bf16_to_f32(y[i]) + bf16_to_f32(x[i]));
+}
+void ops_to_host(void* dst, const void* src, size_t bytes) { ref_ops_to_host(dst, src, bytes); }
+void ops_from_host(void* dst, const void* src, size_t bytes) { ref_ops_from_host(dst, src, bytes); }
+double ops_peak_flops(void) { return ref_ops_peak_flops(); }
+void ops_act_from_float(act_t* act, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32(x[i]);
+}
+void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
+    for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
+}
+
+// ---- GEMM ------------------------------------------------------------------------------------
+void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC) {
+    float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fo = f32_alloc((size_t)N * OC);
+    ref_ops_matmul_forward(fo, fi, fw, N, C, OC);
+    narrow(out, fo, (size_t)N * OC);
+    free(fi); free(fw);
+}
+void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N, int C, int OC,
+                            int accumulate) {
+    float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
+    ref_ops_matmul_forward_f32(out, fi, fw, N, C, OC, accumulate);
+    free(fi); free(fw);
+}
+void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
+                         const act_t* w, int N, int C, int OC) {
+    float *fd = widen(dout, (size_t)N * OC), *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
+    float* fdi = dinp ? f32_alloc((size_t)N * C) : NULL;
+    ref_ops_matmul_backward(fdi, dw, fd, fi, fw, N, C, OC);
+    if (fdi) narrow(dinp, fdi, (size_t)N * C);
+    free(fd); free(fi); free(fw);
+}
+// the fused op: pre and act rounded once each from the fp32 product (as cuBLASLt's epilogue)
+void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
+                             int OC) {
+    float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
+    float *fp = f32_alloc((size_t)N * OC), *fa = f32_alloc((size_t)N * OC);
+    ref_ops_matmul_gelu_forward(fp, fa, fi, fw, N, C, OC);
+    narrow(pre, fp, (size_t)N * OC); narrow(act, fa, (size_t)N * OC);
+    free(fi); free(fw);
+}
+void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
+                              const act_t* w, const act_t* pre, int N, int C, int OC) {
+    float *fd = widen(dout, (size_t)N * OC), *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
+    float *fp = widen(pre, (size_t)N * C), *fdp = f32_alloc((size_t)N * C);
+    ref_ops_matmul_backward_gelu(fdp, dw, fd, fi, fw, fp, N, C, OC);
+    narrow(dpre, fdp, (size_t)N * C);
+    free(fd); free(fi); free(fw); free(fp);
+}
+
+// ---- embeddings, norms (fp32 residual stream) -------------------------------------------------
+void ops_embedding_forward(float* out, const int* idx, const float* wte, const float* wpe, int B, int T, int C) {
+    ref_ops_embedding_forward(out, idx, wte, wpe, B, T, C);
+}
+void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx, int B, int T, int C) {
+    ref_ops_embedding_backward(dwte, dwpe, dout, idx, B, T, C);
+}
+void ops_norm_forward(act_t* out, float* mean, float* rstd, const float* inp, const float* w,
+                      const float* b, int N, int C, float eps, OpsNormKind kind) {
+    float* fo = f32_alloc((size_t)N * C);
+    ref_ops_norm_forward(fo, mean, rstd, inp, w, b, N, C, eps, kind);
+    narrow(out, fo, (size_t)N * C);
+}
+void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, const float* inp,
+                       const float* w, const float* mean, const float* rstd, int N, int C,
+                       OpsNormKind kind) {
+    float* fd = widen(dout, (size_t)N * C);
+    ref_ops_norm_backward(dinp, dw, db, fd, inp, w, mean, rstd, N, C, kind);
+    free(fd);
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+int ops_attn_gate_cols(const OpsAttnShape* s) { return ref_ops_attn_gate_cols(s); }
+int ops_attn_qkv_cols(const OpsAttnShape* s) { return ref_ops_attn_qkv_cols(s); }
+void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const act_t* qkv,
+                           const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
+    float* fqkv = widen(qkv, N * ops_attn_qkv_cols(s));
+    float *fq = f32_alloc(N * Hd), *fk = f32_alloc(N * KVd), *fv = f32_alloc(N * KVd);
+    ref_ops_attn_prep_forward(fq, fk, fv, qk_rstd, fqkv, qnorm_w, knorm_w, s);
+    narrow(q, fq, N * Hd); narrow(k, fk, N * KVd); narrow(v, fv, N * KVd);
+    free(fqkv);
+}
+// dqkv: the sdpa gate's z columns were written by ops_attention_backward before this op runs
+// and must survive, so dqkv goes through fp32 whole (bf16 -> fp32 -> bf16 is exact)
+void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const act_t* dq,
+                            const act_t* dk, const act_t* dv, const act_t* qkv,
+                            const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
+                            const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
+    const size_t QKVG = (size_t)ops_attn_qkv_cols(s);
+    float *fdqkv = widen(dqkv, N * QKVG), *fqkv = widen(qkv, N * QKVG);
+    float *fdq = widen(dq, N * Hd), *fdk = widen(dk, N * KVd), *fdv = widen(dv, N * KVd);
+    ref_ops_attn_prep_backward(fdqkv, dqnorm_w, dknorm_w, fdq, fdk, fdv, fqkv, qk_rstd, qnorm_w, knorm_w, s);
+    narrow(dqkv, fdqkv, N * QKVG);
+    free(fqkv); free(fdq); free(fdk); free(fdv);
+}
+// y and yg rounded once each from fp32 (yg from the unrounded y, as the GPU epilogues do)
+void ops_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, const act_t* k,
+                           const act_t* v, const act_t* qkv, const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
+    float *fq = widen(q, N * Hd), *fk = widen(k, N * KVd), *fv = widen(v, N * KVd);
+    float* fqkv = widen(qkv, N * ops_attn_qkv_cols(s));
+    float* fy = f32_alloc(N * Hd);
+    float* fyg = yg == y ? fy : f32_alloc(N * Hd);
+    ref_ops_attention_forward(fy, fyg, lse, fq, fk, fv, fqkv, s);
+    if (fyg != fy) narrow(yg, fyg, N * Hd);
+    narrow(y, fy, N * Hd);
+    free(fq); free(fk); free(fv); free(fqkv);
+}
+void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t* scratch,
+                            const act_t* dyg, const act_t* q, const act_t* k, const act_t* v,
+                            const act_t* y, const float* lse, const act_t* qkv,
+                            const OpsAttnShape* s) {
+    (void)scratch;   // the fp32 kernel gets its own
+    const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
+    const size_t QKVG = (size_t)ops_attn_qkv_cols(s);
+    float *fdyg = widen(dyg, N * Hd), *fq = widen(q, N * Hd), *fk = widen(k, N * KVd), *fv = widen(v, N * KVd);
+    float *fy = widen(y, N * Hd), *fqkv = widen(qkv, N * QKVG), *fdqkv = widen(dqkv, N * QKVG);
+    float *fdq = f32_alloc(N * Hd), *fdk = f32_alloc(N * KVd), *fdv = f32_alloc(N * KVd), *fs = f32_alloc(N * Hd);
+    ref_ops_attention_backward(fdq, fdk, fdv, fdqkv, fs, fdyg, fq, fk, fv, fy, lse, fqkv, s);
+    narrow(dq, fdq, N * Hd); narrow(dk, fdk, N * KVd); narrow(dv, fdv, N * KVd); narrow(dqkv, fdqkv, N * QKVG);
+    free(fs); free(fdyg); free(fq); free(fk); free(fv); free(fy); free(fqkv);
+}
+
+// ---- probe statistics --------------------------------------------------------------------------
+void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, const float* lse,
+                          const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T;
+    float *fq = widen(q, N * s->H * s->hd), *fk = widen(k, N * s->Hkv * s->hd);
+    ref_ops_attn_first_token(head_mean, fq, fk, lse, s);
+    free(fq); free(fk);
+}
+void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* count, long* hist) {
+    float* f = widen(qkv, (size_t)s->B * s->T * ops_attn_qkv_cols(s));
+    ref_ops_gate_stats(f, s, sum, count, hist);
+    free(f);
+}
+void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos) {
+    ref_ops_absmax(x, base, N, C, max, pos);
+}
+float ops_abs_median(const float* x, const float* base, int N, int C) { return ref_ops_abs_median(x, base, N, C); }
+
+// ---- MLP activations ---------------------------------------------------------------------------
+void ops_swiglu_forward(act_t* h, const act_t* gu, int N, int F) {
+    float *fgu = widen(gu, (size_t)N * 2 * F), *fh = f32_alloc((size_t)N * F);
+    ref_ops_swiglu_forward(fh, fgu, N, F);
+    narrow(h, fh, (size_t)N * F);
+    free(fgu);
+}
+void ops_swiglu_backward(act_t* dgu, const act_t* dh, const act_t* gu, int N, int F) {
+    float *fdh = widen(dh, (size_t)N * F), *fgu = widen(gu, (size_t)N * 2 * F), *fdgu = f32_alloc((size_t)N * 2 * F);
+    ref_ops_swiglu_backward(fdgu, fdh, fgu, N, F);
+    narrow(dgu, fdgu, (size_t)N * 2 * F);
+    free(fdh); free(fgu);
+}
+void ops_gelu_forward(act_t* out, const act_t* inp, size_t n) {
+    float *fi = widen(inp, n), *fo = f32_alloc(n);
+    ref_ops_gelu_forward(fo, fi, n);
+    narrow(out, fo, n);
+    free(fi);
+}
+void ops_gelu_backward(act_t* dinp, const act_t* dout, const act_t* inp, size_t n) {
+    float *fd = widen(dout, n), *fi = widen(inp, n), *fdi = f32_alloc(n);
+    ref_ops_gelu_backward(fdi, fd, fi, n);
+    narrow(dinp, fdi, n);
+    free(fd); free(fi);
+}
+
+// ---- MoE (the router, its statistics and the plan are fp32 and integers: passed through) ----
+void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
+                            const float* logits, int N, int E, int k, OpsRouter kind) {
+    ref_ops_moe_router_forward(probs, topk_idx, topk_w, lse, logits, N, E, k, kind);
+}
+void ops_moe_router_backward(float* dlogits, const float* dtopk_w, const float* logits,
+                             const float* probs, const int* topk_idx, const float* topk_w,
+                             const float* lse, const float* aux_grad, float z_grad, int N, int E,
+                             int k, OpsRouter kind) {
+    ref_ops_moe_router_backward(dlogits, dtopk_w, logits, probs, topk_idx, topk_w, lse, aux_grad, z_grad, N, E, k, kind);
+}
+void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,
+                          const float* lse, int N, int E) {
+    ref_ops_moe_router_stats(p_sum, lse_sq, entropy, probs, lse, N, E);
+}
+void ops_moe_dispatch_plan(int* counts, int* offsets, int* row_slot, int* slot_row,
+                           const int* topk_idx, int N, int E, int k, int capacity) {
+    ref_ops_moe_dispatch_plan(counts, offsets, row_slot, slot_row, topk_idx, N, E, k, capacity);
+}
+// a gather moves values: the bf16 bits are copied as they are
+void ops_moe_gather(act_t* xp, const act_t* x, const int* row_slot, int R, int k, int C) {
+    for (int r = 0; r < R; r++)
+        memcpy(xp + (size_t)r * C, x + (size_t)(row_slot[r] / k) * C, (size_t)C * sizeof(act_t));
+}
+void ops_moe_gather_backward(act_t* dx, const act_t* dxp, const int* slot_row, int N, int k, int C) {
+    const size_t R = moe_rows(slot_row, (size_t)N * k);
+    float *fdx = widen(dx, (size_t)N * C), *fdxp = widen(dxp, R * C);
+    ref_ops_moe_gather_backward(fdx, fdxp, slot_row, N, k, C);
+    narrow(dx, fdx, (size_t)N * C);
+    free(fdxp);
+}
+void ops_moe_combine(float* out, const act_t* yp, const float* topk_w, const int* slot_row,
+                     int N, int k, int C) {
+    float* fyp = widen(yp, moe_rows(slot_row, (size_t)N * k) * C);
+    ref_ops_moe_combine(out, fyp, topk_w, slot_row, N, k, C);
+    free(fyp);
+}
+void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, const act_t* yp,
+                              const float* topk_w, const int* slot_row, int N, int k, int C) {
+    const size_t R = moe_rows(slot_row, (size_t)N * k);
+    float *fyp = widen(yp, R * C), *fdyp = f32_alloc(R * C);
+    ref_ops_moe_combine_backward(fdyp, dtopk_w, dout, fyp, topk_w, slot_row, N, k, C);
+    narrow(dyp, fdyp, R * C);
+    free(fyp);
+}
+void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, const int* offsets,
+                                int G, int C, int OC) {
+    const size_t R = (size_t)offsets[G];
+    float *fi = widen(inp, R * C), *fw = widen(w, (size_t)G * OC * C), *fo = f32_alloc(R * OC);
+    ref_ops_grouped_matmul_forward(fo, fi, fw, offsets, G, C, OC);
+    narrow(out, fo, R * OC);
+    free(fi); free(fw);
+}
+void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
+                                 const act_t* w, const int* offsets, int G, int C, int OC) {
+    const size_t R = (size_t)offsets[G];
+    float *fd = widen(dout, R * OC), *fi = widen(inp, R * C), *fw = widen(w, (size_t)G * OC * C);
+    float* fdi = dinp ? f32_alloc(R * C) : NULL;
+    ref_ops_grouped_matmul_backward(fdi, dw, fd, fi, fw, offsets, G, C, OC);
+    if (fdi) narrow(dinp, fdi, R * C);
+    free(fd); free(fi); free(fw);
+}
+void ops_sigmoid_gate_add_forward(float* out, const act_t* y, const float* z, int N, int C) {
+    float* fy = widen(y, (size_t)N * C);
+    ref_ops_sigmoid_gate_add_forward(out, fy, z, N, C);
+    free(fy);
+}
+void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, const act_t* y,
+                                   const float* z, int N, int C) {
+    float *fy = widen(y, (size_t)N * C), *fdy = f32_alloc((size_t)N * C);
+    ref_ops_sigmoid_gate_add_backward(fdy, dz, dout, fy, z, N, C);
+    narrow(dy, fdy, (size_t)N * C);
+    free(fy);
+}
+
+// ---- cross-entropy (fp32 over bf16 logits; dlogits may alias logits) --------------------------
+void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int* targets, int N,
+                      int V, int Vp) {
+    float* fl = widen(logits, (size_t)N * Vp);
+    ref_ops_xent_forward(losses, lse, fl, targets, N, V, Vp);
+    free(fl);
+}
+void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
+                       float dloss, int N, int V, int Vp) {
+    float* fl = widen(logits, (size_t)N * Vp);
+    ref_ops_xent_backward(fl, fl, lse, targets, dloss, N, V, Vp);   // in place, as ops.h allows
+    narrow(dlogits, fl, (size_t)N * Vp);
+}
+
+// ---- optimizer (fp32) -----------------------------------------------------------------------
+double ops_sumsq(const float* x, size_t n) { return ref_ops_sumsq(x, n); }
+void ops_sumsq_chunks(double* part, const float* x, size_t n) { ref_ops_sumsq_chunks(part, x, n); }
+void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float lr, float b1,
+               float b2, float eps, float wd, float grad_scale, int t) {
+    ref_ops_adamw(p, grad, m, v, n, lr, b1, b2, eps, wd, grad_scale, t);
+}
