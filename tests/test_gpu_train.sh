@@ -9,6 +9,11 @@
 # GATEDGPT_NCCL_SINGLE=1 (the gradients go through NCCL's reduce-scatter and all-gather) gives
 # the same bits as without; with two or more GPUs and mpirun, 2 processes x B 2 track 1 process
 # x B 4 (losses within 1e-5 relative) under ZeRO-0 and ZeRO-1, and ZeRO-1 == ZeRO-0 bit for bit.
+# Then the bf16 build (train_gpt_cuda_bf16: bf16 activation storage, fp32 master weights) against
+# the CPU's emulation of it (train_gpt_bf16emu): dense, GPT-2 (the GELU epilogues in bf16), flash
+# attention and the gated MoE with a shared expert, every step's loss within 1e-2 relative (the
+# same roundings, other fp32 summation orders: some elements round the other way), and exact
+# resume of the bf16 build.
 # The corpus is the repository's own Markdown (BPE 512 via `prepare`): no download, no package.
 # Without a GPU it prints "skipped: no CUDA device" and exits 0.
 #
@@ -36,6 +41,7 @@ pass=0; fail=0
 # run NAME CONFIG [overrides...]: both backends, then compare their log.jsonl (GPU_ARGS: more
 # overrides for the GPU run only)
 GPU_ARGS=()
+CPU_BIN=train_gpt; GPU_BIN=train_gpt_cuda
 run() {
     local name=$1 cfg=$2; shift 2
     local common=(--config "$cfg" --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"
@@ -43,9 +49,9 @@ run() {
                   --train.batch_size=4 --train.seq_len=64
                   --train.warmup_steps=5 --log.val_every=0 --log.log_every=5 --log.sample_every=20
                   --log.sample_tokens=8 --metrics.probe_every=20 "$@")
-    "$build/train_gpt" "${common[@]}" --log.run_dir="$tmp/$name.cpu" > "$tmp/$name.cpu.out"
-    "$build/train_gpt_cuda" "${common[@]}" ${GPU_ARGS[@]+"${GPU_ARGS[@]}"} --log.run_dir="$tmp/$name.gpu" > "$tmp/$name.gpu.out" || {
-        echo "FAIL: $name: train_gpt_cuda failed"; tail -5 "$tmp/$name.gpu.out"; fail=$((fail + 1)); return; }
+    "$build/$CPU_BIN" "${common[@]}" --log.run_dir="$tmp/$name.cpu" > "$tmp/$name.cpu.out"
+    "$build/$GPU_BIN" "${common[@]}" ${GPU_ARGS[@]+"${GPU_ARGS[@]}"} --log.run_dir="$tmp/$name.gpu" > "$tmp/$name.gpu.out" || {
+        echo "FAIL: $name: $GPU_BIN failed"; tail -5 "$tmp/$name.gpu.out"; fail=$((fail + 1)); return; }
     grep '^backend' "$tmp/$name.gpu.out" | head -1
     # step lines -> "step loss"; probe at step 0 -> its three means
     local steps
@@ -99,28 +105,44 @@ fi
 run moe_baseline configs/tiny_moe_baseline.ini
 run moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
 
-# exact resume on the GPU (the CPU backend's test is tests/test_resume.sh)
+# the bf16 build against the CPU's emulation of it (bounds written before any GPU run)
+save=("$tol1" "$tol" "$tolp"); tol1=5e-3; tol=1e-2; tolp=2e-2
+CPU_BIN=train_gpt_bf16emu; GPU_BIN=train_gpt_cuda_bf16
+run bf16_qwen_elementwise configs/tiny_gated.ini
+run bf16_gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
+    --model.mlp=gelu --model.n_kv_head=4
+GPU_ARGS=(--train.attn_impl=flash)
+run bf16_qwen_elementwise_flash configs/tiny_gated.ini --model.head_dim=64 --model.n_head=2 --model.n_kv_head=1
+GPU_ARGS=()
+run bf16_moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
+CPU_BIN=train_gpt; GPU_BIN=train_gpt_cuda
+tol1=${save[0]}; tol=${save[1]}; tolp=${save[2]}
+
+# exact resume on the GPU (the CPU backend's test is tests/test_resume.sh), both builds
 R=(--config configs/tiny_gated.ini --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"
    --data.val_glob= --data.tokenizer="$tmp/data/tokenizer.bin" --train.steps=20 --train.batch_size=4
    --train.seq_len=64 --train.warmup_steps=5 --log.val_every=0 --log.sample_every=0
    --metrics.probe_every=0 --checkpoint.checkpoint_every=10 --checkpoint.keep_last=0)
-if "$build/train_gpt_cuda" "${R[@]}" --log.run_dir="$tmp/straight" > "$tmp/straight.out" 2>&1 &&
-   "$build/train_gpt_cuda" "${R[@]}" --log.run_dir="$tmp/split" --stop-after 10 > "$tmp/split1.out" 2>&1 &&
-   "$build/train_gpt_cuda" "${R[@]}" --log.run_dir="$tmp/split" --resume auto > "$tmp/split2.out" 2>&1; then
-    if cmp <(grep '"type":"step"' "$tmp/straight/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') \
-           <(grep '"type":"step"' "$tmp/split/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') &&
-       cmp "$tmp/straight/checkpoints/step_00000020/model.bin" "$tmp/split/checkpoints/step_00000020/model.bin" &&
-       cmp "$tmp/straight/checkpoints/step_00000020/rank_00000.bin" "$tmp/split/checkpoints/step_00000020/rank_00000.bin"; then
-        echo "  exact resume on the GPU: 20 step records, model.bin and rank_00000.bin at step 20 identical"
+for bin in train_gpt_cuda train_gpt_cuda_bf16; do
+if "$build/$bin" "${R[@]}" --log.run_dir="$tmp/straight.$bin" > "$tmp/straight.out" 2>&1 &&
+   "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --stop-after 10 > "$tmp/split1.out" 2>&1 &&
+   "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --resume auto > "$tmp/split2.out" 2>&1; then
+    if cmp <(grep '"type":"step"' "$tmp/straight.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') \
+           <(grep '"type":"step"' "$tmp/split.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') &&
+       cmp "$tmp/straight.$bin/checkpoints/step_00000020/model.bin" "$tmp/split.$bin/checkpoints/step_00000020/model.bin" &&
+       cmp "$tmp/straight.$bin/checkpoints/step_00000020/rank_00000.bin" "$tmp/split.$bin/checkpoints/step_00000020/rank_00000.bin"; then
+        echo "  exact resume on the GPU ($bin): 20 step records, model.bin and rank_00000.bin at step 20 identical"
         pass=$((pass + 1))
     else
-        echo "FAIL: exact resume on the GPU: the resumed run differs from the straight one"
+        echo "FAIL: exact resume on the GPU ($bin): the resumed run differs from the straight one"
         fail=$((fail + 1))
     fi
 else
-    echo "FAIL: exact resume on the GPU: a run failed"; tail -5 "$tmp"/straight.out "$tmp"/split*.out
+    echo "FAIL: exact resume on the GPU ($bin): a run failed"; tail -5 "$tmp"/straight.out "$tmp"/split*.out
     fail=$((fail + 1))
 fi
+done
+ln -s "$tmp/straight.train_gpt_cuda" "$tmp/straight"
 
 # the NCCL path, one process: the same bits as the plain run (a sum over one rank is a copy)
 steps_of() { grep '"type":"step"' "$1" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//'; }

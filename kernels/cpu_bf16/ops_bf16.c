@@ -50,8 +50,11 @@ static size_t moe_rows(const int* slot_row, size_t S) {
 // ---- lifetime, memory --------------------------------------------------------------------
 void ops_init(int threads) { ref_ops_init(threads); }
 const char* ops_backend_name(void) {
+    // "cpu fp32 (oneDNN sgemm, 2 threads)" -> "cpu bf16-emulation (oneDNN sgemm, 2 threads)"
     static char name[160];
-    snprintf(name, sizeof name, "cpu bf16-emulation (%s)", ref_ops_backend_name() + (strncmp(ref_ops_backend_name(), "cpu ", 4) ? 0 : 4));
+    const char* ref = ref_ops_backend_name();
+    const char* detail = strchr(ref, '(');
+    snprintf(name, sizeof name, "cpu bf16-emulation %s", detail ? detail : ref);
     return name;
 }
 int ops_num_threads(void) { return ref_ops_num_threads(); }
