@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: the GPU check in one command, sized for one H200 (any sm_90 GPU) and at
 # most ~8 minutes: build for sm_90 only, run the GPU tests (make test-gpu), benchmark a GPT-2
-# 124M-shaped model (bf16 GEMMs with the flash or cuDNN attention, fp32, TF32), the paper's
-# 1.7B dense shape (8 layers) and its 15B MoE shape (2 layers), each with no gate, the headwise
+# 124M-shaped model (the bf16 build with the flash or cuDNN attention; fp32 storage with bf16
+# GEMMs, fp32, TF32), the paper's 1.7B dense shape (8 layers) and its 15B MoE shape (2 layers),
+# in the bf16 build, each with no gate, the headwise
 # and the elementwise gate, and print a table last. The whole log goes to $OUT/gpu_check.log (or
 # build-gpu/gpu_check.log), the benchmark rows to bench.tsv beside it.
 #
@@ -82,6 +83,7 @@ main() {
     say "build"
     local t0=$(date +%s)
     cmake --build "$build" -j "$(nproc)" --target train_gpt train_gpt_cuda prepare test_gpu_ops test_golden_cuda bench_gpu bench_attn_gpu \
+        train_gpt_bf16emu train_gpt_cuda_bf16 test_golden_cuda_bf16 bench_gpu_bf16 \
         > "$OUTDIR/build.log" 2>&1 || { grep -m 5 -A 4 -E "error|Error" "$OUTDIR/build.log"; tail -15 "$OUTDIR/build.log"; say "FAILED: build"; return 1; }
     say "built in $(( $(date +%s) - t0 ))s"
 
@@ -108,11 +110,12 @@ main() {
 
     say "benchmark ($(left)s left)"
     printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh\tpeak MiB\tdevice MiB\n" > "$TSV"
-    local bench="$build/bench_gpu"
     # row NAME MIN_SECONDS_LEFT STEPS CONFIG [--set ...]: one benchmark row (3 gate variants), run
-    # only while the budget allows; environment variables before `row` apply to it
+    # only while the budget allows; environment variables before `row` apply to it; BENCH=bf16
+    # runs the bf16 build (bf16 activation storage), else the fp32-storage build
     row() {
         local name=$1 need=$2 steps=$3 cfg=$4; shift 4
+        local bench="$build/bench_gpu"; [ "${BENCH:-}" = bf16 ] && bench="$build/bench_gpu_bf16"
         [ "$(left)" -gt "$need" ] || { say "benchmark $name: skipped (budget)"; return; }
         timeout $(( $(left) - 20 )) "$bench" --steps "$steps" --warmup 2 --tsv "$TSV" --shape "$name" "$cfg" "$@" \
             || say "benchmark $name: failed or out of time"
@@ -124,37 +127,39 @@ main() {
             || say "bench_attn_gpu: failed or out of time"
         cat "$OUTDIR/attn.txt"
     fi
-    # the issue's target numerics first: bf16 tensor-core GEMMs + the tensor-core flash attention
-    GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
+    # the issue's target numerics first: bf16 storage (the bf16 build) + the tensor-core flash attention
+    BENCH=bf16 row gpt2_124m_b8t1024_bf16_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
     # where the time of that step goes, op by op (the device synchronised around every op)
     if [ "$(left)" -gt 90 ]; then
-        GATEDGPT_CUDA_BF16_GEMM=1 GATEDGPT_CUDA_PROFILE=1 timeout 60 "$bench" --steps 2 --warmup 1 --gates elementwise \
+        GATEDGPT_CUDA_PROFILE=1 timeout 60 "$build/bench_gpu_bf16" --steps 2 --warmup 1 --gates elementwise \
             --shape gpt2_124m_profile "${G2[@]}" --set train.attn_impl=flash 2>/dev/null | grep -A 60 "^per-op profile" \
             > "$OUTDIR/profile.txt" || say "per-op profile: failed or out of time"
         cat "$OUTDIR/profile.txt"
     fi
     # cuDNN's attention as the reference for the attention kernel (the gate is a separate pass there)
     if "$build/tests/test_gpu_ops" --has-cudnn; then
-        GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_cudnn 60 5 "${G2[@]}" --set train.attn_impl=cudnn
+        BENCH=bf16 row gpt2_124m_b8t1024_bf16_cudnn 60 5 "${G2[@]}" --set train.attn_impl=cudnn
     fi
-    row gpt2_124m_b8t1024_fp32 60 5 "${G2[@]}"
     # the paper's dense 1.7B shape (d 2048, 16 q / 8 kv heads x 128, SwiGLU 6144, vocab 151936)
     # cut to 8 of its 28 layers, 2 x 2048 tokens
-    GATEDGPT_CUDA_BF16_GEMM=1 row dense1p7b_8layers_b2t2048_bf16gemm_flash 90 3 configs/paper/dense_1p7b_baseline.ini \
+    BENCH=bf16 row dense1p7b_8layers_b2t2048_bf16_flash 90 3 configs/paper/dense_1p7b_baseline.ini \
         --set model.n_layer=8 --set train.batch_size=2 --set train.seq_len=2048 --set train.attn_impl=flash
     # the paper's MoE 15B-A2B shape (128 experts x 768, top-8) cut to 2 of its 24 layers
-    GATEDGPT_CUDA_BF16_GEMM=1 row moe15b_2layers_b2t2048_bf16gemm_flash 90 3 configs/paper/moe_15b_a2b_baseline.ini \
+    BENCH=bf16 row moe15b_2layers_b2t2048_bf16_flash 90 3 configs/paper/moe_15b_a2b_baseline.ini \
         --set model.n_layer=2 --set train.batch_size=2 --set train.seq_len=2048 --set train.attn_impl=flash
-    GATEDGPT_CUDA_BF16_GEMM=1 GATEDGPT_MOE_GEMM=grouped row moe15b_2layers_b2t2048_bf16gemm_flash_groupedgemm 90 3 \
+    BENCH=bf16 GATEDGPT_MOE_GEMM=grouped row moe15b_2layers_b2t2048_bf16_flash_groupedgemm 90 3 \
         configs/paper/moe_15b_a2b_baseline.ini --set model.n_layer=2 --set train.batch_size=2 --set train.seq_len=2048 \
         --set train.attn_impl=flash
+    # fp32 storage: bf16 GEMM inputs on fp32 tensors (what bf16 storage saves), then fp32
+    GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm_flash 60 5 "${G2[@]}" --set train.attn_impl=flash
+    row gpt2_124m_b8t1024_fp32 60 5 "${G2[@]}"
     GATEDGPT_CUDA_TF32=1 row gpt2_124m_b8t1024_tf32 60 5 "${G2[@]}"
     GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b8t1024_bf16gemm 60 5 "${G2[@]}"
 
     say "done in $(( $(date +%s) - start ))s; log: $LOG"
     echo
     echo "GPU tests: ${test_summary:-none ran} $([ $tests_ok = 1 ] && echo "(all passed)" || echo "(FAILURES: see above)"); $gpu_note"
-    echo "benchmark (fp32 storage; GEMMs fp32 / TF32 / bf16 by row; MFU against that peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
+    echo "benchmark (rows *_bf16_*: bf16 storage; the others fp32 storage with GEMMs fp32 / TF32 / bf16 by row; MFU against that peak and the bf16 dense peak; gate overhead vs the same shape's ungated step):"
     if command -v column > /dev/null; then column -t -s $'\t' "$TSV"; else cat "$TSV"; fi
     [ -f "$OUTDIR/attn.txt" ] && { echo "attention kernels alone (bench_attn_gpu):"; tail -n +2 "$OUTDIR/attn.txt"; }
     [ $tests_ok = 1 ]

@@ -113,6 +113,9 @@ void ops_init(int threads) {
     cuda_profiling = env_flag("GATEDGPT_CUDA_PROFILE");
     // GATEDGPT_CUDA_BF16_GEMM=1 wins over GATEDGPT_CUDA_TF32=1
     cuda_math = env_flag("GATEDGPT_CUDA_BF16_GEMM") ? CUDA_MATH_BF16 : env_flag("GATEDGPT_CUDA_TF32") ? CUDA_MATH_TF32 : CUDA_MATH_FP32;
+#ifdef GATEDGPT_ACT_BF16
+    cuda_math = CUDA_MATH_BF16;   // bf16 storage: every GEMM reads bf16 (the switches do not apply)
+#endif
     cuda_matmul_init(cuda_math);
     snprintf(cuda_name, sizeof(cuda_name), "cuda " OPS_ACT_NAME " (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
              cuda_prop.name, cuda_prop.major, cuda_prop.minor, cuda_prop.multiProcessorCount,
