@@ -8,7 +8,9 @@
 #   - bf16 is really on: the losses are not the fp32 ones bit for bit;
 #   - exact resume: 12 steps straight == 6 + --resume auto + 6 (step records, model.bin,
 #     rank_00000.bin): the weights' stochastic rounding is seeded by the step, so a resumed
-#     run rounds as the uninterrupted one did.
+#     run rounds as the uninterrupted one did;
+#   - 2 processes under mpirun: ZeRO-1 == ZeRO-0 bit for bit (the copy is refreshed after the
+#     parameters are all-gathered).
 set -uo pipefail
 build=$1
 bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
@@ -52,4 +54,18 @@ check "resume: continued from step 6" 'grep -q "step_00000006: step 6" "$tmp/spl
 check "resume: every step record identical" 'diff <(steps_of "$tmp/straight/log.jsonl") <(steps_of "$tmp/split/log.jsonl") > /dev/null'
 check "resume: model.bin at step 12 identical" 'cmp -s "$tmp/straight/checkpoints/step_00000012/model.bin" "$tmp/split/checkpoints/step_00000012/model.bin"'
 check "resume: rank_00000.bin at step 12 identical" 'cmp -s "$tmp/straight/checkpoints/step_00000012/rank_00000.bin" "$tmp/split/checkpoints/step_00000012/rank_00000.bin"'
+
+# ZeRO-1 with bf16 storage: each process updates its shard, the parameters are all-gathered,
+# and only then is the weights' bf16 copy refreshed (at the next forward): the same bits as
+# ZeRO-0 (2 processes)
+if command -v mpirun > /dev/null && ldd "$build/train_gpt_bf16emu" | grep -q libmpi; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    Z=("${TINY[@]}" --train.steps=10 --checkpoint.checkpoint_every=0)
+    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --log.run_dir="$tmp/z0" > "$tmp/z0.out" 2>&1 || { echo "FAIL: mpirun ZeRO-0"; tail -5 "$tmp/z0.out"; }
+    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --train.zero_stage=1 --log.run_dir="$tmp/z1" > "$tmp/z1.out" 2>&1 || { echo "FAIL: mpirun ZeRO-1"; tail -5 "$tmp/z1.out"; }
+    check "2 processes: ZeRO-1 == ZeRO-0 bit for bit with bf16 storage" \
+        'cmp -s <(steps_of "$tmp/z0/log.jsonl" | sed "s/,\"comm_ms\":[^,}]*//") <(steps_of "$tmp/z1/log.jsonl" | sed "s/,\"comm_ms\":[^,}]*//") && [ "$(steps_of "$tmp/z1/log.jsonl" | wc -l)" = 10 ]'
+else
+    echo "ZeRO-1 with bf16 storage: skipped (no mpirun or no MPI build)"
+fi
 finish
