@@ -83,7 +83,7 @@ main() {
     say "build"
     local t0=$(date +%s)
     cmake --build "$build" -j "$(nproc)" --target train_gpt train_gpt_cuda prepare test_gpu_ops test_golden_cuda bench_gpu bench_attn_gpu \
-        train_gpt_bf16emu train_gpt_cuda_bf16 test_golden_cuda_bf16 bench_gpu_bf16 \
+        train_gpt_bf16emu train_gpt_cuda_bf16 test_golden_cuda_bf16 test_gpu_ops_bf16 bench_gpu_bf16 \
         > "$OUTDIR/build.log" 2>&1 || { grep -m 5 -A 4 -E "error|Error" "$OUTDIR/build.log"; tail -15 "$OUTDIR/build.log"; say "FAILED: build"; return 1; }
     say "built in $(( $(date +%s) - t0 ))s"
 

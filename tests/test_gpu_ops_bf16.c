@@ -1,0 +1,528 @@
+// tests/test_gpu_ops_bf16.c: every op of the CUDA bf16 build (gatedgpt_cuda_bf16, act_t = bf16)
+// that reads or writes act_t, against the reference semantics of that build on fresh random
+// inputs.
+//
+//   test_gpu_ops_bf16             run every check (prints "skipped: no CUDA device" and exits 0
+//                                 where no GPU is visible)
+//
+// The reference is the contract kernels/cpu_bf16/ops_bf16.c emulates: widen the act_t inputs to
+// fp32, compute in fp32, round the act_t outputs to bf16 once (nearest even). Each check draws
+// fp32 inputs on the host and rounds the act_t ones to bf16; runs the fp32 CPU op (ref_ops_*,
+// build/generated/cpu_ref_ops.h) on those widened values and rounds its act_t outputs (the
+// reference); uploads the same bf16 inputs, runs the CUDA op (ops_*) with its "=" outputs
+// poisoned (bf16 NaN 0x7fc0, fp32 NaN: an element the kernel does not write fails), downloads
+// and compares: error = max |gpu - ref| / max |ref| per tensor. "+=" outputs start from random
+// values on both sides. Multi-stage ops (attention) run each stage from the reference's
+// (rounded) inputs to that stage, so that errors do not compound and a failure names the op.
+//
+// Tolerances:
+//   act_t outputs 8e-3: both sides round the same fp32 value once, but fp32 summation orders
+//   differ, so a value near a rounding boundary may land one bf16 ulp away. One ulp is 2^-8 to
+//   2^-7 (3.9e-3 to 7.8e-3) of the value, so of max |ref|: 8e-3 allows a one-ulp flip of the
+//   largest element, not two. (The sdpa-gated attention backward also rounds dy = dyg * act(z)
+//   to bf16 in its scratch before the dq/dk/dv kernels, where the emulation keeps it fp32: a
+//   2^-9 relative perturbation of dy that mostly averages out in the sums.)
+//   fp32 outputs computed from identical bf16 inputs (matmul_forward_f32, weight gradients dw,
+//   norm dinp/dw/db/mean/rstd, qk_rstd, the qk-norm weight gradients, attention lse, the
+//   first-token probe, losses, cross-entropy lse, combine, dtopk_w, the shared-expert gate's
+//   out and dz) 1e-4: the products of bf16 values are exact in fp32, only the order of the
+//   fp32 additions differs (test_gpu_ops holds 1e-5 to 1e-4 for the same sums)
+//   flash and cuDNN attention (bf16 tensor-core products, P rounded to bf16): forward (y, yg,
+//   lse) 2e-2, backward (dq, dk, dv) 5e-2, as test_gpu_ops
+//   exact: the conversions (ops_act_from_float vs bf16_from_f32, ops_weights_to_act vs
+//   bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i))), ops_accumulate and the MoE gather backward
+//   (the same fp32 additions in the same order, one rounding), the gather (bits moved as they
+//   are); the gate histogram allows 2 scores on a bin edge to move, as test_gpu_ops.
+#include <stdarg.h>
+#include <string.h>
+#include "test_util.h"
+#include "../kernels/ops.h"          // act_t = bf16 (GATEDGPT_ACT_BF16 from gatedgpt_cuda_bf16): the CUDA ops
+#include "cpu_ref_ops.h"             // the fp32 CPU ops as ref_ops_* (the reference)
+#include "../kernels/cuda/cuda_backend.h"
+
+#define TOL_ACT 8e-3
+#define TOL_F32 1e-4
+#define TOL_BF16_FWD 2e-2
+#define TOL_BF16_BWD 5e-2
+
+// ---- buffers: every allocation of a check is kept and released at its end -------------------
+static void* hkeep[256];
+static void* dkeep[256];
+static int nh, nd;
+static void* hold(void* p) { if (nh == 256) { fprintf(stderr, "too many host buffers\n"); exit(1); } return hkeep[nh++] = p; }
+static void* dhold(void* p) { if (nd == 256) { fprintf(stderr, "too many device buffers\n"); exit(1); } return dkeep[nd++] = p; }
+static void release(void) {
+    while (nh) free(hkeep[--nh]);
+    while (nd) ops_free(dkeep[--nd]);
+}
+static char nm[192];
+static const char* NM(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); vsnprintf(nm, sizeof nm, fmt, ap); va_end(ap);
+    return nm;
+}
+
+// host: fp32 arrays; the act_t inputs and the references hold bf16 values
+static float* hbuf(size_t n) { return hold(calloc(n ? n : 1, sizeof(float))); }
+static int* ibuf(size_t n) { return hold(calloc(n ? n : 1, sizeof(int))); }
+static float* hrand(size_t n, double scale) { float* p = hbuf(n); tu_fill(p, n, scale); return p; }
+static float* hcopy(const float* x, size_t n) { return memcpy(hbuf(n), x, n * sizeof(float)); }
+static void round_bf(float* x, size_t n) { for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i])); }
+static float* hrand_bf(size_t n, double scale) { float* p = hrand(n, scale); round_bf(p, n); return p; }
+
+// device: upload (bf16 values: the conversion is exact), poison, download widened
+static void set_act(act_t* d, const float* x, size_t n) {
+    act_t* h = malloc((n ? n : 1) * sizeof(act_t));
+    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
+    ops_from_host(d, h, n * sizeof(act_t));
+    free(h);
+}
+static act_t* up_act(const float* x, size_t n) { act_t* d = dhold(ops_malloc(n * sizeof(act_t))); set_act(d, x, n); return d; }
+static void set_f32(float* d, const float* x, size_t n) { ops_from_host(d, x, n * sizeof(float)); }
+static float* up_f32(const float* x, size_t n) { float* d = dhold(ops_malloc(n * sizeof(float))); set_f32(d, x, n); return d; }
+static int* up_int(const int* x, size_t n) { int* d = dhold(ops_malloc(n * sizeof(int))); ops_from_host(d, x, n * sizeof(int)); return d; }
+static act_t* poison_act(size_t n) {
+    act_t* h = malloc((n ? n : 1) * sizeof(act_t));
+    for (size_t i = 0; i < n; i++) h[i] = 0x7fc0;   // bf16 NaN
+    act_t* d = dhold(ops_malloc(n * sizeof(act_t)));
+    ops_from_host(d, h, n * sizeof(act_t));
+    free(h);
+    return d;
+}
+static float* poison_f32(size_t n) {
+    float* h = hbuf(n);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    return up_f32(h, n);
+}
+static uint16_t* down_bits(const act_t* d, size_t n) { uint16_t* h = hold(malloc((n ? n : 1) * 2)); ops_to_host(h, d, n * 2); return h; }
+static float* down_act(const act_t* d, size_t n) {
+    uint16_t* b = down_bits(d, n);
+    float* h = hbuf(n);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_to_f32(b[i]);
+    return h;
+}
+
+// ---- comparisons ------------------------------------------------------------------------------
+static void check(const char* what, const float* got, const float* ref, size_t n, double tol) {
+    double e = tu_rel_err(got, ref, n);
+    TU_CHECK(e <= tol, "%s: rel err %.2e > %.0e", what, e, tol);
+    printf("  %-66s rel err %.2e (tol %.0e)\n", what, e, tol);
+}
+static void cmp_act(const char* what, const act_t* d, const float* ref, size_t n, double tol) { check(what, down_act(d, n), ref, n, tol); }
+static void cmp_f32(const char* what, const float* d, const float* ref, size_t n, double tol) {
+    float* h = hbuf(n);
+    ops_to_host(h, d, n * sizeof(float));
+    check(what, h, ref, n, tol);
+}
+// the bf16 bits of d[n] must equal want[n] (a NaN matches any NaN)
+static void cmp_bits(const char* what, const act_t* d, const uint16_t* want, size_t n) {
+    uint16_t* got = down_bits(d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += got[i] != want[i] && !(isnan(bf16_to_f32(got[i])) && isnan(bf16_to_f32(want[i])));
+    TU_CHECK(bad == 0, "%s: %zu of %zu values differ from the reference's bits", what, bad, n);
+    printf("  %-66s %s\n", what, bad ? "DIFFERENT" : "bitwise equal");
+}
+static void cmp_exact(const char* what, const act_t* d, const float* ref, size_t n) {
+    uint16_t* want = hold(malloc((n ? n : 1) * 2));
+    for (size_t i = 0; i < n; i++) want[i] = bf16_from_f32(ref[i]);
+    cmp_bits(what, d, want, n);
+}
+static int rand_int(int n) { return (int)((tu_rand() * 0.5 + 0.5) * n) % n; }
+
+// ---- conversions, accumulate --------------------------------------------------------------------
+static float f_of_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static void test_conversions(size_t n) {
+    float* x = hrand(n, 4);
+    const float special[] = {f_of_bits(0x3f808000u), f_of_bits(0x3f818000u), -f_of_bits(0x3f818000u), -0.0f,
+                             INFINITY, -INFINITY, 3.4e38f, 1e-39f, NAN};   // ties, inf, overflow, subnormal, NaN
+    memcpy(x, special, sizeof special);
+    uint16_t* want = hold(malloc(n * 2));
+    float* d_x = up_f32(x, n);
+    act_t* d_a = poison_act(n);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_from_f32(x[i]);
+    ops_act_from_float(d_a, d_x, n);
+    cmp_bits(NM("act_from_float n=%zu (ties, inf, overflow, subnormal, NaN)", n), d_a, want, n);
+    const unsigned long long seeds[2] = {1, 0x9e3779b97f4a7c15ull};
+    for (int s = 0; s < 2; s++) {
+        for (size_t i = 0; i < n; i++) want[i] = bf16_from_f32_sr(x[i], bf16_sr_bits(seeds[s], i));
+        ops_weights_to_act(d_a, d_x, n, seeds[s]);
+        cmp_bits(NM("weights_to_act (stochastic rounding) seed %#llx", seeds[s]), d_a, want, n);
+    }
+    float *y = hrand_bf(n, 1), *a = hrand_bf(n, 1);
+    act_t *d_y = up_act(y, n), *d_x2 = up_act(a, n);
+    for (size_t i = 0; i < n; i++) y[i] += a[i];
+    round_bf(y, n);
+    ops_accumulate(d_y, d_x2, n);
+    cmp_exact("accumulate (+=)", d_y, y, n);
+    release();
+}
+
+// ---- GEMMs ---------------------------------------------------------------------------------------
+static void test_matmul(int N, int C, int OC) {
+    const size_t nI = (size_t)N * C, nW = (size_t)OC * C, nO = (size_t)N * OC;
+    float *inp = hrand_bf(nI, 1), *w = hrand_bf(nW, 1), *dout = hrand_bf(nO, 1), *out0 = hrand(nO, 1), *dw0 = hrand(nW, 1);
+    act_t *d_inp = up_act(inp, nI), *d_w = up_act(w, nW), *d_dout = up_act(dout, nO), *d_out = poison_act(nO);
+    float* ref = hbuf(nO);
+    ref_ops_matmul_forward(ref, inp, w, N, C, OC);
+    round_bf(ref, nO);
+    ops_matmul_forward(d_out, d_inp, d_w, N, C, OC);
+    cmp_act(NM("matmul forward N=%d C=%d OC=%d", N, C, OC), d_out, ref, nO, TOL_ACT);
+    for (int acc = 0; acc <= 1; acc++) {   // into fp32: = (the router's logits) and += (the residual)
+        float *r32 = hcopy(out0, nO), *d_o32 = acc ? up_f32(out0, nO) : poison_f32(nO);
+        ref_ops_matmul_forward_f32(r32, inp, w, N, C, OC, acc);
+        ops_matmul_forward_f32(d_o32, d_inp, d_w, N, C, OC, acc);
+        cmp_f32(acc ? "matmul forward f32 +=" : "matmul forward f32 =", d_o32, r32, nO, TOL_F32);
+    }
+    float *rdinp = hbuf(nI), *rdw = hcopy(dw0, nW), *d_dw = up_f32(dw0, nW);
+    act_t* d_dinp = poison_act(nI);
+    ref_ops_matmul_backward(rdinp, rdw, dout, inp, w, N, C, OC);
+    round_bf(rdinp, nI);
+    ops_matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    cmp_act("matmul backward dinp", d_dinp, rdinp, nI, TOL_ACT);
+    cmp_f32("matmul backward dw (+=, fp32)", d_dw, rdw, nW, TOL_F32);
+    ref_ops_matmul_backward(NULL, rdw, dout, inp, w, N, C, OC);
+    ops_matmul_backward(NULL, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    cmp_f32("matmul backward dw only (dinp NULL), accumulated twice", d_dw, rdw, nW, TOL_F32);
+    release();
+}
+
+// forward: pre and act both rounded from the fp32 product; backward of the next GEMM (act [N, OC]
+// -> [N, C]) through the GELU
+static void test_matmul_gelu(int N, int C, int OC) {
+    const size_t nI = (size_t)N * C, nW = (size_t)OC * C, nO = (size_t)N * OC;
+    float *inp = hrand_bf(nI, 1), *w = hrand_bf(nW, 0.2), *rpre = hbuf(nO), *ract = hbuf(nO);
+    ref_ops_matmul_gelu_forward(rpre, ract, inp, w, N, C, OC);
+    round_bf(rpre, nO); round_bf(ract, nO);
+    act_t *d_pre = poison_act(nO), *d_act = poison_act(nO);
+    ops_matmul_gelu_forward(d_pre, d_act, up_act(inp, nI), up_act(w, nW), N, C, OC);
+    cmp_act(NM("matmul + gelu forward N=%d C=%d OC=%d: pre", N, C, OC), d_pre, rpre, nO, TOL_ACT);
+    cmp_act("matmul + gelu forward: act", d_act, ract, nO, TOL_ACT);
+    float *dout = hrand_bf(nI, 1), *w2 = hrand_bf(nW, 0.2), *dw0 = hrand(nW, 1), *rdpre = hbuf(nO), *rdw = hcopy(dw0, nW);
+    ref_ops_matmul_backward_gelu(rdpre, rdw, dout, ract, w2, rpre, N, OC, C);
+    round_bf(rdpre, nO);
+    act_t* d_dpre = poison_act(nO);
+    float* d_dw = up_f32(dw0, nW);
+    ops_matmul_backward_gelu(d_dpre, d_dw, up_act(dout, nI), up_act(ract, nO), up_act(w2, nW), up_act(rpre, nO), N, OC, C);
+    cmp_act("matmul backward through gelu: dpre", d_dpre, rdpre, nO, TOL_ACT);
+    cmp_f32("matmul backward through gelu: dw (+=, fp32)", d_dw, rdw, nW, TOL_F32);
+    release();
+}
+
+// ---- norms (fp32 input: the residual stream; act_t out; act_t dout) -------------------------------
+static void test_norm(OpsNormKind kind, int N, int C) {
+    const int ln = kind == OPS_LAYERNORM;
+    const char* kn = ln ? "layernorm" : "rmsnorm";
+    const size_t n = (size_t)N * C;
+    float* inp = hrand(n, 2);
+    for (size_t i = 0; i < n; i++) inp[i] += 0.5f;   // a non-zero mean
+    float *w = hrand(C, 1), *b = ln ? hrand(C, 1) : NULL, *dout = hrand_bf(n, 1);
+    float *dinp0 = hrand(n, 1), *dw0 = hrand(C, 1), *db0 = hrand(C, 1);
+    float *rout = hbuf(n), *rmean = hbuf(N), *rrstd = hbuf(N);
+    ref_ops_norm_forward(rout, ln ? rmean : NULL, rrstd, inp, w, b, N, C, 1e-5f, kind);
+    round_bf(rout, n);
+    float *d_inp = up_f32(inp, n), *d_w = up_f32(w, C), *d_b = ln ? up_f32(b, C) : NULL, *d_mean = poison_f32(N), *d_rstd = poison_f32(N);
+    act_t* d_out = poison_act(n);
+    ops_norm_forward(d_out, ln ? d_mean : NULL, d_rstd, d_inp, d_w, d_b, N, C, 1e-5f, kind);
+    cmp_act(NM("%s forward N=%d C=%d out", kn, N, C), d_out, rout, n, TOL_ACT);
+    cmp_f32(NM("%s forward rstd", kn), d_rstd, rrstd, N, TOL_F32);
+    if (ln) cmp_f32(NM("%s forward mean", kn), d_mean, rmean, N, TOL_F32);
+    float *rdinp = hcopy(dinp0, n), *rdw = hcopy(dw0, C), *rdb = hcopy(db0, C);
+    ref_ops_norm_backward(rdinp, rdw, ln ? rdb : NULL, dout, inp, w, ln ? rmean : NULL, rrstd, N, C, kind);
+    float *d_dinp = up_f32(dinp0, n), *d_dw = up_f32(dw0, C), *d_db = up_f32(db0, C);
+    ops_norm_backward(d_dinp, d_dw, ln ? d_db : NULL, up_act(dout, n), d_inp, d_w, ln ? up_f32(rmean, N) : NULL,
+                      up_f32(rrstd, N), N, C, kind);
+    cmp_f32(NM("%s backward dinp (+=, fp32)", kn), d_dinp, rdinp, n, TOL_F32);
+    cmp_f32(NM("%s backward dw (+=)", kn), d_dw, rdw, C, TOL_F32);
+    if (ln) cmp_f32(NM("%s backward db (+=)", kn), d_db, rdb, C, TOL_F32);
+    release();
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+static const char* gate_name[] = {"none", "elementwise", "headwise"};
+static const char* act_name[] = {"sigmoid", "ns_sigmoid", "silu"};
+static OpsAttnImpl att_impl = OPS_ATTN_FUSED;
+
+// prep forward, attention forward, attention backward, prep backward, then the probes
+static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, int rope, OpsGate gate,
+                           OpsGatePos pos, OpsGateAct act) {
+    const int fused = att_impl == OPS_ATTN_FUSED;
+    const double tf = fused ? TOL_ACT : TOL_BF16_FWD, tl = fused ? TOL_F32 : TOL_BF16_FWD, tb = fused ? TOL_ACT : TOL_BF16_BWD;
+    OpsAttnShape s = {0};
+    s.impl = att_impl; s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = qk_norm; s.rope = rope;
+    s.rope_base = 10000.0f; s.eps = 1e-5f; s.gate = gate; s.gate_pos = pos; s.gate_act = act;
+    const size_t N = (size_t)B * T, QKVG = ops_attn_qkv_cols(&s), Hd = (size_t)H * hd, KVd = (size_t)Hkv * hd, R = H + Hkv;
+    const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
+    printf(" attn%s B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s\n",
+           att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : att_impl == OPS_ATTN_FLASH ? " (flash)" : "", B, T, H, Hkv, hd,
+           qk_norm, rope, gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", act_name[act]);
+    float *qkv = hrand_bf(N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3), *dyg = hrand_bf(N * Hd, 1);
+    for (int i = 0; i < hd; i++) { qw[i] += 1.0f; kw[i] += 1.0f; }
+    float *dqw0 = hrand(hd, 1), *dkw0 = hrand(hd, 1);
+    // the reference, op by op, its act_t outputs rounded as the bf16 build stores them
+    float *rq = hbuf(N * Hd), *rk = hbuf(N * KVd), *rv = hbuf(N * KVd), *rrstd = hbuf(N * R);
+    ref_ops_attn_prep_forward(rq, rk, rv, rrstd, qkv, qw, kw, &s);
+    round_bf(rq, N * Hd); round_bf(rk, N * KVd); round_bf(rv, N * KVd);
+    float *ry = hbuf(N * Hd), *ryg = sgate ? hbuf(N * Hd) : ry, *rlse = hbuf(N * H);
+    ref_ops_attention_forward(ry, ryg, rlse, rq, rk, rv, qkv, &s);
+    round_bf(ry, N * Hd);
+    if (sgate) round_bf(ryg, N * Hd);   // from the unrounded y, as the GPU epilogues
+    float *rdq = hbuf(N * Hd), *rdk = hbuf(N * KVd), *rdv = hbuf(N * KVd), *rdqkv = hbuf(N * QKVG);
+    ref_ops_attention_backward(rdq, rdk, rdv, rdqkv, hbuf(N * Hd), dyg, rq, rk, rv, ry, rlse, qkv, &s);
+    round_bf(rdq, N * Hd); round_bf(rdk, N * KVd); round_bf(rdv, N * KVd); round_bf(rdqkv, N * QKVG);
+    float *rdqw = hcopy(dqw0, hd), *rdkw = hcopy(dkw0, hd);
+    ref_ops_attn_prep_backward(rdqkv, rdqw, rdkw, rdq, rdk, rdv, qkv, rrstd, qw, kw, &s);
+    round_bf(rdqkv, N * QKVG);
+
+    // GPU, each stage from the reference's inputs to it
+    act_t *d_qkv = up_act(qkv, N * QKVG), *d_q = poison_act(N * Hd), *d_k = poison_act(N * KVd), *d_v = poison_act(N * KVd);
+    float *d_qw = up_f32(qw, hd), *d_kw = up_f32(kw, hd), *d_rstd = poison_f32(N * R);
+    ops_attn_prep_forward(d_q, d_k, d_v, d_rstd, d_qkv, d_qw, d_kw, &s);
+    cmp_act("  prep forward q", d_q, rq, N * Hd, TOL_ACT);
+    cmp_act("  prep forward k", d_k, rk, N * KVd, TOL_ACT);
+    cmp_act("  prep forward v", d_v, rv, N * KVd, TOL_ACT);
+    if (qk_norm) cmp_f32("  prep forward qk_rstd (fp32)", d_rstd, rrstd, N * R, TOL_F32);
+    set_act(d_q, rq, N * Hd); set_act(d_k, rk, N * KVd); set_act(d_v, rv, N * KVd);
+    act_t *d_y = poison_act(N * Hd), *d_yg = sgate ? poison_act(N * Hd) : d_y;
+    float* d_lse = poison_f32(N * H);
+    ops_attention_forward(d_y, d_yg, d_lse, d_q, d_k, d_v, d_qkv, &s);
+    cmp_act("  attention forward y", d_y, ry, N * Hd, tf);
+    if (sgate) cmp_act("  attention forward yg (gated)", d_yg, ryg, N * Hd, tf);
+    cmp_f32("  attention forward lse (fp32)", d_lse, rlse, N * H, tl);
+    set_act(d_y, ry, N * Hd); set_f32(d_lse, rlse, N * H);
+    act_t *d_dq = poison_act(N * Hd), *d_dk = poison_act(N * KVd), *d_dv = poison_act(N * KVd), *d_dqkv = poison_act(N * QKVG);
+    ops_attention_backward(d_dq, d_dk, d_dv, d_dqkv, poison_act(N * Hd), up_act(dyg, N * Hd), d_q, d_k, d_v, d_y,
+                           d_lse, d_qkv, &s);
+    cmp_act("  attention backward dq", d_dq, rdq, N * Hd, tb);
+    cmp_act("  attention backward dk", d_dk, rdk, N * KVd, tb);
+    cmp_act("  attention backward dv", d_dv, rdv, N * KVd, tb);
+    set_act(d_dq, rdq, N * Hd); set_act(d_dk, rdk, N * KVd); set_act(d_dv, rdv, N * KVd);
+    float *d_dqw = up_f32(dqw0, hd), *d_dkw = up_f32(dkw0, hd);
+    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, up_f32(rrstd, N * R), d_qw, d_kw, &s);
+    // q/k/v (and value-gate) columns from prep backward, sdpa-gate columns from attention backward
+    cmp_act("  dqkv (attention + prep backward, every column)", d_dqkv, rdqkv, N * QKVG, TOL_ACT);
+    if (qk_norm) {
+        cmp_f32("  prep backward q_norm.w (+=, fp32)", d_dqw, rdqw, hd, TOL_F32);
+        cmp_f32("  prep backward k_norm.w (+=, fp32)", d_dkw, rdkw, hd, TOL_F32);
+    }
+    // probes on the same q, k, lse, qkv
+    float *rmean = hbuf(H), *gmean = hbuf(H);
+    ref_ops_attn_first_token(rmean, rq, rk, rlse, &s);
+    ops_attn_first_token(gmean, d_q, d_k, d_lse, &s);
+    check("  probe: first-token attention per head (fp32)", gmean, rmean, H, TOL_F32);
+    if (gate != OPS_GATE_NONE) {
+        double rs, gs;
+        long rc, gc, rh[10], gh[10], moves = 0;
+        ref_ops_gate_stats(qkv, &s, &rs, &rc, rh);
+        ops_gate_stats(d_qkv, &s, &gs, &gc, gh);
+        for (int i = 0; i < 10; i++) moves += labs(rh[i] - gh[i]);
+        double se = fabs(gs - rs) / fabs(rs);
+        TU_CHECK(gc == rc && se <= 1e-6 && moves <= 4, "gate stats: count %ld/%ld, sum rel err %.2e, histogram moves %ld",
+                 gc, rc, se, moves);
+        printf("  %-66s sum rel err %.2e, histogram moves %ld\n", "  probe: gate statistics", se, moves);
+    }
+    release();
+}
+
+// ---- MLP activations, cross-entropy -------------------------------------------------------------
+static void test_activations(int N, int F) {
+    const size_t n = (size_t)N * F;
+    float *gu = hrand_bf(2 * n, 3), *dh = hrand_bf(n, 1), *rh = hbuf(n), *rdgu = hbuf(2 * n), *rg = hbuf(n), *rdg = hbuf(n);
+    ref_ops_swiglu_forward(rh, gu, N, F);
+    ref_ops_swiglu_backward(rdgu, dh, gu, N, F);
+    ref_ops_gelu_forward(rg, gu, n);
+    ref_ops_gelu_backward(rdg, dh, gu, n);
+    round_bf(rh, n); round_bf(rdgu, 2 * n); round_bf(rg, n); round_bf(rdg, n);
+    act_t *d_gu = up_act(gu, 2 * n), *d_dh = up_act(dh, n), *d_h = poison_act(n), *d_dgu = poison_act(2 * n);
+    act_t *d_g = poison_act(n), *d_dg = poison_act(n);
+    ops_swiglu_forward(d_h, d_gu, N, F);
+    ops_swiglu_backward(d_dgu, d_dh, d_gu, N, F);
+    ops_gelu_forward(d_g, d_gu, n);
+    ops_gelu_backward(d_dg, d_dh, d_gu, n);
+    cmp_act(NM("swiglu forward N=%d F=%d", N, F), d_h, rh, n, TOL_ACT);
+    cmp_act("swiglu backward", d_dgu, rdgu, 2 * n, TOL_ACT);
+    cmp_act(NM("gelu forward n=%zu", n), d_g, rg, n, TOL_ACT);
+    cmp_act("gelu backward", d_dg, rdg, n, TOL_ACT);
+    release();
+}
+
+static void test_xent(int N, int V, int Vp) {
+    const size_t n = (size_t)N * Vp;
+    float* logits = hrand(n, 3);
+    for (int r = 0; r < N; r++) for (int i = V; i < Vp; i++) logits[(size_t)r * Vp + i] = 100.0f;   // padding must not leak
+    round_bf(logits, n);
+    int* tg = ibuf(N);
+    for (int r = 0; r < N; r++) tg[r] = rand_int(V);
+    tg[0] = V - 1;
+    float *rloss = hbuf(N), *rlse = hbuf(N), *rd = hbuf(n);
+    ref_ops_xent_forward(rloss, rlse, logits, tg, N, V, Vp);
+    ref_ops_xent_backward(rd, logits, rlse, tg, 0.25f, N, V, Vp);
+    round_bf(rd, n);
+    act_t *d_logits = up_act(logits, n), *d_d = poison_act(n);
+    float *d_loss = poison_f32(N), *d_lse = poison_f32(N);
+    int* d_tg = up_int(tg, N);
+    ops_xent_forward(d_loss, d_lse, d_logits, d_tg, N, V, Vp);
+    cmp_f32(NM("cross-entropy forward N=%d V=%d Vp=%d losses (fp32)", N, V, Vp), d_loss, rloss, N, TOL_F32);
+    cmp_f32("cross-entropy forward lse (fp32)", d_lse, rlse, N, TOL_F32);
+    set_f32(d_lse, rlse, N);
+    ops_xent_backward(d_d, d_logits, d_lse, d_tg, 0.25f, N, V, Vp);
+    cmp_act("cross-entropy backward dlogits", d_d, rd, n, TOL_ACT);
+    ops_xent_backward(d_logits, d_logits, d_lse, d_tg, 0.25f, N, V, Vp);   // in place, as the model does
+    cmp_act("cross-entropy backward in place (dlogits aliases logits)", d_logits, rd, n, TOL_ACT);
+    uint16_t* h = down_bits(d_d, n);
+    int padzero = 1;
+    for (int r = 0; r < N; r++) for (int i = V; i < Vp; i++) if (bf16_to_f32(h[(size_t)r * Vp + i]) != 0.0f) padzero = 0;
+    TU_CHECK(padzero, "cross-entropy: padded columns have a non-zero gradient");
+    release();
+}
+
+// ---- MoE: the plan from the CPU router (fp32, not act_t: test_gpu_ops checks it), then the act_t
+// ops on it ---------------------------------------------------------------------------------------
+static void test_moe(int N, int E, int k, int capacity, int C) {
+    const int S = N * k;
+    float *logits = hrand((size_t)N * E, 2), *probs = hbuf((size_t)N * E), *tw = hbuf(S), *lse = hbuf(N);
+    int *idx = ibuf(S), *cnt = ibuf(E), *off = ibuf(E + 1), *rs = ibuf(S), *sr = ibuf(S);
+    ref_ops_moe_router_forward(probs, idx, tw, lse, logits, N, E, k, OPS_ROUTER_SOFTMAX);
+    ref_ops_moe_dispatch_plan(cnt, off, rs, sr, idx, N, E, k, capacity);
+    const int R = off[E];
+    const size_t nx = (size_t)N * C, np = (size_t)R * C;
+    printf(" MoE N=%d E=%d k=%d capacity %d: %d of %d slots kept, C=%d\n", N, E, k, capacity, R, S, C);
+    int *d_rs = up_int(rs, S), *d_sr = up_int(sr, S);
+    float* d_tw = up_f32(tw, S);
+    float *x = hrand_bf(nx, 1), *xp = hbuf(np);
+    ref_ops_moe_gather(xp, x, rs, R, k, C);
+    act_t* d_xp = poison_act(np);
+    ops_moe_gather(d_xp, up_act(x, nx), d_rs, R, k, C);
+    cmp_exact("  gather (bits moved)", d_xp, xp, np);
+    float *dxp = hrand_bf(np, 1), *dx = hrand_bf(nx, 1);
+    act_t* d_dx = up_act(dx, nx);
+    ref_ops_moe_gather_backward(dx, dxp, sr, N, k, C);
+    round_bf(dx, nx);
+    ops_moe_gather_backward(d_dx, up_act(dxp, np), d_sr, N, k, C);
+    cmp_exact("  gather backward (+=: same additions, one rounding)", d_dx, dx, nx);
+    float *yp = hrand_bf(np, 1), *out = hrand(nx, 1), *d_out = up_f32(out, nx);
+    act_t* d_yp = up_act(yp, np);
+    ref_ops_moe_combine(out, yp, tw, sr, N, k, C);
+    ops_moe_combine(d_out, d_yp, d_tw, d_sr, N, k, C);
+    cmp_f32("  combine (+= into fp32)", d_out, out, nx, TOL_F32);
+    float *dout = hrand(nx, 1), *rdyp = hbuf(np), *rdtw = hbuf(S), *d_dtw = poison_f32(S);
+    ref_ops_moe_combine_backward(rdyp, rdtw, dout, yp, tw, sr, N, k, C);
+    round_bf(rdyp, np);
+    act_t* d_dyp = poison_act(np);
+    ops_moe_combine_backward(d_dyp, d_dtw, up_f32(dout, nx), d_yp, d_tw, d_sr, N, k, C);
+    cmp_act("  combine backward dyp", d_dyp, rdyp, np, TOL_ACT);
+    cmp_f32("  combine backward dtopk_w (fp32; 0 for dropped slots)", d_dtw, rdtw, S, TOL_F32);
+    release();
+}
+
+// groups of the given row counts (0 = an expert without tokens)
+static void test_grouped_matmul(int G, const int* rows, int C, int OC) {
+    int* off = ibuf(G + 1);
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + rows[g];
+    const int R = off[G];
+    const size_t nI = (size_t)R * C, nW = (size_t)G * OC * C, nO = (size_t)R * OC;
+    float *inp = hrand_bf(nI, 1), *w = hrand_bf(nW, 1), *dout = hrand_bf(nO, 1), *dw0 = hrand(nW, 1);
+    float *ref = hbuf(nO), *rdinp = hbuf(nI), *rdw = hcopy(dw0, nW);
+    ref_ops_grouped_matmul_forward(ref, inp, w, off, G, C, OC);
+    ref_ops_grouped_matmul_backward(rdinp, rdw, dout, inp, w, off, G, C, OC);
+    round_bf(ref, nO); round_bf(rdinp, nI);
+    act_t *d_inp = up_act(inp, nI), *d_w = up_act(w, nW), *d_dout = up_act(dout, nO), *d_out = poison_act(nO), *d_dinp = poison_act(nI);
+    float* d_dw = up_f32(dw0, nW);
+    int* d_off = up_int(off, G + 1);
+    ops_grouped_matmul_forward(d_out, d_inp, d_w, d_off, G, C, OC);
+    ops_grouped_matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_off, G, C, OC);
+    cmp_act(NM("  grouped matmul G=%d R=%d C=%d OC=%d forward", G, R, C, OC), d_out, ref, nO, TOL_ACT);
+    cmp_act("  grouped matmul backward dinp", d_dinp, rdinp, nI, TOL_ACT);
+    cmp_f32("  grouped matmul backward dw (+=, fp32; an empty group keeps its value)", d_dw, rdw, nW, TOL_F32);
+    ref_ops_grouped_matmul_backward(NULL, rdw, dout, inp, w, off, G, C, OC);
+    ops_grouped_matmul_backward(NULL, d_dw, d_dout, d_inp, d_w, d_off, G, C, OC);
+    cmp_f32("  grouped matmul backward dw only (dinp NULL), accumulated twice", d_dw, rdw, nW, TOL_F32);
+    release();
+}
+
+static void test_sigmoid_gate_add(int N, int C) {
+    const size_t n = (size_t)N * C;
+    float *y = hrand_bf(n, 1), *z = hrand(N, 3), *out = hrand(n, 1), *dout = hrand(n, 1), *rdy = hbuf(n), *rdz = hbuf(N);
+    float *d_out = up_f32(out, n), *d_z = up_f32(z, N), *d_dz = poison_f32(N);
+    act_t *d_y = up_act(y, n), *d_dy = poison_act(n);
+    ref_ops_sigmoid_gate_add_forward(out, y, z, N, C);
+    ops_sigmoid_gate_add_forward(d_out, d_y, d_z, N, C);
+    cmp_f32(NM("shared-expert gate forward N=%d C=%d (+= into fp32)", N, C), d_out, out, n, TOL_F32);
+    ref_ops_sigmoid_gate_add_backward(rdy, rdz, dout, y, z, N, C);
+    round_bf(rdy, n);
+    ops_sigmoid_gate_add_backward(d_dy, d_dz, up_f32(dout, n), d_y, d_z, N, C);
+    cmp_act("shared-expert gate backward dy", d_dy, rdy, n, TOL_ACT);
+    cmp_f32("shared-expert gate backward dz (fp32)", d_dz, rdz, N, TOL_F32);
+    release();
+}
+
+int main(void) {
+    char why[256];
+    if (!cuda_device_present(why, sizeof why)) {
+        printf("skipped: no CUDA device (%s)\n", why);
+        return 0;
+    }
+    ops_init(0);
+    ref_ops_init(0);
+    printf("CUDA bf16 ops (%s) vs the bf16 reference (fp32 CPU ops on bf16 inputs, outputs rounded once)\n",
+           ops_backend_name());
+    test_conversions(100003);
+    test_matmul(128, 256, 384);
+    test_matmul(37, 45, 53);         // odd shapes: unaligned rows for cuBLASLt
+    test_matmul_gelu(256, 128, 512); // aligned: cuBLASLt's GELU epilogues
+    test_matmul_gelu(37, 45, 53);    // odd: the unfused fallback
+    test_norm(OPS_RMSNORM, 300, 200);
+    test_norm(OPS_LAYERNORM, 300, 200);
+    test_norm(OPS_LAYERNORM, 64, 1024);
+    test_activations(100, 300);
+    test_xent(64, 1000, 1024);
+    test_xent(5, 50257, 50304);
+
+    // attention: the fused kernel (fp32 inside) on every gate, the value gate, head dims 64, 128
+    // and an odd one; then the flash kernels (both) and cuDNN at the bf16 bounds
+    test_attention(2, 100, 4, 2, 64, 0, 0, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SILU);
+    test_attention(1, 64, 2, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_NS_SIGMOID);
+    test_attention(1, 70, 2, 1, 128, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    test_attention(1, 65, 3, 1, 96, 1, 0, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    att_impl = OPS_ATTN_FLASH;
+    for (int fk = CUDA_FLASH_MMA; fk <= CUDA_FLASH_WMMA; fk++) {
+        cuda_set_flash_kernel(fk);
+        printf(" flash attention, %s kernel\n", fk == CUDA_FLASH_MMA ? "mma.sync" : "WMMA");
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 1, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_NS_SIGMOID);
+        test_attention(1, 64, 2, 2, 64, 0, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU);
+        test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 129, 4, 4, 128, 0, 0, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    }
+    cuda_set_flash_kernel(CUDA_FLASH_MMA);
+    if (cuda_cudnn_available()) {
+        att_impl = OPS_ATTN_CUDNN;
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SILU);
+        test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    } else {
+        printf("cuDNN attention: not in this build (scripts/cudnn_frontend.sh): its checks skipped\n");
+    }
+    att_impl = OPS_ATTN_FUSED;
+
+    // MoE: dropless and with drops, then the experts' GEMM both ways, then the shared-expert gate
+    test_moe(300, 8, 2, 0, 72);
+    test_moe(300, 8, 2, 40, 72);
+    test_moe(301, 16, 3, 0, 96);
+    const int rows1[5] = {7, 0, 33, 1, 64}, rows2[3] = {0, 37, 0};
+    for (int mode = CUDA_MOE_GEMM_LOOP; mode <= CUDA_MOE_GEMM_GROUPED; mode++) {
+        cuda_set_moe_gemm(mode);
+        printf(" grouped matmul as %s\n", mode == CUDA_MOE_GEMM_LOOP ? "one cuBLASLt call per expert" : "one cuBLAS grouped GEMM");
+        test_grouped_matmul(5, rows1, 96, 160);
+        test_grouped_matmul(3, rows2, 45, 53);
+    }
+    cuda_set_moe_gemm(CUDA_MOE_GEMM_LOOP);
+    test_sigmoid_gate_add(100, 200);
+
+    printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);
+    return tu_finish();
+}
