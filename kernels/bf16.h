@@ -1,6 +1,7 @@
 // kernels/bf16.h: bf16 (bfloat16) as raw 16-bit patterns, and the two roundings the backends
 // use, written once for the host and the device (the CUDA kernels include it too, so the CPU
-// emulation of bf16 storage and the GPU give the same bits).
+// emulation of bf16 storage and the GPU give the same bits; NaN payloads aside: the device's
+// __float2bfloat16 writes the canonical NaN, bf16_from_f32 keeps sign and payload).
 //
 // bf16 is the top half of an IEEE float32: 1 sign, 8 exponent, 7 mantissa bits.
 // - round to nearest even: activations written by an op (what __float2bfloat16 does)

@@ -137,7 +137,7 @@ int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const void* A, int lda, co
                 CUDA_CHECK(cudaMemsetAsync((char*)D + (size_t)j * ldd * es, 0, (size_t)m * es, cuda_stream));
         return 0;
     }
-    if (epi != CUDA_EPI_NONE && ldaux % 8 != 0) return -1;
+    if (epi != CUDA_EPI_NONE && dt != CUDA_R_32F && ldaux % 8 != 0) return -1;   // (fp32: cuBLASLt is asked, as before)
     // bf16 inputs: plain fp32 compute (the TF32 / bf16-rounding modes are for fp32 inputs)
     const cublasComputeType_t compute = ab == CUDA_R_32F ? lt_compute : CUBLAS_COMPUTE_32F;
     LtPlan key = {1, ta, tb, m, n, k, lda, ldb, ldd, lt_alignment(A), lt_alignment(B), lt_alignment(D),
@@ -171,6 +171,13 @@ int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const void* A, int lda, co
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.al_b, sizeof(key.al_b)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.al_d, sizeof(key.al_d)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.al_d, sizeof(key.al_d)));
+        if (dt != CUDA_R_32F) {
+            // a split-K algorithm may add its partial sums in the output type (the INPLACE and
+            // OUTPUT_TYPE schemes): with bf16 D that would round every partial sum. Only the
+            // reduction in the compute type (fp32) keeps the one rounding of the contract.
+            uint32_t rs = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &rs, sizeof(rs)));
+        }
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, ld, ld, pref, 1, &heur, &found);

@@ -376,7 +376,10 @@ extern "C" void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float
 // (cublasGemmGroupedBatchedEx's table: A/B/C all bf16, all fp16 or all fp32 under
 // CUBLAS_COMPUTE_32F; no bf16 x bf16 -> fp32 as cublasGemmEx has). So in the bf16 build the
 // weight gradients (bf16 inp and dout, fp32 dw) run as one cuBLASLt call per expert even in
-// the grouped mode; the forward and dinp GEMMs (all act_t) stay grouped.
+// the grouped mode; the forward and dinp GEMMs (all act_t) stay grouped. Unlike the cuBLASLt
+// path (matmul.cu restricts split-K to fp32 reductions for bf16 D), the grouped GEMM cannot be
+// told how to reduce a split K: if it rounds partial sums to bf16, its outputs drift by more
+// than one rounding from the emulation's; test_gpu_ops_bf16 checks both modes at one ulp.
 
 static int moe_gemm_mode = -1;   // CUDA_MOE_GEMM_LOOP / _GROUPED; -1: not read from the environment yet
 extern "C" void cuda_set_moe_gemm(int mode) { moe_gemm_mode = mode; }
