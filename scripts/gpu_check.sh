@@ -109,7 +109,7 @@ main() {
     fi
 
     say "benchmark ($(left)s left)"
-    printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh\tpeak MiB\tdevice MiB\n" > "$TSV"
+    printf "config\tB x T\tparams\tGFLOP/tok\tms/step\ttok/s\tTFLOP/s\tMFU(fp32|tf32)\tMFU(bf16)\tgate ovh (FLOPs)\tpeak MiB\tdevice MiB\n" > "$TSV"
     # row NAME MIN_SECONDS_LEFT STEPS CONFIG [--set ...]: one benchmark row (3 gate variants), run
     # only while the budget allows; environment variables before `row` apply to it; BENCH=bf16
     # runs the bf16 build (bf16 activation storage), else the fp32-storage build
