@@ -218,11 +218,23 @@ static void* workspace_for(const std::shared_ptr<fe::graph::Graph>& g, const Ops
     return ws > 0 ? cuda_scratch(CUDA_SCRATCH_CUDNN_WS, (size_t)ws) : NULL;
 }
 
+#ifdef GATEDGPT_ACT_BF16
+// The model's bf16 tensors go to cuDNN in place: its kernels load 16-byte vectors, so every
+// buffer must start 16-byte aligned (the activation arena aligns each tensor to 64 bytes).
+static void cudnn_check_aligned(const void* p, const char* name) {
+    if (((uintptr_t)p & 15u) == 0) return;
+    char msg[160];
+    snprintf(msg, sizeof msg, "attn_impl = cudnn: %s at %p is not 16-byte aligned", name, p);
+    cuda_fail(__FILE__, __LINE__, msg, "pass tensors that start 16-byte aligned (as ops_malloc and the activation arena give)");
+}
+#endif
+
 // The variant packs take void*: cuDNN only reads the inputs (q, k, v, and y, dy, lse backward).
 void cuda_cudnn_attention_forward(act_t* y, float* lse, const act_t* q, const act_t* k, const act_t* v,
                                   const OpsAttnShape* s) {
     auto g = build_graph(s, 0);
 #ifdef GATEDGPT_ACT_BF16
+    cudnn_check_aligned(q, "q"); cudnn_check_aligned(k, "k"); cudnn_check_aligned(v, "v"); cudnn_check_aligned(y, "y");
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, (void*)q}, {UID_K, (void*)k}, {UID_V, (void*)v}, {UID_O, y}, {UID_STATS, lse}};
     run_graph(g, pack, workspace_for(g, s), s);
@@ -246,6 +258,9 @@ void cuda_cudnn_attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t*
                                    const OpsAttnShape* s) {
     auto g = build_graph(s, 1);
 #ifdef GATEDGPT_ACT_BF16
+    const void* bufs[8] = {q, k, v, y, dy, dq, dk, dv};
+    const char* names[8] = {"q", "k", "v", "y", "dy", "dq", "dk", "dv"};
+    for (int i = 0; i < 8; i++) cudnn_check_aligned(bufs[i], names[i]);
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, (void*)q}, {UID_K, (void*)k}, {UID_V, (void*)v}, {UID_O, (void*)y}, {UID_DO, (void*)dy},
         {UID_STATS, (void*)lse}, {UID_DQ, dq}, {UID_DK, dk}, {UID_DV, dv}};
