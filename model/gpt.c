@@ -52,7 +52,7 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
 void gpt_alloc_acts(GPT* m, int B, int T) {
     const ModelConfig* c = &m->cfg;
     if (m->acts) {
-        ops_free(m->acts); if (m->aacts_elems) ops_free(m->aacts);
+        ops_free(m->acts); if (!OPS_ACT_IS_FLOAT) ops_free(m->aacts);
         ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer);
     }
     m->B = B; m->T = T;
@@ -160,7 +160,7 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
 
 void gpt_free(GPT* m) {
     ops_free(m->params); ops_free(m->grads);
-    if (m->acts) { ops_free(m->acts); if (m->aacts_elems) ops_free(m->aacts); ops_free(m->iacts); ops_free(m->idx); }
+    if (m->acts) { ops_free(m->acts); if (!OPS_ACT_IS_FLOAT) ops_free(m->aacts); ops_free(m->iacts); ops_free(m->idx); }
     if (!OPS_ACT_IS_FLOAT) ops_free(m->params_act);
     free(m->res); free(m->layer);
     if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
