@@ -503,8 +503,15 @@ static int train_main(Comm* comm, int argc, char** argv) {
         fprintf(logf, "{\"type\":\"resume\",\"step\":%d,\"path\":\"", start_step);
         json_escape(logf, (const unsigned char*)resume_path, (int)strlen(resume_path));
         fprintf(logf, "\"}\n");
-        fflush(logf);
     }
+    // what this launch runs on: which numerics produced the records that follow (an fp32 and a
+    // bf16 run of one config differ by more than summation order)
+    fprintf(logf, "{\"type\":\"run\",\"step\":%d,\"backend\":\"", start_step);
+    json_escape(logf, (const unsigned char*)ops_backend_name(), (int)strlen(ops_backend_name()));
+    fprintf(logf, "\",\"act\":\"%s\",\"processes\":%d,\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
+            "\"tokens_per_step\":%ld,\"params\":%zu,\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
+            OPS_ACT_NAME, P, B, T, grad_accum, tokens_per_step, model.table.total, flops_tok, peak);
+    fflush(logf);
 
     const int r0 = comm->rank == 0;   // validation, probes and samples: rank 0 alone
     if (r0 && have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point

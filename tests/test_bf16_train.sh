@@ -34,6 +34,8 @@ for variant in dense moe; do
     "$build/train_gpt_bf16emu" "${M[@]}" "${extra[@]}" --log.run_dir="$tmp/bf16_$variant" > "$tmp/bf16_$variant.out" 2>&1 \
         || { echo "FAIL: bf16 $variant run"; cat "$tmp/bf16_$variant.out"; exit 1; }
     check "$variant: the bf16 run says so" 'grep -q "bf16-emulation" "$tmp/bf16_$variant.out"'
+    check "$variant: the logs' run records name the storage" \
+        'grep -q "\"type\":\"run\".*\"act\":\"bf16\"" "$tmp/bf16_$variant/log.jsonl" && grep -q "\"type\":\"run\".*\"act\":\"fp32\"" "$tmp/fp32_$variant/log.jsonl"'
     paste <(losses "$tmp/fp32_$variant/log.jsonl") <(losses "$tmp/bf16_$variant/log.jsonl") > "$tmp/pair_$variant.txt"
     read -r n worst first last5 bitsame <<< "$(awk '{ r = ($2 - $1) / $1; if (r < 0) r = -r; if (r > w) w = r;
         if (NR == 1) f = $2; if (NR > 35) l += $2; if ($1 == $2) s++ }
