@@ -16,6 +16,10 @@
 # resume of the bf16 build.
 # The corpus is the repository's own Markdown (BPE 512 via `prepare`): no download, no package.
 # Without a GPU it prints "skipped: no CUDA device" and exits 0.
+# With GATEDGPT_GPU_EMU=1 it runs the same checks on the CUDA emulator's binaries instead
+# (train_gpt_cudaemu, train_gpt_cudaemu_bf16: the CUDA backend's kernels on the CPU, tests/cudaemu),
+# cut to fit CI: 6 steps of batch 2 x 64 tokens instead of 20 of 4 x 64, resume at step 3; the
+# NCCL checks then skip.
 #
 # Tolerances (relative): step 1 loss 1e-4 (fp32 on both sides, other summation orders), every
 # step 2e-3 (20 AdamW steps amplify rounding differences), step-0 probe 1e-3; with
@@ -23,8 +27,16 @@
 # before any GPU run.
 set -euo pipefail
 build=$1
-[ -x "$build/tests/test_gpu_ops" ] || { echo "FAIL: $build/tests/test_gpu_ops not built"; exit 1; }
-if ! "$build/tests/test_gpu_ops" --has-device; then
+OPS=tests/test_gpu_ops; CUDA=train_gpt_cuda; CUDA_BF16=train_gpt_cuda_bf16
+S=20; HALF=10; BS=4; SEQ=64   # steps, the resume point, batch, sequence length
+if [ "${GATEDGPT_GPU_EMU:-0}" = 1 ]; then
+    OPS=tests/test_gpu_ops_emu; CUDA=train_gpt_cudaemu; CUDA_BF16=train_gpt_cudaemu_bf16
+    S=6; HALF=3; BS=2; SEQ=64
+    echo "on the CUDA emulator (tests/cudaemu): $CUDA, $CUDA_BF16, $S steps of $BS x $SEQ tokens"
+fi
+CK=$(printf 'step_%08d' "$S")   # the last checkpoint's folder
+[ -x "$build/$OPS" ] || { echo "FAIL: $build/$OPS not built"; exit 1; }
+if ! "$build/$OPS" --has-device; then
     echo "skipped: no CUDA device"
     exit 0
 fi
@@ -41,14 +53,14 @@ pass=0; fail=0
 # run NAME CONFIG [overrides...]: both backends, then compare their log.jsonl (GPU_ARGS: more
 # overrides for the GPU run only)
 GPU_ARGS=()
-CPU_BIN=train_gpt; GPU_BIN=train_gpt_cuda
+CPU_BIN=train_gpt; GPU_BIN=$CUDA
 run() {
     local name=$1 cfg=$2; shift 2
     local common=(--config "$cfg" --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"
-                  --data.val_glob= --data.tokenizer="$tmp/data/tokenizer.bin" --train.steps=20
-                  --train.batch_size=4 --train.seq_len=64
-                  --train.warmup_steps=5 --log.val_every=0 --log.log_every=5 --log.sample_every=20
-                  --log.sample_tokens=8 --metrics.probe_every=20 "$@")
+                  --data.val_glob= --data.tokenizer="$tmp/data/tokenizer.bin" --train.steps=$S
+                  --train.batch_size=$BS --train.seq_len=$SEQ
+                  --train.warmup_steps=5 --log.val_every=0 --log.log_every=5 --log.sample_every=$S
+                  --log.sample_tokens=8 --metrics.probe_every=$S "$@")
     "$build/$CPU_BIN" "${common[@]}" --log.run_dir="$tmp/$name.cpu" > "$tmp/$name.cpu.out"
     "$build/$GPU_BIN" "${common[@]}" ${GPU_ARGS[@]+"${GPU_ARGS[@]}"} --log.run_dir="$tmp/$name.gpu" > "$tmp/$name.gpu.out" || {
         echo "FAIL: $name: $GPU_BIN failed"; tail -5 "$tmp/$name.gpu.out"; fail=$((fail + 1)); return; }
@@ -57,12 +69,12 @@ run() {
     local steps
     steps=$(paste <(grep '"type":"step"' "$tmp/$name.cpu/log.jsonl" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/') \
                   <(grep '"type":"step"' "$tmp/$name.gpu/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'))
-    if echo "$steps" | awk -v t1="$tol1" -v t="$tol" -v name="$name" '
+    if echo "$steps" | awk -v t1="$tol1" -v t="$tol" -v name="$name" -v S="$S" '
         function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return m > 0 ? d / m : d }
         { r = rel($3, $2); if (r > worst) worst = r
           if (($1 == 1 && r > t1) || r > t || $3 != $3 + 0) { printf "FAIL: %s step %d: loss %s (GPU) vs %s (CPU), rel %.2e\n", name, $1, $3, $2, r; bad = 1 } }
-        END { if (NR != 20) { printf "FAIL: %s: %d step records, want 20\n", name, NR; bad = 1 }
-              printf "  %-28s 20 steps, worst loss rel err %.2e\n", name, worst; exit bad }'; then
+        END { if (NR != S) { printf "FAIL: %s: %d step records, want %d\n", name, NR, S; bad = 1 }
+              printf "  %-28s %d steps, worst loss rel err %.2e\n", name, NR, worst; exit bad }'; then
         pass=$((pass + 1))
     else
         fail=$((fail + 1))
@@ -81,8 +93,12 @@ run() {
     fi
 }
 
-run qwen_none configs/tiny_baseline.ini
-run qwen_headwise configs/tiny_headwise.ini
+# (on the emulator the ungated and headwise dense runs and the ungated MoE run are left to the
+# goldens, which check them per op: the emulator is slow)
+if [ "$S" = 20 ]; then
+    run qwen_none configs/tiny_baseline.ini
+    run qwen_headwise configs/tiny_headwise.ini
+fi
 run qwen_elementwise configs/tiny_gated.ini
 run gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
     --model.mlp=gelu --model.n_kv_head=4
@@ -93,7 +109,7 @@ GPU_ARGS=(--train.attn_impl=flash)
 run qwen_elementwise_flash configs/tiny_gated.ini --model.head_dim=64 --model.n_head=2 --model.n_kv_head=1
 GPU_ARGS=()
 tol1=${save[0]}; tol=${save[1]}; tolp=${save[2]}
-if "$build/tests/test_gpu_ops" --has-cudnn; then
+if "$build/$OPS" --has-cudnn; then
     save=("$tol1" "$tol" "$tolp"); tol1=1e-2; tol=3e-2; tolp=3e-2
     GPU_ARGS=(--train.attn_impl=cudnn)
     run qwen_elementwise_cudnn configs/tiny_gated.ini
@@ -102,12 +118,12 @@ if "$build/tests/test_gpu_ops" --has-cudnn; then
 else
     echo "  cuDNN attention: not in this build: skipped"
 fi
-run moe_baseline configs/tiny_moe_baseline.ini
+[ "$S" = 20 ] && run moe_baseline configs/tiny_moe_baseline.ini
 run moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
 
 # the bf16 build against the CPU's emulation of it (bounds written before any GPU run)
 save=("$tol1" "$tol" "$tolp"); tol1=5e-3; tol=1e-2; tolp=2e-2
-CPU_BIN=train_gpt_bf16emu; GPU_BIN=train_gpt_cuda_bf16
+CPU_BIN=train_gpt_bf16emu; GPU_BIN=$CUDA_BF16
 run bf16_qwen_elementwise configs/tiny_gated.ini
 run bf16_gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
     --model.mlp=gelu --model.n_kv_head=4
@@ -115,23 +131,23 @@ GPU_ARGS=(--train.attn_impl=flash)
 run bf16_qwen_elementwise_flash configs/tiny_gated.ini --model.head_dim=64 --model.n_head=2 --model.n_kv_head=1
 GPU_ARGS=()
 run bf16_moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
-CPU_BIN=train_gpt; GPU_BIN=train_gpt_cuda
+CPU_BIN=train_gpt; GPU_BIN=$CUDA
 tol1=${save[0]}; tol=${save[1]}; tolp=${save[2]}
 
 # exact resume on the GPU (the CPU backend's test is tests/test_resume.sh), both builds
 R=(--config configs/tiny_gated.ini --model.vocab_size=512 --data.train_glob="$tmp/data/train_*.bin"
-   --data.val_glob= --data.tokenizer="$tmp/data/tokenizer.bin" --train.steps=20 --train.batch_size=4
-   --train.seq_len=64 --train.warmup_steps=5 --log.val_every=0 --log.sample_every=0
-   --metrics.probe_every=0 --checkpoint.checkpoint_every=10 --checkpoint.keep_last=0)
-for bin in train_gpt_cuda train_gpt_cuda_bf16; do
+   --data.val_glob= --data.tokenizer="$tmp/data/tokenizer.bin" --train.steps=$S --train.batch_size=$BS
+   --train.seq_len=$SEQ --train.warmup_steps=5 --log.val_every=0 --log.sample_every=0
+   --metrics.probe_every=0 --checkpoint.checkpoint_every=$HALF --checkpoint.keep_last=0)
+for bin in "$CUDA" "$CUDA_BF16"; do
 if "$build/$bin" "${R[@]}" --log.run_dir="$tmp/straight.$bin" > "$tmp/straight.out" 2>&1 &&
-   "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --stop-after 10 > "$tmp/split1.out" 2>&1 &&
+   "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --stop-after "$HALF" > "$tmp/split1.out" 2>&1 &&
    "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --resume auto > "$tmp/split2.out" 2>&1; then
     if cmp <(grep '"type":"step"' "$tmp/straight.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') \
            <(grep '"type":"step"' "$tmp/split.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') &&
-       cmp "$tmp/straight.$bin/checkpoints/step_00000020/model.bin" "$tmp/split.$bin/checkpoints/step_00000020/model.bin" &&
-       cmp "$tmp/straight.$bin/checkpoints/step_00000020/rank_00000.bin" "$tmp/split.$bin/checkpoints/step_00000020/rank_00000.bin"; then
-        echo "  exact resume on the GPU ($bin): 20 step records, model.bin and rank_00000.bin at step 20 identical"
+       cmp "$tmp/straight.$bin/checkpoints/$CK/model.bin" "$tmp/split.$bin/checkpoints/$CK/model.bin" &&
+       cmp "$tmp/straight.$bin/checkpoints/$CK/rank_00000.bin" "$tmp/split.$bin/checkpoints/$CK/rank_00000.bin"; then
+        echo "  exact resume on the GPU ($bin): $S step records, model.bin and rank_00000.bin at step $S identical"
         pass=$((pass + 1))
     else
         echo "FAIL: exact resume on the GPU ($bin): the resumed run differs from the straight one"
@@ -142,16 +158,16 @@ else
     fail=$((fail + 1))
 fi
 done
-ln -s "$tmp/straight.train_gpt_cuda" "$tmp/straight"
+ln -s "$tmp/straight.$CUDA" "$tmp/straight"
 
 # the NCCL path, one process: the same bits as the plain run (a sum over one rank is a copy)
 steps_of() { grep '"type":"step"' "$1" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//'; }
-if ! ldd "$build/train_gpt_cuda" | grep -q libnccl; then
+if ! ldd "$build/$CUDA" | grep -q libnccl; then
     echo "  NCCL path: skipped (this build has no NCCL)"
-elif GATEDGPT_NCCL_SINGLE=1 "$build/train_gpt_cuda" "${R[@]}" --log.run_dir="$tmp/nccl1" > "$tmp/nccl1.out" 2>&1 &&
+elif GATEDGPT_NCCL_SINGLE=1 "$build/$CUDA" "${R[@]}" --log.run_dir="$tmp/nccl1" > "$tmp/nccl1.out" 2>&1 &&
    cmp <(steps_of "$tmp/straight/log.jsonl") <(steps_of "$tmp/nccl1/log.jsonl") &&
-   cmp "$tmp/straight/checkpoints/step_00000020/model.bin" "$tmp/nccl1/checkpoints/step_00000020/model.bin"; then
-    echo "  NCCL path with one process: 20 step records and model.bin identical to the plain run"
+   cmp "$tmp/straight/checkpoints/$CK/model.bin" "$tmp/nccl1/checkpoints/$CK/model.bin"; then
+    echo "  NCCL path with one process: $S step records and model.bin identical to the plain run"
     pass=$((pass + 1))
 else
     echo "FAIL: NCCL path with one process differs from the plain run (or failed)"; tail -5 "$tmp/nccl1.out"
@@ -160,13 +176,13 @@ fi
 
 # several GPUs: data parallel over NCCL
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${ngpu:-0}" -ge 2 ] && command -v mpirun > /dev/null && ldd "$build/train_gpt_cuda" | grep -q libmpi; then
+if [ "${ngpu:-0}" -ge 2 ] && command -v mpirun > /dev/null && ldd "$build/$CUDA" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     D=("${R[@]}" --train.tokens_per_step=256 --checkpoint.checkpoint_every=0)
     ok=1
-    "$build/train_gpt_cuda" "${D[@]}" --log.run_dir="$tmp/dp1" > "$tmp/dp1.out" 2>&1 || ok=0
-    mpirun -np 2 "$build/train_gpt_cuda" "${D[@]}" --train.batch_size=2 --log.run_dir="$tmp/dp2" > "$tmp/dp2.out" 2>&1 || ok=0
-    mpirun -np 2 "$build/train_gpt_cuda" "${D[@]}" --train.batch_size=2 --train.zero_stage=1 --log.run_dir="$tmp/dp2z" > "$tmp/dp2z.out" 2>&1 || ok=0
+    "$build/$CUDA" "${D[@]}" --log.run_dir="$tmp/dp1" > "$tmp/dp1.out" 2>&1 || ok=0
+    mpirun -np 2 "$build/$CUDA" "${D[@]}" --train.batch_size=2 --log.run_dir="$tmp/dp2" > "$tmp/dp2.out" 2>&1 || ok=0
+    mpirun -np 2 "$build/$CUDA" "${D[@]}" --train.batch_size=2 --train.zero_stage=1 --log.run_dir="$tmp/dp2z" > "$tmp/dp2z.out" 2>&1 || ok=0
     if [ "$ok" = 1 ] && paste <(steps_of "$tmp/dp1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') \
                               <(steps_of "$tmp/dp2/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') | awk '
             { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1 }

@@ -3,7 +3,7 @@
 // attention.cu calls for [train] attn_impl = flash, and their device helpers.
 #pragma once
 #include "cuda_common.h"
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(GATEDGPT_CUDA_EMU)   // nvcc, or the CPU emulator (tests/cudaemu)
 #include <cuda_bf16.h>
 #endif
 
@@ -32,7 +32,7 @@ void cuda_mma_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_
                                  const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
                                  AttnDims d, int B);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(GATEDGPT_CUDA_EMU)   // nvcc, or the CPU emulator (tests/cudaemu)
 // v rounded to the activation storage and back (the identity in the fp32 build): what a kernel
 // that reads back a value it has just stored will see
 __device__ __forceinline__ float attn_act_round(float v) {

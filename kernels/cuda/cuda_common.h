@@ -84,7 +84,7 @@ typedef float cact_t;
 #endif
 #define CACT(p) ((cact_t*)(p))               // act_t* (ops.h) -> cact_t*
 #define CCACT(p) ((const cact_t*)(p))
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(GATEDGPT_CUDA_EMU)   // nvcc, or the CPU emulator (tests/cudaemu)
 __device__ __forceinline__ float act_ld(float x) { return x; }
 __device__ __forceinline__ float act_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ void act_st(float* p, float v) { *p = v; }
@@ -129,7 +129,7 @@ static inline unsigned cuda_blocks(size_t n, int threads) {
     return (unsigned)(b > 0 ? b : 1);
 }
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(GATEDGPT_CUDA_EMU)   // nvcc, or the CPU emulator (tests/cudaemu)
 // ---- device helpers -------------------------------------------------------------------------
 // expf/tanhf are CUDA's accurate versions (the build never uses --use_fast_math): ~2 ulp,
 // like the CPU's cpu_expf.

@@ -1,0 +1,572 @@
+// tests/cudaemu/cudaemu_rt.cpp: the CUDA emulator's runtime (tests/cudaemu/cudaemu.h says what is
+// emulated): the fiber scheduler behind kernel launches, barriers and warp collectives, device
+// memory with guard pages, the CUDA runtime calls the backend makes, and cuBLASLt / cuBLAS GEMMs
+// computed on the CPU. Single-threaded: one block at a time, its threads switched cooperatively.
+#include "cudaemu.h"
+#include <cublas_api.h>
+#include <map>
+#include <string>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+EmuIdx emu_idx;
+
+[[noreturn]] void emu_fatal(const char* what) {
+    fprintf(stderr, "cudaemu: %s\n", what);
+    fflush(stderr);
+    abort();
+}
+
+// ---- fibers ---------------------------------------------------------------------------------------
+// A context switch saves the callee-saved registers on the old stack and its stack pointer in
+// *from, then loads to's. A new fiber's stack is prepared so that the first switch "returns"
+// into emu_fiber_entry.
+extern "C" void emu_ctx_switch(void** from, void* to);
+#if defined(__x86_64__)
+asm(".text\n"
+    ".globl emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch,.-emu_ctx_switch\n");
+#else
+#error "cudaemu: the fiber switch is written for x86-64"
+#endif
+
+static const size_t FIBER_STACK = 256u << 10;   // per thread; a guard page below it
+
+struct Fiber {
+    void* sp;
+    char* stack;   // mmap'd: guard page + FIBER_STACK
+    uint3 tid;
+    int lane, warp;
+    int done;
+    const unsigned* wait_on;   // waiting until *wait_on != wait_val (a barrier's generation)
+    unsigned wait_val;
+};
+
+struct Warp {
+    int arrived;
+    unsigned gen, mask;
+    uint64_t slot[2][32];
+    const void* ptr[2][32];
+    uint32_t reg[2][32][10];
+};
+
+struct Block {
+    int n, exited, arrived, sum, result;
+    unsigned gen;
+};
+
+static std::vector<Fiber> fibers;
+static std::vector<Warp> warps;
+static Block blk;
+static Fiber* cur;
+static void* sched_sp;
+static EmuBody* cur_body;
+static const char* cur_kernel;
+static char* dyn_smem;
+static size_t dyn_smem_cap;   // bytes mapped before the guard page
+static size_t dyn_smem_size;
+
+static void fail_in_kernel(const char* what) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s", cur_kernel ? cur_kernel : "?",
+             emu_idx.block.x, emu_idx.block.y, emu_idx.block.z, emu_idx.thread.x, emu_idx.thread.y,
+             emu_idx.thread.z, what);
+    emu_fatal(msg);
+}
+
+static void fiber_yield_until_changed(const unsigned* gen, unsigned val) {
+    cur->wait_on = gen;
+    cur->wait_val = val;
+    emu_ctx_switch(&cur->sp, sched_sp);
+}
+
+static void emu_fiber_entry() {
+    (*cur_body)();
+    cur->done = 1;
+    // an exited thread no longer takes part in __syncthreads: a barrier waiting only for it completes
+    blk.exited++;
+    if (blk.arrived > 0 && blk.arrived == blk.n - blk.exited) {
+        blk.result = blk.sum;
+        blk.sum = 0;
+        blk.arrived = 0;
+        blk.gen++;
+    }
+    emu_ctx_switch(&cur->sp, sched_sp);
+    emu_fatal("a finished fiber was resumed");
+}
+
+static char* map_with_guard_below(size_t bytes) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char* p = (char*)mmap(NULL, bytes + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) emu_fatal("mmap failed (fiber stack)");
+    mprotect(p, pg, PROT_NONE);
+    return p + pg;
+}
+
+static void fiber_start(Fiber* f) {
+    if (!f->stack) f->stack = map_with_guard_below(FIBER_STACK);
+    uintptr_t top = ((uintptr_t)f->stack + FIBER_STACK) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = NULL;                        // the entry function's (never used) return address
+    *--sp = (void*)&emu_fiber_entry;     // where the first switch returns to
+    for (int i = 0; i < 6; i++) *--sp = NULL;   // rbp rbx r12 r13 r14 r15
+    --sp;                                // mxcsr and the x87 control word: the scheduler's
+    static uint32_t csr;
+    static uint16_t cw;
+    static int have_fp_state;
+    if (!have_fp_state) {
+        asm volatile("stmxcsr %0" : "=m"(csr));
+        asm volatile("fnstcw %0" : "=m"(cw));
+        have_fp_state = 1;
+    }
+    memcpy((char*)sp, &csr, 4);
+    memcpy((char*)sp + 4, &cw, 2);
+    f->sp = sp;
+    f->done = 0;
+    f->wait_on = NULL;
+}
+
+// ---- barriers -----------------------------------------------------------------------------------
+int emu_syncthreads_count(int pred) {
+    if (!cur) emu_fatal("__syncthreads outside a kernel");
+    blk.sum += pred;
+    unsigned g = blk.gen;
+    if (++blk.arrived == blk.n - blk.exited) {
+        blk.result = blk.sum;
+        blk.sum = 0;
+        blk.arrived = 0;
+        blk.gen++;
+        return blk.result;
+    }
+    fiber_yield_until_changed(&blk.gen, g);
+    return blk.result;
+}
+
+// The exchange buffer for data put before the warp's next barrier: the parity of its generation.
+// A lane that has passed barrier k writes buffer k+1's parity while slower lanes may still read
+// barrier k's; barrier k+1 waits for them all, so buffer k's parity is free again after it.
+static inline int xbuf(void) { return (int)(warps[cur->warp].gen & 1u); }
+
+// all lanes of mask meet
+static void warp_barrier(unsigned mask) {
+    if (!cur) emu_fatal("a warp collective outside a kernel");
+    if (!(mask >> cur->lane & 1u)) fail_in_kernel("a warp collective whose mask leaves out the calling lane");
+    Warp& w = warps[cur->warp];
+    if (w.arrived == 0) w.mask = mask;
+    else if (w.mask != mask) fail_in_kernel("lanes of one warp meet at warp collectives with different masks");
+    unsigned g = w.gen;
+    if (++w.arrived == __builtin_popcount(mask)) {
+        w.arrived = 0;
+        w.gen++;
+        return;
+    }
+    fiber_yield_until_changed(&w.gen, g);
+}
+
+void emu_syncwarp(unsigned mask) { warp_barrier(mask); }
+
+uint64_t emu_warp_exchange(unsigned mask, uint64_t v, int src) {
+    Warp& w = warps[cur->warp];
+    int buf = xbuf();
+    w.slot[buf][cur->lane] = v;
+    warp_barrier(mask);
+    if (src < 0 || src > 31 || !(mask >> src & 1u)) return v;   // a lane outside the mask: own value
+    return w.slot[buf][src];
+}
+
+unsigned emu_ballot(unsigned mask, int pred) {
+    Warp& w = warps[cur->warp];
+    int buf = xbuf();
+    w.slot[buf][cur->lane] = (uint64_t)(pred != 0);
+    warp_barrier(mask);
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++)
+        if ((mask >> l & 1u) && w.slot[buf][l]) r |= 1u << l;
+    return r;
+}
+
+void* emu_dyn_smem(void) {
+    if (!dyn_smem_size) fail_in_kernel("dynamic shared memory used by a launch that asked for none");
+    return dyn_smem + dyn_smem_cap - ((dyn_smem_size + 127) & ~(size_t)127);
+}
+
+// ---- ldmatrix and mma.sync (PTX ISA: "Warp-level matrix load instruction: ldmatrix" and "Matrix
+// fragments for mma.m16n8k16 with floating point type"). groupID g = lane / 4, t = lane % 4.
+static inline float bf16_lo(uint32_t r) { return __uint_as_float(r << 16); }
+static inline float bf16_hi(uint32_t r) { return __uint_as_float(r & 0xffff0000u); }
+
+// .x4: lanes 8j..8j+7 give the addresses of the 8 rows (16 bytes each) of matrix j; register j
+// of lane l gets row g, elements 2t and 2t+1 (.trans: elements (2t, g) and (2t+1, g)).
+void emu_ldmatrix_x4(uint32_t* r, const void* p, int trans) {
+    Warp& w = warps[cur->warp];
+    int buf = xbuf();
+    if ((uintptr_t)p % 16) fail_in_kernel("ldmatrix row address not 16-byte aligned");
+    w.ptr[buf][cur->lane] = p;
+    warp_barrier(0xffffffffu);
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    for (int j = 0; j < 4; j++) {
+        uint16_t lo, hi;
+        if (!trans) {
+            const uint16_t* row = (const uint16_t*)w.ptr[buf][8 * j + g];
+            lo = row[2 * t];
+            hi = row[2 * t + 1];
+        } else {
+            lo = ((const uint16_t*)w.ptr[buf][8 * j + 2 * t])[g];
+            hi = ((const uint16_t*)w.ptr[buf][8 * j + 2 * t + 1])[g];
+        }
+        r[j] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+
+// D (16x8 fp32) = A (16x16 bf16, row) B (16x8 bf16, col) + C, C = D's registers on entry.
+//   A: reg 0 = (g, 2t..2t+1), reg 1 = (g+8, 2t..), reg 2 = (g, 2t+8..), reg 3 = (g+8, 2t+8..)
+//   B: reg 0 = (k 2t..2t+1, n g), reg 1 = (k 2t+8.., n g)
+//   C/D: d0 d1 = (g, 2t..2t+1), d2 d3 = (g+8, 2t..2t+1)
+void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    Warp& w = warps[cur->warp];
+    int buf = xbuf();
+    uint32_t* mine = w.reg[buf][cur->lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    warp_barrier(0xffffffffu);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const uint32_t* r = w.reg[buf][l];
+        const int g = l >> 2, t = l & 3;
+        const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+        for (int i = 0; i < 4; i++) {
+            A[rows[i]][cols[i]] = bf16_lo(r[i]);
+            A[rows[i]][cols[i] + 1] = bf16_hi(r[i]);
+        }
+        B[2 * t][g] = bf16_lo(r[4]);
+        B[2 * t + 1][g] = bf16_hi(r[4]);
+        B[2 * t + 8][g] = bf16_lo(r[5]);
+        B[2 * t + 9][g] = bf16_hi(r[5]);
+    }
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];   // bf16 products are exact in fp32
+        d[i] = s;
+    }
+    warp_barrier(0xffffffffu);
+}
+
+// ---- launches -------------------------------------------------------------------------------------
+static cudaError_t last_error = cudaSuccess;
+
+// CUDAEMU_PROFILE=1: wall time per kernel (and cuBLAS), printed at exit, largest first
+static std::map<std::string, std::pair<double, long>>* prof;
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static void prof_print(void) {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0.0;
+    for (auto& kv : *prof) { rows.push_back({kv.second.first, kv.first}); total += kv.second.first; }
+    std::sort(rows.rbegin(), rows.rend());
+    fprintf(stderr, "cudaemu profile: %.2f s in kernels and cuBLAS\n", total);
+    for (auto& r : rows) fprintf(stderr, "  %8.3f s %6ld calls  %s\n", r.first, (*prof)[r.second].second, r.second.c_str());
+}
+void emu_prof_add(const char* name, double seconds) {
+    if (!prof) {
+        const char* v = getenv("CUDAEMU_PROFILE");
+        if (!v || strcmp(v, "1") != 0) return;
+        prof = new std::map<std::string, std::pair<double, long>>();
+        atexit(prof_print);
+    }
+    auto& e = (*prof)[name];
+    e.first += seconds;
+    e.second++;
+}
+double emu_prof_clock(void) { return prof_now(); }
+static std::map<const void*, int> max_dyn_smem;   // cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
+static unsigned long long launches;
+
+void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody& body) {
+    launches++;
+    const double t0 = prof_now();
+    const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "cudaemu: launch of %s with grid (%u,%u,%u) block (%u,%u,%u): invalid configuration\n", name,
+                grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    int allowed = 48 << 10;
+    auto it = max_dyn_smem.find(fn);
+    if (it != max_dyn_smem.end()) allowed = it->second;
+    if (smem > (size_t)allowed) {
+        fprintf(stderr, "cudaemu: launch of %s asks for %zu bytes of dynamic shared memory; %d allowed (cudaFuncSetAttribute)\n",
+                name, smem, allowed);
+        last_error = cudaErrorInvalidValue;
+        return;
+    }
+    if (smem) {
+        size_t need = (smem + 4095) & ~(size_t)4095;
+        if (need > dyn_smem_cap) {
+            // [buffer][guard page]: an overrun past the launch's size (rounded to 128) faults
+            const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+            char* p = (char*)mmap(NULL, need + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) emu_fatal("mmap failed (shared memory)");
+            mprotect(p + need, pg, PROT_NONE);
+            dyn_smem = p;
+            dyn_smem_cap = need;
+        }
+    }
+    dyn_smem_size = smem;
+    const int n = (int)nthreads;
+    if ((int)fibers.size() < n) fibers.resize(n);
+    const int nw = (n + 31) / 32;
+    if ((int)warps.size() < nw) warps.resize(nw);
+    cur_body = &body;
+    cur_kernel = name;
+    emu_idx.bdim = block;
+    emu_idx.gdim = grid;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                emu_idx.block = make_uint3(bx, by, bz);
+                if (smem) memset(emu_dyn_smem(), 0xff, smem);   // not zeroed on a GPU either
+                blk = Block{n, 0, 0, 0, 0, 0};
+                for (int w = 0; w < nw; w++) { warps[w].arrived = 0; warps[w].gen = 0; }
+                for (int i = 0; i < n; i++) {
+                    Fiber& f = fibers[i];
+                    f.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+                    f.lane = i & 31;
+                    f.warp = i >> 5;
+                    fiber_start(&f);
+                }
+                int left = n;
+                while (left > 0) {
+                    int ran = 0;
+                    for (int i = 0; i < n; i++) {
+                        Fiber& f = fibers[i];
+                        if (f.done) continue;
+                        if (f.wait_on && *f.wait_on == f.wait_val) continue;   // still waiting
+                        f.wait_on = NULL;
+                        cur = &f;
+                        emu_idx.thread = f.tid;
+                        emu_ctx_switch(&sched_sp, f.sp);
+                        ran++;
+                        if (f.done) left--;
+                    }
+                    if (!ran && left > 0) {
+                        int at_block = 0, at_warp = 0;
+                        for (int i = 0; i < n; i++)
+                            if (!fibers[i].done) (fibers[i].wait_on == &blk.gen ? at_block : at_warp)++;
+                        char msg[400];
+                        snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u): deadlock: %d threads wait at __syncthreads, "
+                                 "%d at warp collectives, %d exited (a barrier not reached by every thread it needs)",
+                                 name, bx, by, bz, at_block, at_warp, blk.exited);
+                        cur = NULL;
+                        emu_fatal(msg);
+                    }
+                }
+            }
+    cur = NULL;
+    cur_body = NULL;
+    cur_kernel = NULL;
+    dyn_smem_size = 0;
+    emu_prof_add(name, prof_now() - t0);
+}
+
+// ---- device memory ----------------------------------------------------------------------------------
+// Each allocation: pages ending at an unmapped page; the pointer is 16-aligned with at most 15
+// bytes of slack before the guard (filled with a canary, checked at cudaFree).
+struct Alloc {
+    char* base;       // the mapping
+    size_t map_bytes; // without the guard page
+    size_t bytes;
+};
+static std::map<uintptr_t, Alloc> allocs;   // by user pointer
+static size_t alloc_total;
+static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
+
+static const Alloc* find_alloc(const void* p, uintptr_t* start) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return NULL;
+    --it;
+    if (a >= it->first && a < it->first + (it->second.bytes ? it->second.bytes : 1)) {
+        if (start) *start = it->first;
+        return &it->second;
+    }
+    return NULL;
+}
+
+void emu_check_device_range(const void* p, size_t bytes, const char* what) {
+    uintptr_t s;
+    const Alloc* a = find_alloc(p, &s);
+    if (!a || (uintptr_t)p + bytes > s + a->bytes) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: [%p, +%zu bytes) is not inside one device allocation", what, p, bytes);
+        emu_fatal(msg);
+    }
+}
+
+static bool is_device(const void* p) { return find_alloc(p, NULL) != NULL; }
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t user = (bytes + 15) & ~(size_t)15;
+    size_t map = (user + pg - 1) / pg * pg;
+    if (map == 0) map = pg;
+    if (alloc_total + bytes > EMU_DEVICE_BYTES) return last_error = cudaErrorMemoryAllocation;
+    char* base = (char*)mmap(NULL, map + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return last_error = cudaErrorMemoryAllocation;
+    mprotect(base + map, pg, PROT_NONE);
+    char* u = base + map - user;
+    memset(u, 0xff, user);   // NaN in fp32 and bf16: a read of memory never written shows
+    allocs[(uintptr_t)u] = Alloc{base, map, bytes};
+    alloc_total += bytes;
+    *p = u;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) emu_fatal("cudaFree of a pointer cudaMalloc did not return");
+    const Alloc& a = it->second;
+    const size_t slack = ((a.bytes + 15) & ~(size_t)15) - a.bytes;
+    for (size_t i = 0; i < slack; i++)
+        if ((unsigned char)((char*)p)[a.bytes + i] != 0xff) {
+            fprintf(stderr, "cudaemu: a write past the end of a %zu-byte device allocation\n", a.bytes);
+            emu_fatal("device buffer overrun (found at cudaFree)");
+        }
+    alloc_total -= a.bytes;
+    munmap(a.base, a.map_bytes + (size_t)sysconf(_SC_PAGESIZE));
+    allocs.erase(it);
+    return cudaSuccess;
+}
+
+static cudaError_t copy_checked(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
+    const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+    if (kind != cudaMemcpyDefault) {
+        if (dd) emu_check_device_range(dst, n, "cudaMemcpy destination");
+        else if (is_device(dst)) emu_fatal("cudaMemcpy: a host destination that is device memory (wrong kind)");
+        if (sd) emu_check_device_range(src, n, "cudaMemcpy source");
+        else if (is_device(src)) emu_fatal("cudaMemcpy: a host source that is device memory (wrong kind)");
+    }
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) { return copy_checked(dst, src, n, kind); }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    return copy_checked(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+    if (n) emu_check_device_range(p, n, "cudaMemset");
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total) {
+    *total = EMU_DEVICE_BYTES;
+    *free_b = EMU_DEVICE_BYTES - alloc_total;
+    return cudaSuccess;
+}
+
+// ---- device, streams, events, errors ----------------------------------------------------------------
+cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : (last_error = cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cudaemu (CPU emulation of an sm_90 GPU)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->totalGlobalMem = EMU_DEVICE_BYTES;
+    p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10;
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+    switch (a) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 227 << 10; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrClockRate: *v = 1980000; break;
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    default: *v = 0;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* fn, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value > (227 << 10)) return last_error = cudaErrorInvalidValue;
+        max_dyn_smem[fn] = value;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = (cudaStream_t)(uintptr_t)0x5151; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = (cudaEvent_t) new double(0.0); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete (double*)e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { *(double*)e = now_ms(); return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)(*(double*)b - *(double*)a);
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (cudaemu)";
+    case cudaErrorInvalidValue: return "invalid argument (cudaemu)";
+    case cudaErrorMemoryAllocation: return "out of memory (cudaemu)";
+    default: return "error (cudaemu)";
+    }
+}
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    default: return "cudaError";
+    }
+}
+
+}   // extern "C"
