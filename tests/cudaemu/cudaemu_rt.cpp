@@ -8,6 +8,7 @@
 #include <string>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,6 +85,37 @@ static void fail_in_kernel(const char* what) {
              emu_idx.block.x, emu_idx.block.y, emu_idx.block.z, emu_idx.thread.x, emu_idx.thread.y,
              emu_idx.thread.z, what);
     emu_fatal(msg);
+}
+
+// a fault inside a kernel (a guard page: past the end of a device allocation or of the dynamic
+// shared memory; or a host pointer gone wrong) names the kernel, block and thread
+static void on_fault(int sig) {
+    char msg[400];
+    if (cur_kernel)
+        snprintf(msg, sizeof msg, "cudaemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): invalid memory access (signal %d): "
+                 "past the end of a device allocation or of the dynamic shared memory?\n", cur_kernel, emu_idx.block.x,
+                 emu_idx.block.y, emu_idx.block.z, emu_idx.thread.x, emu_idx.thread.y, emu_idx.thread.z, sig);
+    else
+        snprintf(msg, sizeof msg, "cudaemu: invalid memory access (signal %d) outside a kernel\n", sig);
+    ssize_t w = write(2, msg, strlen(msg));
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+__attribute__((constructor)) static void install_fault_handler(void) {
+    // on an alternate stack: a fault may be a fiber's stack overflowing into its guard page
+    static char altstack[1 << 16];
+    stack_t ss;
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fault;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 static void fiber_yield_until_changed(const unsigned* gen, unsigned val) {
@@ -268,6 +300,7 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1
 
 // ---- launches -------------------------------------------------------------------------------------
 static cudaError_t last_error = cudaSuccess;
+static void check_canaries(const char* kernel);
 
 // CUDAEMU_PROFILE=1: wall time per kernel (and cuBLAS), printed at exit, largest first
 static std::map<std::string, std::pair<double, long>>* prof;
@@ -385,18 +418,36 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
     cur_body = NULL;
     cur_kernel = NULL;
     dyn_smem_size = 0;
+    check_canaries(name);
     emu_prof_add(name, prof_now() - t0);
 }
 
 // ---- device memory ----------------------------------------------------------------------------------
 // Each allocation: pages ending at an unmapped page; the pointer is 16-aligned with at most 15
-// bytes of slack before the guard (filled with a canary, checked at cudaFree).
+// bytes of slack before the guard, filled with a canary (0xA5, not the NaN fill: a NaN computed
+// from a NaN read past the end would write the same bytes back) that is checked after every
+// kernel and at cudaFree.
 struct Alloc {
     char* base;       // the mapping
     size_t map_bytes; // without the guard page
     size_t bytes;
 };
 static std::map<uintptr_t, Alloc> allocs;   // by user pointer
+static const unsigned char CANARY = 0xA5;
+static size_t slack_of(const Alloc& a) { return ((a.bytes + 15) & ~(size_t)15) - a.bytes; }
+// after a kernel: a write past an allocation's end into its slack names the kernel
+static void check_canaries(const char* kernel) {
+    for (auto& kv : allocs) {
+        const unsigned char* end = (const unsigned char*)kv.first + kv.second.bytes;
+        for (size_t i = 0; i < slack_of(kv.second); i++)
+            if (end[i] != CANARY) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "kernel %s wrote past the end of a %zu-byte device allocation (at byte %zu)",
+                         kernel, kv.second.bytes, kv.second.bytes + i);
+                emu_fatal(msg);
+            }
+    }
+}
 static size_t alloc_total;
 static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
 
@@ -436,7 +487,8 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (base == MAP_FAILED) return last_error = cudaErrorMemoryAllocation;
     mprotect(base + map, pg, PROT_NONE);
     char* u = base + map - user;
-    memset(u, 0xff, user);   // NaN in fp32 and bf16: a read of memory never written shows
+    memset(u, 0xff, bytes);   // NaN in fp32 and bf16: a read of memory never written shows
+    memset(u + bytes, CANARY, user - bytes);
     allocs[(uintptr_t)u] = Alloc{base, map, bytes};
     alloc_total += bytes;
     *p = u;
@@ -448,9 +500,9 @@ cudaError_t cudaFree(void* p) {
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) emu_fatal("cudaFree of a pointer cudaMalloc did not return");
     const Alloc& a = it->second;
-    const size_t slack = ((a.bytes + 15) & ~(size_t)15) - a.bytes;
+    const size_t slack = slack_of(a);
     for (size_t i = 0; i < slack; i++)
-        if ((unsigned char)((char*)p)[a.bytes + i] != 0xff) {
+        if ((unsigned char)((char*)p)[a.bytes + i] != CANARY) {
             fprintf(stderr, "cudaemu: a write past the end of a %zu-byte device allocation\n", a.bytes);
             emu_fatal("device buffer overrun (found at cudaFree)");
         }
