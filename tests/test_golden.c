@@ -24,7 +24,7 @@
 #if defined(GATEDGPT_ACT_BF16)
 // bf16 activation storage (the CPU emulation; the CUDA bf16 build): every activation and every
 // gradient between ops rounded to 8 mantissa bits (2^-9 = 2e-3 relative each), the GEMMs' weights
-// stochastically rounded to bf16. Measured with the CPU emulation over the 18 goldens (2026-11-29):
+// stochastically rounded to bf16. Measured with the CPU emulation over the 19 goldens (2026-11-29):
 // loss <= 3.8e-4, logits <= 1.7e-2, gradients <= 4.3e-2 (a qk-norm weight: a sum over every
 // token of bf16 products), losses of steps 2-3 <= 3.1e-3 (7.4e-3 where routing moved), aux/z
 // <= 6.3e-3. Parameters after 3 AdamW steps <= 0.16: Adam's first steps move every weight by
@@ -53,16 +53,25 @@ static double TOL_LOSS = 2e-3, TOL_LOGITS = 5e-2, TOL_GRAD = 1e-1, TOL_STEP3 = 0
 // 1e-4 for gradients and parameters); with GATEDGPT_CUDA_TF32=1 the GEMM inputs are rounded to
 // 10 mantissa bits (~5e-4 relative each) and the bounds are those of TF32; with
 // GATEDGPT_CUDA_BF16_GEMM=1 to 8 bits (~2e-3 each), bounds 4x looser; the same bounds for the
-// cuDNN attention (bf16 inside). Not yet run on a GPU.
-static double TOL_LOSS = 1e-5, TOL_LOGITS = 1e-4, TOL_GRAD = 1e-4, TOL_STEP3 = 1e-4;
-#define TOL_STEP3_MOE 1e-3
-#define TOL_MOE_LOSS 1e-4
+// cuDNN attention (bf16 inside). Not yet run on a GPU. The TF32 and bf16-GEMM modes' bounds for
+// the losses of the 3 AdamW steps, the parameters after them and the MoE aux / z losses come from
+// the CUDA emulator (tests/cudaemu, which rounds the GEMM inputs as the tensor cores do) over the
+// 19 goldens (2026-11-29): TF32 step losses <= 1.7e-3, parameters <= 8.0e-2, aux/z <= 5.7e-5;
+// bf16-GEMM step losses <= 4.5e-3, parameters <= 0.15, aux/z <= 6.1e-4, and one routed slot moved
+// at a near-tie (moe_sigmoid_none). The parameters are weak checks there for the reason given
+// for bf16 storage above (a gradient near 0 whose sign the rounding flips lands 2 lr away).
+static double TOL_LOSS = 1e-5, TOL_LOGITS = 1e-4, TOL_GRAD = 1e-4, TOL_STEP3 = 1e-4, TOL_STEP_LOSS = 1e-5;
+static double TOL_STEP3_MOE = 1e-3, TOL_MOE_LOSS = 1e-4;
+static int BF16_MAX_MOVED = 0;   // routed slots that may pick another expert than the reference
+#define GG_TOL_VARIABLES 1
 #endif
+#ifndef GG_TOL_VARIABLES
 #ifndef TOL_STEP_LOSS
 #define TOL_STEP_LOSS TOL_LOSS   // the losses of the 3 AdamW steps
 #endif
 #ifndef BF16_MAX_MOVED
 #define BF16_MAX_MOVED 0         // routed slots that may pick another expert than the reference
+#endif
 #endif
 
 typedef struct { char name[96]; int dtype, ndim, dims[4]; size_t n; void* data; } GTensor;
@@ -126,6 +135,17 @@ int main(int argc, char** argv) {
     if ((cuda_gemm_math() == CUDA_MATH_BF16 && OPS_ACT_IS_FLOAT) || use_cudnn) {
         LOOSEN(TOL_LOSS, 5e-3); LOOSEN(TOL_LOGITS, 3e-2); LOOSEN(TOL_GRAD, 8e-2); LOOSEN(TOL_STEP3, 8e-2);
     }
+#ifdef GG_TOL_VARIABLES
+    LOOSEN(TOL_STEP_LOSS, TOL_LOSS);
+    if (cuda_tf32_enabled()) {
+        LOOSEN(TOL_STEP_LOSS, 5e-3); LOOSEN(TOL_STEP3, 0.2); LOOSEN(TOL_STEP3_MOE, 0.2);
+    }
+    if (cuda_gemm_math() == CUDA_MATH_BF16) {   // (cuDNN's bounds stay as written: not yet measured)
+        LOOSEN(TOL_STEP_LOSS, 1.5e-2); LOOSEN(TOL_STEP3, 0.3); LOOSEN(TOL_STEP3_MOE, 0.3);
+        LOOSEN(TOL_MOE_LOSS, 2e-3);
+        if (BF16_MAX_MOVED < 2) BF16_MAX_MOVED = 2;
+    }
+#endif
     if (use_cudnn && !cuda_cudnn_available()) {
         printf("skipped: no cuDNN attention in this build (or libcudnn does not load)\n");
         return 0;
