@@ -71,6 +71,7 @@ static const int warpSize = 32;
 // ---- barriers and warp collectives (cudaemu_rt.cpp) ----------------------------------------------
 int emu_syncthreads_count(int pred);
 void emu_syncwarp(unsigned mask);
+int emu_lane(void);   // the calling thread's lane: its linear index in the block mod 32
 // every lane in mask puts v, then gets what lane src put (a warp barrier in between)
 uint64_t emu_warp_exchange(unsigned mask, uint64_t v, int src);
 unsigned emu_ballot(unsigned mask, int pred);
@@ -96,12 +97,12 @@ inline T emu_shfl(unsigned mask, T v, int src) {
 }
 template <class T>
 inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-    int lane = (int)(threadIdx.x & 31);   // blocks here are 1-D in x where shuffles are used
+    int lane = emu_lane();
     return emu_shfl(mask, v, (lane & ~(width - 1)) + (src & (width - 1)));
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-    int lane = (int)(threadIdx.x & 31);
+    int lane = emu_lane();
     int src = lane ^ lane_mask;
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
     return emu_shfl(mask, v, src);
@@ -191,7 +192,7 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const T
 template <int M, int N, int K, class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm, layout_t l) {
     emu_syncwarp(0xffffffffu);
-    if ((threadIdx.x & 31) == 0)
+    if (emu_lane() == 0)
         for (int r = 0; r < M; r++)
             for (int c = 0; c < N; c++) (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
     emu_syncwarp(0xffffffffu);

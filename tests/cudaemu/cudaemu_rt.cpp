@@ -209,6 +209,11 @@ static void warp_barrier(unsigned mask) {
 
 void emu_syncwarp(unsigned mask) { warp_barrier(mask); }
 
+int emu_lane(void) {
+    if (!cur) emu_fatal("a warp operation outside a kernel");
+    return cur->lane;
+}
+
 uint64_t emu_warp_exchange(unsigned mask, uint64_t v, int src) {
     Warp& w = warps[cur->warp];
     int buf = xbuf();
@@ -330,10 +335,8 @@ void emu_prof_add(const char* name, double seconds) {
 }
 double emu_prof_clock(void) { return prof_now(); }
 static std::map<const void*, int> max_dyn_smem;   // cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
-static unsigned long long launches;
 
 void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody& body) {
-    launches++;
     const double t0 = prof_now();
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
