@@ -5,11 +5,12 @@
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
+#   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~25 min)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test test-gpu demo golden bench clean
+.PHONY: all build deps test test-gpu demo golden bench mutants clean
 
 all: build
 
@@ -40,6 +41,9 @@ golden:
 bench: build
 	./$(BUILD)/bench_train
 	bash bench/bench_mpi.sh --build $(BUILD)
+
+mutants: deps
+	python3 scripts/mutants.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

@@ -107,9 +107,11 @@ static void json_escape(FILE* f, const unsigned char* s, int n) {
     }
 }
 
-// A JSON number, or null when x is not finite (JSON has no NaN or Infinity).
+// A JSON number, or null when x is not finite (JSON has no NaN or Infinity). Printed with 17
+// significant digits, which round-trip a double exactly: two runs whose logged losses are equal
+// computed the same bits (tests compare them with tolerance 0).
 static void json_number(FILE* f, double x) {
-    if (isfinite(x)) fprintf(f, "%.6f", x);
+    if (isfinite(x)) fprintf(f, "%.17g", x);
     else fputs("null", f);
 }
 
@@ -338,7 +340,20 @@ static int train_main(Comm* comm, int argc, char** argv) {
 
     printf("gatedgpt: resolved config%s%s\n", config_path ? " from " : "", config_path ? config_path : "");
     config_write(&cfg, stdout);
-    if (check_only) return 0;
+    if (check_only) {
+        // parameter counts from the table alone (no arena): total, and active = what one token
+        // passes through (top_k of the n_expert stacked experts of each MoE layer)
+        ParamTable pt;
+        param_table_build(&pt, &cfg.model);
+        size_t total = 0, active = 0;
+        for (int i = 0; i < pt.n; i++) {
+            total += pt.p[i].numel;
+            active += pt.p[i].ndim == 3 ? pt.p[i].numel / cfg.model.moe.n_expert * cfg.model.moe.top_k : pt.p[i].numel;
+        }
+        param_table_free(&pt);
+        printf("\nparams: total=%zu active=%zu (%.3fB total, %.3fB active per token)\n", total, active, total / 1e9, active / 1e9);
+        return 0;
+    }
 
     const ModelConfig* mc = &cfg.model;
     const TrainConfig* tc = &cfg.train;
@@ -435,7 +450,9 @@ static int train_main(Comm* comm, int argc, char** argv) {
     double peak = ops_peak_flops();   // this process's share of the machine; summed over ranks
     comm_allreduce_sum_f64(comm, &peak, 1);
     double flops_tok = gpt_flops_per_token(mc, T);
-    printf("backend: %s | measured fp32 peak %.1f GFLOP/s\n", ops_backend_name(), peak / 1e9);
+    char peak_sum[64] = "";   // the source below is this process's; the peak is the sum over all
+    if (P > 1) snprintf(peak_sum, sizeof peak_sum, ", the sum over %d processes", P);
+    printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), peak / 1e9, peak_sum, ops_peak_source());
     printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
            model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
@@ -509,15 +526,19 @@ static int train_main(Comm* comm, int argc, char** argv) {
     fprintf(logf, "{\"type\":\"run\",\"step\":%d,\"backend\":\"", start_step);
     json_escape(logf, (const unsigned char*)ops_backend_name(), (int)strlen(ops_backend_name()));
     fprintf(logf, "\",\"act\":\"%s\",\"processes\":%d,\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
-            "\"tokens_per_step\":%ld,\"params\":%zu,\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
+            "\"tokens_per_step\":%ld,\"params\":%zu,\"flops_per_token\":%.6g,\"peak_flops\":%.6g,\"peak_source\":\"",
             OPS_ACT_NAME, P, B, T, grad_accum, tokens_per_step, model.table.total, flops_tok, peak);
+    json_escape(logf, (const unsigned char*)ops_peak_source(), (int)strlen(ops_peak_source()));
+    fprintf(logf, "\"}\n");
     fflush(logf);
 
     const int r0 = comm->rank == 0;   // validation, probes and samples: rank 0 alone
     if (r0 && have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point
         float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
         printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
-        fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":%.6f}\n", vl);
+        fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":");
+        json_number(logf, vl);
+        fprintf(logf, "}\n");
     }
     if (r0 && cfg.metrics.probe_every > 0 && !resuming) run_probe(&model, probe_in, probe_tg, 0, logf);
     int ckpt_failed = 0;
@@ -597,7 +618,9 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (r0 && have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
             float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
             printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
-            fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step + 1, vl);
+            fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":", step + 1);
+            json_number(logf, vl);
+            fprintf(logf, "}\n");
         }
         if (r0 && cfg.metrics.probe_every > 0 && ((step + 1) % cfg.metrics.probe_every == 0 || step + 1 == tc->steps))
             run_probe(&model, probe_in, probe_tg, step + 1, logf);

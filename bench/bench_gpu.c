@@ -179,8 +179,10 @@ int main(int argc, char** argv) {
     }
     ops_init(0);
     double peak = ops_peak_flops(), peak_bf16 = cuda_peak_flops_bf16();
-    fprintf(stderr, "bench_gpu: %s | peak %.1f TFLOP/s (%s), bf16 dense %.1f TFLOP/s\n", ops_backend_name(),
-            peak / 1e12, cuda_gemm_math_name(), peak_bf16 / 1e12);
+    // the bf16 dense peak comes from the same place as ops_peak_flops: the table entry or the estimate
+    const char* bf16_from = strncmp(ops_peak_source(), "table:", 6) == 0 ? "the same data-sheet entry" : "16 x the fp32 estimate";
+    fprintf(stderr, "bench_gpu: %s | peak %.1f TFLOP/s (%s) (%s), bf16 dense %.1f TFLOP/s (%s)\n", ops_backend_name(),
+            peak / 1e12, cuda_gemm_math_name(), ops_peak_source(), peak_bf16 / 1e12, bf16_from);
 
     Result res[MAX_CONFIGS];
     int n = 0;
@@ -193,6 +195,8 @@ int main(int argc, char** argv) {
 
     FILE* tf = tsv ? fopen(tsv, "a") : NULL;
     printf("\n== gatedgpt CUDA training step: %s | median of %d steps after %d warm-up ==\n", ops_backend_name(), steps, warmup);
+    printf("MFU against: %.1f TFLOP/s (%s); bf16 dense %.1f TFLOP/s (%s)\n", peak / 1e12, ops_peak_source(), peak_bf16 / 1e12,
+           bf16_from);
     printf("%-30s %10s %8s %9s %9s %10s %8s %8s %8s %16s %10s %10s\n", "config", "B x T", "params", "GFLOP/tok",
            "ms/step", "tok/s", "TFLOP/s", cuda_gemm_math() == CUDA_MATH_BF16 ? "MFU bf16g" : cuda_tf32_enabled() ? "MFU tf32" : "MFU fp32", "MFU bf16", "gate ovh (FLOPs)",
            "peak MiB", "device MiB");

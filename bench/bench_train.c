@@ -328,7 +328,7 @@ static int resolve_config(Bench* b, const Opts* o) {
 // ---------------------------------------------------------------------------------------------
 // the worker processes (forked; the only places the backend is used)
 
-typedef struct { double peak; int threads; char backend[128]; } ProbeMsg;
+typedef struct { double peak; int threads; char backend[128], peak_source[256]; } ProbeMsg;
 typedef struct { int ok; double build_s; size_t table_total, acts_floats; } ReadyMsg;
 typedef struct { double ms; float loss, norm; } StepMsg;
 
@@ -354,6 +354,7 @@ static void probe_main(int threads, int out_fd) {
     m.peak = ops_peak_flops();
     m.threads = ops_num_threads();
     sfmt(m.backend, sizeof(m.backend), "%s", ops_backend_name());
+    sfmt(m.peak_source, sizeof(m.peak_source), "%s", ops_peak_source());
     write_full(out_fd, &m, sizeof(m));
     _exit(0);
 }
@@ -948,10 +949,10 @@ static void fmt_num(char* buf, size_t cap, const char* fmt, double v) {
 }
 
 static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, const MoeCost* mc, int nm,
-                         double peak, int threads, const char* backend, int torch_on,
+                         double peak, const char* peak_source, int threads, const char* backend, int torch_on,
                          const char* torch_note, const Opts* o) {
-    printf("\n== gatedgpt CPU training step: %s | measured fp32 peak %.1f GFLOP/s | median of %d steps after %d warm-up ==\n",
-           backend, peak / 1e9, o->steps, o->warmup);
+    printf("\n== gatedgpt CPU training step: %s | peak %.1f GFLOP/s (%s) | median of %d steps after %d warm-up ==\n",
+           backend, peak / 1e9, peak_source, o->steps, o->warmup);
     printf("(steps during which other processes used more than %.0f%% of the CPUs are retaken, up to %d timed steps)\n",
            100.0 * o->busy_max, o->steps * o->max_tries);
     if (!torch_on) printf("PyTorch comparison: off (%s)\n", torch_note);
@@ -1024,14 +1025,16 @@ static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, con
 }
 
 static int write_json(const char* path, const Bench* bs, int n, const GateCost* gc, int ng,
-                      const MoeCost* mc, int nm, double peak, int threads, const char* backend,
-                      int torch_on, const char* torch_note, const Opts* o) {
+                      const MoeCost* mc, int nm, double peak, const char* peak_source, int threads,
+                      const char* backend, int torch_on, const char* torch_note, const Opts* o) {
     if (make_parent_dirs(path) != 0) return -1;
     FILE* f = fopen(path, "w");
     if (!f) return -1;
     fprintf(f, "{\n  \"machine\": {\"backend\": ");
     json_escape(f, backend);
-    fprintf(f, ", \"threads\": %d, \"peak_gflops\": %.3f},\n", threads, peak / 1e9);
+    fprintf(f, ", \"threads\": %d, \"peak_gflops\": %.3f, \"peak_source\": ", threads, peak / 1e9);
+    json_escape(f, peak_source);
+    fprintf(f, "},\n");
     fprintf(f, "  \"warmup\": %d, \"steps\": %d, \"max_tries\": %d, \"busy_max\": %.3f, \"smoke\": %s,\n",
             o->warmup, o->steps, o->max_tries, o->busy_max, o->smoke ? "true" : "false");
     fprintf(f, "  \"torch\": {\"enabled\": %s, \"note\": ", torch_on ? "true" : "false");
@@ -1318,8 +1321,8 @@ int main(int argc, char** argv) {
     ProbeMsg probe = {0};
     if (run_probe(o.threads_req, &probe) != 0) { fprintf(stderr, "error: the peak-measuring child failed\n"); return 1; }
     const int threads = probe.threads;
-    fprintf(stderr, "bench_train: %s | measured fp32 peak %.1f GFLOP/s | %d configs, %d warm-up + %d timed steps each\n",
-            probe.backend, probe.peak / 1e9, n, o.warmup, o.steps);
+    fprintf(stderr, "bench_train: %s | peak %.1f GFLOP/s (%s) | %d configs, %d warm-up + %d timed steps each\n",
+            probe.backend, probe.peak / 1e9, probe.peak_source, n, o.warmup, o.steps);
 
     char torch_note[512];
     int torch_on = 0;
@@ -1374,8 +1377,9 @@ int main(int argc, char** argv) {
     static MoeCost mcost[MAX_CONFIGS];
     int ng = gate_costs(bs, n, gc);
     int nm = moe_costs(bs, n, mcost);
-    print_tables(bs, n, gc, ng, mcost, nm, probe.peak, threads, probe.backend, torch_on, torch_note, &o);
-    if (write_json(o.json_path, bs, n, gc, ng, mcost, nm, probe.peak, threads, probe.backend, torch_on, torch_note, &o) != 0) {
+    print_tables(bs, n, gc, ng, mcost, nm, probe.peak, probe.peak_source, threads, probe.backend, torch_on, torch_note, &o);
+    if (write_json(o.json_path, bs, n, gc, ng, mcost, nm, probe.peak, probe.peak_source, threads, probe.backend, torch_on,
+                   torch_note, &o) != 0) {
         fprintf(stderr, "error: cannot write %s: %s\n", o.json_path, strerror(errno));
         return 1;
     }

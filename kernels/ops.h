@@ -28,7 +28,15 @@ void  ops_copy(float* dst, const float* src, size_t n);              // device t
 void  ops_accumulate(act_t* y, const act_t* x, size_t n);            // y[n] += x[n]
 void  ops_to_host(void* dst, const void* src, size_t bytes);         // backend -> host
 void  ops_from_host(void* dst, const void* src, size_t bytes);       // host -> backend
-double ops_peak_flops(void);                 // measured fp32 peak FLOP/s of this device
+double ops_peak_flops(void);                 // peak FLOP/s of this device, for MFU (see below)
+// Where ops_peak_flops's number comes from, one line for logs: "<kind>: <details>", kind one of
+//   measured  on this machine (CPU: an FMA loop at the widest vector width, on all threads)
+//   table     a data-sheet entry for the named device (CUDA: H100/H200/A100, the GEMM precision)
+//   estimate  computed from the device's properties (CUDA: a GPU missing from the table)
+//   nominal   a fixed stand-in (CPU without FMA): MFU against it means little
+// e.g. "measured: AVX2 FMA loop on this CPU (8-wide x 12 chains), 2 threads, best of 3" or
+// "table: H200 SXM bf16 dense 989.4 TFLOP/s, NVIDIA datasheet (device NVIDIA H200)".
+const char* ops_peak_source(void);
 // act[n] (=) x[n] rounded to act_t (nearest even); a copy for fp32 act_t, nothing when act
 // aliases x (the model converts the fp32 residual gradient for the GEMMs that read it)
 void  ops_act_from_float(act_t* act, const float* x, size_t n);

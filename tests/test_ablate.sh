@@ -20,7 +20,9 @@ check "ablate.sh exits 0 (rc $rc; log: $(tail -3 "$TMP/log"))" [ $rc -eq 0 ]
 check "the baseline ran with its own lr 2e-3" grep -qE '^lr = 0.002 ' "$TMP/out/tiny_baseline/config.ini"
 check "the gated run kept the config's lr 1e-3" grep -qE '^lr = 0.001 ' "$TMP/out/tiny_gated/config.ini"
 check "common overrides reached both runs" grep -qE '^steps = 3 ' "$TMP/out/tiny_gated/config.ini"
-check "3 step records in each run" [ "$(grep -c '"type":"step"' "$TMP/out/tiny_baseline/log.jsonl")" = 3 ] 
+for r in tiny_baseline tiny_gated; do
+    check "3 step records in run $r" [ "$(grep -c '"type":"step"' "$TMP/out/$r/log.jsonl")" = 3 ]
+done
 check "difference printed" grep -qF "tiny_gated differs from tiny_baseline in: [model] attn_gate = elementwise" "$TMP/log"
 check "report written with both runs" grep -qF "**tiny_gated**" "$TMP/out/report.md"
 
@@ -31,6 +33,8 @@ check "a bad override in the list is refused (rc $rc)" [ $rc -ne 0 ]
 check "... naming the line and the word" grep -qF "bad.txt:1: 'lr=5' is not an override --section.key=value" "$TMP/badlog"
 check "... before anything ran" [ ! -e "$TMP/bad/tiny_gated/log.jsonl" ]
 bash scripts/ablate.sh "$TMP/none.txt" >"$TMP/nolog" 2>&1
-check "a missing list is refused" grep -qF "not found" "$TMP/nolog"
+rc=$?
+check "a missing list is refused (rc $rc)" [ $rc -ne 0 ]
+check "... saying it is not found" grep -qF "not found" "$TMP/nolog"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

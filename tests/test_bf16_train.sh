@@ -10,7 +10,9 @@
 #     rank_00000.bin): the weights' stochastic rounding is seeded by the step, so a resumed
 #     run rounds as the uninterrupted one did;
 #   - 2 processes under mpirun: ZeRO-1 == ZeRO-0 bit for bit (the copy is refreshed after the
-#     parameters are all-gathered).
+#     parameters are all-gathered): the step-10 checkpoints' model.bin byte for byte, the AdamW
+#     moments byte for byte (ZeRO-1's shards reassembled in rank order against ZeRO-0's full
+#     copies, and every rank's other state: tests/compare_ckpt.py adam), the logged losses equal.
 set -uo pipefail
 build=$1
 bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
@@ -41,7 +43,7 @@ for variant in dense moe; do
         if (NR == 1) f = $2; if (NR > 35) l += $2; if ($1 == $2) s++ }
         END { printf "%d %.3e %.4f %.4f %d\n", NR, w, f, l / 5, s }' "$tmp/pair_$variant.txt")"
     echo "$variant: $n steps, worst |bf16 - fp32| / fp32 loss $worst, bf16 loss $first -> $last5 (mean of the last 5), $bitsame steps bit-equal to fp32"
-    check "$variant: 40 steps in both runs" '[ "$n" = 40 ]'
+    check "$variant: 40 steps in both runs" '[ "$(losses "$tmp/fp32_$variant/log.jsonl" | wc -l)" = 40 ] && [ "$(losses "$tmp/bf16_$variant/log.jsonl" | wc -l)" = 40 ] && [ "$n" = 40 ]'
     check "$variant: bf16 loss within 0.5% of fp32 at every step (worst $worst)" 'awk -v w="$worst" "BEGIN { exit !(w <= 0.005) }"'
     check "$variant: bf16 loss falls >= 15% ($first -> $last5)" 'awk -v f="$first" -v l="$last5" "BEGIN { exit !(l <= 0.85 * f) }"'
     check "$variant: bf16 storage changes the losses (only $bitsame of 40 bit-equal)" '[ "$bitsame" -lt 20 ]'
@@ -59,13 +61,22 @@ check "resume: rank_00000.bin at step 12 identical" 'cmp -s "$tmp/straight/check
 
 # ZeRO-1 with bf16 storage: each process updates its shard, the parameters are all-gathered,
 # and only then is the weights' bf16 copy refreshed (at the next forward): the same bits as
-# ZeRO-0 (2 processes)
+# ZeRO-0 (2 processes), in the weights and in the AdamW state of the step-10 checkpoints
 if command -v mpirun > /dev/null && ldd "$build/train_gpt_bf16emu" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    Z=("${TINY[@]}" --train.steps=10 --checkpoint.checkpoint_every=0)
-    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --log.run_dir="$tmp/z0" > "$tmp/z0.out" 2>&1 || { echo "FAIL: mpirun ZeRO-0"; tail -5 "$tmp/z0.out"; }
-    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --train.zero_stage=1 --log.run_dir="$tmp/z1" > "$tmp/z1.out" 2>&1 || { echo "FAIL: mpirun ZeRO-1"; tail -5 "$tmp/z1.out"; }
-    check "2 processes: ZeRO-1 == ZeRO-0 bit for bit with bf16 storage" \
+    PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+    Z=("${TINY[@]}" --train.steps=10 --checkpoint.checkpoint_every=10)
+    zck() { echo "$tmp/$1/checkpoints/step_00000010"; }
+    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --log.run_dir="$tmp/z0" > "$tmp/z0.out" 2>&1
+    check "2 processes, ZeRO-0, bf16: the run finished with its step-10 checkpoint" '[ -f "$(zck z0)/DONE" ] || { tail -5 "$tmp/z0.out"; false; }'
+    mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --train.zero_stage=1 --log.run_dir="$tmp/z1" > "$tmp/z1.out" 2>&1
+    check "2 processes, ZeRO-1, bf16: the run finished with its step-10 checkpoint" '[ -f "$(zck z1)/DONE" ] || { tail -5 "$tmp/z1.out"; false; }'
+    check "2 processes, bf16: ZeRO-1 model.bin == ZeRO-0, byte for byte" 'cmp "$(zck z1)/model.bin" "$(zck z0)/model.bin"'
+    "$PY" tests/compare_ckpt.py adam "$(zck z1)" "$(zck z0)" > "$tmp/z.adam" 2>&1
+    rc=$?
+    echo "2 processes, bf16, ZeRO-1 vs ZeRO-0: $(cat "$tmp/z.adam")"
+    check "2 processes, bf16: ZeRO-1 AdamW moments and rank state == ZeRO-0, byte for byte" '[ "$rc" = 0 ]'
+    check "2 processes, bf16: ZeRO-1 logged losses == ZeRO-0, 10 steps" \
         'cmp -s <(steps_of "$tmp/z0/log.jsonl" | sed "s/,\"comm_ms\":[^,}]*//") <(steps_of "$tmp/z1/log.jsonl" | sed "s/,\"comm_ms\":[^,}]*//") && [ "$(steps_of "$tmp/z1/log.jsonl" | wc -l)" = 10 ]'
 else
     echo "ZeRO-1 with bf16 storage: skipped (no mpirun or no MPI build)"

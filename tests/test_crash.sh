@@ -7,7 +7,9 @@
 # rename), a step_N/ without DONE (between the rename and DONE), or neither. Each time: every
 # complete checkpoint left must verify, and the next start must resume from the newest complete
 # one. At the end the log's step records and the last checkpoint must equal an uninterrupted
-# run's. CRASH_SEED=N repeats a sequence of kill times.
+# run's. The kill times come from bash's RANDOM seeded with CRASH_SEED (default 1, printed first
+# and in the summary): the same seed gives the same targets and delays, so a failure can be rerun
+# with CRASH_SEED=N (the moments a kill lands at still depend on the machine's speed).
 set -uo pipefail
 build=$1
 bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
@@ -15,7 +17,9 @@ source tests/ckpt_common.sh
 tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-seed=${CRASH_SEED:-$$}
+seed=${CRASH_SEED:-1}
+case "$seed" in ''|*[!0-9]*) echo "FAIL: CRASH_SEED must be a non-negative integer, got '$seed'"; exit 1 ;; esac
+echo "crash test: CRASH_SEED=$seed (rerun with CRASH_SEED=$seed bash $0 $build)"
 RANDOM=$seed
 X=("${TINY[@]}" --train.steps=24 --checkpoint.checkpoint_every=2 --checkpoint.keep_last=2)
 
@@ -44,7 +48,8 @@ for k in 1 2 3 4 5 6; do
     # wait until the write of a checkpoint 1-3 writes past the resume point begins, then a random moment
     target=$((expect + 2 * (1 + RANDOM % 3))); [ $target -gt 24 ] && target=24
     for _ in $(seq 2000); do [ -d "$ck/step_$(printf %08d $target).tmp" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.005; done
-    sleep "0.$(printf %03d $((RANDOM % 400)))"
+    delay=$((RANDOM % 400))
+    sleep "0.$(printf %03d $delay)"
     kill -9 $pid 2>/dev/null && kills=$((kills+1))
     wait $pid 2>/dev/null
     pid=
@@ -66,7 +71,7 @@ for k in 1 2 3 4 5 6; do
         "$build/gatedgpt_ckpt" inspect "$ck/$d" > /dev/null 2> "$tmp/verify.err" || { bad=$((bad+1)); cat "$tmp/verify.err"; }
     done
     check "kill $k: every complete checkpoint verifies" '[ "$bad" = 0 ]'
-    echo "kill $k: killed during or after the write of step $target: $state; newest complete checkpoint: step $expect"
+    echo "kill $k: killed $delay ms after the write of step $target began (during or after it): $state; newest complete checkpoint: step $expect"
 done
 "$build/train_gpt" "${X[@]}" --log.run_dir="$run" --resume auto > "$tmp/final.out" 2>&1
 rc=$?
@@ -78,4 +83,5 @@ check "the log's 24 step records equal the uninterrupted run's" 'diff <(steps_of
 check "the final checkpoint equals the uninterrupted run's (model.bin, rank_00000.bin)" 'cmp "$tmp/ref/checkpoints/step_00000024/model.bin" "$ck/step_00000024/model.bin" && cmp "$tmp/ref/checkpoints/step_00000024/rank_00000.bin" "$ck/step_00000024/rank_00000.bin"'
 check "no leftovers: only the 2 newest checkpoints" '[ "$(ls "$ck" | tr "\n" " ")" = "step_00000022 step_00000024 " ]'
 echo "crash test (seed $seed): $kills SIGKILLs, $in_write inside a write ($before_rename before the rename, $before_done between rename and DONE), $pruning while removing an old one; $resumed_ok restarts resumed from the newest complete checkpoint; loss sequence and final state equal the uninterrupted run"
+[ "$fail" = 0 ] || echo "crash test failed with CRASH_SEED=$seed: rerun with CRASH_SEED=$seed bash $0 $build"
 finish

@@ -8,7 +8,10 @@
 # the step-20 checkpoint files identical. Then the NCCL path of train/dist.c: one process with
 # GATEDGPT_NCCL_SINGLE=1 (the gradients go through NCCL's reduce-scatter and all-gather) gives
 # the same bits as without; with two or more GPUs and mpirun, 2 processes x B 2 track 1 process
-# x B 4 (losses within 1e-5 relative) under ZeRO-0 and ZeRO-1, and ZeRO-1 == ZeRO-0 bit for bit.
+# x B 4 (losses within 1e-5 relative) under ZeRO-0 and ZeRO-1, and ZeRO-1 == ZeRO-0 bit for bit:
+# the last checkpoint's model.bin byte for byte, and its AdamW moments byte for byte (ZeRO-1's
+# shards reassembled in rank order against ZeRO-0's full copies, with every rank's other state:
+# tests/compare_ckpt.py adam); the logged losses equal too.
 # Then the bf16 build (train_gpt_cuda_bf16: bf16 activation storage, fp32 master weights) against
 # the CPU's emulation of it (train_gpt_bf16emu): dense, GPT-2 (the GELU epilogues in bf16), flash
 # attention and the gated MoE with a shared expert, every step's loss within 1e-2 relative (the
@@ -182,7 +185,8 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GATEDGPT_GPU_EMU:-0}" = 1 ] && [ "$has_nccl" = 1 ] && ngpu=2   # each emulated process has its own "GPU"
 if [ "${ngpu:-0}" -ge 2 ] && [ "$has_nccl" = 1 ] && command -v mpirun > /dev/null && ldd "$build/$CUDA" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    D=("${R[@]}" --train.tokens_per_step=256 --checkpoint.checkpoint_every=0)
+    PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+    D=("${R[@]}" --train.tokens_per_step=256 --checkpoint.checkpoint_every=$S)
     ok=1
     "$build/$CUDA" "${D[@]}" --log.run_dir="$tmp/dp1" > "$tmp/dp1.out" 2>&1 || ok=0
     mpirun -np 2 "$build/$CUDA" "${D[@]}" --train.batch_size=2 --log.run_dir="$tmp/dp2" > "$tmp/dp2.out" 2>&1 || ok=0
@@ -190,12 +194,23 @@ if [ "${ngpu:-0}" -ge 2 ] && [ "$has_nccl" = 1 ] && command -v mpirun > /dev/nul
     if [ "$ok" = 1 ] && paste <(steps_of "$tmp/dp1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') \
                               <(steps_of "$tmp/dp2/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') | awk -v S="$S" -v B="$BS" '
             { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1 }
-            END { printf "  2 GPUs x B 2 vs 1 GPU x B %d: %d steps, worst loss rel err %.2e\n", B, NR, w; exit bad || NR != S }' &&
-       cmp <(steps_of "$tmp/dp2/log.jsonl" | sed 's/,"comm_ms":[^,}]*//') <(steps_of "$tmp/dp2z/log.jsonl" | sed 's/,"comm_ms":[^,}]*//'); then
-        echo "  NCCL data parallel: 2 processes track 1; ZeRO-1 == ZeRO-0 bit for bit"
+            END { printf "  2 GPUs x B 2 vs 1 GPU x B %d: %d steps, worst loss rel err %.2e\n", B, NR, w; exit bad || NR != S }'; then
+        echo "  NCCL data parallel: 2 processes track 1"
         pass=$((pass + 1))
     else
-        echo "FAIL: NCCL data parallel on $ngpu GPUs"; tail -n 3 "$tmp"/dp*.out
+        echo "FAIL: NCCL data parallel on $ngpu GPUs: a run failed, or 2 processes do not track 1"; tail -n 3 "$tmp"/dp*.out
+        fail=$((fail + 1))
+    fi
+    # ZeRO-1 == ZeRO-0: the weights and the AdamW state, byte for byte
+    z0=$tmp/dp2/checkpoints/$CK z1=$tmp/dp2z/checkpoints/$CK
+    adam_rc=0; "$PY" tests/compare_ckpt.py adam "$z1" "$z0" > "$tmp/dp.adam" 2>&1 || adam_rc=$?   # (set -e)
+    echo "  NCCL data parallel, ZeRO-1 vs ZeRO-0 at step $S: $(cat "$tmp/dp.adam")"
+    if [ "$ok" = 1 ] && cmp "$z1/model.bin" "$z0/model.bin" && [ "$adam_rc" = 0 ] &&
+       cmp <(steps_of "$tmp/dp2/log.jsonl" | sed 's/,"comm_ms":[^,}]*//') <(steps_of "$tmp/dp2z/log.jsonl" | sed 's/,"comm_ms":[^,}]*//'); then
+        echo "  NCCL data parallel: ZeRO-1 == ZeRO-0 bit for bit (model.bin, AdamW m and v, rank state; logged losses)"
+        pass=$((pass + 1))
+    else
+        echo "FAIL: NCCL data parallel: ZeRO-1 differs from ZeRO-0 (model.bin, AdamW state or logged losses)"
         fail=$((fail + 1))
     fi
 else

@@ -8,7 +8,9 @@
 #include "../model/optim.h"
 
 #define OVERFIT_STEPS 150
-#define OVERFIT_TARGET 0.05f   // from ln(64) = 4.16 at init
+// from ln(64) = 4.16 at init; measured final losses over the three ISAs: MoE 0.0093 (AVX2), 0.0052
+// (AVX), 0.0050 (SSE41), dense 0.0014 / 0.0017 on all: 5.4x margin over the worst
+#define OVERFIT_TARGET 0.05f
 
 // Returns the final loss; writes the final parameters' checksum-free copy into out (if set).
 static float overfit(const Config* cfg, float* first_loss, float* params_out) {

@@ -42,7 +42,8 @@ is_png() {
 # ---- fixtures ----
 RUNS=$TMP/runs
 "$PY" tests/report_fixtures/make_runs.py "$RUNS" >"$TMP/expect.txt" 2>"$TMP/gen.err"
-check "fixture generator exits 0: $(cat "$TMP/gen.err")" [ $? -eq 0 ]
+rc=$?   # (not $? inside the check: the $(cat) in its message would reset it)
+check "fixture generator exits 0 (rc $rc): $(cat "$TMP/gen.err")" [ $rc -eq 0 ]
 check "generator printed 3 expected rows" [ "$(grep -c '^EXPECT | ' "$TMP/expect.txt")" = 3 ]
 uniform=$(awk '/^UNIFORM/ {print $2}' "$TMP/expect.txt")
 
@@ -91,7 +92,8 @@ other=$(awk -v a="$last" 'BEGIN { printf "%.6f", a + 0.5 }')
 sed -i "s/\"val_loss\":$last}/\"val_loss\":$other}/" "$RUNS/baseline_s2/log.jsonl"
 want=$(awk -v a="$last" -v b="$other" 'BEGIN { printf "%.4f [%.4f, %.4f]", (a + b) / 2, a, b }')
 "$PY" $REPORT "$RUNS/baseline" "$RUNS/gated" "$RUNS/baseline_s2" --out "$TMP/seeds" >"$TMP/s.out" 2>"$TMP/s.err"
-check "seed report exits 0: $(cat "$TMP/s.err")" [ $? -eq 0 ]
+rc=$?
+check "seed report exits 0 (rc $rc): $(cat "$TMP/s.err")" [ $rc -eq 0 ]
 check "seed table present" grep -qF "## Across seeds" "$TMP/seeds/report.md"
 row=$(grep -F "| (first group) | none | 1337, 2024 | " "$TMP/seeds/report.md" | head -1)
 check "seed group row: seeds 1337, 2024 and val loss $want, got '$row'" [ -n "$row" ]

@@ -19,6 +19,10 @@ echo "val loss: $first (untrained) -> $last after $steps steps"
 [ "$steps" = 60 ] || { echo "FAIL: $steps step records in log.jsonl, want 60"; exit 1; }
 grep -q '^---- sample at step 60' "$run/out.txt" || { echo "FAIL: no sample printed"; exit 1; }
 grep -q '"type":"sample"' "$run/log.jsonl" || { echo "FAIL: no sample record in log.jsonl"; exit 1; }
+# MFU's peak says where it comes from (the CPU measures its FMA peak), on the console and in the run record
+grep -Eq '^backend: .* \| peak [0-9.]+ GFLOP/s \((measured|nominal): [^)]+' "$run/out.txt" || { echo "FAIL: the backend line does not name the peak's source"; exit 1; }
+grep -Eq '"type":"run",.*"peak_flops":[0-9.e+]+,"peak_source":"(measured|nominal): [^"]+"}$' "$run/log.jsonl" ||
+    { echo "FAIL: no peak_source in the run record"; grep '"type":"run"' "$run/log.jsonl"; exit 1; }
 probes=$(grep -c '"type":"probe"' "$run/log.jsonl")
 [ "$probes" = 3 ] || { echo "FAIL: $probes probe records, want 3 (steps 0, 50, 60)"; exit 1; }
 grep -q '"type":"probe","step":60,.*"layers":\[{"layer":0,"f_attn":' "$run/log.jsonl" || { echo "FAIL: probe record malformed"; exit 1; }

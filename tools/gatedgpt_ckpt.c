@@ -231,7 +231,8 @@ static int cmd_eval(Loaded* L, const char* glob, int batches) {
         sum += gpt_forward(&L->model, in, tg);
     }
     float loss = (float)(sum / n);
-    printf("eval: %s step %d: loss %.6f over %d batches of %dx%d tokens (%lld tokens) from %s%s\n", L->path,
+    // %.9g: every float's exact value (the trainer's log.jsonl has the same float with 17 digits)
+    printf("eval: %s step %d: loss %.9g over %d batches of %dx%d tokens (%lld tokens) from %s%s\n", L->path,
            L->info.step, (double)loss, n, B, T, (long long)n * B * T, glob,
            n > dl.batches_per_epoch ? " (wrapped around)" : "");
     free(in);

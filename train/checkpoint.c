@@ -23,12 +23,15 @@
 // One line: "error: checkpoint 'PATH': message".
 static int ck_error(const char* path, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 static int ck_error(const char* path, const char* fmt, ...) {
+    // one write of the whole line: under mpirun several ranks report at once on one stderr,
+    // and separate writes of the pieces interleave into lines no one can read (or grep)
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: checkpoint '%s': ", path);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int n = snprintf(msg, sizeof msg, "error: checkpoint '%s': ", path);
+    if (n >= 0 && n < (int)sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s\n", msg);
     return -1;
 }
 

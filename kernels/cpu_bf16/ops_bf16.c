@@ -68,6 +68,7 @@ void ops_accumulate(act_t* y, const act_t* x, size_t n) {
 void ops_to_host(void* dst, const void* src, size_t bytes) { ref_ops_to_host(dst, src, bytes); }
 void ops_from_host(void* dst, const void* src, size_t bytes) { ref_ops_from_host(dst, src, bytes); }
 double ops_peak_flops(void) { return ref_ops_peak_flops(); }
+const char* ops_peak_source(void) { return ref_ops_peak_source(); }   // the fp32 FMA peak, as on the fp32 build
 void ops_act_from_float(act_t* act, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32(x[i]);
 }

@@ -271,12 +271,14 @@ void* cuda_scratch(int slot, size_t bytes) {
 // Unknown GPUs: fp32 = SMs x FP32 lanes per SM (64 on sm_80, 128 on sm_86/89/90) x 2 x the
 // boost clock; TF32 ~ 8x and bf16 ~ 16x that (the ratios of A100 and, roughly, H100): a rough
 // estimate, good for MFU's order of magnitude only.
-typedef struct { const char* key; double fp32, tf32, bf16; } CudaPeak;
+// key: matched against the device name (first match wins); sheet: the data sheet's part, for
+// ops_peak_source.
+typedef struct { const char* key; const char* sheet; double fp32, tf32, bf16; } CudaPeak;
 static const CudaPeak cuda_peaks[] = {
-    {"H200", 66.9e12, 494.7e12, 989.4e12},
-    {"H100 PCIe", 51.2e12, 378.0e12, 756.0e12},
-    {"H100", 66.9e12, 494.7e12, 989.4e12},
-    {"A100", 19.5e12, 156.0e12, 312.0e12},
+    {"H200", "H200 SXM", 66.9e12, 494.7e12, 989.4e12},
+    {"H100 PCIe", "H100 PCIe", 51.2e12, 378.0e12, 756.0e12},
+    {"H100", "H100 SXM", 66.9e12, 494.7e12, 989.4e12},
+    {"A100", "A100", 19.5e12, 156.0e12, 312.0e12},
 };
 
 static const CudaPeak* cuda_peak_entry(void) {
@@ -285,11 +287,15 @@ static const CudaPeak* cuda_peak_entry(void) {
     return NULL;
 }
 
-static double cuda_peak_estimate_fp32(void) {
+static int cuda_clock_khz(void) {
     int khz = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, cuda_dev));
-    int lanes = (cuda_prop.major == 8 && cuda_prop.minor == 0) ? 64 : 128;
-    return (double)cuda_prop.multiProcessorCount * lanes * 2.0 * khz * 1e3;
+    return khz;
+}
+static int cuda_fp32_lanes(void) { return (cuda_prop.major == 8 && cuda_prop.minor == 0) ? 64 : 128; }
+
+static double cuda_peak_estimate_fp32(void) {
+    return (double)cuda_prop.multiProcessorCount * cuda_fp32_lanes() * 2.0 * cuda_clock_khz() * 1e3;
 }
 
 double ops_peak_flops(void) {
@@ -302,6 +308,21 @@ double ops_peak_flops(void) {
 double cuda_peak_flops_bf16(void) {
     const CudaPeak* p = cuda_peak_entry();
     return p ? p->bf16 : 16.0 * cuda_peak_estimate_fp32();
+}
+
+const char* ops_peak_source(void) {
+    static char src[512];
+    const char* prec = cuda_math == CUDA_MATH_BF16 ? "bf16 dense" : cuda_math == CUDA_MATH_TF32 ? "TF32 dense" : "fp32 (CUDA cores)";
+    const CudaPeak* p = cuda_peak_entry();
+    if (p)
+        snprintf(src, sizeof src, "table: %s %s %.1f TFLOP/s, NVIDIA datasheet (device %s)", p->sheet, prec,
+                 ops_peak_flops() / 1e12, cuda_prop.name);
+    else
+        snprintf(src, sizeof src, "estimate: %s %.1f TFLOP/s = %s%d SMs x %d fp32 lanes x 2 x %.0f MHz; device %s is not "
+                 "in the table: order of magnitude only", prec, ops_peak_flops() / 1e12,
+                 cuda_math == CUDA_MATH_BF16 ? "16 x " : cuda_math == CUDA_MATH_TF32 ? "8 x " : "",
+                 cuda_prop.multiProcessorCount, cuda_fp32_lanes(), cuda_clock_khz() / 1e3, cuda_prop.name);
+    return src;
 }
 
 // ---- per-op profile -------------------------------------------------------------------------
