@@ -5,7 +5,7 @@
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
-#   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~25 min)
+#   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
