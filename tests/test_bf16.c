@@ -116,7 +116,7 @@ static void test_ops(void) {
         det += a[i] != b[i];
         sr += a[i] != bf16_from_f32_sr(w[i], bf16_sr_bits(99, i));
         seeds += a[i] != c[i];
-        // the copy is one of the two bf16 neighbours of w: within one bf16 ulp
+        // the copy is one of the two bf16 neighbours of w: within one bf16 ulp (derived: <= 2^-7 |w|)
         near += fabsf(bf16_to_f32(a[i]) - w[i]) > fabsf(w[i]) * 0x1p-7f;
     }
     TU_CHECK(det == 0, "ops_weights_to_act is not deterministic (%d differ)", det);

@@ -3,8 +3,9 @@
 # (train_gpt_bf16emu: what the CUDA bf16 build computes). On the KJV shards, a small gated model
 # (elementwise gate, 2 layers of width 64, T = 64) and its MoE twin:
 #   - the loss falls (last 5 steps' mean at least 15% below the first step's);
-#   - it tracks the fp32 run (train_gpt): every step's loss within 0.5% relative (measured
-#     1.6e-4 dense, 5.1e-4 MoE);
+#   - it tracks the fp32 run (train_gpt): every step's loss within 0.5% relative (measured over
+#     ONEDNN_MAX_CPU_ISA = AVX2 / AVX / SSE41: dense 1.6e-4 / 1.3e-4 / 1.9e-4, MoE 5.1e-4 / 7.4e-4 /
+#     8.2e-4: 6.1x margin over the worst);
 #   - bf16 is really on: the losses are not the fp32 ones bit for bit;
 #   - exact resume: 12 steps straight == 6 + --resume auto + 6 (step records, model.bin,
 #     rank_00000.bin): the weights' stochastic rounding is seeded by the step, so a resumed
@@ -44,8 +45,12 @@ for variant in dense moe; do
         END { printf "%d %.3e %.4f %.4f %d\n", NR, w, f, l / 5, s }' "$tmp/pair_$variant.txt")"
     echo "$variant: $n steps, worst |bf16 - fp32| / fp32 loss $worst, bf16 loss $first -> $last5 (mean of the last 5), $bitsame steps bit-equal to fp32"
     check "$variant: 40 steps in both runs" '[ "$(losses "$tmp/fp32_$variant/log.jsonl" | wc -l)" = 40 ] && [ "$(losses "$tmp/bf16_$variant/log.jsonl" | wc -l)" = 40 ] && [ "$n" = 40 ]'
+    # 0.005: measured max 8.2e-4 (MoE, SSE41) over three ISAs, 6.1x (header)
     check "$variant: bf16 loss within 0.5% of fp32 at every step (worst $worst)" 'awk -v w="$worst" "BEGIN { exit !(w <= 0.005) }"'
+    # a learning threshold, not roundoff: measured drops 33.1% (dense), 32.7% (MoE) on all three ISAs
+    # (last-5 means 6.022 / 6.057 from 9.002): the 15% line (7.65) is 1.6 nats away, >1000x the ISA spread (6e-4)
     check "$variant: bf16 loss falls >= 15% ($first -> $last5)" 'awk -v f="$first" -v l="$last5" "BEGIN { exit !(l <= 0.85 * f) }"'
+    # bf16 rounding (2^-9 per activation) makes an fp32-equal loss a coincidence: measured 0-1 of 40
     check "$variant: bf16 storage changes the losses (only $bitsame of 40 bit-equal)" '[ "$bitsame" -lt 20 ]'
 done
 

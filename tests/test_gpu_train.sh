@@ -48,7 +48,14 @@ trap 'rm -rf "$tmp"' EXIT
 "$build/prepare" --train README.md docs/*.md bench/README.md --val tests/reference/README.md \
     --out "$tmp/data" --vocab-size 512 --quiet > /dev/null
 
+# "Measured" below: the CUDA emulator (6 steps; CPU side under ONEDNN_MAX_CPU_ISA = AVX2 and SSE41, the
+# same values). Not tightened from it: a GPU's cuBLAS order over 20 AdamW steps is not measured here.
+# fp32: step 1 derived (the forward's sums of <= 512 terms through 2 layers, ~3 gamma_512 = 9e-5);
+# later steps grow as AdamW's m / sqrt(v) turns a rounding difference in a tiny gradient into a full
+# lr-sized step. Measured: loss 8.0e-8, probe < 1e-6.
 tol1=1e-4; tol=2e-3; tolp=1e-3
+# TF32 / bf16 GEMM inputs (2^-11 / 2^-9 relative each): the forward's GEMM outputs move by ~2^-10 /
+# 2^-8 of their terms' sizes. Measured (AVX2): TF32 loss 9.3e-5, probe 7.0e-5; bf16 loss 6.0e-5, probe 4.1e-4
 if [ "${GATEDGPT_CUDA_TF32:-0}" != 0 ]; then tol1=1e-2; tol=1e-2; tolp=1e-2; fi
 if [ "${GATEDGPT_CUDA_BF16_GEMM:-0}" != 0 ]; then tol1=2e-2; tol=3e-2; tolp=3e-2; fi
 pass=0; fail=0
@@ -87,9 +94,10 @@ run() {
     pg=$(grep '"type":"probe","step":0,' "$tmp/$name.gpu/log.jsonl" | sed 's/.*"f_attn_mean":\([^,]*\),"m_act_mean":\([^,]*\),"gate_mean":\([^,]*\),.*/\1 \2 \3/')
     if echo "$pc $pg" | awk -v t="$tolp" -v name="$name" '
         function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return m > 0 ? d / m : d }
-        { bad = 0; for (i = 1; i <= 3; i++) { if ($i == "null" && $(i + 3) == "null") continue
-              r = rel($(i + 3), $i); if (r > t || $(i + 3) == "null") { printf "FAIL: %s probe field %d: %s (GPU) vs %s (CPU)\n", name, i, $(i + 3), $i; bad = 1 } }
-          printf "  %-28s step-0 probe f_attn %s/%s m_act %s/%s gate %s/%s (GPU/CPU)\n", name, $4, $1, $5, $2, $6, $3; exit bad }'; then
+        { bad = 0; w = 0; for (i = 1; i <= 3; i++) { if ($i == "null" && $(i + 3) == "null") continue
+              r = rel($(i + 3), $i); if (r > w) w = r
+              if (r > t || $(i + 3) == "null") { printf "FAIL: %s probe field %d: %s (GPU) vs %s (CPU)\n", name, i, $(i + 3), $i; bad = 1 } }
+          printf "  %-28s step-0 probe f_attn %s/%s m_act %s/%s gate %s/%s (GPU/CPU), worst rel err %.2e\n", name, $4, $1, $5, $2, $6, $3, w; exit bad }'; then
         pass=$((pass + 1))
     else
         fail=$((fail + 1))
@@ -106,7 +114,8 @@ run qwen_elementwise configs/tiny_gated.ini
 run gpt2_elementwise configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false \
     --model.mlp=gelu --model.n_kv_head=4
 # the tensor-core flash attention and cuDNN's (bf16 products): looser bounds, written before any
-# GPU run
+# GPU run (test_gpu_ops' bf16 attention bounds 2e-2 / 5e-2); measured (flash, emulator): loss 5.0e-6,
+# probe 2.1e-4
 save=("$tol1" "$tol" "$tolp"); tol1=1e-2; tol=3e-2; tolp=3e-2
 GPU_ARGS=(--train.attn_impl=flash)
 run qwen_elementwise_flash configs/tiny_gated.ini --model.head_dim=64 --model.n_head=2 --model.n_kv_head=1
@@ -124,7 +133,9 @@ fi
 [ "$S" = 20 ] && run moe_baseline configs/tiny_moe_baseline.ini
 run moe_gated_shared configs/tiny_moe_gated.ini --moe.n_shared_expert=1 --moe.d_shared_expert=192 --moe.shared_expert_gate=true --moe.capacity_factor=1.0
 
-# the bf16 build against the CPU's emulation of it (bounds written before any GPU run)
+# the bf16 build against the CPU's emulation of it (bounds written before any GPU run): the same
+# roundings, other fp32 orders flip an element by one bf16 ulp (2^-8..2^-7) now and then; measured
+# (emulator): loss 8.1e-5 (AVX2), 7.4e-5 (SSE41), probe 7.4e-5
 save=("$tol1" "$tol" "$tolp"); tol1=5e-3; tol=1e-2; tolp=2e-2
 CPU_BIN=train_gpt_bf16emu; GPU_BIN=$CUDA_BF16
 run bf16_qwen_elementwise configs/tiny_gated.ini
@@ -193,7 +204,7 @@ if [ "${ngpu:-0}" -ge 2 ] && [ "$has_nccl" = 1 ] && command -v mpirun > /dev/nul
     mpirun -np 2 "$build/$CUDA" "${D[@]}" --train.batch_size=2 --train.zero_stage=1 --log.run_dir="$tmp/dp2z" > "$tmp/dp2z.out" 2>&1 || ok=0
     if [ "$ok" = 1 ] && paste <(steps_of "$tmp/dp1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') \
                               <(steps_of "$tmp/dp2/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/') | awk -v S="$S" -v B="$BS" '
-            { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1 }
+            { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad = 1 }   # ~170u; emulator 3.9e-8
             END { printf "  2 GPUs x B 2 vs 1 GPU x B %d: %d steps, worst loss rel err %.2e\n", B, NR, w; exit bad || NR != S }'; then
         echo "  NCCL data parallel: 2 processes track 1"
         pass=$((pass + 1))
