@@ -17,6 +17,9 @@
 #include "model/optim.h"
 #include "model/sample.h"
 #include "model/probe.h"
+#include "train/args.h"
+#include "train/jsonl.h"
+#include "train/probe_record.h"
 #include "train/spike.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
@@ -30,22 +33,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-static void usage(FILE* f) {
-    fprintf(f,
-        "usage: train_gpt --config FILE.ini [--section.key=value ...] [--resume auto|PATH] [--check]\n"
-        "  --config FILE    INI config (sections [model] [moe] [train] [data] [log] [checkpoint] [metrics]);\n"
-        "                   every key and its default: docs/config.md\n"
-        "  --S.K=V          override key K of section S, e.g. --train.lr=1e-3\n"
-        "  --resume auto    continue from the newest good checkpoint in [checkpoint] dir (a damaged\n"
-        "                   one is skipped with a warning); start fresh when there is none\n"
-        "  --resume PATH    continue from the checkpoint directory PATH (.../step_NNNNNNNN); without\n"
-        "                   --config, its config.ini is the config (overrides still apply)\n"
-        "  --stop-after N   stop after step N (checkpointing there when checkpoint_every > 0) as if the\n"
-        "                   job hit its time limit; the schedule still runs over [train] steps\n"
-        "  --check          validate the config, print it resolved, and exit\n"
-        "  --help           this text\n");
 }
 
 // mkdir -p
@@ -84,35 +71,6 @@ static float evaluate(GPT* m, DataLoader* dl, int nbatches, int* in, int* tg) {
         sum += gpt_forward(m, in, tg);
     }
     return (float)(sum / nbatches);
-}
-
-// Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid.
-static int utf8_len(const unsigned char* s, int n) {
-    int len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    for (int i = 1; i < len; i++) if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
-}
-
-// Writes s[0..n) as the body of a JSON string: quotes, backslashes and control bytes escaped,
-// valid UTF-8 passed through, and any other byte written as \u00XX so the line stays valid JSON.
-static void json_escape(FILE* f, const unsigned char* s, int n) {
-    for (int i = 0; i < n;) {
-        unsigned char c = s[i];
-        int u = utf8_len(s + i, n - i);
-        if (c == '"' || c == '\\') { fprintf(f, "\\%c", c); i++; }
-        else if (c == '\n') { fputs("\\n", f); i++; }
-        else if (c < 0x20 || u == 0) { fprintf(f, "\\u%04x", c); i++; }
-        else { fwrite(s + i, 1, (size_t)u, f); i += u; }
-    }
-}
-
-// A JSON number, or null when x is not finite (JSON has no NaN or Infinity). Printed with 17
-// significant digits, which round-trip a double exactly: two runs whose logged losses are equal
-// computed the same bits (tests compare them with tolerance 0).
-static void json_number(FILE* f, double x) {
-    if (isfinite(x)) fprintf(f, "%.17g", x);
-    else fputs("null", f);
 }
 
 // Decoding of sampled tokens: the run's tokenizer, else raw bytes for a byte-level vocab.
@@ -164,11 +122,11 @@ static void print_sample(GPT* m, const Config* cfg, const Decoder* d, int step, 
     fwrite(text, 1, n, stdout);
     printf("\n----\n");
     fflush(stdout);
-    fprintf(logf, "{\"type\":\"sample\",\"step\":%d,\"prompt\":\"", step);
-    json_escape(logf, (const unsigned char*)lc->sample_prompt, (int)strlen(lc->sample_prompt));
-    fprintf(logf, "\",\"text\":\"");
-    json_escape(logf, text, (int)n);
-    fprintf(logf, "\"}\n");
+    Jsonl j;
+    jsonl_begin(&j, logf, "sample", step);
+    jsonl_str(&j, "prompt", lc->sample_prompt);
+    jsonl_strn(&j, "text", text, (int)n);
+    jsonl_end(&j);
     free(text);
     free(prompt);
     free(out);
@@ -200,8 +158,15 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
     if (!(z > spike_z_thr)) return 0;
     int skipped = skip_z > 0.0f && z > skip_z;
     if (skipped) *skip = 1;
-    fprintf(logf, "{\"type\":\"spike\",\"step\":%d,\"kind\":\"%s\",\"value\":%.6g,\"mean\":%.6g,\"std\":%.6g,\"z\":%.3f,\"skipped\":%s}\n",
-            step, kind, x, mean, sd, z, skipped ? "true" : "false");
+    Jsonl j;
+    jsonl_begin(&j, logf, "spike", step);
+    jsonl_str(&j, "kind", kind);
+    jsonl_fmt(&j, "value", "%.6g", x);
+    jsonl_fmt(&j, "mean", "%.6g", mean);
+    jsonl_fmt(&j, "std", "%.6g", sd);
+    jsonl_fmt(&j, "z", "%.3f", z);
+    jsonl_bool(&j, "skipped", skipped);
+    jsonl_end(&j);
     printf("step %5d | %s spike: %.4g vs mean %.4g (z = %.1f)%s\n", step, kind, x, mean, z, skipped ? " | update skipped" : "");
     return 1;
 }
@@ -221,9 +186,12 @@ static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, cons
     double t0 = now_s();
     char path[CKPT_PATH_MAX];
     checkpoint_path(path, sizeof path, dir, cs->step);
+    Jsonl j;
     // every rank writes its own state, rank 0 the shared files and DONE (train/checkpoint.h)
     if (checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, ckpt_agree, comm) != 0) {
-        fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":false}\n", cs->step);
+        jsonl_begin(&j, logf, "checkpoint", cs->step);
+        jsonl_bool(&j, "ok", 0);
+        jsonl_end(&j);
         fflush(logf);
         if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)
             fprintf(stderr, "error: step %d: checkpoint write failed (above); stopping ([checkpoint] on_write_error = exit); "
@@ -237,9 +205,11 @@ static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, cons
     double ms = (now_s() - t0) * 1e3;
     printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
     fflush(stdout);
-    fprintf(logf, "{\"type\":\"checkpoint\",\"step\":%d,\"ok\":true,\"path\":\"", cs->step);
-    json_escape(logf, (const unsigned char*)path, (int)strlen(path));
-    fprintf(logf, "\",\"ms\":%.1f}\n", ms);
+    jsonl_begin(&j, logf, "checkpoint", cs->step);
+    jsonl_bool(&j, "ok", 1);
+    jsonl_str(&j, "path", path);
+    jsonl_fmt(&j, "ms", "%.1f", ms);
+    jsonl_end(&j);
     fflush(logf);
     return 0;
 }
@@ -283,376 +253,437 @@ int main(int argc, char** argv) {
     return rc;
 }
 
-static int train_main(Comm* comm, int argc, char** argv) {
+// ----------------------------------------------------------------------------------------------
+// One run: what train_main's phases below share.
+typedef struct {
+    Comm* comm;
+    TrainArgs args;
     Config cfg;
-    config_defaults(&cfg);
-    const char* config_path = NULL;
-    const char* resume_spec = NULL;   // --resume: "auto" or a checkpoint directory
-    int stop_after = 0;               // --stop-after N: end the run after step N (0 = at [train] steps)
-    int check_only = 0;
-    // first pass: the config file; second pass: overrides, so they win regardless of order
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage(stdout); return 0; }
-        if (strcmp(argv[i], "--check") == 0) { check_only = 1; continue; }
-        if (strcmp(argv[i], "--stop-after") == 0) {
-            char* end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || end == argv[i + 1] || *end || v < 1 || v > 2000000000) {
-                fprintf(stderr, "error: --stop-after needs a step number >= 1 (got '%s')\n", i + 1 < argc ? argv[i + 1] : "");
-                return 1;
-            }
-            stop_after = (int)v;
-            i++;
-            continue;
-        }
-        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
-                fprintf(stderr, "error: %s needs a value (%s)\n", argv[i], argv[i][2] == 'c' ? "a config file" : "auto, or a checkpoint directory");
-                return 1;
-            }
-            if (argv[i][2] == 'c') config_path = argv[++i];
-            else resume_spec = argv[++i];
-            continue;
-        }
-        if (strncmp(argv[i], "--config=", 9) == 0) { config_path = argv[i] + 9; continue; }
-        if (strncmp(argv[i], "--resume=", 9) == 0) { resume_spec = argv[i] + 9; continue; }
-        if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '=') || !strchr(argv[i], '.')) {
-            fprintf(stderr, "error: unknown argument '%s' (expected --config FILE, --section.key=value, --resume auto|PATH or --check; see --help)\n", argv[i]);
-            return 1;
-        }
-    }
-    if (resume_spec && !resume_spec[0]) { fprintf(stderr, "error: --resume needs a value (auto, or a checkpoint directory)\n"); return 1; }
-    // --resume PATH without --config: the checkpoint's own config is the starting point
-    char ckpt_config[CKPT_PATH_MAX + 16];
-    if (resume_spec && strcmp(resume_spec, "auto") != 0 && !config_path) {
-        if (checkpoint_load_config(resume_spec, &cfg) != 0) return 1;
-        snprintf(ckpt_config, sizeof ckpt_config, "%s/config.ini", resume_spec);
-        config_path = ckpt_config;
-    } else if (config_path && config_load_file(&cfg, config_path) != 0) {
-        return 1;
-    }
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0 || strcmp(argv[i], "--stop-after") == 0) { i++; continue; }
-        if (strncmp(argv[i], "--config=", 9) == 0 || strncmp(argv[i], "--resume=", 9) == 0 || strcmp(argv[i], "--check") == 0) continue;
-        if (config_apply_override(&cfg, argv[i] + 2) != 0) return 1;
-    }
-    if (config_finalize(&cfg, config_path ? config_path : "defaults") != 0) return 1;
-
-    printf("gatedgpt: resolved config%s%s\n", config_path ? " from " : "", config_path ? config_path : "");
-    config_write(&cfg, stdout);
-    if (check_only) {
-        // parameter counts from the table alone (no arena): total, and active = what one token
-        // passes through (top_k of the n_expert stacked experts of each MoE layer)
-        ParamTable pt;
-        param_table_build(&pt, &cfg.model);
-        size_t total = 0, active = 0;
-        for (int i = 0; i < pt.n; i++) {
-            total += pt.p[i].numel;
-            active += pt.p[i].ndim == 3 ? pt.p[i].numel / cfg.model.moe.n_expert * cfg.model.moe.top_k : pt.p[i].numel;
-        }
-        param_table_free(&pt);
-        printf("\nparams: total=%zu active=%zu (%.3fB total, %.3fB active per token)\n", total, active, total / 1e9, active / 1e9);
-        return 0;
-    }
-
-    const ModelConfig* mc = &cfg.model;
-    const TrainConfig* tc = &cfg.train;
-    if (!cfg.data.train_glob[0]) {
-        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/kjv/train_*.bin, which scripts/prepare_kjv.sh prepares)\n",
-                config_path ? config_path : "config");
-        return 1;
-    }
-    {   // [train] tokens_per_step is global: B x T tokens per process and micro-step, P processes
-        const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
-        long tps = tc->tokens_per_step;
-        if (strncmp(config_origin(&cfg, "train", "tokens_per_step"), "derived", 7) == 0) tps = (long)B * T * P;   // 0 in the config
-        if (tps % ((long)B * T * P) != 0) {
-            fprintf(stderr, "error: %s: [train] tokens_per_step = %ld is not a multiple of batch_size x seq_len x processes = %d x %d x %d = %ld "
-                    "(fix: set tokens_per_step to a multiple of %ld, or change batch_size or the process count)\n",
-                    config_path ? config_path : "config", tps, B, T, P, (long)B * T * P, (long)B * T * P);
-            return 1;
-        }
-        cfg.train.tokens_per_step = tps;   // saved resolved, so a resume reads the global value
-    }
-    // which checkpoint to continue from, and whether this config may continue it
+    const char* where;                // the config file for error lines ("config" without one)
+    int B, T, P, grad_accum;          // micro-batch, processes, micro-steps per step
+    long tokens_per_step;             // global: B x T x P x grad_accum
+    DataLoader train_dl, val_dl;
+    int have_val;
+    Decoder dec;
+    GPT model;
+    Dist dist;
+    Optim opt;
+    double peak, flops_tok;           // the summed peak FLOP/s (MFU), training FLOPs per token
+    int *in, *tg;                     // a batch
+    int *probe_in, *probe_tg;         // the probe batch, fixed for the whole run
+    SpikeWindow loss_win, grad_win;
+    int nonfinite_run;                // consecutive non-finite steps
+    CkptTrainState cs;                // what a checkpoint holds besides weights and AdamW state
     char ckpt_dir[CKPT_PATH_MAX], resume_path[CKPT_PATH_MAX];
-    checkpoint_dir_of(ckpt_dir, sizeof ckpt_dir, &cfg);
-    int resuming = 0;
-    if (resume_spec) {
-        // rank 0 chooses (verifying the files); every rank continues from its choice
-        memset(resume_path, 0, sizeof resume_path);
-        if (comm->rank == 0) resuming = resume_find(resume_spec, ckpt_dir, resume_path, sizeof resume_path);
-        comm_broadcast(comm, &resuming, sizeof resuming);
-        comm_broadcast(comm, resume_path, sizeof resume_path);
-        if (resuming < 0) return 1;
-        if (!resuming) printf("resume: no complete checkpoint in %s: starting from step 0\n", ckpt_dir);
+    int resuming, start_step, end_step, ckpt_failed;
+    char log_path[1100];
+    FILE* logf;                       // the run log (rank 0; /dev/null on the others)
+} Run;
+
+// What one step measured, for its console line and its "step" record.
+typedef struct {
+    double loss, dt, comm_ms;
+    float lr, norm;
+    int skipped;
+    MoeStepSummary moe;               // routing over the step's micro-steps (n_moe = 0: a dense model)
+} StepStats;
+
+// --check: parameter counts from the table alone (no arena): total, and active = what one token
+// passes through (top_k of the n_expert stacked experts of each MoE layer)
+static void print_param_counts(const Config* cfg) {
+    ParamTable pt;
+    param_table_build(&pt, &cfg->model);
+    size_t total = 0, active = 0;
+    for (int i = 0; i < pt.n; i++) {
+        total += pt.p[i].numel;
+        active += pt.p[i].ndim == 3 ? pt.p[i].numel / cfg->model.moe.n_expert * cfg->model.moe.top_k : pt.p[i].numel;
     }
-    if (resuming) {
-        Config saved;
-        if (checkpoint_load_config(resume_path, &saved) != 0) return 1;
-        if (resume_check_config(&saved, &cfg, resume_path) != 0) return 1;
+    param_table_free(&pt);
+    printf("\nparams: total=%zu active=%zu (%.3fB total, %.3fB active per token)\n", total, active, total / 1e9, active / 1e9);
+}
+
+// What the config needs beyond config_finalize to train here: data, the batch over P processes,
+// a checkpoint to continue from (--resume) that accepts this config, and the kernels' backend.
+static int setup_run(Run* r) {
+    const TrainConfig* tc = &r->cfg.train;
+    if (!r->cfg.data.train_glob[0]) {
+        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/kjv/train_*.bin, which scripts/prepare_kjv.sh prepares)\n",
+                r->where);
+        return 1;
     }
+    if (config_finalize_processes(&r->cfg, r->where, r->comm->size) != 0) return 1;
+    // which checkpoint to continue from, and whether this config may continue it
+    checkpoint_dir_of(r->ckpt_dir, sizeof r->ckpt_dir, &r->cfg);
+    r->resuming = resume_resolve(r->comm, r->args.resume_spec, r->ckpt_dir, &r->cfg, r->resume_path, sizeof r->resume_path);
+    if (r->resuming < 0) return 1;
     ops_init(tc->threads);
     if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
         fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
-                "set attn_impl = fused\n", config_path ? config_path : "--train.attn_impl",
+                "set attn_impl = fused\n", r->args.config_path ? r->args.config_path : "--train.attn_impl",
                 tc->attn_impl == ATTN_IMPL_CUDNN ? "cudnn" : "flash", ops_backend_name());
         return 1;
     }
-    const int B = tc->batch_size, T = tc->seq_len, P = comm->size;
-    const long tokens_per_step = tc->tokens_per_step;
-    const int grad_accum = (int)(tokens_per_step / ((long)B * T * P));
+    r->B = tc->batch_size;
+    r->T = tc->seq_len;
+    r->P = r->comm->size;
+    r->tokens_per_step = tc->tokens_per_step;
+    r->grad_accum = (int)(r->tokens_per_step / ((long)r->B * r->T * r->P));
+    return 0;
+}
 
-    DataLoader train_dl, val_dl;
-    int have_val = 0;
-    if (dataloader_init(&train_dl, cfg.data.train_glob, B, T, comm->rank, P, mc->vocab_size) != 0) return 1;
-    if (cfg.data.shuffle) dataloader_shuffle(&train_dl, tc->seed);
-    if (cfg.data.val_glob[0] && cfg.log.val_every > 0) {
-        if (dataloader_init(&val_dl, cfg.data.val_glob, B, T, 0, 1, mc->vocab_size) != 0) return 1;
-        have_val = 1;
+// The loaders (this rank's slice of the training data; validation on rank 0's terms), the
+// tokenizer for samples, and the BOS token.
+static int setup_data(Run* r) {
+    const Config* cfg = &r->cfg;
+    const int vocab = cfg->model.vocab_size;
+    if (dataloader_init(&r->train_dl, cfg->data.train_glob, r->B, r->T, r->comm->rank, r->P, vocab) != 0) return 1;
+    if (cfg->data.shuffle) dataloader_shuffle(&r->train_dl, cfg->train.seed);
+    if (cfg->data.val_glob[0] && cfg->log.val_every > 0) {
+        if (dataloader_init(&r->val_dl, cfg->data.val_glob, r->B, r->T, 0, 1, vocab) != 0) return 1;
+        r->have_val = 1;
     }
-
-    Decoder dec = {0};
-    dec.vocab_size = mc->vocab_size;
-    if (cfg.data.tokenizer[0]) {
-        if (tokenizer_load(&dec.tok, cfg.data.tokenizer) != 0) return 1;
-        dec.have_tok = 1;
-        if (tokenizer_vocab_size(&dec.tok) > mc->vocab_size) {
+    Decoder* dec = &r->dec;
+    dec->vocab_size = vocab;
+    if (cfg->data.tokenizer[0]) {
+        if (tokenizer_load(&dec->tok, cfg->data.tokenizer) != 0) return 1;
+        dec->have_tok = 1;
+        if (tokenizer_vocab_size(&dec->tok) > vocab) {
             fprintf(stderr, "error: %s: the tokenizer has %d tokens but [model] vocab_size is %d: set vocab_size >= %d\n",
-                    cfg.data.tokenizer, tokenizer_vocab_size(&dec.tok), mc->vocab_size, tokenizer_vocab_size(&dec.tok));
+                    cfg->data.tokenizer, tokenizer_vocab_size(&dec->tok), vocab, tokenizer_vocab_size(&dec->tok));
             return 1;
         }
     }
-    if (cfg.data.bos) {   // every sample (train, val, probe) starts with the BOS token
-        int bos = cfg.data.bos_token;
+    if (cfg->data.bos) {   // every sample (train, val, probe) starts with the BOS token
+        int bos = cfg->data.bos_token;
         if (bos < 0) {
-            bos = tokenizer_eot(&dec.tok);
+            bos = tokenizer_eot(&dec->tok);
             if (bos < 0) {
                 fprintf(stderr, "error: %s: [data] bos = true and bos_token = -1, but this tokenizer has no end-of-text token: set [data] bos_token\n",
-                        cfg.data.tokenizer);
+                        cfg->data.tokenizer);
                 return 1;
             }
         }
-        dataloader_set_bos(&train_dl, bos);
-        if (have_val) dataloader_set_bos(&val_dl, bos);
+        dataloader_set_bos(&r->train_dl, bos);
+        if (r->have_val) dataloader_set_bos(&r->val_dl, bos);
         printf("data: every sample starts with BOS token %d\n", bos);
     }
+    return 0;
+}
 
-    GPT model;
-    gpt_build(&model, mc, tc->seed);   // the same seed on every rank: the same initial weights
-    model.attn_impl = (OpsAttnImpl)tc->attn_impl;
-    gpt_alloc_acts(&model, B, T);
-    Dist dist;
-    if (dist_init(&dist, comm, P > 1 ? tc->zero_stage : 0, model.table.total) != 0) return 1;
-    Optim opt;
-    optim_init_range(&opt, &model, dist.lo, dist.hi);
+// The model, the gradient reduction and AdamW over this rank's range, and the banner lines.
+static int setup_model(Run* r) {
+    const ModelConfig* mc = &r->cfg.model;
+    const TrainConfig* tc = &r->cfg.train;
+    const int T = r->T, P = r->P;
+    gpt_build(&r->model, mc, tc->seed);   // the same seed on every rank: the same initial weights
+    r->model.attn_impl = (OpsAttnImpl)tc->attn_impl;
+    gpt_alloc_acts(&r->model, r->B, T);
+    if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
+    optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
 
-    double peak = ops_peak_flops();   // this process's share of the machine; summed over ranks
-    comm_allreduce_sum_f64(comm, &peak, 1);
-    double flops_tok = gpt_flops_per_token(mc, T);
+    r->peak = ops_peak_flops();   // this process's share of the machine; summed over ranks
+    comm_allreduce_sum_f64(r->comm, &r->peak, 1);
+    r->flops_tok = gpt_flops_per_token(mc, T);
     char peak_sum[64] = "";   // the source below is this process's; the peak is the sum over all
     if (P > 1) snprintf(peak_sum, sizeof peak_sum, ", the sum over %d processes", P);
-    printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), peak / 1e9, peak_sum, ops_peak_source());
+    printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), r->peak / 1e9, peak_sum, ops_peak_source());
     printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
-           model.table.total, model.table.total / 1e6, model.table.n, flops_tok / 1e9);
+           r->model.table.total, r->model.table.total / 1e6, r->model.table.n, r->flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
-               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, model.table.total / 1e6);
+               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, r->model.table.total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
-           B, T, grad_accum, P, tokens_per_step, model.acts_bytes / (double)(1 << 20), cfg.log.run_dir);
+           r->B, T, r->grad_accum, P, r->tokens_per_step, r->model.acts_bytes / (double)(1 << 20), r->cfg.log.run_dir);
     if (P > 1)
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
-               comm_name(comm), dist.zero_stage, dist.hi - dist.lo, model.table.total,
-               dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
+               comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,
+               r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
     fflush(stdout);
+    return 0;
+}
 
-    int* in = malloc((size_t)B * T * sizeof(int));
-    int* tg = malloc((size_t)B * T * sizeof(int));
+// The batch buffers, the probe batch and the spike windows, then the checkpoint's state when
+// resuming. Returns 0, 1 on an error, or 2 when the checkpoint has nothing left to train.
+static int setup_state(Run* r) {
+    const size_t bt = (size_t)r->B * r->T;
+    const TrainConfig* tc = &r->cfg.train;
+    r->in = malloc(bt * sizeof(int));
+    r->tg = malloc(bt * sizeof(int));
     // the probe batch: the first validation batch (else the first training batch), fixed for
     // the whole run so that probes at different steps measure the same tokens
-    int* probe_in = malloc((size_t)B * T * sizeof(int));
-    int* probe_tg = malloc((size_t)B * T * sizeof(int));
-    if (cfg.metrics.probe_every > 0) {
-        DataLoader* src = have_val ? &val_dl : &train_dl;
-        if (dataloader_next(src, probe_in, probe_tg) != 0) return 1;
+    r->probe_in = malloc(bt * sizeof(int));
+    r->probe_tg = malloc(bt * sizeof(int));
+    if (r->cfg.metrics.probe_every > 0) {
+        DataLoader* src = r->have_val ? &r->val_dl : &r->train_dl;
+        if (dataloader_next(src, r->probe_in, r->probe_tg) != 0) return 1;
         dataloader_reset(src);
-        if (src == &train_dl && cfg.data.shuffle) dataloader_shuffle(&train_dl, tc->seed);
+        if (src == &r->train_dl && r->cfg.data.shuffle) dataloader_shuffle(&r->train_dl, tc->seed);
     }
-    SpikeWindow loss_win, grad_win;
-    spike_init(&loss_win, cfg.metrics.spike_window);
-    spike_init(&grad_win, cfg.metrics.spike_window);
-    int nonfinite_run = 0;
-
+    spike_init(&r->loss_win, r->cfg.metrics.spike_window);
+    spike_init(&r->grad_win, r->cfg.metrics.spike_window);
     // resume: weights, AdamW state, data position, spike windows, counters (train/checkpoint.h)
-    CkptTrainState cs = {0};
-    cs.loss_win = &loss_win;
-    cs.grad_win = &grad_win;
-    int start_step = 0;
-    if (resuming) {
-        if (resume_restore(resume_path, &model, &opt, &train_dl, &cs) != 0) return 1;
-        start_step = cs.step;
-        nonfinite_run = cs.nonfinite_run;
-        if (start_step >= tc->steps) {
+    r->cs.loss_win = &r->loss_win;
+    r->cs.grad_win = &r->grad_win;
+    if (r->resuming) {
+        if (resume_restore(r->resume_path, &r->model, &r->opt, &r->train_dl, &r->cs) != 0) return 1;
+        r->start_step = r->cs.step;
+        r->nonfinite_run = r->cs.nonfinite_run;
+        if (r->start_step >= tc->steps) {
             printf("resume: the checkpoint is at step %d and [train] steps = %d: nothing left to train (raise [train] steps to continue)\n",
-                   start_step, tc->steps);
-            return 0;
+                   r->start_step, tc->steps);
+            return 2;
         }
     }
-    // rank 0 owns the checkpoint directory, the run directory and the run log; the others
-    // write their records to /dev/null (the same code path, no files)
-    if (comm->rank == 0 && cfg.ckpt.checkpoint_every > 0 &&
-        resume_prepare_dir(ckpt_dir, start_step, resuming, resume_spec && strcmp(resume_spec, "auto") == 0) != 0)
-        return 1;
+    const int stop_after = r->args.stop_after;
+    r->end_step = stop_after > 0 && stop_after < tc->steps ? stop_after : tc->steps;
+    return 0;
+}
 
+// The checkpoint directory, the run directory and the run log (rank 0 owns them; the others
+// write their records to /dev/null: the same code path, no files), then the "resume" and "run"
+// records.
+static int open_run_log(Run* r) {
+    Comm* comm = r->comm;
+    const Config* cfg = &r->cfg;
+    const char* spec = r->args.resume_spec;
+    if (comm->rank == 0 && cfg->ckpt.checkpoint_every > 0 &&
+        resume_prepare_dir(r->ckpt_dir, r->start_step, r->resuming, spec && strcmp(spec, "auto") == 0) != 0)
+        return 1;
     // the run directory (only now: a refused start above leaves it as it was)
-    if (comm->rank == 0 && (make_dirs(cfg.log.run_dir) != 0 || save_config(&cfg) != 0)) {
-        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg.log.run_dir, strerror(errno));
+    if (comm->rank == 0 && (make_dirs(cfg->log.run_dir) != 0 || save_config(cfg) != 0)) {
+        fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg->log.run_dir, strerror(errno));
         return 1;
     }
     // the run log: a resumed run keeps the records up to its checkpoint and appends
-    char log_path[1100];
-    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", cfg.log.run_dir);
-    if (comm->rank == 0 && resuming && resume_trim_log(log_path, start_step) != 0) return 1;
-    FILE* logf = fopen(comm->rank == 0 ? log_path : "/dev/null", resuming ? "a" : "w");
-    if (!logf) { fprintf(stderr, "error: cannot open %s: %s\n", log_path, strerror(errno)); return 1; }
+    snprintf(r->log_path, sizeof r->log_path, "%s/log.jsonl", cfg->log.run_dir);
+    if (comm->rank == 0 && r->resuming && resume_trim_log(r->log_path, r->start_step) != 0) return 1;
+    r->logf = fopen(comm->rank == 0 ? r->log_path : "/dev/null", r->resuming ? "a" : "w");
+    if (!r->logf) { fprintf(stderr, "error: cannot open %s: %s\n", r->log_path, strerror(errno)); return 1; }
     comm_barrier(comm);   // the others start once rank 0 has accepted the start
-    if (resuming) {
-        fprintf(logf, "{\"type\":\"resume\",\"step\":%d,\"path\":\"", start_step);
-        json_escape(logf, (const unsigned char*)resume_path, (int)strlen(resume_path));
-        fprintf(logf, "\"}\n");
+    Jsonl j;
+    if (r->resuming) {
+        jsonl_begin(&j, r->logf, "resume", r->start_step);
+        jsonl_str(&j, "path", r->resume_path);
+        jsonl_end(&j);
     }
     // what this launch runs on: which numerics produced the records that follow (an fp32 and a
     // bf16 run of one config differ by more than summation order)
-    fprintf(logf, "{\"type\":\"run\",\"step\":%d,\"backend\":\"", start_step);
-    json_escape(logf, (const unsigned char*)ops_backend_name(), (int)strlen(ops_backend_name()));
-    fprintf(logf, "\",\"act\":\"%s\",\"processes\":%d,\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
-            "\"tokens_per_step\":%ld,\"params\":%zu,\"flops_per_token\":%.6g,\"peak_flops\":%.6g,\"peak_source\":\"",
-            OPS_ACT_NAME, P, B, T, grad_accum, tokens_per_step, model.table.total, flops_tok, peak);
-    json_escape(logf, (const unsigned char*)ops_peak_source(), (int)strlen(ops_peak_source()));
-    fprintf(logf, "\"}\n");
-    fflush(logf);
+    jsonl_begin(&j, r->logf, "run", r->start_step);
+    jsonl_str(&j, "backend", ops_backend_name());
+    jsonl_str(&j, "act", OPS_ACT_NAME);
+    jsonl_int(&j, "processes", r->P);
+    jsonl_int(&j, "batch_size", r->B);
+    jsonl_int(&j, "seq_len", r->T);
+    jsonl_int(&j, "grad_accum", r->grad_accum);
+    jsonl_int(&j, "tokens_per_step", r->tokens_per_step);
+    jsonl_int(&j, "params", (long long)r->model.table.total);
+    jsonl_fmt(&j, "flops_per_token", "%.6g", r->flops_tok);
+    jsonl_fmt(&j, "peak_flops", "%.6g", r->peak);
+    jsonl_str(&j, "peak_source", ops_peak_source());
+    jsonl_end(&j);
+    fflush(r->logf);
+    return 0;
+}
 
-    const int r0 = comm->rank == 0;   // validation, probes and samples: rank 0 alone
-    if (r0 && have_val && !resuming) {   // the untrained model's validation loss, as the curve's first point
-        float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
-        printf("step %5d/%d | val loss %.4f\n", 0, tc->steps, vl);
-        fprintf(logf, "{\"type\":\"eval\",\"step\":0,\"val_loss\":");
-        json_number(logf, vl);
-        fprintf(logf, "}\n");
+// The validation loss: a console line and an "eval" record (rank 0).
+static void run_eval(Run* r, int step) {
+    float vl = evaluate(&r->model, &r->val_dl, r->cfg.log.val_batches, r->in, r->tg);
+    printf("step %5d/%d | val loss %.4f\n", step, r->cfg.train.steps, vl);
+    Jsonl j;
+    jsonl_begin(&j, r->logf, "eval", step);
+    jsonl_num(&j, "val_loss", vl);
+    jsonl_end(&j);
+}
+
+// One optimizer step (step + 1): grad_accum micro-batches forward and backward, the gradients
+// reduced over the processes, the spike and non-finite checks, then AdamW unless skipped.
+// Returns 0, or 1 on an error (a data error, too many non-finite steps in a row).
+static int train_step(Run* r, int step, StepStats* s) {
+    double t0 = now_s(), comm_s0 = r->comm->seconds;
+    const TrainConfig* tc = &r->cfg.train;
+    const MetricsConfig* mt = &r->cfg.metrics;
+    const int grad_accum = r->grad_accum, P = r->P;
+    GPT* m = &r->model;
+    gpt_zero_grad(m);
+    double loss = 0.0;
+    m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
+    m->moe_reduce_ctx = r->comm;
+    GradsReady gr = {&r->dist, m->grads};
+    for (int micro = 0; micro < grad_accum; micro++) {
+        if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
+        loss += gpt_forward(m, r->in, r->tg) / grad_accum;
+        // the last micro-step finishes each layer's gradients: reduce them while the rest of
+        // the backward runs (dist.overlap: NCCL, or GATEDGPT_DIST_OVERLAP=1)
+        const int last = micro == grad_accum - 1 && P > 1 && r->dist.overlap;
+        m->grads_ready = last ? grads_ready : NULL;
+        m->grads_ready_ctx = &gr;
+        gpt_backward(m, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
+        m->grads_ready = NULL;
     }
-    if (r0 && cfg.metrics.probe_every > 0 && !resuming) run_probe(&model, probe_in, probe_tg, 0, logf);
-    int ckpt_failed = 0;
-    const int end_step = stop_after > 0 && stop_after < tc->steps ? stop_after : tc->steps;
-    for (int step = start_step; step < end_step; step++) {
-        double t0 = now_s(), comm_s0 = comm->seconds;
-        if (injected_failure(comm, step + 1)) return 1;
-        gpt_zero_grad(&model);
-        double loss = 0.0;
-        model.moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
-        model.moe_reduce_ctx = comm;
-        GradsReady gr = {&dist, model.grads};
-        for (int micro = 0; micro < grad_accum; micro++) {
-            if (dataloader_next(&train_dl, in, tg) != 0) return 1;
-            loss += gpt_forward(&model, in, tg) / grad_accum;
-            // the last micro-step finishes each layer's gradients: reduce them while the rest of
-            // the backward runs (dist.overlap: NCCL, or GATEDGPT_DIST_OVERLAP=1)
-            const int last = micro == grad_accum - 1 && P > 1 && dist.overlap;
-            model.grads_ready = last ? grads_ready : NULL;
-            model.grads_ready_ctx = &gr;
-            gpt_backward(&model, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
-            model.grads_ready = NULL;
+    m->moe_reduce = NULL;
+    // the global batch: gradients summed over ranks, the loss averaged
+    dist_reduce_grads(&r->dist, m->grads);
+    comm_allreduce_sum_f64(r->comm, &loss, 1);
+    loss /= P;
+    moe_step_summary(m, &s->moe);
+    float lr = lr_schedule(tc, step);
+    float norm = dist_grad_norm(&r->dist, m->grads);
+    int skipped = !isfinite(loss) || !isfinite(norm);
+    if (skipped) {
+        fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
+        Jsonl j;
+        jsonl_begin(&j, r->logf, "spike", step + 1);
+        jsonl_str(&j, "kind", "nonfinite");
+        jsonl_null(&j, "value");
+        jsonl_null(&j, "mean");
+        jsonl_null(&j, "std");
+        jsonl_null(&j, "z");
+        jsonl_bool(&j, "skipped", 1);
+        jsonl_end(&j);
+        if (++r->nonfinite_run >= mt->max_nonfinite) {
+            fprintf(stderr, "error: %d non-finite steps in a row: stopping (lower [train] lr or raise [metrics] max_nonfinite)\n", r->nonfinite_run);
+            return 1;
         }
-        model.moe_reduce = NULL;
-        // the global batch: gradients summed over ranks, the loss averaged
-        dist_reduce_grads(&dist, model.grads);
-        comm_allreduce_sum_f64(comm, &loss, 1);
-        loss /= P;
-        MoeStepSummary moe;   // routing over the step's micro-steps (n_moe = 0: a dense model)
-        moe_step_summary(&model, &moe);
-        float lr = lr_schedule(tc, step);
-        float norm = dist_grad_norm(&dist, model.grads);
-        int skipped = !isfinite(loss) || !isfinite(norm);
-        if (skipped) {
-            fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
-            fprintf(logf, "{\"type\":\"spike\",\"step\":%d,\"kind\":\"nonfinite\",\"value\":null,\"mean\":null,\"std\":null,\"z\":null,\"skipped\":true}\n", step + 1);
-            if (++nonfinite_run >= cfg.metrics.max_nonfinite) {
-                fprintf(stderr, "error: %d non-finite steps in a row: stopping (lower [train] lr or raise [metrics] max_nonfinite)\n", nonfinite_run);
-                return 1;
-            }
-        } else {
-            nonfinite_run = 0;
-            // spikes: z-scores against the trailing windows; spikes stay out of the windows
-            int loss_spike = check_spike(&loss_win, "loss", loss, cfg.metrics.spike_z, cfg.metrics.skip_loss_z, step + 1, logf, &skipped);
-            int grad_spike = check_spike(&grad_win, "grad_norm", norm, cfg.metrics.spike_z, cfg.metrics.skip_grad_z, step + 1, logf, &skipped);
-            if (!loss_spike) spike_push(&loss_win, loss);
-            if (!grad_spike) spike_push(&grad_win, norm);
-            if (!skipped) {
-                optim_step(&opt, &model, tc, lr, norm);   // this rank's range of the parameters
-                dist_gather_params(&dist, model.params);  // ZeRO-1: everyone's updated shards
-            }
-        }
-        double dt = now_s() - t0, comm_ms = (comm->seconds - comm_s0) * 1e3;
-        double tok_s = tokens_per_step / dt;
-        double mfu = tok_s * flops_tok / peak;
-        if ((step + 1) % cfg.log.log_every == 0 || step == start_step || step + 1 == end_step) {
-            char moe_txt[80] = "";
-            if (moe.n_moe) snprintf(moe_txt, sizeof moe_txt, " | aux %.3f z %.2f load %.2f", moe.aux, moe.z, moe.max_load);
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s%s\n",
-                   step + 1, tc->steps, loss, lr, norm, dt * 1e3, tok_s, 100.0 * mfu, moe_txt, skipped ? " | skipped" : "");
-            fflush(stdout);
-        }
-        fprintf(logf, "{\"type\":\"step\",\"step\":%d,\"loss\":", step + 1);
-        json_number(logf, loss);
-        fprintf(logf, ",\"lr\":%.6e,\"grad_norm\":", lr);
-        json_number(logf, norm);
-        fprintf(logf, ",\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"skipped\":%s",
-                dt * 1e3, tok_s, mfu, skipped ? "true" : "false");
-        if (moe.n_moe) {
-            fprintf(logf, ",\"moe_aux\":"); json_number(logf, moe.aux);
-            fprintf(logf, ",\"moe_z\":"); json_number(logf, moe.z);
-            fprintf(logf, ",\"moe_max_load\":"); json_number(logf, moe.max_load);
-            fprintf(logf, ",\"moe_dropped\":%ld", moe.dropped);
-        }
-        if (P > 1) fprintf(logf, ",\"comm_ms\":%.3f", comm_ms);
-        fprintf(logf, "}\n");
-        if (r0 && have_val && ((step + 1) % cfg.log.val_every == 0 || step + 1 == tc->steps)) {
-            float vl = evaluate(&model, &val_dl, cfg.log.val_batches, in, tg);
-            printf("step %5d/%d | val loss %.4f\n", step + 1, tc->steps, vl);
-            fprintf(logf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":", step + 1);
-            json_number(logf, vl);
-            fprintf(logf, "}\n");
-        }
-        if (r0 && cfg.metrics.probe_every > 0 && ((step + 1) % cfg.metrics.probe_every == 0 || step + 1 == tc->steps))
-            run_probe(&model, probe_in, probe_tg, step + 1, logf);
-        if (r0 && cfg.log.sample_every > 0 && ((step + 1) % cfg.log.sample_every == 0 || step + 1 == tc->steps))
-            print_sample(&model, &cfg, &dec, step + 1, logf);
-        fflush(logf);
-        // checkpoint every checkpoint_every steps and after the last one (of the run, or of this job)
-        if (cfg.ckpt.checkpoint_every > 0 && ((step + 1) % cfg.ckpt.checkpoint_every == 0 || step + 1 == end_step)) {
-            cs.step = step + 1;
-            dataloader_get_state(&train_dl, &cs.data);
-            cs.data_seed = train_dl.seed;
-            cs.data_shuffle = train_dl.shuffle;
-            cs.nonfinite_run = nonfinite_run;
-            cs.lr = lr;
-            if (write_checkpoint(comm, &cfg, ckpt_dir, &model, &opt, &cs, logf) != 0) {
-                ckpt_failed++;
-                if (cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) return 1;
-            }
+    } else {
+        r->nonfinite_run = 0;
+        // spikes: z-scores against the trailing windows; spikes stay out of the windows
+        int loss_spike = check_spike(&r->loss_win, "loss", loss, mt->spike_z, mt->skip_loss_z, step + 1, r->logf, &skipped);
+        int grad_spike = check_spike(&r->grad_win, "grad_norm", norm, mt->spike_z, mt->skip_grad_z, step + 1, r->logf, &skipped);
+        if (!loss_spike) spike_push(&r->loss_win, loss);
+        if (!grad_spike) spike_push(&r->grad_win, norm);
+        if (!skipped) {
+            optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
+            dist_gather_params(&r->dist, m->params);     // ZeRO-1: everyone's updated shards
         }
     }
-    fclose(logf);
-    if (dec.have_tok) tokenizer_free(&dec.tok);
-    if (end_step < tc->steps)
-        printf("stopped after step %d of %d (--stop-after)%s\n", end_step, tc->steps, cfg.ckpt.checkpoint_every > 0 ?
+    s->loss = loss;
+    s->lr = lr;
+    s->norm = norm;
+    s->skipped = skipped;
+    s->dt = now_s() - t0;
+    s->comm_ms = (r->comm->seconds - comm_s0) * 1e3;
+    return 0;
+}
+
+// The step's console line (every log_every steps, the first and the last) and its "step" record.
+static void log_step(Run* r, int step, const StepStats* s) {
+    const TrainConfig* tc = &r->cfg.train;
+    double tok_s = r->tokens_per_step / s->dt;
+    double mfu = tok_s * r->flops_tok / r->peak;
+    const MoeStepSummary* moe = &s->moe;
+    if ((step + 1) % r->cfg.log.log_every == 0 || step == r->start_step || step + 1 == r->end_step) {
+        char moe_txt[80] = "";
+        if (moe->n_moe) snprintf(moe_txt, sizeof moe_txt, " | aux %.3f z %.2f load %.2f", moe->aux, moe->z, moe->max_load);
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s%s\n",
+               step + 1, tc->steps, s->loss, s->lr, s->norm, s->dt * 1e3, tok_s, 100.0 * mfu, moe_txt, s->skipped ? " | skipped" : "");
+        fflush(stdout);
+    }
+    Jsonl j;
+    jsonl_begin(&j, r->logf, "step", step + 1);
+    jsonl_num(&j, "loss", s->loss);
+    jsonl_fmt(&j, "lr", "%.6e", s->lr);
+    jsonl_num(&j, "grad_norm", s->norm);
+    jsonl_fmt(&j, "ms", "%.3f", s->dt * 1e3);
+    jsonl_fmt(&j, "tokens_per_s", "%.1f", tok_s);
+    jsonl_fmt(&j, "mfu", "%.5f", mfu);
+    jsonl_bool(&j, "skipped", s->skipped);
+    if (moe->n_moe) {
+        jsonl_num(&j, "moe_aux", moe->aux);
+        jsonl_num(&j, "moe_z", moe->z);
+        jsonl_num(&j, "moe_max_load", moe->max_load);
+        jsonl_int(&j, "moe_dropped", moe->dropped);
+    }
+    if (r->P > 1) jsonl_fmt(&j, "comm_ms", "%.3f", s->comm_ms);
+    jsonl_end(&j);
+}
+
+// Validation, probes and samples after step `done` (rank 0 alone), at their intervals and at the end.
+static void run_measurements(Run* r, int done) {
+    const Config* cfg = &r->cfg;
+    const int last = done == cfg->train.steps;
+    if (r->comm->rank != 0) return;
+    if (r->have_val && (done % cfg->log.val_every == 0 || last)) run_eval(r, done);
+    if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last))
+        run_probe(&r->model, r->probe_in, r->probe_tg, done, r->logf);
+    if (cfg->log.sample_every > 0 && (done % cfg->log.sample_every == 0 || last))
+        print_sample(&r->model, cfg, &r->dec, done, r->logf);
+}
+
+// A checkpoint every checkpoint_every steps and after the last one (of the run, or of this job).
+// Returns 1 when a failed write stops the run ([checkpoint] on_write_error = exit).
+static int maybe_checkpoint(Run* r, int done, float lr) {
+    const CheckpointConfig* cc = &r->cfg.ckpt;
+    if (cc->checkpoint_every <= 0 || (done % cc->checkpoint_every != 0 && done != r->end_step)) return 0;
+    CkptTrainState* cs = &r->cs;
+    cs->step = done;
+    dataloader_get_state(&r->train_dl, &cs->data);
+    cs->data_seed = r->train_dl.seed;
+    cs->data_shuffle = r->train_dl.shuffle;
+    cs->nonfinite_run = r->nonfinite_run;
+    cs->lr = lr;
+    if (write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0) {
+        r->ckpt_failed++;
+        if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
+    }
+    return 0;
+}
+
+// The closing lines, and everything freed.
+static void finish_run(Run* r) {
+    const TrainConfig* tc = &r->cfg.train;
+    fclose(r->logf);
+    if (r->dec.have_tok) tokenizer_free(&r->dec.tok);
+    if (r->end_step < tc->steps)
+        printf("stopped after step %d of %d (--stop-after)%s\n", r->end_step, tc->steps, r->cfg.ckpt.checkpoint_every > 0 ?
                "; continue with --resume auto" : "; no checkpoint was written ([checkpoint] checkpoint_every = 0)");
-    printf("done: log in %s%s\n", log_path, ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
-    free(in); free(tg); free(probe_in); free(probe_tg);
-    spike_free(&loss_win); spike_free(&grad_win);
-    optim_free(&opt);
-    dist_free(&dist);
-    gpt_free(&model);
-    dataloader_free(&train_dl);
-    if (have_val) dataloader_free(&val_dl);
+    printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
+    free(r->in); free(r->tg); free(r->probe_in); free(r->probe_tg);
+    spike_free(&r->loss_win); spike_free(&r->grad_win);
+    optim_free(&r->opt);
+    dist_free(&r->dist);
+    gpt_free(&r->model);
+    dataloader_free(&r->train_dl);
+    if (r->have_val) dataloader_free(&r->val_dl);
+    train_args_free(&r->args);
+}
+
+static int train_main(Comm* comm, int argc, char** argv) {
+    static Run run;   // large (the config's provenance strings); one per process
+    Run* r = &run;
+    r->comm = comm;
+    // the command line, parsed once; the config: file, overrides, derived fields
+    if (train_args_parse(&r->args, argc, argv) != 0) return 1;
+    if (r->args.help) { train_args_usage(stdout); return 0; }
+    if (train_args_config(&r->args, &r->cfg) != 0) return 1;
+    r->where = r->args.config_path ? r->args.config_path : "config";
+    printf("gatedgpt: resolved config%s%s\n", r->args.config_path ? " from " : "", r->args.config_path ? r->args.config_path : "");
+    config_write(&r->cfg, stdout);
+    if (r->args.check_only) {
+        print_param_counts(&r->cfg);
+        return 0;
+    }
+
+    // setup: the run's terms (data, batch over the processes, --resume), data, model, state
+    if (setup_run(r) != 0 || setup_data(r) != 0 || setup_model(r) != 0) return 1;
+    int st = setup_state(r);
+    if (st != 0) return st == 2 ? 0 : 1;
+    if (open_run_log(r) != 0) return 1;
+
+    // the untrained model's validation loss and probe, as the curves' first points
+    if (comm->rank == 0 && r->have_val && !r->resuming) run_eval(r, 0);
+    if (comm->rank == 0 && r->cfg.metrics.probe_every > 0 && !r->resuming)
+        run_probe(&r->model, r->probe_in, r->probe_tg, 0, r->logf);
+
+    // the loop: a step, its record, the measurements, the checkpoint
+    for (int step = r->start_step; step < r->end_step; step++) {
+        StepStats s;
+        if (injected_failure(comm, step + 1)) return 1;
+        if (train_step(r, step, &s) != 0) return 1;
+        log_step(r, step, &s);
+        run_measurements(r, step + 1);
+        fflush(r->logf);
+        if (maybe_checkpoint(r, step + 1, s.lr) != 0) return 1;
+    }
+    finish_run(r);
     return 0;
 }

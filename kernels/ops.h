@@ -1,5 +1,8 @@
 // kernels/ops.h: the op interface the model calls. One signature per op; each backend
-// (kernels/cpu, later kernels/cuda) implements all of them. model/ includes only this header.
+// (kernels/cpu; kernels/cuda, built with fp32 and with bf16 act_t; kernels/cpu_bf16, the CPU
+// emulation of bf16 storage over the CPU kernels) implements all of them. model/ includes no
+// backend header: only this one, its types (ops_types.h) and the backend-neutral definitions
+// the kernels share (kernels/attn_gate.h).
 //
 // Conventions
 // - Tensors live in the backend's memory (host memory for the CPU backend), row-major, and are

@@ -5,6 +5,17 @@
 #include <stddef.h>
 #include "bf16.h"
 
+// GG_HD: a function for host and device under nvcc (kernels/attn_gate.h, moe_router.h, adamw.h:
+// one definition shared by the CPU and CUDA backends); plain C/C++ elsewhere (the CUDA emulator
+// compiles the .cu files with g++, where they are host functions).
+#ifndef GG_HD
+#if defined(__CUDACC__)
+#define GG_HD __host__ __device__
+#else
+#define GG_HD
+#endif
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // act_t: the storage type of activations and of the gradients that flow between ops.
 // - float (the default): the CPU backend and the fp32 CUDA build.

@@ -733,18 +733,20 @@ static void mark_derived(Config* c, const char* section, const char* name, const
     else snprintf(o, CONFIG_ORIGIN_LEN, "derived: %s", rule);
 }
 
-int config_finalize(Config* c, const char* origin) {
-    FinCtx fc = {c, origin};
-    ModelConfig* m = &c->model;
-    TrainConfig* t = &c->train;
-    char b1[CONFIG_ORIGIN_LEN + 16];
+// Whether finalize filled in key `name` (mark_derived) rather than a default, file or override.
+static int is_derived(const Config* c, const char* section, const char* name) {
+    return strncmp(c->origin[find_key(section, name)], "derived", 7) == 0;
+}
 
 #define REQUIRE_POS(sec, key, v)                                                                      \
-    if ((v) <= 0) return fin_error(&fc, sec, key, "must be positive (accepted: an integer >= 1)")
+    if ((v) <= 0) return fin_error(fc, sec, key, "must be positive (accepted: an integer >= 1)")
 #define REQUIRE_NONNEG(sec, key, v, zero_means)                                                       \
-    if ((v) < 0) return fin_error(&fc, sec, key, "must not be negative (accepted: 0 = %s, or an integer >= 1)", zero_means)
+    if ((v) < 0) return fin_error(fc, sec, key, "must not be negative (accepted: 0 = %s, or an integer >= 1)", zero_means)
 
-    // ---- [model] sizes
+// [model]: sizes, and the derived n_kv_head, head_dim, d_ff, padded_vocab
+static int finalize_model(Config* c, const FinCtx* fc) {
+    ModelConfig* m = &c->model;
+    char b1[CONFIG_ORIGIN_LEN + 16];
     REQUIRE_POS("model", "vocab_size", m->vocab_size);
     REQUIRE_POS("model", "n_layer", m->n_layer);
     REQUIRE_POS("model", "d_model", m->d_model);
@@ -754,7 +756,7 @@ int config_finalize(Config* c, const char* origin) {
     REQUIRE_NONNEG("model", "d_ff", m->d_ff, "4*d_model");
     REQUIRE_POS("model", "max_seq_len", m->max_seq_len);
     if (m->vocab_size > INT_MAX - 127)
-        return fin_error(&fc, "model", "vocab_size", "too large (accepted: at most %d)", INT_MAX - 127);
+        return fin_error(fc, "model", "vocab_size", "too large (accepted: at most %d)", INT_MAX - 127);
 
     // GQA: every KV head serves n_head/n_kv_head query heads
     if (m->n_kv_head == 0) {
@@ -762,7 +764,7 @@ int config_finalize(Config* c, const char* origin) {
         mark_derived(c, "model", "n_kv_head", "n_head");
     }
     if (m->n_head % m->n_kv_head != 0)
-        return fin_error(&fc, "model", "n_kv_head", "n_head (%d, %s) is not divisible by n_kv_head (%d) "
+        return fin_error(fc, "model", "n_kv_head", "n_head (%d, %s) is not divisible by n_kv_head (%d) "
                          "(accepted: a divisor of n_head)", m->n_head, from(c, "model", "n_head", b1, sizeof b1),
                          m->n_kv_head);
 
@@ -771,7 +773,7 @@ int config_finalize(Config* c, const char* origin) {
     int head_dim_derived = 0;
     if (m->head_dim == 0) {
         if (m->d_model % m->n_head != 0)
-            return fin_error(&fc, "model", "n_head", "d_model (%d, %s) is not divisible by n_head (%d), so "
+            return fin_error(fc, "model", "n_head", "d_model (%d, %s) is not divisible by n_head (%d), so "
                              "head_dim = 0 cannot be derived (accepted: a divisor of d_model, or set head_dim "
                              "explicitly)", m->d_model, from(c, "model", "d_model", b1, sizeof b1), m->n_head);
         m->head_dim = m->d_model / m->n_head;
@@ -780,36 +782,41 @@ int config_finalize(Config* c, const char* origin) {
     }
     if (m->pos == POS_ROPE && m->head_dim % 2 != 0) {
         if (head_dim_derived)
-            return fin_error(&fc, "model", "pos", "rope needs an even head_dim, but head_dim = d_model/n_head = "
+            return fin_error(fc, "model", "pos", "rope needs an even head_dim, but head_dim = d_model/n_head = "
                              "%d/%d = %d is odd (accepted: an even head_dim, or pos = learned)",
                              m->d_model, m->n_head, m->head_dim);
-        return fin_error(&fc, "model", "head_dim", "odd head_dim with pos = rope (%s); rope rotates pairs of "
+        return fin_error(fc, "model", "head_dim", "odd head_dim with pos = rope (%s); rope rotates pairs of "
                          "channels (accepted: an even head_dim, or pos = learned)",
                          from(c, "model", "pos", b1, sizeof b1));
     }
     long long qdim = (long long)m->n_head * m->head_dim;
     if (qdim > INT_MAX / 4)
-        return fin_error(&fc, "model", "head_dim", "n_head*head_dim = %lld is too large (accepted: at most %d)",
+        return fin_error(fc, "model", "head_dim", "n_head*head_dim = %lld is too large (accepted: at most %d)",
                          qdim, INT_MAX / 4);
     if (m->d_ff == 0) {
         if (m->d_model > INT_MAX / 8)
-            return fin_error(&fc, "model", "d_model", "too large to derive d_ff = 4*d_model (accepted: at most %d)",
+            return fin_error(fc, "model", "d_model", "too large to derive d_ff = 4*d_model (accepted: at most %d)",
                              INT_MAX / 8);
         m->d_ff = 4 * m->d_model;
         mark_derived(c, "model", "d_ff", "4*d_model");
     }
     if (m->d_ff > INT_MAX / 2)
-        return fin_error(&fc, "model", "d_ff", "too large (accepted: at most %d)", INT_MAX / 2);
+        return fin_error(fc, "model", "d_ff", "too large (accepted: at most %d)", INT_MAX / 2);
     if (!(m->rope_base > 0.0f))
-        return fin_error(&fc, "model", "rope_base", "must be positive (accepted: a number > 0, e.g. 10000)");
+        return fin_error(fc, "model", "rope_base", "must be positive (accepted: a number > 0, e.g. 10000)");
     if (!(m->norm_eps > 0.0f))
-        return fin_error(&fc, "model", "norm_eps", "must be positive (accepted: a number > 0, e.g. 1e-5)");
+        return fin_error(fc, "model", "norm_eps", "must be positive (accepted: a number > 0, e.g. 1e-5)");
     if (!(m->init_std > 0.0f))
-        return fin_error(&fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
+        return fin_error(fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
     m->padded_vocab = (m->vocab_size + 127) / 128 * 128;
+    return 0;
+}
 
-    // ---- [moe]
-    MoeConfig* e = &m->moe;
+// [moe]: a dense model's [moe] keys stay at their defaults; an MoE model's derive from [model]
+static int finalize_moe(Config* c, const FinCtx* fc) {
+    const ModelConfig* m = &c->model;
+    char b1[CONFIG_ORIGIN_LEN + 16];
+    MoeConfig* e = &c->model.moe;
     REQUIRE_NONNEG("moe", "n_expert", e->n_expert, "no MoE layers (a dense model)");
     if (e->n_expert == 0) {
         // a dense model: a [moe] key away from its default is a config that meant MoE and
@@ -821,15 +828,15 @@ int config_finalize(Config* c, const char* origin) {
             if (memcmp(field_cptr(c, &KEYS[i]), field_cptr(&def, &KEYS[i]), KEYS[i].size) == 0) continue;
             char dv[64];
             format_value(&def, &KEYS[i], dv, sizeof dv);
-            return fin_error(&fc, "moe", KEYS[i].name, "has no effect: n_expert = 0 (%s) makes a dense model "
+            return fin_error(fc, "moe", KEYS[i].name, "has no effect: n_expert = 0 (%s) makes a dense model "
                              "(accepted: n_expert >= 1 for MoE layers, or %s = %s)",
                              from(c, "moe", "n_expert", b1, sizeof b1), KEYS[i].name, dv);
         }
     } else {
         if (e->n_expert > 65536)
-            return fin_error(&fc, "moe", "n_expert", "too large (accepted: 0 .. 65536)");
+            return fin_error(fc, "moe", "n_expert", "too large (accepted: 0 .. 65536)");
         if (e->top_k < 1 || e->top_k > e->n_expert)
-            return fin_error(&fc, "moe", "top_k", "each token goes to top_k of the n_expert = %d experts (%s) "
+            return fin_error(fc, "moe", "top_k", "each token goes to top_k of the n_expert = %d experts (%s) "
                              "(accepted: 1 .. %d)", e->n_expert, from(c, "moe", "n_expert", b1, sizeof b1),
                              e->n_expert);
         REQUIRE_NONNEG("moe", "d_expert", e->d_expert, "d_ff");
@@ -838,16 +845,16 @@ int config_finalize(Config* c, const char* origin) {
             mark_derived(c, "moe", "d_expert", "d_ff");
         }
         if (e->d_expert > INT_MAX / 2)
-            return fin_error(&fc, "moe", "d_expert", "too large (accepted: at most %d)", INT_MAX / 2);
+            return fin_error(fc, "moe", "d_expert", "too large (accepted: at most %d)", INT_MAX / 2);
         if (e->n_shared_expert != 0 && e->n_shared_expert != 1)
-            return fin_error(&fc, "moe", "n_shared_expert", "outside {0, 1} (accepted: 0 = none, 1 = one shared expert)");
+            return fin_error(fc, "moe", "n_shared_expert", "outside {0, 1} (accepted: 0 = none, 1 = one shared expert)");
         if (e->n_shared_expert == 0) {
             if (e->d_shared_expert != 0)
-                return fin_error(&fc, "moe", "d_shared_expert", "set without a shared expert: n_shared_expert = 0 (%s) "
+                return fin_error(fc, "moe", "d_shared_expert", "set without a shared expert: n_shared_expert = 0 (%s) "
                                  "(accepted: n_shared_expert = 1, or d_shared_expert = 0)",
                                  from(c, "moe", "n_shared_expert", b1, sizeof b1));
             if (e->shared_expert_gate)
-                return fin_error(&fc, "moe", "shared_expert_gate", "gates the shared expert, but n_shared_expert = 0 "
+                return fin_error(fc, "moe", "shared_expert_gate", "gates the shared expert, but n_shared_expert = 0 "
                                  "(%s) (accepted: n_shared_expert = 1, or shared_expert_gate = false)",
                                  from(c, "moe", "n_shared_expert", b1, sizeof b1));
         } else {
@@ -857,100 +864,137 @@ int config_finalize(Config* c, const char* origin) {
                 mark_derived(c, "moe", "d_shared_expert", "d_expert");
             }
             if (e->d_shared_expert > INT_MAX / 2)
-                return fin_error(&fc, "moe", "d_shared_expert", "too large (accepted: at most %d)", INT_MAX / 2);
+                return fin_error(fc, "moe", "d_shared_expert", "too large (accepted: at most %d)", INT_MAX / 2);
         }
         if (e->moe_every < 1 || e->moe_every > m->n_layer)
-            return fin_error(&fc, "moe", "moe_every", "no layer would be an MoE layer: layer l is one when "
+            return fin_error(fc, "moe", "moe_every", "no layer would be an MoE layer: layer l is one when "
                              "(l + 1) %% moe_every == 0, l < n_layer = %d (%s) (accepted: 1 .. %d)", m->n_layer,
                              from(c, "model", "n_layer", b1, sizeof b1), m->n_layer);
         if (!(e->aux_loss_coef >= 0.0f))
-            return fin_error(&fc, "moe", "aux_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.01)");
+            return fin_error(fc, "moe", "aux_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.01)");
         if (!(e->z_loss_coef >= 0.0f))
-            return fin_error(&fc, "moe", "z_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.001)");
+            return fin_error(fc, "moe", "z_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.001)");
         if (!(e->capacity_factor >= 0.0f))
-            return fin_error(&fc, "moe", "capacity_factor", "must not be negative (accepted: 0 = dropless, or a "
+            return fin_error(fc, "moe", "capacity_factor", "must not be negative (accepted: 0 = dropless, or a "
                              "number > 0, e.g. 1.25)");
     }
+    return 0;
+}
 
-    // ---- [train]
+// [train]: the batch, the schedule and AdamW
+static int finalize_train(Config* c, const FinCtx* fc) {
+    const ModelConfig* m = &c->model;
+    TrainConfig* t = &c->train;
+    char b1[CONFIG_ORIGIN_LEN + 16];
     REQUIRE_POS("train", "batch_size", t->batch_size);
     REQUIRE_POS("train", "seq_len", t->seq_len);
     REQUIRE_POS("train", "steps", t->steps);
     if (t->seq_len > m->max_seq_len)
-        return fin_error(&fc, "train", "seq_len", "seq_len (%d) is larger than [model] max_seq_len (%d, %s) "
+        return fin_error(fc, "train", "seq_len", "seq_len (%d) is larger than [model] max_seq_len (%d, %s) "
                          "(accepted: 1 .. max_seq_len)", t->seq_len, m->max_seq_len,
                          from(c, "model", "max_seq_len", b1, sizeof b1));
     long long bt = (long long)t->batch_size * t->seq_len;
     if (t->tokens_per_step < 0)
-        return fin_error(&fc, "train", "tokens_per_step", "must not be negative (accepted: 0 = batch_size*seq_len, "
+        return fin_error(fc, "train", "tokens_per_step", "must not be negative (accepted: 0 = batch_size*seq_len, "
                          "or a multiple of batch_size*seq_len)");
     if (t->tokens_per_step == 0) {
         t->tokens_per_step = (long)bt;
         mark_derived(c, "train", "tokens_per_step", "batch_size*seq_len");
     }
     if (t->tokens_per_step % bt != 0)
-        return fin_error(&fc, "train", "tokens_per_step", "not a multiple of batch_size*seq_len = %d*%d = %lld "
+        return fin_error(fc, "train", "tokens_per_step", "not a multiple of batch_size*seq_len = %d*%d = %lld "
                          "(accepted: a multiple of %lld, e.g. %lld)", t->batch_size, t->seq_len, bt, bt,
                          (t->tokens_per_step / bt + 1) * bt);
     if (!(t->lr > 0.0f))
-        return fin_error(&fc, "train", "lr", "must be positive (accepted: a number > 0, e.g. 3e-4)");
+        return fin_error(fc, "train", "lr", "must be positive (accepted: a number > 0, e.g. 3e-4)");
     if (!(t->min_lr_frac >= 0.0f && t->min_lr_frac <= 1.0f))
-        return fin_error(&fc, "train", "min_lr_frac", "outside [0, 1] (accepted: 0 <= min_lr_frac <= 1)");
+        return fin_error(fc, "train", "min_lr_frac", "outside [0, 1] (accepted: 0 <= min_lr_frac <= 1)");
     if (t->warmup_steps < 0)
-        return fin_error(&fc, "train", "warmup_steps", "must not be negative (accepted: 0 .. steps)");
+        return fin_error(fc, "train", "warmup_steps", "must not be negative (accepted: 0 .. steps)");
     if (t->warmup_steps > t->steps)
-        return fin_error(&fc, "train", "warmup_steps", "warmup_steps (%d) is larger than steps (%d, %s) "
+        return fin_error(fc, "train", "warmup_steps", "warmup_steps (%d) is larger than steps (%d, %s) "
                          "(accepted: 0 .. steps)", t->warmup_steps, t->steps,
                          from(c, "train", "steps", b1, sizeof b1));
     if (!(t->wsd_decay_frac > 0.0f && t->wsd_decay_frac <= 1.0f))
-        return fin_error(&fc, "train", "wsd_decay_frac", "outside (0, 1] (accepted: 0 < wsd_decay_frac <= 1)");
+        return fin_error(fc, "train", "wsd_decay_frac", "outside (0, 1] (accepted: 0 < wsd_decay_frac <= 1)");
     if (t->weight_decay < 0.0f)
-        return fin_error(&fc, "train", "weight_decay", "must not be negative (accepted: a number >= 0)");
+        return fin_error(fc, "train", "weight_decay", "must not be negative (accepted: a number >= 0)");
     if (!(t->beta1 >= 0.0f && t->beta1 < 1.0f))
-        return fin_error(&fc, "train", "beta1", "outside [0, 1) (accepted: 0 <= beta1 < 1, e.g. 0.9)");
+        return fin_error(fc, "train", "beta1", "outside [0, 1) (accepted: 0 <= beta1 < 1, e.g. 0.9)");
     if (!(t->beta2 >= 0.0f && t->beta2 < 1.0f))
-        return fin_error(&fc, "train", "beta2", "outside [0, 1) (accepted: 0 <= beta2 < 1, e.g. 0.95)");
+        return fin_error(fc, "train", "beta2", "outside [0, 1) (accepted: 0 <= beta2 < 1, e.g. 0.95)");
     if (!(t->eps > 0.0f))
-        return fin_error(&fc, "train", "eps", "must be positive (accepted: a number > 0, e.g. 1e-8)");
+        return fin_error(fc, "train", "eps", "must be positive (accepted: a number > 0, e.g. 1e-8)");
     if (t->grad_clip < 0.0f)
-        return fin_error(&fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
+        return fin_error(fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
     REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
     if (t->zero_stage != 0 && t->zero_stage != 1)
-        return fin_error(&fc, "train", "zero_stage", "must be 0 or 1 (accepted: 0 = all-reduce, 1 = ZeRO-1 sharded optimizer state)");
+        return fin_error(fc, "train", "zero_stage", "must be 0 or 1 (accepted: 0 = all-reduce, 1 = ZeRO-1 sharded optimizer state)");
+    return 0;
+}
 
-    // ---- [data]
+// [data]
+static int finalize_data(const Config* c, const FinCtx* fc) {
+    const ModelConfig* m = &c->model;
     if (c->data.bos_token < -1 || c->data.bos_token >= m->vocab_size)
-        return fin_error(&fc, "data", "bos_token", "%d is not a token id (accepted: -1 = the tokenizer's end-of-text, or 0 <= id < vocab_size %d)",
+        return fin_error(fc, "data", "bos_token", "%d is not a token id (accepted: -1 = the tokenizer's end-of-text, or 0 <= id < vocab_size %d)",
                          c->data.bos_token, m->vocab_size);
     if (c->data.bos && c->data.bos_token < 0 && c->data.tokenizer[0] == '\0')
-        return fin_error(&fc, "data", "bos_token", "-1 (the tokenizer's end-of-text) but [data] tokenizer is empty (fix: set bos_token to the id, or set tokenizer)");
+        return fin_error(fc, "data", "bos_token", "-1 (the tokenizer's end-of-text) but [data] tokenizer is empty (fix: set bos_token to the id, or set tokenizer)");
+    return 0;
+}
 
-    // ---- [log], [checkpoint]
+// [log], [checkpoint], [metrics]
+static int finalize_log(const Config* c, const FinCtx* fc) {
     if (c->log.run_dir[0] == '\0')
-        return fin_error(&fc, "log", "run_dir", "empty (accepted: a directory path, e.g. runs/run)");
+        return fin_error(fc, "log", "run_dir", "empty (accepted: a directory path, e.g. runs/run)");
     REQUIRE_POS("log", "log_every", c->log.log_every);
     REQUIRE_NONNEG("log", "val_every", c->log.val_every, "off");
     REQUIRE_POS("log", "val_batches", c->log.val_batches);
     REQUIRE_NONNEG("log", "sample_every", c->log.sample_every, "off");
     REQUIRE_POS("log", "sample_tokens", c->log.sample_tokens);
     if (!(c->log.sample_temperature > 0.0f))
-        return fin_error(&fc, "log", "sample_temperature", "must be positive (accepted: a number > 0, e.g. 1.0)");
+        return fin_error(fc, "log", "sample_temperature", "must be positive (accepted: a number > 0, e.g. 1.0)");
     REQUIRE_NONNEG("log", "sample_top_k", c->log.sample_top_k, "all tokens");
     REQUIRE_NONNEG("checkpoint", "checkpoint_every", c->ckpt.checkpoint_every, "off");
     REQUIRE_NONNEG("checkpoint", "keep_last", c->ckpt.keep_last, "keep all");
     REQUIRE_NONNEG("checkpoint", "keep_every", c->ckpt.keep_every, "none kept forever");
     REQUIRE_NONNEG("metrics", "probe_every", c->metrics.probe_every, "off");
     if (c->metrics.spike_window < 2)
-        return fin_error(&fc, "metrics", "spike_window", "must be at least 2 (accepted: an integer >= 2, e.g. 100)");
+        return fin_error(fc, "metrics", "spike_window", "must be at least 2 (accepted: an integer >= 2, e.g. 100)");
     if (!(c->metrics.spike_z > 0.0f))
-        return fin_error(&fc, "metrics", "spike_z", "must be positive (accepted: a number > 0, e.g. 5)");
+        return fin_error(fc, "metrics", "spike_z", "must be positive (accepted: a number > 0, e.g. 5)");
     if (c->metrics.skip_loss_z < 0.0f)
-        return fin_error(&fc, "metrics", "skip_loss_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
+        return fin_error(fc, "metrics", "skip_loss_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
     if (c->metrics.skip_grad_z < 0.0f)
-        return fin_error(&fc, "metrics", "skip_grad_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
+        return fin_error(fc, "metrics", "skip_grad_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
     REQUIRE_POS("metrics", "max_nonfinite", c->metrics.max_nonfinite);
+    return 0;
+}
 #undef REQUIRE_POS
 #undef REQUIRE_NONNEG
+
+int config_finalize(Config* c, const char* origin) {
+    FinCtx fc = {c, origin};
+    if (finalize_model(c, &fc) || finalize_moe(c, &fc) || finalize_train(c, &fc) || finalize_data(c, &fc) ||
+        finalize_log(c, &fc))
+        return -1;
+    return 0;
+}
+
+int config_finalize_processes(Config* c, const char* where, int nproc) {
+    // [train] tokens_per_step is global: B x T tokens per process and micro-step, nproc processes
+    TrainConfig* t = &c->train;
+    const int B = t->batch_size, T = t->seq_len, P = nproc;
+    long tps = t->tokens_per_step;
+    if (is_derived(c, "train", "tokens_per_step")) tps = (long)B * T * P;   // 0 in the config
+    if (tps % ((long)B * T * P) != 0) {
+        fprintf(stderr, "error: %s: [train] tokens_per_step = %ld is not a multiple of batch_size x seq_len x processes = %d x %d x %d = %ld "
+                "(fix: set tokens_per_step to a multiple of %ld, or change batch_size or the process count)\n",
+                where, tps, B, T, P, (long)B * T * P, (long)B * T * P);
+        return -1;
+    }
+    t->tokens_per_step = tps;   // saved resolved, so a resume reads the global value
     return 0;
 }
 

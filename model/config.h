@@ -3,6 +3,7 @@
 // default, a documented meaning (docs/config.md) and a validation rule.
 #pragma once
 #include <stdio.h>
+#include "../kernels/ops_types.h"   // the ops' enums and OpsAttnShape (config_attn_shape)
 
 // ---- enums (the INI spelling is given next to each value) ----
 typedef enum { POS_ROPE = 0, POS_LEARNED = 1 } PosKind;               // "rope" | "learned"
@@ -15,6 +16,22 @@ typedef enum { ATTN_IMPL_FUSED = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_FLASH = 2 } A
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
 typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
 typedef enum { ROUTER_SOFTMAX_TOPK = 0, ROUTER_SIGMOID_TOPK = 1 } RouterKind; // "softmax_topk" | "sigmoid_topk"
+
+// The gate's enums are the ops' (kernels/ops_types.h) value for value: config_attn_shape below
+// casts one into the other.
+#ifdef __cplusplus
+#define CONFIG_SAME_VALUE(a, b) static_assert((int)(a) == (int)(b), #a " must equal " #b)
+#else
+#define CONFIG_SAME_VALUE(a, b) _Static_assert((int)(a) == (int)(b), #a " must equal " #b)
+#endif
+CONFIG_SAME_VALUE(GATE_NONE, OPS_GATE_NONE);
+CONFIG_SAME_VALUE(GATE_ELEMENTWISE, OPS_GATE_ELEMENTWISE);
+CONFIG_SAME_VALUE(GATE_HEADWISE, OPS_GATE_HEADWISE);
+CONFIG_SAME_VALUE(GATEPOS_SDPA, OPS_GATEPOS_SDPA);
+CONFIG_SAME_VALUE(GATEPOS_VALUE, OPS_GATEPOS_VALUE);
+CONFIG_SAME_VALUE(GATEACT_SIGMOID, OPS_ACT_SIGMOID);
+CONFIG_SAME_VALUE(GATEACT_NS_SIGMOID, OPS_ACT_NS_SIGMOID);
+CONFIG_SAME_VALUE(GATEACT_SILU, OPS_ACT_SILU);
 
 // [moe]: Mixture-of-Experts layers (docs/config.md, docs/architecture.md). Part of the model:
 // n_expert = 0 is a dense model, and then every other [moe] key must stay at its default.
@@ -60,6 +77,18 @@ typedef struct {
 // 1 if layer l (0-based) of a model with this config is an MoE layer.
 static inline int config_layer_is_moe(const ModelConfig* c, int l) {
     return c->moe.n_expert > 0 && (l + 1) % c->moe.moe_every == 0;
+}
+
+// The attention ops' shape (kernels/ops_types.h) of a model with this config, for B sequences
+// of T tokens (0, 0 where only the column layout matters) and attention kernel impl.
+static inline OpsAttnShape config_attn_shape(const ModelConfig* c, int B, int T, OpsAttnImpl impl) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
+    s.qk_norm = c->qk_norm; s.rope = c->pos == POS_ROPE; s.rope_base = c->rope_base;
+    s.eps = c->norm_eps; s.gate = (OpsGate)c->attn_gate;
+    s.gate_pos = (OpsGatePos)c->gate_position; s.gate_act = (OpsGateAct)c->gate_act;
+    s.impl = impl;
+    return s;
 }
 
 // [train]
@@ -158,6 +187,10 @@ int config_apply_override(Config* c, const char* arg);
 // for a key left at its default, `origin` (the config file, may be NULL) is named instead.
 // Idempotent: finalizing a finalized config changes nothing.
 int config_finalize(Config* c, const char* origin);
+// The last step of finalization for a run of nproc processes (after config_finalize): [train]
+// tokens_per_step is global, so a derived one becomes batch_size*seq_len*nproc and a set one must
+// be a multiple of it. Returns 0, or -1 after an error line naming `where` (the config file).
+int config_finalize_processes(Config* c, const char* where, int nproc);
 // Write the resolved config as INI (every key, canonical spelling); readable by config_load_file,
 // and loading it back gives a config equal to c (config_equal). Keys not at their default carry
 // a trailing "; FILE:LINE" comment saying where the value came from.

@@ -1,6 +1,7 @@
 // model/gpt.c: forward and backward orchestration of the whole network over kernels/ops.h.
 // No backend code here: every computation is an ops_* call.
 #include "gpt.h"
+#include "../kernels/attn_gate.h"   // attn_gate_at_sdpa
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,18 +58,13 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     }
     m->B = B; m->T = T;
     OpsAttnShape* s = &m->attn;
-    memset(s, 0, sizeof(*s));
-    s->B = B; s->T = T; s->H = c->n_head; s->Hkv = c->n_kv_head; s->hd = c->head_dim;
-    s->qk_norm = c->qk_norm; s->rope = c->pos == POS_ROPE; s->rope_base = c->rope_base;
-    s->eps = c->norm_eps; s->gate = (OpsGate)c->attn_gate;
-    s->gate_pos = (OpsGatePos)c->gate_position; s->gate_act = (OpsGateAct)c->gate_act;
-    s->impl = m->attn_impl;
+    *s = config_attn_shape(c, B, T, m->attn_impl);
 
     size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
     size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;
     size_t QKVG = ops_attn_qkv_cols(s), Vp = c->padded_vocab;
     size_t Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
-    int sgate = c->attn_gate != GATE_NONE && c->gate_position == GATEPOS_SDPA;
+    int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
     int ln = c->norm == NORM_LAYERNORM;
     // MoE sizes (docs/architecture.md): S = N*k routed slots
     const MoeConfig* mc = &c->moe;
@@ -199,6 +195,50 @@ void gpt_logits_to_host(const GPT* m, float* dst, int n, int count) {
     free(tmp);
 }
 
+// MoE layer l over this model's tensors: the MoeLayerIO that model/moe.c computes with.
+static MoeLayerIO moe_io(GPT* m, int l) {
+    const LayerWeights* w = &m->w.layer[l];
+    const LayerActs* a = &m->layer[l];
+    MoeLayerIO io;
+    memset(&io, 0, sizeof io);
+    io.cfg = &m->cfg;
+    io.N = m->B * m->T;
+    io.w = (MoeWeightsAct){ gpt_act_w(m, w->router), gpt_act_w(m, w->moe_w_in), gpt_act_w(m, w->moe_w_out),
+                            gpt_act_w(m, w->shared_w_in), gpt_act_w(m, w->shared_w_out),
+                            gpt_act_w(m, w->shared_gate) };
+    io.g = &m->g.layer[l];
+    io.a = (MoeActs){ .ln2 = a->ln2, .router_logits = a->router_logits, .router_probs = a->router_probs,
+                      .router_lse = a->router_lse, .topk_w = a->topk_w, .topk_idx = a->topk_idx,
+                      .counts = a->counts, .offsets = a->offsets, .row_slot = a->row_slot,
+                      .slot_row = a->slot_row, .xp = a->xp, .ep_pre = a->ep_pre, .ep_act = a->ep_act,
+                      .yp = a->yp, .sh_pre = a->sh_pre, .sh_act = a->sh_act, .sh_out = a->sh_out,
+                      .sh_z = a->sh_z };
+    io.b = (MoeBackwardBufs){ .dout = m->dres, .dout_act = m->dres_act, .dx = m->dnorm,
+                              .d_router = m->d_router, .d_topk_w = m->d_topk_w, .d_sh_z = m->d_sh_z,
+                              .aux_grad = m->aux_grad, .d_router_act = m->d_router_act,
+                              .d_sh_z_act = m->d_sh_z_act, .d_yp = m->d_yp, .d_ep_act = m->d_ep_act,
+                              .d_ep_pre = m->d_ep_pre, .d_sh_out = m->d_sh_out, .d_sh_act = m->d_sh_act,
+                              .d_sh_pre = m->d_sh_pre, .d_tmp = m->d_tmp };
+    io.stats = &m->moe_stats[l];
+    io.reduce = m->moe_reduce;
+    io.reduce_ctx = m->moe_reduce_ctx;
+    return io;
+}
+
+double moe_forward(GPT* m, int l, float* out) {
+    MoeLayerIO io = moe_io(m, l);
+    return moe_layer_forward(&io, out);
+}
+
+void moe_backward(GPT* m, int l, float dloss) {
+    MoeLayerIO io = moe_io(m, l);
+    moe_layer_backward(&io, dloss);
+}
+
+void moe_step_summary(const GPT* m, MoeStepSummary* s) {
+    moe_summarize_step(m->moe_stats, m->cfg.n_layer, s);
+}
+
 void gpt_zero_grad(GPT* m) {
     ops_zero(m->grads, m->table.total);
     for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_reset_step(&m->moe_stats[l]);
@@ -317,9 +357,7 @@ void gpt_backward(GPT* m, float dloss) {
 }
 
 double gpt_matmul_params(const ModelConfig* c) {
-    OpsAttnShape s = {0};
-    s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
-    s.gate = (OpsGate)c->attn_gate; s.gate_pos = (OpsGatePos)c->gate_position;
+    OpsAttnShape s = config_attn_shape(c, 0, 0, OPS_ATTN_FUSED);
     double d = c->d_model, F = c->d_ff, ffn = c->mlp == MLP_SWIGLU ? 3.0 : 2.0;
     const MoeConfig* e = &c->moe;
     double attn = (double)ops_attn_qkv_cols(&s) * d + d * c->n_head * c->head_dim;

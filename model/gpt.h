@@ -143,6 +143,16 @@ void gpt_refresh_act_weights(GPT* m);
 // Host copy of the first `count` logits of token n of the last forward (converted to fp32).
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 
+// MoE layer l of the model (model/moe.c's moe_layer_forward/_backward over this model's tensors):
+// the forward adds the layer's output for the normed input m->layer[l].ln2 into out[N, d],
+// returns its weighted losses (aux_loss_coef * aux + z_loss_coef * z) and updates
+// m->moe_stats[l]; the backward, from dL/dout = m->dres (and its copy m->dres_act), writes
+// m->dnorm (=) and adds the layer's parameter gradients. dloss as in gpt_backward.
+double moe_forward(GPT* m, int l, float* out);
+void moe_backward(GPT* m, int l, float dloss);
+// The step record's MoE fields over the model's MoE layers (moe_summarize_step).
+void moe_step_summary(const GPT* m, MoeStepSummary* s);
+
 // Matmul parameters a token passes through (QKV+gate, output, MLP or, in an MoE layer, the
 // router, top_k experts and the shared expert with its gate, LM head), for FLOP counts: the
 // active parameters of an MoE model.

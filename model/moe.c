@@ -13,7 +13,6 @@
 //                             P_i = mean over this micro-batch of p[n, i]
 //   z   = mean_n lse[n]^2
 #include "moe.h"
-#include "gpt.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,10 +86,10 @@ double moe_step_max_load(const MoeStats* s) {
     return mx * s->n_expert / s->step_slots;
 }
 
-void moe_step_summary(const GPT* m, MoeStepSummary* s) {
+void moe_summarize_step(const MoeStats* stats, int n_layer, MoeStepSummary* s) {
     memset(s, 0, sizeof(*s));
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const MoeStats* st = &m->moe_stats[l];
+    for (int l = 0; l < n_layer; l++) {
+        const MoeStats* st = &stats[l];
         if (st->n_expert <= 0) continue;
         s->n_moe++;
         s->aux += moe_step_aux(st);
@@ -107,9 +106,6 @@ int moe_capacity(const MoeConfig* c, int N) {
     return (int)ceil((double)c->capacity_factor * N * c->top_k / c->n_expert);
 }
 
-// the GEMMs read the act_t compute copy of a weight (model/gpt.h)
-#define AW(w) gpt_act_w(m, (w))
-
 static OpsRouter router_kind(const MoeConfig* c) {
     return c->router == ROUTER_SIGMOID_TOPK ? OPS_ROUTER_SIGMOID : OPS_ROUTER_SOFTMAX;
 }
@@ -125,18 +121,18 @@ static void ffn_act_backward(const ModelConfig* c, act_t* dpre, const act_t* dac
     else ops_gelu_backward(dpre, dact, pre, (size_t)rows * F);
 }
 
-double moe_forward(GPT* m, int l, float* out) {
-    const ModelConfig* c = &m->cfg;
+double moe_layer_forward(const MoeLayerIO* io, float* out) {
+    const ModelConfig* c = io->cfg;
     const MoeConfig* mc = &c->moe;
-    const LayerWeights* w = &m->w.layer[l];
-    LayerActs* a = &m->layer[l];
-    MoeStats* st = &m->moe_stats[l];
-    const int N = m->B * m->T, d = c->d_model, E = mc->n_expert, k = mc->top_k, S = N * k;
+    const MoeWeightsAct* w = &io->w;   // the GEMMs read the act_t compute copies
+    const MoeActs* a = &io->a;
+    MoeStats* st = io->stats;
+    const int N = io->N, d = c->d_model, E = mc->n_expert, k = mc->top_k, S = N * k;
     const int sw = c->mlp == MLP_SWIGLU ? 2 : 1;
     const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
 
     // router: logits = X W_r^T [N, E]; p, the top-k experts and their renormalised weights
-    ops_matmul_forward_f32(a->router_logits, a->ln2, AW(w->router), N, d, E, 0);
+    ops_matmul_forward_f32(a->router_logits, a->ln2, w->router, N, d, E, 0);
     ops_moe_router_forward(a->router_probs, a->topk_idx, a->topk_w, a->router_lse, a->router_logits,
                            N, E, k, router_kind(mc));
     // dispatch: sort the slots by expert (kept slots only, when a capacity is set)
@@ -146,21 +142,21 @@ double moe_forward(GPT* m, int l, float* out) {
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
-    ops_grouped_matmul_forward(a->ep_pre, a->xp, AW(w->moe_w_in), a->offsets, E, d, sw * Fe);
+    ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
     ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_forward(a->yp, a->ep_act, AW(w->moe_w_out), a->offsets, E, Fe, d);
+    ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
     // scale by the routing weights and add back to each token (no atomics)
     ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
     // shared expert: every token, optionally gated by sigmoid(X w_g)
     if (mc->n_shared_expert) {
-        ops_matmul_forward(a->sh_pre, a->ln2, AW(w->shared_w_in), N, d, sw * Fs);
+        ops_matmul_forward(a->sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
         ffn_act_forward(c, a->sh_act, a->sh_pre, N, Fs);
         if (mc->shared_expert_gate) {
-            ops_matmul_forward(a->sh_out, a->sh_act, AW(w->shared_w_out), N, Fs, d);
-            ops_matmul_forward_f32(a->sh_z, a->ln2, AW(w->shared_gate), N, d, 1, 0);
+            ops_matmul_forward(a->sh_out, a->sh_act, w->shared_w_out, N, Fs, d);
+            ops_matmul_forward_f32(a->sh_z, a->ln2, w->shared_gate, N, d, 1, 0);
             ops_sigmoid_gate_add_forward(out, a->sh_out, a->sh_z, N, d);
         } else {
-            ops_matmul_forward_f32(out, a->sh_act, AW(w->shared_w_out), N, Fs, d, 1);
+            ops_matmul_forward_f32(out, a->sh_act, w->shared_w_out, N, Fs, d, 1);
         }
     }
 
@@ -174,12 +170,12 @@ double moe_forward(GPT* m, int l, float* out) {
     for (int i = 0; i < E; i++) st->counts[i] = cnt[i];
     free(cnt);
     // ... added to the step's: f_i of the load-balancing loss is over all of the step's routed
-    // slots so far, on every process (m->moe_reduce sums the counts over processes; P_i stays
+    // slots so far, on every process (io->reduce sums the counts over processes; P_i stays
     // this process's mean, and averaging the processes' gradients averages it).
     double* gc = xcalloc((size_t)E + 1, sizeof(double));
     for (int i = 0; i < E; i++) gc[i] = (double)st->counts[i];
     gc[E] = (double)S;
-    if (m->moe_reduce) m->moe_reduce(m->moe_reduce_ctx, gc, E + 1);
+    if (io->reduce) io->reduce(io->reduce_ctx, gc, E + 1);
     for (int i = 0; i < E; i++) { st->step_counts[i] += gc[i]; st->step_p_sum[i] += st->p_sum[i]; }
     st->step_slots += gc[E];
     free(gc);
@@ -195,25 +191,26 @@ double moe_forward(GPT* m, int l, float* out) {
     return (double)mc->aux_loss_coef * st->aux + (double)mc->z_loss_coef * st->z;
 }
 
-void moe_backward(GPT* m, int l, float dloss) {
-    const ModelConfig* c = &m->cfg;
+void moe_layer_backward(const MoeLayerIO* io, float dloss) {
+    const ModelConfig* c = io->cfg;
     const MoeConfig* mc = &c->moe;
-    const LayerWeights* w = &m->w.layer[l];
-    LayerWeights* g = &m->g.layer[l];
-    const LayerActs* a = &m->layer[l];
-    const MoeStats* st = &m->moe_stats[l];
-    const int N = m->B * m->T, d = c->d_model, E = mc->n_expert, k = mc->top_k;
+    const MoeWeightsAct* w = &io->w;
+    LayerWeights* g = io->g;
+    const MoeActs* a = &io->a;
+    const MoeBackwardBufs* b = &io->b;
+    const MoeStats* st = io->stats;
+    const int N = io->N, d = c->d_model, E = mc->n_expert, k = mc->top_k;
     const int sw = c->mlp == MLP_SWIGLU ? 2 : 1;
     const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
-    const float* dout = m->dres;   // dL/d(layer output) [N, d]
+    const float* dout = b->dout;   // dL/d(layer output) [N, d]
     int R = 0;
     ops_to_host(&R, a->offsets + E, sizeof(int));
 
     // routed experts, backwards: combine -> w_out -> act -> w_in (d_yp then holds d xp)
-    ops_moe_combine_backward(m->d_yp, m->d_topk_w, dout, a->yp, a->topk_w, a->slot_row, N, k, d);
-    ops_grouped_matmul_backward(m->d_ep_act, g->moe_w_out, m->d_yp, a->ep_act, AW(w->moe_w_out), a->offsets, E, Fe, d);
-    ffn_act_backward(c, m->d_ep_pre, m->d_ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_backward(m->d_yp, g->moe_w_in, m->d_ep_pre, a->xp, AW(w->moe_w_in), a->offsets, E, d, sw * Fe);
+    ops_moe_combine_backward(b->d_yp, b->d_topk_w, dout, a->yp, a->topk_w, a->slot_row, N, k, d);
+    ops_grouped_matmul_backward(b->d_ep_act, g->moe_w_out, b->d_yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    ffn_act_backward(c, b->d_ep_pre, b->d_ep_act, a->ep_pre, R, Fe);
+    ops_grouped_matmul_backward(b->d_yp, g->moe_w_in, b->d_ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
 
     // router: through the top-k weights, the load-balancing loss and the z-loss.
     // aux = c E sum_i f_i (1/N) sum_n p[n,i] with f constant: dL/dp[n,i] = dloss c E f_i / N.
@@ -221,29 +218,29 @@ void moe_backward(GPT* m, int l, float dloss) {
     float* ag = malloc((size_t)E * sizeof(float));
     for (int i = 0; i < E; i++)
         ag[i] = (float)((double)dloss * mc->aux_loss_coef * E * (st->step_counts[i] / st->step_slots) / N);
-    ops_from_host(m->aux_grad, ag, (size_t)E * sizeof(float));
+    ops_from_host(b->aux_grad, ag, (size_t)E * sizeof(float));
     free(ag);
     const float z_grad = (float)((double)dloss * mc->z_loss_coef * 2.0 / N);
-    ops_moe_router_backward(m->d_router, m->d_topk_w, a->router_logits, a->router_probs, a->topk_idx,
-                            a->topk_w, a->router_lse, m->aux_grad, z_grad, N, E, k, router_kind(mc));
+    ops_moe_router_backward(b->d_router, b->d_topk_w, a->router_logits, a->router_probs, a->topk_idx,
+                            a->topk_w, a->router_lse, b->aux_grad, z_grad, N, E, k, router_kind(mc));
     // dX: router (=), then the experts' inputs gathered back per token (+=)
-    ops_act_from_float(m->d_router_act, m->d_router, (size_t)N * E);
-    ops_matmul_backward(m->dnorm, g->router, m->d_router_act, a->ln2, AW(w->router), N, d, E);
-    ops_moe_gather_backward(m->dnorm, m->d_yp, a->slot_row, N, k, d);
+    ops_act_from_float(b->d_router_act, b->d_router, (size_t)N * E);
+    ops_matmul_backward(b->dx, g->router, b->d_router_act, a->ln2, w->router, N, d, E);
+    ops_moe_gather_backward(b->dx, b->d_yp, a->slot_row, N, k, d);
 
     // shared expert (and its gate)
     if (mc->n_shared_expert) {
-        const act_t* dsh = m->dres_act;   // gpt_backward made it from dout
+        const act_t* dsh = b->dout_act;   // the model made it from dout
         if (mc->shared_expert_gate) {
-            ops_sigmoid_gate_add_backward(m->d_sh_out, m->d_sh_z, dout, a->sh_out, a->sh_z, N, d);
-            ops_act_from_float(m->d_sh_z_act, m->d_sh_z, (size_t)N);
-            ops_matmul_backward(m->d_tmp, g->shared_gate, m->d_sh_z_act, a->ln2, AW(w->shared_gate), N, d, 1);
-            ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
-            dsh = m->d_sh_out;
+            ops_sigmoid_gate_add_backward(b->d_sh_out, b->d_sh_z, dout, a->sh_out, a->sh_z, N, d);
+            ops_act_from_float(b->d_sh_z_act, b->d_sh_z, (size_t)N);
+            ops_matmul_backward(b->d_tmp, g->shared_gate, b->d_sh_z_act, a->ln2, w->shared_gate, N, d, 1);
+            ops_accumulate(b->dx, b->d_tmp, (size_t)N * d);
+            dsh = b->d_sh_out;
         }
-        ops_matmul_backward(m->d_sh_act, g->shared_w_out, dsh, a->sh_act, AW(w->shared_w_out), N, Fs, d);
-        ffn_act_backward(c, m->d_sh_pre, m->d_sh_act, a->sh_pre, N, Fs);
-        ops_matmul_backward(m->d_tmp, g->shared_w_in, m->d_sh_pre, a->ln2, AW(w->shared_w_in), N, d, sw * Fs);
-        ops_accumulate(m->dnorm, m->d_tmp, (size_t)N * d);
+        ops_matmul_backward(b->d_sh_act, g->shared_w_out, dsh, a->sh_act, w->shared_w_out, N, Fs, d);
+        ffn_act_backward(c, b->d_sh_pre, b->d_sh_act, a->sh_pre, N, Fs);
+        ops_matmul_backward(b->d_tmp, g->shared_w_in, b->d_sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
+        ops_accumulate(b->dx, b->d_tmp, (size_t)N * d);
     }
 }

@@ -1,17 +1,13 @@
 // model/moe.h: the Mixture-of-Experts layer, written once over kernels/ops.h: router, dispatch
 // (dropless, or limited by a capacity), the experts as grouped GEMMs, the optional shared
 // expert, the load-balancing and z losses, and the routing statistics (docs/architecture.md,
-// docs/metrics.md).
+// docs/metrics.md). The layer sees only what its model hands it in a MoeLayerIO (model/gpt.c
+// fills one per call from the GPT's tensors); it knows nothing else of the model.
 #pragma once
 #include "config.h"
+#include "params.h"
+#include "../kernels/ops.h"
 
-struct GPT;
-
-// Routing statistics of one MoE layer (host memory). "Last forward" fields describe the most
-// recent gpt_forward's micro-batch; "step" fields accumulate over every forward since
-// gpt_zero_grad, i.e. over the micro-steps of the current optimizer step: the step's global
-// batch on one process. (The distributed issue all-reduces each forward's counts and sums over
-// processes where moe_forward adds them to the step fields, so they cover every process.)
 typedef struct {
     int n_expert;          // E; 0 for a dense layer (every other field is then unused)
     // last forward
@@ -53,14 +49,48 @@ int moe_capacity(const MoeConfig* c, int N);
 
 // The step record's MoE fields (docs/metrics.md): over the model's MoE layers, the mean of the
 // step's aux and z (without coefficients), the largest step max/mean load, the dropped slots.
+// stats[n_layer]: a model's per-layer statistics (dense layers, n_expert = 0, are skipped).
 typedef struct { int n_moe; double aux, z, max_load; long dropped; } MoeStepSummary;
-void moe_step_summary(const struct GPT* m, MoeStepSummary* s);
+void moe_summarize_step(const MoeStats* stats, int n_layer, MoeStepSummary* s);
 
-// Forward of MoE layer l: out[N, d] += the layer's output for the normed input a->ln2.
+// What one MoE layer reads and writes. Shapes as in model/gpt.h's LayerActs: N tokens, d =
+// d_model, E experts, k = top_k, S = N*k slots, Fe/Fs = d_expert/d_shared_expert.
+typedef struct {   // the compute (act_t) copies of the layer's weights its GEMMs read; NULL where absent
+    const act_t *router, *moe_w_in, *moe_w_out, *shared_w_in, *shared_w_out, *shared_gate;
+} MoeWeightsAct;
+typedef struct {   // the layer's activations, written by the forward and kept for the backward
+    act_t* ln2;                                    // [N, d] the normed input X (read only)
+    float *router_logits, *router_probs, *router_lse, *topk_w;
+    int *topk_idx, *counts, *offsets, *row_slot, *slot_row;
+    act_t *xp, *ep_pre, *ep_act, *yp, *sh_pre, *sh_act, *sh_out;
+    float* sh_z;
+} MoeActs;
+typedef struct {   // the backward's input, output and scratch (the scratch may be shared by layers)
+    const float* dout;       // [N, d] dL/d(layer output), fp32
+    const act_t* dout_act;   // [N, d] its act_t copy (the shared expert's GEMM reads it)
+    act_t* dx;               // [N, d] (=) dL/dX
+    float *d_router, *d_topk_w, *d_sh_z, *aux_grad;
+    act_t *d_router_act, *d_sh_z_act, *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre, *d_tmp;
+} MoeBackwardBufs;
+typedef struct {
+    const ModelConfig* cfg;  // d_model, mlp (the experts' activation) and the moe section
+    int N;                   // tokens in the micro-batch
+    MoeWeightsAct w;
+    LayerWeights* g;         // the layer's fp32 parameter gradients (+= by the backward)
+    MoeActs a;
+    MoeBackwardBufs b;       // the backward only
+    MoeStats* stats;         // the layer's routing statistics (updated by the forward)
+    // when set, sums a forward's expert counts (E counts and the slot total, doubles) over
+    // processes before they enter the load-balancing loss (GPT.moe_reduce)
+    void (*reduce)(void* ctx, double* x, int n);
+    void* reduce_ctx;
+} MoeLayerIO;
+
+// Forward of one MoE layer: out[N, d] += the layer's output for the normed input io->a.ln2.
 // Returns the layer's weighted losses aux_loss_coef * aux + z_loss_coef * z (they enter the
-// objective gpt_backward differentiates) and updates m->moe_stats[l].
-double moe_forward(struct GPT* m, int l, float* out);
-// Backward of the last moe_forward of layer l, from dL/dout = m->dres: m->dnorm[N, d] (=)
-// dL/d(ln2 output) and the layer's parameter gradients (+=). dloss weighs the micro-batch as in
-// gpt_backward (the aux and z terms are scaled by it like the cross-entropy).
-void moe_backward(struct GPT* m, int l, float dloss);
+// objective the model's backward differentiates) and updates io->stats.
+double moe_layer_forward(const MoeLayerIO* io, float* out);
+// Backward of the layer's last forward, from dL/dout = io->b.dout: io->b.dx[N, d] (=) dL/dX and
+// the layer's parameter gradients io->g (+=). dloss weighs the micro-batch as in gpt_backward
+// (the aux and z terms are scaled by it like the cross-entropy).
+void moe_layer_backward(const MoeLayerIO* io, float dloss);

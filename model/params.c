@@ -29,17 +29,10 @@ static void add(ParamTable* t, const char* name, int rows, int cols, int residua
     add3(t, name, rows, cols, 0, residual);
 }
 
-static OpsAttnShape attn_shape_of(const ModelConfig* c) {
-    OpsAttnShape s = {0};
-    s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
-    s.gate = (OpsGate)c->attn_gate; s.gate_pos = (OpsGatePos)c->gate_position;
-    return s;
-}
-
 void param_table_build(ParamTable* t, const ModelConfig* c) {
     memset(t, 0, sizeof(*t));
     int d = c->d_model, hd = c->head_dim, F = c->d_ff;
-    OpsAttnShape s = attn_shape_of(c);
+    OpsAttnShape s = config_attn_shape(c, 0, 0, OPS_ATTN_FUSED);   // (B, T unused: columns only)
     int qkv_rows = ops_attn_qkv_cols(&s);
     int ln = c->norm == NORM_LAYERNORM;
     char nm[48];

@@ -45,5 +45,4 @@ typedef struct {
 // Runs the forward pass on idx/targets ([B*T], host; the model's current B, T) and measures.
 void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult* r);
 void probe_free(ProbeResult* r);
-// One JSON line: {"type":"probe", ...} (schema in docs/metrics.md)
-void probe_write_json(const ProbeResult* r, FILE* f);
+// its log record: train/probe_record.h (model/ computes, train/ writes)

@@ -8,6 +8,14 @@ TINY=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=32 --mod
       --train.threads=1 --log.log_every=1000 --metrics.spike_window=4 --metrics.spike_z=0.5
       --metrics.skip_loss_z=0.5 --log.val_every=0 --metrics.probe_every=0 --log.sample_every=0)
 
+# Sourced right after `build=$1`: the KJV shards (scripts/prepare_kjv.sh), $PY (the python with
+# numpy) and a scratch directory $tmp removed at exit (a test that needs more at exit sets its own
+# trap after sourcing this).
+bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
 pass=0; fail=0
 check() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

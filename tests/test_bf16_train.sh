@@ -16,10 +16,7 @@
 #     copies, and every rank's other state: tests/compare_ckpt.py adam), the logged losses equal.
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 M=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=64 --model.n_head=4
    --model.n_kv_head=2 --model.head_dim=16 --model.d_ff=128 --model.max_seq_len=64
    --train.batch_size=4 --train.seq_len=64 --train.tokens_per_step=256 --train.warmup_steps=5
@@ -69,8 +66,7 @@ check "resume: rank_00000.bin at step 12 identical" 'cmp -s "$tmp/straight/check
 # ZeRO-0 (2 processes), in the weights and in the AdamW state of the step-10 checkpoints
 if command -v mpirun > /dev/null && ldd "$build/train_gpt_bf16emu" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-    Z=("${TINY[@]}" --train.steps=10 --checkpoint.checkpoint_every=10)
+        Z=("${TINY[@]}" --train.steps=10 --checkpoint.checkpoint_every=10)
     zck() { echo "$tmp/$1/checkpoints/step_00000010"; }
     mpirun -np 2 "$build/train_gpt_bf16emu" "${Z[@]}" --log.run_dir="$tmp/z0" > "$tmp/z0.out" 2>&1
     check "2 processes, ZeRO-0, bf16: the run finished with its step-10 checkpoint" '[ -f "$(zck z0)/DONE" ] || { tail -5 "$tmp/z0.out"; false; }'

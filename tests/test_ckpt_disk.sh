@@ -12,9 +12,7 @@
 # the first failed write, step 4 verifies, and resuming from it reproduces the run.
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-tmp=$(mktemp -d)
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 X=("${TINY[@]}" --train.steps=12 --checkpoint.checkpoint_every=4 --checkpoint.keep_last=1)
 train=$(cd "$build" && pwd)/train_gpt

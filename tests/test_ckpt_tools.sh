@@ -10,10 +10,7 @@
 #   errors   a damaged checkpoint, an unknown command, a missing option
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 tool="$build/gatedgpt_ckpt"
 X=("${TINY[@]}" --train.steps=8 --checkpoint.checkpoint_every=4 --checkpoint.keep_last=0
    --log.val_every=4 --log.val_batches=3 --log.sample_every=4 --log.sample_tokens=12)

@@ -12,9 +12,7 @@
 # with CRASH_SEED=N (the moments a kill lands at still depend on the machine's speed).
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-tmp=$(mktemp -d)
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 seed=${CRASH_SEED:-1}

@@ -6,6 +6,7 @@
 #include "../kernels/ops.h"
 #include "../model/gpt.h"
 #include "../model/probe.h"
+#include "../train/probe_record.h"
 #include "../train/spike.h"
 
 static float* fbuf(size_t n, double scale) { float* p = ops_malloc(n * sizeof(float)); tu_fill(p, n, scale); return p; }

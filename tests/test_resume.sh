@@ -8,10 +8,7 @@
 # a damaged checkpoint is an error naming the file; a fresh run into a used directory is refused.
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 X=("${TINY[@]}" --train.steps=16 --checkpoint.checkpoint_every=4 --checkpoint.keep_last=0
    --log.val_every=4 --log.val_batches=2 --metrics.probe_every=4 --log.sample_every=8 --log.sample_tokens=8)
 

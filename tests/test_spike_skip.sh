@@ -10,11 +10,7 @@
 # and for a step that was not skipped, the opposite (so the comparison itself can fail).
 set -uo pipefail
 build=$1
-bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null || exit 1
-source tests/ckpt_common.sh
-PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit)
 "$build/train_gpt" "${TINY[@]}" --train.steps=12 --checkpoint.checkpoint_every=1 --checkpoint.keep_last=0 \
     --log.run_dir="$tmp/run" > "$tmp/run.out" 2>&1 || { echo "FAIL: run"; tail -5 "$tmp/run.out"; exit 1; }
 ck() { echo "$tmp/run/checkpoints/step_$(printf %08d "$1")"; }

@@ -39,6 +39,24 @@ int resume_find(const char* spec, const char* dir, char* path, size_t n) {
     return 0;
 }
 
+int resume_resolve(Comm* comm, const char* spec, const char* dir, const Config* cfg, char* path, size_t n) {
+    if (!spec) return 0;
+    int resuming = 0;
+    memset(path, 0, n);
+    if (comm->rank == 0) resuming = resume_find(spec, dir, path, n);
+    comm_broadcast(comm, &resuming, sizeof resuming);
+    comm_broadcast(comm, path, n);
+    if (resuming < 0) return -1;
+    if (!resuming) {
+        printf("resume: no complete checkpoint in %s: starting from step 0\n", dir);
+        return 0;
+    }
+    Config saved;
+    if (checkpoint_load_config(path, &saved) != 0) return -1;
+    if (resume_check_config(&saved, cfg, path) != 0) return -1;
+    return 1;
+}
+
 // Sections whose keys define the network: a checkpoint's weights only fit the same values.
 static const char* const ARCH_SECTIONS[] = {"model", "moe"};
 // Keys that change only the run's length, what is logged, or where files go.

@@ -8,6 +8,7 @@
 #include "model/optim.h"
 #include "data/dataloader.h"
 #include "train/checkpoint.h"
+#include "train/comm.h"
 
 // The checkpoint to resume from. spec "auto": the newest complete checkpoint in dir that
 // verifies; a newer one that fails verification is reported with a warning and skipped.
@@ -15,6 +16,12 @@
 // when spec is "auto" and dir holds no complete checkpoint (start fresh), -1 on error (every
 // complete checkpoint in dir is damaged, or the given one is).
 int resume_find(const char* spec, const char* dir, char* path, size_t n);
+
+// What --resume SPEC resolves to, on every rank: rank 0 chooses (resume_find), every rank takes
+// its choice (path: n bytes, broadcast), and the checkpoint's config must accept this run's cfg
+// (resume_check_config). Returns 1 with path filled, 0 to start fresh (spec NULL, or "auto" over
+// a directory without checkpoints: said on stdout), -1 after an error line.
+int resume_resolve(Comm* comm, const char* spec, const char* dir, const Config* cfg, char* path, size_t n);
 
 // Compares this run's config with the checkpoint's. Any difference in an architecture section
 // ([model], and [moe] once it exists: whole sections, key by key) is refused: returns -1 after

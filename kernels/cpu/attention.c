@@ -2,35 +2,17 @@
 //   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE, value gate)
 //   attention: causal GQA softmax attention with the optional sdpa output gate
 // Token n = b*T + t. q[N, H*hd], k/v[N, Hkv*hd]; head h of q uses kv head h / (H/Hkv).
+// The gate's column layout, predicates and activation: kernels/attn_gate.h.
 #include "../ops.h"
+#include "../attn_gate.h"
 #include "cpu_common.h"
 
-int ops_attn_gate_cols(const OpsAttnShape* s) {
-    if (s->gate == OPS_GATE_NONE) return 0;
-    int heads = (s->gate_pos == OPS_GATEPOS_SDPA) ? s->H : s->Hkv;
-    return s->gate == OPS_GATE_ELEMENTWISE ? heads * s->hd : heads;
-}
-int ops_attn_qkv_cols(const OpsAttnShape* s) {
-    return (s->H + 2 * s->Hkv) * s->hd + ops_attn_gate_cols(s);
-}
+int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); }
+int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 
-// gate activation a(z) and its derivative a'(z)
-static inline float gate_act(OpsGateAct act, float z) {
-    float sg = cpu_sigmoid(z);
-    switch (act) {
-    case OPS_ACT_NS_SIGMOID: return 0.5f + 0.5f * sg;
-    case OPS_ACT_SILU: return z * sg;
-    default: return sg;
-    }
-}
-static inline float gate_act_grad(OpsGateAct act, float z) {
-    float sg = cpu_sigmoid(z);
-    switch (act) {
-    case OPS_ACT_NS_SIGMOID: return 0.5f * sg * (1.0f - sg);
-    case OPS_ACT_SILU: return sg + z * sg * (1.0f - sg);
-    default: return sg * (1.0f - sg);
-    }
-}
+// gate activation a(z) and its derivative a'(z) (attn_gate.h), over the CPU's sigmoid
+static inline float gate_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
+static inline float gate_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
 
 // RoPE tables cos/sin[T, hd/2]: angle = t * base^(-2i/hd), computed in double.
 static void rope_tables(float* cs, float* sn, int T, int hd, float base) {
@@ -41,6 +23,11 @@ static void rope_tables(float* cs, float* sn, int T, int hd, float base) {
             cs[t * half + i] = (float)cos(ang);
             sn[t * half + i] = (float)sin(ang);
         }
+}
+static void rope_tables_alloc(float** cs, float** sn, int T, int hd, float base) {
+    *cs = cpu_calloc((size_t)T * (hd / 2), sizeof(float));
+    *sn = cpu_calloc((size_t)T * (hd / 2), sizeof(float));
+    rope_tables(*cs, *sn, T, hd, base);
 }
 
 // rotate_half convention: pairs (i, i + hd/2).  dir = +1 forward, -1 inverse (= transpose).
@@ -58,15 +45,10 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
     const int N = s->B * s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, T = s->T;
     const int QKVG = ops_attn_qkv_cols(s), half = hd / 2;
-    const int zoff = (H + 2 * Hkv) * hd;
-    const int vgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_VALUE;
-    float* cs = NULL;
-    float* sn = NULL;
-    if (s->rope) {
-        cs = cpu_calloc((size_t)T * half, sizeof(float));
-        sn = cpu_calloc((size_t)T * half, sizeof(float));
-        rope_tables(cs, sn, T, hd, s->rope_base);
-    }
+    const int zoff = attn_shape_z_off(s);
+    const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
+    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
+    if (s->rope) rope_tables_alloc(&cs, &sn, T, hd, s->rope_base);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* row = qkv + (size_t)n * QKVG;
@@ -87,13 +69,12 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
             }
             if (s->rope) rope_apply(dst, cs + (size_t)t * half, sn + (size_t)t * half, hd, 1.0f);
         }
-        const float* vs = row + (size_t)(H + Hkv) * hd;
+        const float* vs = row + attn_v_off(H, Hkv, hd);
         float* vd = v + (size_t)n * Hkv * hd;
         for (int j = 0; j < Hkv * hd; j++) {
             float g = 1.0f;
             if (vgate) {
-                int zi = s->gate == OPS_GATE_ELEMENTWISE ? j : j / hd;
-                g = gate_act(s->gate_act, row[zoff + zi]);
+                g = gate_act(s->gate_act, row[zoff + attn_gate_logit(s->gate, j / hd, j % hd, hd)]);
             }
             vd[j] = vs[j] * g;
         }
@@ -108,15 +89,10 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                             const OpsAttnShape* s) {
     const int N = s->B * s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, T = s->T;
     const int QKVG = ops_attn_qkv_cols(s), half = hd / 2;
-    const int zoff = (H + 2 * Hkv) * hd;
-    const int vgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_VALUE;
-    float* cs = NULL;
-    float* sn = NULL;
-    if (s->rope) {
-        cs = cpu_calloc((size_t)T * half, sizeof(float));
-        sn = cpu_calloc((size_t)T * half, sizeof(float));
-        rope_tables(cs, sn, T, hd, s->rope_base);
-    }
+    const int zoff = attn_shape_z_off(s);
+    const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
+    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
+    if (s->rope) rope_tables_alloc(&cs, &sn, T, hd, s->rope_base);
     // per-block partial sums of the qk-norm weight gradients: [nb][2][hd]
     int nb = cpu_nblocks(N);
     float* part = s->qk_norm ? cpu_calloc((size_t)nb * 2 * hd, sizeof(float)) : NULL;
@@ -152,8 +128,8 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                 }
             }
             // v (and the value gate): v' = v * a(z)
-            const float* vs = row + (size_t)(H + Hkv) * hd;
-            float* dvs = drow + (size_t)(H + Hkv) * hd;
+            const float* vs = row + attn_v_off(H, Hkv, hd);
+            float* dvs = drow + attn_v_off(H, Hkv, hd);
             const float* dvn = dv + (size_t)n * Hkv * hd;
             if (!vgate) {
                 for (int j = 0; j < Hkv * hd; j++) dvs[j] = dvn[j];
@@ -224,8 +200,8 @@ static void att_scores(float* S, float* lse_rows, const float* Q, int ldq, const
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
-    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = (H + 2 * Hkv) * hd;
-    const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
+    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
     const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel
@@ -252,7 +228,7 @@ void ops_attention_forward(float* y, float* yg, float* lse, const float* q, cons
                     const float* z = qkv + n * QKVG + zoff;
                     for (int i = 0; i < hd; i++) {
                         float g = 1.0f;
-                        if (sgate) g = gate_act(s->gate_act, s->gate == OPS_GATE_ELEMENTWISE ? z[h * hd + i] : z[h]);
+                        if (sgate) g = gate_act(s->gate_act, z[attn_gate_logit(s->gate, h, i, hd)]);
                         ygt[i] = yt[i] * g;
                     }
                 }
@@ -272,8 +248,8 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                             const float* y, const float* lse, const float* qkv,
                             const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
-    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = (H + 2 * Hkv) * hd;
-    const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
+    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
     const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const float* dy = dyg;

@@ -10,54 +10,18 @@
 #include "../ops.h"
 #include "cpu_common.h"
 #include <string.h>
+#define MOE_ROUTER_SIGMOID cpu_sigmoid
+#include "../moe_router.h"   // the router's backward for one token (shared with the CUDA backend)
 
 // ---------------------------------------------------------------------------------------------
 // router
-
-// Indices of the k largest of r[0..E), largest first, ties to the lower index (a strict '>'
-// in an ascending scan keeps the first of equal values). O(k E): k and E are small.
-static void router_topk(int* idx, const float* r, int E, int k) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < E; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= idx[q] == i;
-            if (taken) continue;
-            if (best < 0 || r[i] > r[best]) best = i;
-        }
-        idx[j] = best;
-    }
-}
 
 void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
                             const float* logits, int N, int E, int k, OpsRouter kind) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float* r = logits + (size_t)n * E;
-        float* p = probs + (size_t)n * E;
-        int* idx = topk_idx + (size_t)n * k;
-        float* w = topk_w + (size_t)n * k;
-        float mx = -INFINITY;
-        for (int i = 0; i < E; i++) mx = r[i] > mx ? r[i] : mx;
-        float sum = 0.0f;
-        for (int i = 0; i < E; i++) sum += expf(r[i] - mx);
-        lse[n] = mx + logf(sum);
-        if (kind == OPS_ROUTER_SOFTMAX) {
-            for (int i = 0; i < E; i++) p[i] = expf(r[i] - mx) / sum;
-        } else {
-            float ssum = 0.0f;
-            for (int i = 0; i < E; i++) { p[i] = cpu_sigmoid(r[i]); ssum += p[i]; }
-            for (int i = 0; i < E; i++) p[i] /= ssum;
-        }
-        router_topk(idx, r, E, k);
-        // renormalised weights of the chosen experts
-        float wsum = 0.0f;
-        for (int j = 0; j < k; j++) {
-            // softmax over the chosen logits, shifted by the largest (the first) of them
-            w[j] = kind == OPS_ROUTER_SOFTMAX ? expf(r[idx[j]] - r[idx[0]]) : cpu_sigmoid(r[idx[j]]);
-            wsum += w[j];
-        }
-        for (int j = 0; j < k; j++) w[j] /= wsum;
+        moe_router_forward_token(probs + (size_t)n * E, topk_idx + (size_t)n * k, topk_w + (size_t)n * k,
+                                 &lse[n], logits + (size_t)n * E, E, k, kind);   // kernels/moe_router.h
     }
 }
 
@@ -66,49 +30,10 @@ void ops_moe_router_backward(float* dlogits, const float* dtopk_w, const float* 
                              const float* lse, const float* aux_grad, float z_grad, int N, int E,
                              int k, OpsRouter kind) {
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* r = logits + (size_t)n * E;
-        const float* p = probs + (size_t)n * E;
-        const int* idx = topk_idx + (size_t)n * k;
-        const float* w = topk_w + (size_t)n * k;
-        const float* g = dtopk_w + (size_t)n * k;
-        float* dr = dlogits + (size_t)n * E;
-        // top-k weights: w = normalise(f(r_chosen)), f = exp or sigmoid; gbar = sum_j w_j g_j
-        float gbar = 0.0f;
-        for (int j = 0; j < k; j++) gbar += w[j] * g[j];
-        for (int i = 0; i < E; i++) dr[i] = 0.0f;
-        if (kind == OPS_ROUTER_SOFTMAX) {
-            // d/dr_e w_j = w_j (delta_je - w_e)  ->  dr_e = w_e (g_e - gbar)
-            for (int j = 0; j < k; j++) dr[idx[j]] += w[j] * (g[j] - gbar);
-        } else {
-            // w_j = s_j / S_K  ->  dL/ds_e = (g_e - gbar) / S_K;  ds/dr = s (1 - s)
-            float sk = 0.0f;
-            for (int j = 0; j < k; j++) sk += cpu_sigmoid(r[idx[j]]);
-            for (int j = 0; j < k; j++) {
-                float s = cpu_sigmoid(r[idx[j]]);
-                dr[idx[j]] += (g[j] - gbar) / sk * s * (1.0f - s);
-            }
-        }
-        // load balancing: dL/dp_i = a_i for every token; abar = sum_i p_i a_i
-        float abar = 0.0f;
-        for (int i = 0; i < E; i++) abar += p[i] * aux_grad[i];
-        if (kind == OPS_ROUTER_SOFTMAX) {
-            for (int i = 0; i < E; i++) dr[i] += p[i] * (aux_grad[i] - abar);
-        } else {
-            // p_i = s_i / S  ->  dL/ds_m = (a_m - abar) / S
-            float ssum = 0.0f;
-            for (int i = 0; i < E; i++) ssum += cpu_sigmoid(r[i]);
-            for (int i = 0; i < E; i++) {
-                float s = cpu_sigmoid(r[i]);
-                dr[i] += (aux_grad[i] - abar) / ssum * s * (1.0f - s);
-            }
-        }
-        // z-loss: dL/dlse = z_grad * lse; dlse/dr = softmax(r)
-        if (z_grad != 0.0f) {
-            float zl = z_grad * lse[n];
-            for (int i = 0; i < E; i++) dr[i] += zl * expf(r[i] - lse[n]);
-        }
-    }
+    for (int n = 0; n < N; n++)
+        moe_router_backward_token(dlogits + (size_t)n * E, dtopk_w + (size_t)n * k, logits + (size_t)n * E,
+                                  probs + (size_t)n * E, topk_idx + (size_t)n * k, topk_w + (size_t)n * k,
+                                  lse[n], aux_grad, z_grad, E, k, (int)kind);
 }
 
 void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entropy, const float* probs,

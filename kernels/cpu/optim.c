@@ -1,6 +1,7 @@
 // kernels/cpu/optim.c: global gradient norm and AdamW.
 #include "../ops.h"
 #include "cpu_common.h"
+#include "../adamw.h"   // the per-element update (shared with the CUDA backend)
 
 // Fixed chunks of OPS_SUMSQ_CHUNK summed in double, chunk sums added in order: same bits for
 // any thread count.
@@ -30,12 +31,6 @@ void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float 
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     float decay = 1.0f - lr * wd;
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    }
+    for (size_t i = 0; i < n; i++)
+        adamw_update(&p[i], &m[i], &v[i], grad[i], grad_scale, lr, b1, b2, eps, decay, bc1, bc2);
 }

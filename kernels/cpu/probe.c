@@ -1,13 +1,11 @@
 // kernels/cpu/probe.c: statistics for the stability probe (F-Attn, gate scores, M-Act).
 // Not on the training path; written for clarity, deterministic.
 #include "../ops.h"
+#include "../attn_gate.h"
 #include "cpu_common.h"
 #include <string.h>
 
-static inline float probe_gate_act(OpsGateAct act, float z) {
-    float sg = cpu_sigmoid(z);
-    return act == OPS_ACT_NS_SIGMOID ? 0.5f + 0.5f * sg : act == OPS_ACT_SILU ? z * sg : sg;
-}
+static inline float probe_gate_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
 
 void ops_attn_first_token(float* head_mean, const float* q, const float* k, const float* lse,
                           const OpsAttnShape* s) {

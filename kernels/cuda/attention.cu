@@ -19,14 +19,9 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
-int ops_attn_gate_cols(const OpsAttnShape* s) {
-    if (s->gate == OPS_GATE_NONE) return 0;
-    int heads = (s->gate_pos == OPS_GATEPOS_SDPA) ? s->H : s->Hkv;
-    return s->gate == OPS_GATE_ELEMENTWISE ? heads * s->hd : heads;
-}
-int ops_attn_qkv_cols(const OpsAttnShape* s) {
-    return (s->H + 2 * s->Hkv) * s->hd + ops_attn_gate_cols(s);
-}
+// the gate's column layout, predicates and activation: kernels/attn_gate.h (via cuda_common.h)
+int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); }
+int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 
 // ---- RoPE tables ----------------------------------------------------------------------------
 // rope[t][0][i] = cos, rope[t][1][i] = sin of the angle t * base^(-2i/hd), i < hd/2, computed
@@ -64,7 +59,7 @@ static const float* rope_tables(int T, int hd, float base) {
 static AttnDims attn_dims(const OpsAttnShape* s) {
     AttnDims d;
     d.N = s->B * s->T; d.T = s->T; d.H = s->H; d.Hkv = s->Hkv; d.hd = s->hd;
-    d.QKVG = ops_attn_qkv_cols(s); d.zoff = (s->H + 2 * s->Hkv) * s->hd;
+    d.QKVG = attn_shape_qkv_cols(s); d.zoff = attn_shape_z_off(s);
     d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
     d.gate_act = s->gate_act; d.eps = s->eps;
     return d;
@@ -119,12 +114,12 @@ __global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float*
         for (int i = lane; i < hd; i += 32) act_st(&dst[i], rope_elem(src, w, r, i, hd, cs, sn, 1.0f));
     } else {
         int kh = j - d.H - d.Hkv;
-        const cact_t* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        const cact_t* vs = row + attn_v_off(d.H, d.Hkv, hd) + (size_t)kh * hd;
         cact_t* vd = v + ((size_t)n * d.Hkv + kh) * hd;
-        int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
+        int vgate = attn_gate_at_value(d.gate, d.gate_pos);
         for (int i = lane; i < hd; i += 32) {
             float g = 1.0f;
-            if (vgate) g = cuda_gate_act(d.gate_act, act_ld(row[d.zoff + (d.gate == OPS_GATE_ELEMENTWISE ? kh * hd + i : kh)]));
+            if (vgate) g = cuda_gate_act(d.gate_act, act_ld(row[d.zoff + attn_gate_logit(d.gate, kh, i, hd)]));
             act_st(&vd[i], act_ld(vs[i]) * g);
         }
     }
@@ -177,10 +172,10 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
     } else {
         // v' = v * a(z)
         int kh = j - d.H - d.Hkv;
-        const cact_t* vs = row + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
-        cact_t* dvs = drow + (size_t)(d.H + d.Hkv) * hd + (size_t)kh * hd;
+        const cact_t* vs = row + attn_v_off(d.H, d.Hkv, hd) + (size_t)kh * hd;
+        cact_t* dvs = drow + attn_v_off(d.H, d.Hkv, hd) + (size_t)kh * hd;
         const cact_t* dvn = dv + ((size_t)n * d.Hkv + kh) * hd;
-        int vgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_VALUE;
+        int vgate = attn_gate_at_value(d.gate, d.gate_pos);
         if (!vgate) {
             for (int i = lane; i < hd; i += 32) dvs[i] = dvn[i];   // same storage: a copy
         } else if (d.gate == OPS_GATE_ELEMENTWISE) {
@@ -350,7 +345,7 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
     // epilogue: normalise, save lse, apply the sdpa gate
     // (loops over r are unrolled with compile-time indices everywhere, so that m, l and o stay in
     // registers: a run-time index, or a `break`, moves them to local memory)
-    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    const int sgate = attn_gate_at_sdpa(d.gate, d.gate_pos);
     #pragma unroll
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
         const int t = t0 + warp * ATT_ROWS_PER_WARP + r;
@@ -367,7 +362,7 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
             float yy = o[r][e] * inv;
             act_st(&y[(n * H + h) * hd + c], yy);
             // yg from the fp32 y (rounded once, like y)
-            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * hd + c : h]));
+            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[attn_gate_logit(d.gate, h, c, hd)]));
             if (yg != y) act_st(&yg[(n * H + h) * hd + c], yy);
         }
     }
@@ -386,7 +381,7 @@ __global__ void attention_backward_pre_kernel(cact_t* dy, float* D, cact_t* dqkv
     int n = (int)(warp / d.H), h = (int)(warp % d.H);
     const cact_t* gy = dyg + ((size_t)n * d.H + h) * hd;
     const cact_t* yy = y + ((size_t)n * d.H + h) * hd;
-    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    const int sgate = attn_gate_at_sdpa(d.gate, d.gate_pos);
     float dsum = 0.0f;
     if (!sgate) {
         for (int i = lane; i < hd; i += 32) dsum += act_ld(gy[i]) * act_ld(yy[i]);
@@ -627,9 +622,9 @@ __global__ void attention_gate_apply_kernel(cact_t* yg, const cact_t* y, const c
     if (i >= (size_t)d.N * Hd) return;
     size_t n = i / Hd, j = i % Hd;   // j = h * hd + c
     float yy = act_ld(y[i]);
-    if (d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA) {
+    if (attn_gate_at_sdpa(d.gate, d.gate_pos)) {
         const cact_t* z = qkv + n * d.QKVG + d.zoff;
-        yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? j : j / d.hd]));
+        yy *= cuda_gate_act(d.gate_act, act_ld(z[attn_gate_logit(d.gate, (int)(j / d.hd), (int)(j % d.hd), d.hd)]));
     }
     act_st(&yg[i], yy);
 }
@@ -688,7 +683,7 @@ void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     const float scale = 1.0f / sqrtf((float)s->hd);
-    const int sgate = s->gate != OPS_GATE_NONE && s->gate_pos == OPS_GATEPOS_SDPA;
+    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
     float* D = (float*)cuda_scratch(CUDA_SCRATCH_ATTN_D, (size_t)d.N * d.H * sizeof(float));
     size_t warps = (size_t)d.N * d.H;
     attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(

@@ -194,7 +194,7 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
         __syncwarp();
     }
     // epilogue: normalise, save lse, apply the sdpa gate
-    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    const int sgate = attn_gate_at_sdpa(d.gate, d.gate_pos);
     for (int r = 0; r < 16; r++) {
         const int t = t0 + rw + r;
         if (t >= T) break;
@@ -205,7 +205,7 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
         for (int c = lane; c < HD; c += 32) {
             float yy = Ow[r * LDO + c] * inv;
             act_st(&y[(n * H + h) * HD + c], yy);
-            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]));
+            if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[attn_gate_logit(d.gate, h, c, HD)]));
             if (yg != y) act_st(&yg[(n * H + h) * HD + c], yy);
         }
     }

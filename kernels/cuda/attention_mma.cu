@@ -204,7 +204,7 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
     }
     // epilogue: the row sums over the quad, lse, normalise, the sdpa gate
     const float L0 = mm_quad_sum(l0), L1 = mm_quad_sum(l1);
-    const int sgate = d.gate != OPS_GATE_NONE && d.gate_pos == OPS_GATEPOS_SDPA;
+    const int sgate = attn_gate_at_sdpa(d.gate, d.gate_pos);
     #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int t = half ? row1 : row0;
@@ -220,7 +220,7 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
                 const int c = nt * 8 + 2 * tq + e;
                 float yy = o[nt][half * 2 + e] * inv;
                 act_st(&y[(n * H + h) * HD + c], yy);
-                if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[d.gate == OPS_GATE_ELEMENTWISE ? h * HD + c : h]));
+                if (sgate) yy *= cuda_gate_act(d.gate_act, act_ld(z[attn_gate_logit(d.gate, h, c, HD)]));
                 if (yg != y) act_st(&yg[(n * H + h) * HD + c], yy);
             }
         }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 extern "C" {
 #include "../ops.h"
+#include "../attn_gate.h"
 #include "cuda_backend.h"
 }
 
@@ -133,20 +134,14 @@ static inline unsigned cuda_blocks(size_t n, int threads) {
 // ---- device helpers -------------------------------------------------------------------------
 // expf/tanhf are CUDA's accurate versions (the build never uses --use_fast_math): ~2 ulp,
 // like the CPU's cpu_expf.
-__device__ __forceinline__ float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// (host and device: kernels/moe_router.h's __host__ __device__ function calls it)
+__host__ __device__ __forceinline__ float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// the attention gate's activation a(z) and its derivative a'(z) (kernels/cpu/attention.c)
-__device__ __forceinline__ float cuda_gate_act(int act, float z) {
-    float sg = cuda_sigmoid(z);
-    if (act == OPS_ACT_NS_SIGMOID) return 0.5f + 0.5f * sg;
-    if (act == OPS_ACT_SILU) return z * sg;
-    return sg;
-}
+// the attention gate's activation a(z) and its derivative a'(z) (kernels/attn_gate.h), over
+// the GPU's sigmoid
+__device__ __forceinline__ float cuda_gate_act(int act, float z) { return attn_gate_act_sg(act, z, cuda_sigmoid(z)); }
 __device__ __forceinline__ float cuda_gate_act_grad(int act, float z) {
-    float sg = cuda_sigmoid(z);
-    if (act == OPS_ACT_NS_SIGMOID) return 0.5f * sg * (1.0f - sg);
-    if (act == OPS_ACT_SILU) return sg + z * sg * (1.0f - sg);
-    return sg * (1.0f - sg);
+    return attn_gate_act_grad_sg(act, z, cuda_sigmoid(z));
 }
 
 // Butterfly (xor) warp reductions: every lane ends with the same bits (each step adds the same

@@ -16,6 +16,8 @@
 #include "cuda_common.h"
 #include <cublas_v2.h>
 #include <string.h>
+#define MOE_ROUTER_SIGMOID cuda_sigmoid
+#include "../moe_router.h"   // the router's backward for one token
 
 // y[n] += x[n] (act_t; the sum in fp32, rounded once)
 __global__ static void accumulate_kernel(cact_t* y, const cact_t* x, size_t n) {
@@ -38,40 +40,9 @@ __global__ static void router_forward_kernel(float* probs, int* topk_idx, float*
                                              const float* logits, int N, int E, int k, int kind) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const float* r = logits + (size_t)n * E;
-    float* p = probs + (size_t)n * E;
-    int* idx = topk_idx + (size_t)n * k;
-    float* w = topk_w + (size_t)n * k;
-    float mx = -INFINITY;
-    for (int i = 0; i < E; i++) mx = fmaxf(mx, r[i]);
-    float sum = 0.0f;
-    for (int i = 0; i < E; i++) sum += expf(r[i] - mx);
-    lse[n] = mx + logf(sum);
-    if (kind == OPS_ROUTER_SOFTMAX) {
-        for (int i = 0; i < E; i++) p[i] = expf(r[i] - mx) / sum;
-    } else {
-        float ssum = 0.0f;
-        for (int i = 0; i < E; i++) { p[i] = cuda_sigmoid(r[i]); ssum += p[i]; }
-        for (int i = 0; i < E; i++) p[i] /= ssum;
-    }
-    // top-k: the k largest logits, largest first, ties to the lower index (strict '>')
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < E; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= idx[q] == i;
-            if (taken) continue;
-            if (best < 0 || r[i] > r[best]) best = i;
-        }
-        idx[j] = best;
-    }
-    // renormalised weights: softmax over the chosen logits (shifted by the largest), or s / sum s
-    float wsum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        w[j] = kind == OPS_ROUTER_SOFTMAX ? expf(r[idx[j]] - r[idx[0]]) : cuda_sigmoid(r[idx[j]]);
-        wsum += w[j];
-    }
-    for (int j = 0; j < k; j++) w[j] /= wsum;
+    // the same per-token code as the CPU's (kernels/moe_router.h)
+    moe_router_forward_token(probs + (size_t)n * E, topk_idx + (size_t)n * k, topk_w + (size_t)n * k,
+                             &lse[n], logits + (size_t)n * E, E, k, kind);
 }
 
 extern "C" void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_w, float* lse,
@@ -83,48 +54,16 @@ extern "C" void ops_moe_router_forward(float* probs, int* topk_idx, float* topk_
     CUDA_LAUNCH_CHECK("router_forward_kernel");
 }
 
-// dlogits[n, :] (=): the three terms of kernels/cpu/moe.c, derived there
+// dlogits[n, :] (=): the three terms, kernels/moe_router.h (shared with the CPU backend)
 __global__ static void router_backward_kernel(float* dlogits, const float* dtopk_w, const float* logits,
                                               const float* probs, const int* topk_idx, const float* topk_w,
                                               const float* lse, const float* aux_grad, float z_grad, int N,
                                               int E, int k, int kind) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const float* r = logits + (size_t)n * E;
-    const float* p = probs + (size_t)n * E;
-    const int* idx = topk_idx + (size_t)n * k;
-    const float* w = topk_w + (size_t)n * k;
-    const float* g = dtopk_w + (size_t)n * k;
-    float* dr = dlogits + (size_t)n * E;
-    float gbar = 0.0f;
-    for (int j = 0; j < k; j++) gbar += w[j] * g[j];
-    for (int i = 0; i < E; i++) dr[i] = 0.0f;
-    if (kind == OPS_ROUTER_SOFTMAX) {
-        for (int j = 0; j < k; j++) dr[idx[j]] += w[j] * (g[j] - gbar);
-    } else {
-        float sk = 0.0f;
-        for (int j = 0; j < k; j++) sk += cuda_sigmoid(r[idx[j]]);
-        for (int j = 0; j < k; j++) {
-            float s = cuda_sigmoid(r[idx[j]]);
-            dr[idx[j]] += (g[j] - gbar) / sk * s * (1.0f - s);
-        }
-    }
-    float abar = 0.0f;
-    for (int i = 0; i < E; i++) abar += p[i] * aux_grad[i];
-    if (kind == OPS_ROUTER_SOFTMAX) {
-        for (int i = 0; i < E; i++) dr[i] += p[i] * (aux_grad[i] - abar);
-    } else {
-        float ssum = 0.0f;
-        for (int i = 0; i < E; i++) ssum += cuda_sigmoid(r[i]);
-        for (int i = 0; i < E; i++) {
-            float s = cuda_sigmoid(r[i]);
-            dr[i] += (aux_grad[i] - abar) / ssum * s * (1.0f - s);
-        }
-    }
-    if (z_grad != 0.0f) {
-        float zl = z_grad * lse[n];
-        for (int i = 0; i < E; i++) dr[i] += zl * expf(r[i] - lse[n]);
-    }
+    moe_router_backward_token(dlogits + (size_t)n * E, dtopk_w + (size_t)n * k, logits + (size_t)n * E,
+                              probs + (size_t)n * E, topk_idx + (size_t)n * k, topk_w + (size_t)n * k,
+                              lse[n], aux_grad, z_grad, E, k, kind);
 }
 
 extern "C" void ops_moe_router_backward(float* dlogits, const float* dtopk_w, const float* logits,

@@ -1,6 +1,7 @@
 // kernels/cuda/optim.cu: sums of squares (the global gradient norm) and AdamW.
 #include "cuda_common.h"
 #include <math.h>
+#include "../adamw.h"   // the per-element update (shared with the CPU backend)
 
 // part[c] = sum of x[i]^2 in double over chunk c = [c*OPS_SUMSQ_CHUNK, (c+1)*OPS_SUMSQ_CHUNK).
 // One block per chunk; each thread sums a fixed strided subset, then a fixed-order block sum:
@@ -44,12 +45,7 @@ __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, si
                              float bc1, float bc2) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i] * grad_scale;
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    adamw_update(&p[i], &m[i], &v[i], grad[i], grad_scale, lr, b1, b2, eps, decay, bc1, bc2);
 }
 
 void ops_adamw(float* p, const float* grad, float* m, float* v, size_t n, float lr, float b1,

@@ -1,7 +1,9 @@
 // tests/cudaemu/cudaemu.h: a CUDA emulator on the CPU, for testing the CUDA backend where no GPU
 // is present (docs/gpu.md "The CUDA emulator"). Force-included (g++ -include) into every
 // kernels/cuda/*.cu after tests/cudaemu/cudaemu_rewrite.py has turned its launches into
-// emu_launch(...).run(...) calls; the runtime is tests/cudaemu/cudaemu_rt.cpp.
+// emu_launch(...).run(...) calls; the runtime is tests/cudaemu/cudaemu_rt.cpp, cuBLASLt / cuBLAS
+// tests/cudaemu/cudaemu_blas.cpp, NCCL tests/cudaemu/cudaemu_nccl.cpp (MPI builds), and
+// tests/cudaemu/cudaemu_cudnn.cpp stands in for cuDNN.
 //
 // What it emulates, and how:
 //   - a launch runs its blocks one after another; the threads of a block are fibers (own
@@ -22,8 +24,11 @@
 //     CUB's radix sort is a stable sort.
 //   - mma.sync.m16n8k16 and ldmatrix follow the fragment layouts of the PTX ISA; WMMA fragments
 //     hold the whole tile in every lane (their layout is opaque, so any layout is faithful).
+//   - NCCL's collectives are MPI collectives on the same (host) buffers, in the order issued;
+//     without MPI there is one rank and each is a copy.
 // What it does not: timing, memory-model races (threads of a block run one at a time), the
-// exact order of cuBLAS's and the tensor cores' fp32 additions, cuDNN and NCCL.
+// exact order of cuBLAS's, the tensor cores' and NCCL's fp32 additions, and cuDNN
+// (attn_impl = cudnn stops with a message, as in a build without the cudnn-frontend headers).
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

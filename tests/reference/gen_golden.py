@@ -2,9 +2,9 @@
 """Generate the golden files the C model is tested against (tests/golden/NAME.bin).
 
 For each tests/golden/NAME.ini:
-  - seed a torch.Generator with [train] seed; draw B x (T+1) tokens in [0, vocab_size)
-    (inputs = tokens[:, :T], targets = tokens[:, 1:]) and then the initial parameters in
-    float32, in the spec's parameter order;
+  - seed a numpy RandomState with [train] seed (its stream is frozen by numpy); draw
+    B x (T+1) tokens in [0, vocab_size) (inputs = tokens[:, :T], targets = tokens[:, 1:]) and
+    then the initial parameters in float32, in the spec's parameter order;
   - from those exact float32 values, in float64: forward (logits, loss), backward (gradients),
     and 3 steps of clip + AdamW on the same batch with constant lr;
   - write everything, rounded to float32, in the spec's golden format.

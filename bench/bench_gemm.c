@@ -1,4 +1,4 @@
-// kernels/cpu/bench_gemm.c: which CPU sgemm library the CPU backend builds on, by measurement.
+// bench/bench_gemm.c: which CPU sgemm library the CPU backend builds on, by measurement.
 //
 // Times the row-major fp32 GEMMs of one GPT-2 124M training step at B*T = N tokens (default
 // 256 = B 4 x T 64), for each library side by side, and prints GFLOP/s per GEMM, the step's
@@ -29,7 +29,7 @@
 // silently run one library twice. A library that is not installed is skipped, and the build
 // needs no BLAS headers. Build with gcc (libgomp is the OpenMP runtime oneDNN and Debian's
 // blis-openmp use; clang's libomp would add a second runtime):
-//   gcc -O2 -std=c11 -fopenmp kernels/cpu/bench_gemm.c -o build/bench_gemm -ldl -lm
+//   gcc -O2 -std=c11 -fopenmp bench/bench_gemm.c -o build/bench_gemm -ldl -lm
 // Threads: --threads (default 2), set through each library's own setter and OMP_NUM_THREADS /
 // OPENBLAS_NUM_THREADS / BLIS_NUM_THREADS. OPENBLAS_CORETYPE is left as the environment has it.
 #define _GNU_SOURCE  // RTLD_DEEPBIND

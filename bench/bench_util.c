@@ -1,0 +1,155 @@
+// bench/bench_util.c: small utilities of bench_train (bench/bench_train.h).
+#include "bench_train.h"
+
+
+// snprintf that may truncate (paths and messages are bounded; truncation only shortens them)
+__attribute__((format(printf, 3, 4))) int sfmt(char* buf, size_t cap, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+int read_full(int fd, void* buf, size_t n) {
+    char* p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r; n -= (size_t)r;
+    }
+    return 0;
+}
+
+int write_full(int fd, const void* buf, size_t n) {
+    const char* p = buf;
+    while (n > 0) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r; n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+double median(const double* v, int n) {
+    if (n <= 0) return NAN;
+    double* s = malloc(n * sizeof(double));
+    memcpy(s, v, n * sizeof(double));
+    qsort(s, n, sizeof(double), cmp_double);
+    double m = (n & 1) ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+int is_dir(const char* p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int is_file(const char* p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// mkdir -p of the directory part of `path`
+int make_parent_dirs(const char* path) {
+    char buf[PATH_LEN];
+    sfmt(buf, sizeof(buf), "%s", path);
+    char* slash = strrchr(buf, '/');
+    if (!slash || slash == buf) return 0;
+    *slash = 0;
+    for (char* p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+// Share of the machine's CPU time that was busy over `seconds` (from /proc/stat; -1 if unknown).
+// Sampled while our workers are idle, it is what other processes use: the timings are only
+// meaningful on an otherwise idle machine (OpenMP barriers degrade badly when a core is taken).
+int read_cpu_times(unsigned long long* busy, unsigned long long* total) {
+    FILE* f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    unsigned long long v[10] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+    fclose(f);
+    if (n < 4) return -1;
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += v[i];      // guest time is already in user
+    *busy = *total - v[3] - v[4];                     // minus idle and iowait
+    return 0;
+}
+
+double cpu_busy_fraction(double seconds) {
+    unsigned long long b0, t0, b1, t1;
+    if (read_cpu_times(&b0, &t0) != 0) return -1.0;
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    if (read_cpu_times(&b1, &t1) != 0 || t1 <= t0) return -1.0;
+    return (double)(b1 - b0) / (double)(t1 - t0);
+}
+
+// value of "key": NUMBER in a one-line JSON object (no nesting needed here); 0 if absent
+int json_num(const char* line, const char* key, double* out) {
+    char pat[64];
+    sfmt(pat, sizeof(pat), "\"%s\":", key);
+    const char* p = strstr(line, pat);
+    if (!p) return 0;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    if (strncmp(p, "NaN", 3) == 0) { *out = NAN; return 1; }
+    char* end;
+    double v = strtod(p, &end);
+    if (end == p) return 0;
+    *out = v;
+    return 1;
+}
+
+// value of "key": "STRING" (escapes left as they are), into out; 0 if absent
+int json_str(const char* line, const char* key, char* out, size_t cap) {
+    char pat[64];
+    sfmt(pat, sizeof(pat), "\"%s\":", key);
+    const char* p = strstr(line, pat);
+    if (!p) return 0;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    if (*p != '"') return 0;
+    p++;
+    size_t n = 0;
+    while (*p && !(*p == '"' && p[-1] != '\\') && n + 1 < cap) out[n++] = *p++;
+    out[n] = 0;
+    return 1;
+}
+
+void json_escape(FILE* f, const char* s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void json_num_or_null(FILE* f, double v, const char* fmt) {
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}

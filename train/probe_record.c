@@ -1,0 +1,57 @@
+// train/probe_record.c: the probe record (train/probe_record.h).
+#include "probe_record.h"
+#include "jsonl.h"
+
+// the probe's floats: 6 significant digits (null when not finite)
+static void jfloat(Jsonl* j, const char* key, float v) { jsonl_fmt(j, key, "%.6g", v); }
+
+void probe_write_json(const ProbeResult* r, FILE* f) {
+    Jsonl j;
+    jsonl_begin(&j, f, "probe", r->step);
+    jfloat(&j, "loss", r->loss);
+    jfloat(&j, "f_attn_uniform", r->f_attn_uniform);
+    jfloat(&j, "f_attn_mean", r->f_attn_mean);
+    jfloat(&j, "m_act_mean", r->m_act_mean);
+    jfloat(&j, "gate_mean", r->gate_mean);
+    jfloat(&j, "ms", r->ms);
+    jsonl_arr(&j, "layers");
+    for (int l = 0; l < r->n_layer; l++) {
+        const ProbeLayer* p = &r->layer[l];
+        jsonl_obj(&j, NULL);
+        jsonl_int(&j, "layer", l);
+        jfloat(&j, "f_attn", p->f_attn);
+        jfloat(&j, "f_attn_max_head", p->f_attn_max_head);
+        jsonl_int(&j, "sink_heads", p->sink_heads);
+        jfloat(&j, "m_act", p->m_act);
+        jsonl_int(&j, "m_act_pos", p->m_act_pos);
+        jfloat(&j, "m_act_ratio", p->m_act_ratio);
+        jfloat(&j, "attn_out_max", p->attn_out_max);
+        jsonl_int(&j, "attn_out_pos", p->attn_out_pos);
+        jfloat(&j, "mlp_out_max", p->mlp_out_max);
+        jsonl_int(&j, "mlp_out_pos", p->mlp_out_pos);
+        jfloat(&j, "gate_mean", p->gate_mean);
+        if (r->has_gate) {
+            jsonl_arr(&j, "gate_hist");
+            for (int i = 0; i < 10; i++) jfloat(&j, NULL, p->gate_hist[i]);
+            jsonl_close(&j);
+        } else {
+            jsonl_null(&j, "gate_hist");
+        }
+        if (p->n_expert > 0) {
+            jsonl_obj(&j, "moe");
+            jsonl_arr(&j, "tokens_per_expert");
+            for (int i = 0; i < p->n_expert; i++) jsonl_int(&j, NULL, p->moe_counts[i]);
+            jsonl_close(&j);
+            jfloat(&j, "max_load", p->moe_max_load);
+            jfloat(&j, "entropy", p->moe_entropy);
+            jfloat(&j, "aux", p->moe_aux);
+            jfloat(&j, "z", p->moe_z);
+            jsonl_int(&j, "dropped", p->moe_dropped);
+            jsonl_close(&j);
+        } else {
+            jsonl_null(&j, "moe");
+        }
+        jsonl_close(&j);
+    }
+    jsonl_end(&j);
+}
