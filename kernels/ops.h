@@ -101,7 +101,8 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, con
 int ops_attn_gate_cols(const OpsAttnShape* s);   // G
 int ops_attn_qkv_cols(const OpsAttnShape* s);    // QKVG
 
-// prep: split qkv, qk-norm (saves qk_rstd[N, H+Hkv]), rope, value gate.
+// prep: split qkv, qk-norm (saves qk_rstd[N, H+Hkv]), rope (token t of a sequence at position
+// s->pos0 + t, with s->rope_scale: kernels/rope.h), value gate.
 //   q[N, H*hd], k[N, Hkv*hd], v[N, Hkv*hd] (=)
 void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const act_t* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s);
@@ -122,6 +123,33 @@ void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t*
                             const act_t* dyg, const act_t* q, const act_t* k, const act_t* v,
                             const act_t* y, const float* lse, const act_t* qkv,
                             const OpsAttnShape* s);
+
+// ---------------------------------------------------------------------------------------------
+// KV cache (inference: sampling, scoring, long-context and streaming evaluation; model/kv_cache.h).
+// A cache holds, per layer, kc and vc [B, Tc, Hkv*hd]: slot j of sequence b at row b*Tc + j; k
+// as the prep op leaves it (after qk-norm and RoPE at its position), v after the value gate.
+// The T new tokens of a forward are s->T tokens of each of s->B sequences.
+
+// kc[b, slot0 + t, :] (=) k[b*T + t, :], vc likewise from v, for t < T (slot0 + T <= Tc)
+void ops_kv_cache_write(act_t* kc, act_t* vc, const act_t* k, const act_t* v, int slot0, int Tc,
+                        const OpsAttnShape* s);
+// Attention of the T new queries q[N, H*hd] over the first n_ctx slots of the cache (the new
+// tokens written already): query t sits at slot n_ctx - T + t and sees slots 0 .. n_ctx - T + t
+// (with T = 1, all n_ctx: the order of the slots does not matter then, so a rolling window may
+// keep them in any order). y, yg, lse[B, H, T] (=) as ops_attention_forward (the sdpa gate from
+// qkv's z columns of the new tokens). sink[B, H, T] (=, skipped when NULL): the attention
+// probability summed over slots 0 .. n_sink - 1 (F-Attn on a cache whose first slots hold the
+// sequence's first tokens).
+void ops_attention_cached_forward(act_t* y, act_t* yg, float* lse, float* sink, const act_t* q,
+                                  const act_t* kc, const act_t* vc, const act_t* qkv, int n_ctx,
+                                  int Tc, int n_sink, const OpsAttnShape* s);
+// x[n_rows, n_heads*hd] (in place): row r rotated by RoPE at position pos0 + r with s's base and
+// scaling (the rotation the prep op applies; kernels/rope.h); dir = -1: the inverse rotation
+// (divided by the YaRN attention factor, so that it undoes dir = +1 exactly up to roundoff).
+void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s);
+// Bytes the backend can still allocate, for errors before an allocation that cannot fit (CPU:
+// the kernel's MemAvailable; CUDA: cudaMemGetInfo's free memory).
+size_t ops_mem_available(void);
 
 // ---------------------------------------------------------------------------------------------
 // probe statistics (instrumented forward passes; not part of the training step). Outputs marked

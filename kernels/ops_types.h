@@ -47,12 +47,29 @@ typedef enum { OPS_ACT_SIGMOID = 0, OPS_ACT_NS_SIGMOID = 1, OPS_ACT_SILU = 2 } O
 // backend's bf16 tensor-core flash kernel (CUDA only; both compute in bf16). The CPU backend
 // has one implementation and ignores this.
 typedef enum { OPS_ATTN_FUSED = 0, OPS_ATTN_CUDNN = 1, OPS_ATTN_FLASH = 2 } OpsAttnImpl;
+// RoPE scaling for contexts longer than training (kernels/rope.h has the math, once for every
+// backend; docs/config.md the keys): none, linear position interpolation, NTK-aware base
+// scaling, YaRN.
+typedef enum { OPS_ROPE_NONE = 0, OPS_ROPE_LINEAR = 1, OPS_ROPE_NTK = 2, OPS_ROPE_YARN = 3 } OpsRopeScaling;
+typedef struct {
+    OpsRopeScaling kind;
+    float factor;        // s = L_new / L_train (>= 1); none ignores it
+    int orig_len;        // L_train: YaRN's ramp is over r_i = orig_len / wavelength_i
+    float beta_fast;     // YaRN: pairs with r_i > beta_fast keep their frequency (default 32)
+    float beta_slow;     // YaRN: pairs with r_i < beta_slow are interpolated by s (default 1)
+    float attn_factor;   // YaRN: cos and sin are multiplied by it (logits by its square);
+                         // 0 = transformers' default 0.1 ln(s) + 1
+} OpsRope;
 typedef struct {
     int B, T;
     int H, Hkv, hd;      // query heads, key/value heads, head dim
     int qk_norm;         // RMSNorm over hd on q and k (weights [hd])
     int rope;            // rotate q, k (rotate_half convention) with base rope_base
     float rope_base;
+    OpsRope rope_scale;  // RoPE scaling (OPS_ROPE_NONE in the default config)
+    int pos0;            // the position of token t = 0 of every sequence: RoPE angles (and the
+                         // KV cache's causal offset) use pos0 + t. 0 in training; KV-cache
+                         // decoding sets it to the number of tokens already cached.
     float eps;           // qk-norm epsilon
     OpsGate gate;
     OpsGatePos gate_pos;

@@ -47,6 +47,7 @@ static const char* const MLP_NAMES[] = {"swiglu", "gelu"};
 static const char* const GATE_NAMES[] = {"none", "elementwise", "headwise"};
 static const char* const GATEPOS_NAMES[] = {"sdpa", "value"};
 static const char* const GATEACT_NAMES[] = {"sigmoid", "ns_sigmoid", "silu"};
+static const char* const ROPE_SCALING_NAMES[] = {"none", "linear", "ntk", "yarn"};
 static const char* const ATTN_IMPL_NAMES[] = {"fused", "cudnn", "flash"};
 static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
 static const char* const ONERROR_NAMES[] = {"continue", "exit"};
@@ -73,6 +74,12 @@ static const KeyDef KEYS[] = {
     K_INT("model", "max_seq_len", model.max_seq_len, "1024"),
     K_ENUM("model", "pos", model.pos, POS_NAMES, "rope"),
     K_FLOAT("model", "rope_base", model.rope_base, "10000"),
+    K_ENUM("model", "rope_scaling", model.rope_scaling, ROPE_SCALING_NAMES, "none"),
+    K_FLOAT("model", "rope_factor", model.rope_factor, "1"),
+    K_INT("model", "rope_original_len", model.rope_original_len, "0"),
+    K_FLOAT("model", "yarn_beta_fast", model.yarn_beta_fast, "32"),
+    K_FLOAT("model", "yarn_beta_slow", model.yarn_beta_slow, "1"),
+    K_FLOAT("model", "yarn_attn_factor", model.yarn_attn_factor, "0"),
     K_ENUM("model", "norm", model.norm, NORM_NAMES, "rmsnorm"),
     K_FLOAT("model", "norm_eps", model.norm_eps, "1e-5"),
     K_BOOL("model", "qk_norm", model.qk_norm, "false"),
@@ -804,6 +811,20 @@ static int finalize_model(Config* c, const FinCtx* fc) {
         return fin_error(fc, "model", "d_ff", "too large (accepted: at most %d)", INT_MAX / 2);
     if (!(m->rope_base > 0.0f))
         return fin_error(fc, "model", "rope_base", "must be positive (accepted: a number > 0, e.g. 10000)");
+    if (!(m->rope_factor >= 1.0f && m->rope_factor <= 1e6f))
+        return fin_error(fc, "model", "rope_factor", "must be >= 1 (accepted: 1 .. 1e6; s = the new context length / the training length)");
+    if (m->rope_scaling != ROPE_SCALING_NONE && m->pos != POS_ROPE)
+        return fin_error(fc, "model", "rope_scaling", "%s with pos = learned (%s): a learned-position model has "
+                         "no rotary embedding to scale (accepted: rope_scaling = none, or pos = rope)",
+                         ROPE_SCALING_NAMES[m->rope_scaling], from(c, "model", "pos", b1, sizeof b1));
+    if (m->rope_original_len < 0)
+        return fin_error(fc, "model", "rope_original_len", "must not be negative (accepted: 0 = [train] seq_len, or the training length)");
+    if (!(m->yarn_beta_fast > 0.0f && m->yarn_beta_slow > 0.0f && m->yarn_beta_slow < m->yarn_beta_fast))
+        return fin_error(fc, "model", m->yarn_beta_fast > 0.0f ? "yarn_beta_slow" : "yarn_beta_fast",
+                         "yarn_beta_fast = %g, yarn_beta_slow = %g (accepted: 0 < yarn_beta_slow < yarn_beta_fast, e.g. 1 and 32)",
+                         (double)m->yarn_beta_fast, (double)m->yarn_beta_slow);
+    if (!(m->yarn_attn_factor >= 0.0f))
+        return fin_error(fc, "model", "yarn_attn_factor", "must not be negative (accepted: 0 = 0.1 ln(rope_factor) + 1, or a number > 0)");
     if (!(m->norm_eps > 0.0f))
         return fin_error(fc, "model", "norm_eps", "must be positive (accepted: a number > 0, e.g. 1e-5)");
     if (!(m->init_std > 0.0f))
@@ -893,6 +914,10 @@ static int finalize_train(Config* c, const FinCtx* fc) {
         return fin_error(fc, "train", "seq_len", "seq_len (%d) is larger than [model] max_seq_len (%d, %s) "
                          "(accepted: 1 .. max_seq_len)", t->seq_len, m->max_seq_len,
                          from(c, "model", "max_seq_len", b1, sizeof b1));
+    if (c->model.rope_original_len == 0) {
+        c->model.rope_original_len = t->seq_len;
+        mark_derived(c, "model", "rope_original_len", "[train] seq_len");
+    }
     long long bt = (long long)t->batch_size * t->seq_len;
     if (t->tokens_per_step < 0)
         return fin_error(fc, "train", "tokens_per_step", "must not be negative (accepted: 0 = batch_size*seq_len, "

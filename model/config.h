@@ -16,6 +16,7 @@ typedef enum { ATTN_IMPL_FUSED = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_FLASH = 2 } A
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
 typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
 typedef enum { ROUTER_SOFTMAX_TOPK = 0, ROUTER_SIGMOID_TOPK = 1 } RouterKind; // "softmax_topk" | "sigmoid_topk"
+typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LINEAR = 1, ROPE_SCALING_NTK = 2, ROPE_SCALING_YARN = 3 } RopeScalingKind; // "none" | "linear" | "ntk" | "yarn"
 
 // The gate's enums are the ops' (kernels/ops_types.h) value for value: config_attn_shape below
 // casts one into the other.
@@ -32,6 +33,10 @@ CONFIG_SAME_VALUE(GATEPOS_VALUE, OPS_GATEPOS_VALUE);
 CONFIG_SAME_VALUE(GATEACT_SIGMOID, OPS_ACT_SIGMOID);
 CONFIG_SAME_VALUE(GATEACT_NS_SIGMOID, OPS_ACT_NS_SIGMOID);
 CONFIG_SAME_VALUE(GATEACT_SILU, OPS_ACT_SILU);
+CONFIG_SAME_VALUE(ROPE_SCALING_NONE, OPS_ROPE_NONE);
+CONFIG_SAME_VALUE(ROPE_SCALING_LINEAR, OPS_ROPE_LINEAR);
+CONFIG_SAME_VALUE(ROPE_SCALING_NTK, OPS_ROPE_NTK);
+CONFIG_SAME_VALUE(ROPE_SCALING_YARN, OPS_ROPE_YARN);
 
 // [moe]: Mixture-of-Experts layers (docs/config.md, docs/architecture.md). Part of the model:
 // n_expert = 0 is a dense model, and then every other [moe] key must stay at its default.
@@ -62,6 +67,13 @@ typedef struct {
     int max_seq_len;     // positions table size for learned positions; upper bound on T
     PosKind pos;
     float rope_base;
+    // RoPE scaling for contexts longer than training (kernels/rope.h; docs/config.md)
+    RopeScalingKind rope_scaling;
+    float rope_factor;       // s = L_new / L_train, >= 1
+    int rope_original_len;   // L_train for YaRN's ramp; 0 = [train] seq_len (filled in by finalize)
+    float yarn_beta_fast;    // 32
+    float yarn_beta_slow;    // 1
+    float yarn_attn_factor;  // 0 = 0.1 ln(s) + 1
     NormKind norm;
     float norm_eps;
     int qk_norm;         // bool: RMSNorm over head_dim on q and k (weights of size head_dim)
@@ -85,6 +97,8 @@ static inline OpsAttnShape config_attn_shape(const ModelConfig* c, int B, int T,
     OpsAttnShape s = {0};
     s.B = B; s.T = T; s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
     s.qk_norm = c->qk_norm; s.rope = c->pos == POS_ROPE; s.rope_base = c->rope_base;
+    s.rope_scale = (OpsRope){ (OpsRopeScaling)c->rope_scaling, c->rope_factor, c->rope_original_len,
+                              c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_attn_factor };
     s.eps = c->norm_eps; s.gate = (OpsGate)c->attn_gate;
     s.gate_pos = (OpsGatePos)c->gate_position; s.gate_act = (OpsGateAct)c->gate_act;
     s.impl = impl;

@@ -50,15 +50,28 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
         moe_stats_init(&m->moe_stats[l], config_layer_is_moe(cfg, l) ? cfg->moe.n_expert : 0);
 }
 
-void gpt_alloc_acts(GPT* m, int B, int T) {
+// The activation arenas of gpt_alloc_acts: with allocate = 0 only their sizes are counted and
+// returned (bytes), and m is left as it was.
+static size_t acts_plan(GPT* m, int B, int T, int allocate);
+
+void gpt_alloc_acts(GPT* m, int B, int T) { acts_plan(m, B, T, 1); }
+
+size_t gpt_acts_bytes(const ModelConfig* c, int B, int T) {
+    GPT tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.cfg = *c;
+    return acts_plan(&tmp, B, T, 0);
+}
+
+static size_t acts_plan(GPT* m, int B, int T, int allocate) {
     const ModelConfig* c = &m->cfg;
-    if (m->acts) {
+    if (allocate && m->acts) {
         ops_free(m->acts); if (!OPS_ACT_IS_FLOAT) ops_free(m->aacts);
         ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer);
     }
-    m->B = B; m->T = T;
-    OpsAttnShape* s = &m->attn;
-    *s = config_attn_shape(c, B, T, m->attn_impl);
+    OpsAttnShape shape = config_attn_shape(c, B, T, m->attn_impl);
+    const OpsAttnShape* s = &shape;
+    if (allocate) { m->B = B; m->T = T; m->attn = shape; }
 
     size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
     size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;
@@ -83,6 +96,7 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     const int split = !OPS_ACT_IS_FLOAT;
     size_t off = 0, aoff = 0, ioff = 0;
     for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !allocate) break;   // counted: nothing to hand out
         off = 0; aoff = 0; ioff = 0;
 #define TAKE(ptr, count) do { size_t n_ = (count); (ptr) = base ? base + off : NULL; off += (n_ + 15) & ~(size_t)15; } while (0)
 #define TAKEA(ptr, count) do { size_t n_ = (count); \
@@ -137,12 +151,14 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
 #undef TAKEA
 #undef ACT_OF
 #undef TAKEI
-        if (pass == 0) {
+        if (pass == 0 && allocate) {
             base = ops_malloc(off * sizeof(float));
             if (split) abase = ops_malloc((aoff ? aoff : 1) * sizeof(act_t));
             ibase = ops_malloc((ioff ? ioff : 1) * sizeof(int));
         }
     }
+    size_t bytes = off * sizeof(float) + aoff * sizeof(act_t) + ioff * sizeof(int) + 2 * N * sizeof(int);
+    if (!allocate) return bytes;
     m->acts = base;
     m->acts_floats = off;
     m->aacts = split ? abase : (act_t*)base;
@@ -152,6 +168,7 @@ void gpt_alloc_acts(GPT* m, int B, int T) {
     m->iacts_ints = ioff;
     m->idx = ops_malloc(2 * N * sizeof(int));
     m->targets = m->idx + N;
+    return bytes;
 }
 
 void gpt_free(GPT* m) {
@@ -193,6 +210,10 @@ void gpt_logits_to_host(const GPT* m, float* dst, int n, int count) {
     ops_to_host(tmp, row, (size_t)count * sizeof(act_t));
     for (int i = 0; i < count; i++) dst[i] = act_to_f32(tmp[i]);
     free(tmp);
+}
+
+void gpt_losses_to_host(const GPT* m, float* dst) {
+    ops_to_host(dst, m->losses, (size_t)m->B * m->T * sizeof(float));
 }
 
 // MoE layer l over this model's tensors: the MoeLayerIO that model/moe.c computes with.
@@ -256,9 +277,12 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
 #define AW(w) gpt_act_w(m, (w))
     ops_from_host(m->idx, idx, (size_t)N * sizeof(int));
     if (targets) ops_from_host(m->targets, targets, (size_t)N * sizeof(int));
+    // with a KV cache these are tokens pos0 .. pos0 + T - 1 of their sequences
+    const int pos0 = m->kv ? kv_cache_begin(m->kv, T) : 0;
+    m->attn.pos0 = pos0;
 
-    // x = wte[idx] (+ wpe[t])
-    ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe, B, T, d);
+    // x = wte[idx] (+ wpe[pos0 + t])
+    ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe ? m->w.wpe + (size_t)pos0 * d : NULL, B, T, d);
     m->moe_loss = 0.0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerWeights* w = &m->w.layer[l];
@@ -267,7 +291,8 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
         ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
         ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
         ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
-        ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+        if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+        else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
         ops_copy(a->res_mid, a->res_in, (size_t)N * d);
         ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
         // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
@@ -291,6 +316,7 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     ops_norm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[c->n_layer], m->w.lnf_w, m->w.lnf_b, N, d, eps, nk);
     ops_matmul_forward(m->logits, m->lnf, AW(m->w.lm_head), N, d, c->padded_vocab);
 #undef AW
+    if (m->kv) kv_cache_end(m->kv, T);
     if (!targets) return 0.0f;
 
     ops_xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);

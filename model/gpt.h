@@ -3,6 +3,7 @@
 #include "config.h"
 #include "params.h"
 #include "moe.h"
+#include "kv_cache.h"
 #include "../kernels/ops.h"
 
 // Activations of one layer for one micro-batch (N = B*T tokens), kept for the backward pass.
@@ -112,6 +113,10 @@ typedef struct GPT {
     // around the last micro-step of an optimizer step only.
     void (*grads_ready)(void* ctx, size_t lo, size_t hi);
     void* grads_ready_ctx;
+    // Inference: when set, gpt_forward takes its B x T tokens as the next T tokens of each of B
+    // sequences whose earlier tokens are in this cache (model/kv_cache.h), at positions
+    // kv->pos .. kv->pos + T - 1. NULL in training (gpt_backward needs the uncached forward).
+    KVCache* kv;
     size_t* layer_lo;    // [n_layer] the layer's parameters: floats [layer_lo, layer_hi) of the
     size_t* layer_hi;    // arena (both 0 when they are not contiguous: never reported early)
 } GPT;
@@ -142,6 +147,10 @@ const act_t* gpt_act_w(GPT* m, const float* w);
 void gpt_refresh_act_weights(GPT* m);
 // Host copy of the first `count` logits of token n of the last forward (converted to fp32).
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
+// Host copy of the per-token losses [B*T] of the last forward with targets.
+void gpt_losses_to_host(const GPT* m, float* dst);
+// Backend bytes gpt_alloc_acts(B, T) would allocate for this config (errors before allocating).
+size_t gpt_acts_bytes(const ModelConfig* c, int B, int T);
 
 // MoE layer l of the model (model/moe.c's moe_layer_forward/_backward over this model's tensors):
 // the forward adds the layer's output for the normed input m->layer[l].ln2 into out[N, d],

@@ -4,6 +4,8 @@
 //   gatedgpt_ckpt sample  CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //   gatedgpt_ckpt eval    CKPT [--glob PATTERN] [--batches N]
 //   gatedgpt_ckpt export  CKPT --out DIR          model.safetensors + config.json (Qwen3 names)
+//   gatedgpt_ckpt lengths CKPT --out FILE         loss by context length under each RoPE scaling
+//   gatedgpt_ckpt stream  CKPT --out FILE         streaming loss with a rolling KV window (StreamingLLM)
 //
 // CKPT is a checkpoint directory (.../step_NNNNNNNN) or a directory of checkpoints, in which
 // case the newest one that verifies is used. Every command verifies the checksums first.
@@ -23,6 +25,7 @@
 #include "train/dist.h"
 #include "model/sample.h"
 #include "tools/export_hf.h"
+#include "tools/long_context.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
 
@@ -37,7 +40,8 @@ static void usage(FILE* f) {
         "  sample CKPT             generate text; options (defaults from the checkpoint's [log]):\n"
         "      --prompt TEXT       text to continue (default [log] sample_prompt; empty = end-of-text)\n"
         "      --tokens N          tokens to generate ([log] sample_tokens)\n"
-        "      --temperature T     ([log] sample_temperature)     --top-k K   ([log] sample_top_k)\n"
+        "      --temperature T     ([log] sample_temperature; 0 = greedy)   --top-k K   ([log] sample_top_k)\n"
+        "      --greedy            greedy decoding: the most likely token each step (= --temperature 0)\n"
         "      --seed S            ([train] seed + step: the trainer's sample at this step)\n"
         "      --tokenizer FILE    ([data] tokenizer)\n"
         "  eval CKPT               mean loss over batches of [train] batch_size x seq_len\n"
@@ -45,6 +49,16 @@ static void usage(FILE* f) {
         "      --batches N         ([log] val_batches; 0 = every batch of the shards)\n"
         "  export CKPT --out DIR   DIR/model.safetensors + DIR/config.json, Hugging Face Qwen3 names\n"
         "                          (docs/formats.md, \"Export\")\n"
+        "  lengths CKPT --out FILE loss at context lengths T, 2T, 4T, 8T (T = training length) under each RoPE\n"
+        "                          scaling (factor L/T), per position bucket of T; JSONL records appended to FILE\n"
+        "      --lengths L1,L2,... (T,2T,4T,8T)   --scalings none,linear,ntk,yarn (all; none for learned positions)\n"
+        "      --tokens N          tokens scored per length (16384; at least one window)   --glob PATTERN ([data] val_glob)\n"
+        "  stream CKPT --out FILE  per-token loss over N tokens of validation text fed one at a time through a\n"
+        "                          rolling KV window of W slots keeping the first S tokens (StreamingLLM), plus the\n"
+        "                          dense reference; JSONL records appended to FILE (docs/metrics.md)\n"
+        "      --window W (2T)     --sinks S1,S2 (0,4)     --positions cache,original (both)   --tokens N (20000)\n"
+        "      --dense 0|1         also every earlier token visible, when it fits in memory (1)\n"
+        "      --buckets K         loss buckets over the stream (10)      --glob PATTERN ([data] val_glob)\n"
         "common: --threads N (default: [train] threads)\n");
 }
 
@@ -258,17 +272,25 @@ int main(int argc, char** argv) {
     if (argc < 3) { usage(stderr); return 1; }
     const char* cmd = argv[1];
     const char* ckpt = argv[2];
-    if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export")) {
-        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export; see --help)\n", cmd);
+    if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export") &&
+        strcmp(cmd, "lengths") && strcmp(cmd, "stream")) {
+        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export, lengths, stream; see --help)\n", cmd);
         return 1;
     }
-    // options: every one takes a value
+    // options: every one takes a value, except --greedy
     const char *prompt = NULL, *glob = NULL, *out = NULL, *tok = NULL;
-    long long seed = -1;
-    int tokens = -1, top_k = -1, batches = -1, threads = -1;
+    long long seed = -1, tokens = -1;
+    int top_k = -1, batches = -1, threads = -1;
     float temperature = -1.0f;
+    LcLengths lo;
+    LcStream so;
+    memset(&lo, 0, sizeof lo);
+    memset(&so, 0, sizeof so);
+    so.dense = 1;
+    so.buckets = 10;
     for (int i = 3; i < argc; i++) {
         const char* a = argv[i];
+        if (strcmp(a, "--greedy") == 0) { temperature = 0.0f; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value (see --help)\n", a); return 1; }
         const char* v = argv[++i];
         char* end = NULL;
@@ -277,7 +299,14 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--tokenizer") == 0) tok = v;
         else if (strcmp(a, "--seed") == 0) seed = strtoll(v, &end, 10);
-        else if (strcmp(a, "--tokens") == 0) tokens = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--tokens") == 0) tokens = strtoll(v, &end, 10);
+        else if (strcmp(a, "--window") == 0) so.window = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--dense") == 0) so.dense = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--buckets") == 0) so.buckets = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--lengths") == 0) { if ((lo.n_lengths = lc_parse_list(a, v, 0, lo.lengths, LC_MAX_LIST)) < 0) return 1; }
+        else if (strcmp(a, "--scalings") == 0) { if ((lo.n_scalings = lc_parse_list(a, v, 1, lo.scalings, LC_MAX_LIST)) < 0) return 1; }
+        else if (strcmp(a, "--sinks") == 0) { if ((so.n_sinks = lc_parse_list(a, v, 0, so.sinks, LC_MAX_LIST)) < 0) return 1; }
+        else if (strcmp(a, "--positions") == 0) { if ((so.n_positions = lc_parse_list(a, v, 2, so.positions, LC_MAX_LIST)) < 0) return 1; }
         else if (strcmp(a, "--top-k") == 0) top_k = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--batches") == 0) batches = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--threads") == 0) threads = (int)strtol(v, &end, 10);
@@ -285,11 +314,20 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "error: unknown option '%s' for %s (see --help)\n", a, cmd); return 1; }
         if (end && (end == v || *end)) { fprintf(stderr, "error: %s %s: not a number\n", a, v); return 1; }
     }
-    if (strcmp(cmd, "sample") == 0 && ((tokens != -1 && tokens < 1) || (temperature != -1.0f && !(temperature > 0.0f)) || top_k < -1)) {
-        fprintf(stderr, "error: sample: --tokens must be >= 1, --temperature > 0, --top-k >= 0\n");
+    if (strcmp(cmd, "sample") == 0 && ((tokens != -1 && (tokens < 1 || tokens > 1 << 24)) ||
+                                       (temperature != -1.0f && !(temperature >= 0.0f)) || top_k < -1)) {
+        fprintf(stderr, "error: sample: --tokens must be 1 .. 16777216, --temperature >= 0 (0 = greedy), --top-k >= 0\n");
+        return 1;
+    }
+    if ((strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) && tokens != -1 && (tokens < 1 || tokens > 1 << 28)) {
+        fprintf(stderr, "error: %s: --tokens must be 1 .. %d\n", cmd, 1 << 28);
         return 1;
     }
     if (strcmp(cmd, "export") == 0 && !out) { fprintf(stderr, "error: export needs --out DIR\n"); return 1; }
+    if ((strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) && !out) {
+        fprintf(stderr, "error: %s needs --out FILE (the JSONL records are appended to it)\n", cmd);
+        return 1;
+    }
 
     Loaded L;
     memset(&L, 0, sizeof L);
@@ -297,11 +335,27 @@ int main(int argc, char** argv) {
     int rc;
     if (strcmp(cmd, "inspect") == 0) rc = cmd_inspect(&L);
     else if (strcmp(cmd, "sample") == 0)
-        rc = cmd_sample(&L, prompt ? prompt : L.cfg.log.sample_prompt, tokens > 0 ? tokens : L.cfg.log.sample_tokens,
-                        temperature > 0.0f ? temperature : L.cfg.log.sample_temperature,
+        rc = cmd_sample(&L, prompt ? prompt : L.cfg.log.sample_prompt, tokens > 0 ? (int)tokens : L.cfg.log.sample_tokens,
+                        temperature >= 0.0f ? temperature : L.cfg.log.sample_temperature,
                         top_k >= 0 ? top_k : L.cfg.log.sample_top_k, seed, tok ? tok : L.cfg.data.tokenizer);
     else if (strcmp(cmd, "eval") == 0)
         rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches);
+    else if (strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) {
+        FILE* f = fopen(out, "a");
+        if (!f) { fprintf(stderr, "error: %s: cannot open --out %s for appending\n", cmd, out); gpt_free(&L.model); return 1; }
+        const char* g = glob ? glob : L.cfg.data.val_glob;
+        if (!g[0]) {
+            fprintf(stderr, "error: %s: no shards: the checkpoint's [data] val_glob is empty; pass --glob PATTERN\n", cmd);
+            rc = 1;
+        } else if (strcmp(cmd, "lengths") == 0) {
+            lo.glob = g; lo.tokens = tokens > 0 ? tokens : 16384; lo.ckpt = L.path; lo.step = L.info.step;
+            rc = lc_lengths(&L.model, &L.cfg, &lo, f);
+        } else {
+            so.glob = g; so.tokens = tokens > 0 ? tokens : 20000; so.ckpt = L.path; so.step = L.info.step;
+            rc = lc_stream(&L.model, &L.cfg, &so, f);
+        }
+        if (fclose(f) != 0) { fprintf(stderr, "error: %s: writing %s failed\n", cmd, out); rc = 1; }
+    }
     else rc = cmd_export(&L, out);
     gpt_free(&L.model);
     return rc;

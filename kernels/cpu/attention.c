@@ -5,7 +5,9 @@
 // The gate's column layout, predicates and activation: kernels/attn_gate.h.
 #include "../ops.h"
 #include "../attn_gate.h"
+#include "../rope.h"
 #include "cpu_common.h"
+#include <string.h>
 
 int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); }
 int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
@@ -14,20 +16,12 @@ int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 static inline float gate_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
 static inline float gate_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
 
-// RoPE tables cos/sin[T, hd/2]: angle = t * base^(-2i/hd), computed in double.
-static void rope_tables(float* cs, float* sn, int T, int hd, float base) {
-    int half = hd / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double ang = (double)t * pow((double)base, -2.0 * i / hd);
-            cs[t * half + i] = (float)cos(ang);
-            sn[t * half + i] = (float)sin(ang);
-        }
-}
-static void rope_tables_alloc(float** cs, float** sn, int T, int hd, float base) {
-    *cs = cpu_calloc((size_t)T * (hd / 2), sizeof(float));
-    *sn = cpu_calloc((size_t)T * (hd / 2), sizeof(float));
-    rope_tables(*cs, *sn, T, hd, base);
+// RoPE tables cos/sin[T, hd/2] for positions pos0 .. pos0 + T - 1 (kernels/rope.h: the base,
+// the scaling, computed in double).
+static void rope_tables_alloc(float** cs, float** sn, int T, int pos0, const OpsAttnShape* s) {
+    *cs = cpu_calloc((size_t)T * (s->hd / 2), sizeof(float));
+    *sn = cpu_calloc((size_t)T * (s->hd / 2), sizeof(float));
+    rope_table_rows(*cs, *sn, s->hd / 2, T, pos0, s);
 }
 
 // rotate_half convention: pairs (i, i + hd/2).  dir = +1 forward, -1 inverse (= transpose).
@@ -48,7 +42,7 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
     const int zoff = attn_shape_z_off(s);
     const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
     float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
-    if (s->rope) rope_tables_alloc(&cs, &sn, T, hd, s->rope_base);
+    if (s->rope) rope_tables_alloc(&cs, &sn, T, s->pos0, s);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* row = qkv + (size_t)n * QKVG;
@@ -92,7 +86,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
     const int zoff = attn_shape_z_off(s);
     const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
     float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
-    if (s->rope) rope_tables_alloc(&cs, &sn, T, hd, s->rope_base);
+    if (s->rope) rope_tables_alloc(&cs, &sn, T, s->pos0, s);
     // per-block partial sums of the qk-norm weight gradients: [nb][2][hd]
     int nb = cpu_nblocks(N);
     float* part = s->qk_norm ? cpu_calloc((size_t)nb * 2 * hd, sizeof(float)) : NULL;
@@ -328,4 +322,79 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
         free(P);
         free(dS);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache (ops.h). Cache rows: kc[(b*Tc + slot) * Hkv*hd].
+void ops_kv_cache_write(float* kc, float* vc, const float* k, const float* v, int slot0, int Tc,
+                        const OpsAttnShape* s) {
+    const size_t ldk = (size_t)s->Hkv * s->hd;
+    for (int b = 0; b < s->B; b++) {
+        memcpy(kc + ((size_t)b * Tc + slot0) * ldk, k + (size_t)b * s->T * ldk, (size_t)s->T * ldk * sizeof(float));
+        memcpy(vc + ((size_t)b * Tc + slot0) * ldk, v + (size_t)b * s->T * ldk, (size_t)s->T * ldk * sizeof(float));
+    }
+}
+
+// The T new queries over the cache, with att_scores' causal rule shifted by off = n_ctx - T:
+// query r of a tile starting at r0 sees keys 0 .. off + r0 + r. One task per (b, h).
+void ops_attention_cached_forward(float* y, float* yg, float* lse, float* sink, const float* q,
+                                  const float* kc, const float* vc, const float* qkv, int n_ctx,
+                                  int Tc, int n_sink, const OpsAttnShape* s) {
+    const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, off = n_ctx - T;
+    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
+    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
+    const int ldq = H * hd, ldk = Hkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    #pragma omp parallel
+    {
+        float* S = cpu_calloc((size_t)ATT_TILE * n_ctx, sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const float* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
+                const float* Kb = kc + (size_t)b * Tc * ldk + (size_t)(h / rep) * hd;
+                const float* Vb = vc + (size_t)b * Tc * ldk + (size_t)(h / rep) * hd;
+                float* Ybh = y + (size_t)b * T * ldq + (size_t)h * hd;
+                for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
+                    int r1 = att_tile_end(r0, T), rows = r1 - r0, t1 = off + r1;
+                    float* L = lse + ((size_t)b * H + h) * T + r0;
+                    att_scores(S, L, Qbh + (size_t)r0 * ldq, ldq, Kb, ldk, off + r0, rows, t1, hd, scale);
+                    if (sink)
+                        for (int r = 0; r < rows; r++) {
+                            float acc = 0.0f;
+                            for (int u = 0; u < n_sink && u < t1; u++) acc += S[(size_t)r * t1 + u];
+                            sink[((size_t)b * H + h) * T + r0 + r] = acc;
+                        }
+                    cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)r0 * ldq, ldq);
+                }
+                for (int t = 0; t < T && (sgate || yg != y); t++) {
+                    size_t n = (size_t)b * T + t;
+                    const float* yt = y + (n * H + h) * hd;
+                    float* ygt = yg + (n * H + h) * hd;
+                    const float* z = qkv + n * QKVG + zoff;
+                    for (int i = 0; i < hd; i++) {
+                        float g = 1.0f;
+                        if (sgate) g = gate_act(s->gate_act, z[attn_gate_logit(s->gate, h, i, hd)]);
+                        ygt[i] = yt[i] * g;
+                    }
+                }
+            }
+        free(S);
+    }
+}
+
+void ops_rope_rows(float* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
+    const int hd = s->hd, half = hd / 2;
+    float *cs, *sn;
+    rope_tables_alloc(&cs, &sn, n_rows, pos0, s);
+    if (dir < 0) {   // the inverse of m R(theta) is R(-theta) / m
+        const float m2 = (float)(rope_attn_factor(s) * rope_attn_factor(s));
+        for (size_t i = 0; i < (size_t)n_rows * half; i++) { cs[i] /= m2; sn[i] /= m2; }
+    }
+    for (int r = 0; r < n_rows; r++)
+        for (int h = 0; h < n_heads; h++)
+            rope_apply(x + ((size_t)r * n_heads + h) * hd, cs + (size_t)r * half, sn + (size_t)r * half, hd,
+                       dir < 0 ? -1.0f : 1.0f);
+    free(cs);
+    free(sn);
 }

@@ -3,6 +3,7 @@
 #include "cpu_common.h"
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int cpu_threads = 1;
 static char cpu_name[128];
@@ -116,4 +117,20 @@ double ops_peak_flops(void) {
 const char* ops_peak_source(void) {
     if (!peak_source[0]) ops_peak_flops();   // the source is known once the peak is (cached)
     return peak_source;
+}
+
+// MemAvailable of /proc/meminfo (the kernel's estimate of what can be allocated without
+// swapping); where that file is missing, the free physical pages.
+size_t ops_mem_available(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        fclose(f);
+        if (kb) return (size_t)kb * 1024;
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : (size_t)-1;
 }

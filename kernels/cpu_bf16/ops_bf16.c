@@ -69,6 +69,7 @@ void ops_to_host(void* dst, const void* src, size_t bytes) { ref_ops_to_host(dst
 void ops_from_host(void* dst, const void* src, size_t bytes) { ref_ops_from_host(dst, src, bytes); }
 double ops_peak_flops(void) { return ref_ops_peak_flops(); }
 const char* ops_peak_source(void) { return ref_ops_peak_source(); }   // the fp32 FMA peak, as on the fp32 build
+size_t ops_mem_available(void) { return ref_ops_mem_available(); }
 void ops_act_from_float(act_t* act, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32(x[i]);
 }
@@ -188,6 +189,36 @@ void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t*
     ref_ops_attention_backward(fdq, fdk, fdv, fdqkv, fs, fdyg, fq, fk, fv, fy, lse, fqkv, s);
     narrow(dq, fdq, N * Hd); narrow(dk, fdk, N * KVd); narrow(dv, fdv, N * KVd); narrow(dqkv, fdqkv, N * QKVG);
     free(fs); free(fdyg); free(fq); free(fk); free(fv); free(fy); free(fqkv);
+}
+
+// ---- KV cache -----------------------------------------------------------------------------------
+// the cache is act_t: writing it copies bf16 bits (no rounding)
+void ops_kv_cache_write(act_t* kc, act_t* vc, const act_t* k, const act_t* v, int slot0, int Tc,
+                        const OpsAttnShape* s) {
+    const size_t ldk = (size_t)s->Hkv * s->hd;
+    for (int b = 0; b < s->B; b++) {
+        memcpy(kc + ((size_t)b * Tc + slot0) * ldk, k + (size_t)b * s->T * ldk, (size_t)s->T * ldk * sizeof(act_t));
+        memcpy(vc + ((size_t)b * Tc + slot0) * ldk, v + (size_t)b * s->T * ldk, (size_t)s->T * ldk * sizeof(act_t));
+    }
+}
+void ops_attention_cached_forward(act_t* y, act_t* yg, float* lse, float* sink, const act_t* q,
+                                  const act_t* kc, const act_t* vc, const act_t* qkv, int n_ctx,
+                                  int Tc, int n_sink, const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, C = (size_t)s->B * Tc * s->Hkv * s->hd;
+    float *fq = widen(q, N * Hd), *fk = widen(kc, C), *fv = widen(vc, C);
+    float* fqkv = widen(qkv, N * ops_attn_qkv_cols(s));
+    float* fy = f32_alloc(N * Hd);
+    float* fyg = yg == y ? fy : f32_alloc(N * Hd);
+    ref_ops_attention_cached_forward(fy, fyg, lse, sink, fq, fk, fv, fqkv, n_ctx, Tc, n_sink, s);
+    if (fyg != fy) narrow(yg, fyg, N * Hd);
+    narrow(y, fy, N * Hd);
+    free(fq); free(fk); free(fv); free(fqkv);
+}
+void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
+    const size_t n = (size_t)n_rows * n_heads * s->hd;
+    float* fx = widen(x, n);
+    ref_ops_rope_rows(fx, n_rows, n_heads, pos0, dir, s);
+    narrow(x, fx, n);
 }
 
 // ---- probe statistics --------------------------------------------------------------------------
