@@ -11,7 +11,8 @@
 //   yarn    per pair, a ramp over the pair index between the two correction dims
 //             low  = floor(dim(beta_fast)),  high = ceil(dim(beta_slow)),
 //             dim(r) = hd * ln(L_train / (2 pi r)) / (2 ln base)   (the pair whose wavelength
-//             fits r times into L_train), clamped to [0, hd - 1];
+//             fits r times into L_train); low raised to 0 at least, high lowered to hd - 1 at
+//             most (one-sided, as transformers does; high == low gets high += 0.001);
 //           ramp_i = clamp((i - low) / (high - low), 0, 1);  theta_i' = theta_i * (1 - ramp_i) +
 //           (theta_i / s) * ramp_i: high-frequency pairs keep theta_i, low-frequency pairs are
 //           interpolated; and cos, sin multiplied by the attention factor m = 0.1 ln(s) + 1

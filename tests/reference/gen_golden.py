@@ -15,7 +15,9 @@ Usage:
   /usr/bin/python3 tests/reference/gen_golden.py [--out tests/golden] [--check] [names...]
 names are NAME or path/NAME.ini (default: every tests/golden/*.ini). --check adds the
 self-tests: finite differences vs autograd, a slow loop-based second forward, the optimizer
-against torch.optim.AdamW + clip_grad_norm_, and a read-back of the written file.
+against torch.optim.AdamW + clip_grad_norm_, a read-back of the written file, and for a yarn
+config the reference's (transformers') yarn inv_freq against the paper's wavelength-based one
+on the pairs where the two definitions agree.
 """
 import argparse
 import dataclasses
@@ -305,6 +307,88 @@ def moe_slow(c, params, p, m):
     return torch.stack(rows), [aux, zsum / N]
 
 
+def slow_rope_freqs(c):
+    """Rope frequencies and attention factor in scalar Python, written the other way round from
+    model.rope_inv_freq (as transformers writes them: pos_freq = base^(2i/hd), inv = 1/pos_freq,
+    the yarn blend through an extrapolation factor 1 - ramp). Returns ([hd/2 floats], m)."""
+    hd, s, L = c.head_dim, c.rope_factor, c.rope_original_len
+    base = c.rope_base
+    if c.rope_scaling == "ntk":
+        base = c.rope_base * math.exp(math.log(s) * hd / (hd - 2))
+    pos_freq = [base ** (2.0 * i / hd) for i in range(hd // 2)]
+    if c.rope_scaling == "none":
+        return [1.0 / f for f in pos_freq], 1.0
+    if c.rope_scaling in ("linear", "ntk"):
+        return [1.0 / ((s if c.rope_scaling == "linear" else 1.0) * f) for f in pos_freq], 1.0
+
+    def corr_dim(n_rot):   # the pair index where a pair turns n_rot times over L
+        return (hd * math.log(L / (n_rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(corr_dim(c.yarn_beta_fast)), 0)
+    high = min(math.ceil(corr_dim(c.yarn_beta_slow)), hd - 1)
+    if high == low:
+        high = high + 0.001
+    out = []
+    for i, f in enumerate(pos_freq):
+        extra = 1.0 - min(1.0, max(0.0, (i - low) / (high - low)))
+        out.append((1.0 / (s * f)) * (1.0 - extra) + (1.0 / f) * extra)
+    m = c.yarn_attn_factor
+    return out, m
+
+
+def yarn_wavelength_inv_freq(c):
+    """YaRN as the paper (Peng et al. 2023, "NTK-by-parts") states it, through wavelengths:
+    lambda_i = 2 pi / theta_i, r_i = L / lambda_i (turns of pair i over the training length L);
+    gamma_i = 0 if r_i < beta_slow, 1 if r_i > beta_fast, else (r_i - beta_slow) /
+    (beta_fast - beta_slow); theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i.
+    Returns (theta' [hd/2], the agreement mask): transformers' ramp is over the pair index
+    between floor(i_fast) and ceil(i_slow) (i_x: the fractional index where r = beta_x), linear
+    in i, where this one is linear in r (exponential in i), so the two agree only on pairs with
+    i <= i_fast (r_i >= beta_fast: both theta_i) and i >= max(i_slow, high) (r_i <= beta_slow:
+    both theta_i / s; `high` is transformers' clamped bound, which an i_slow <= 0 turns into
+    0.001, keeping pair 0 at theta_0 where the paper interpolates it)."""
+    hd, s, L, base = c.head_dim, c.rope_factor, c.rope_original_len, c.rope_base
+    bf, bs = c.yarn_beta_fast, c.yarn_beta_slow
+    theta = torch.tensor([base ** (-2.0 * i / hd) for i in range(hd // 2)], dtype=torch.float64)
+    r = L / (2 * math.pi / theta)
+    gamma = ((r - bs) / (bf - bs)).clamp(0.0, 1.0)
+    out = (1.0 - gamma) * theta / s + gamma * theta
+    i = torch.arange(hd // 2, dtype=torch.float64)
+    i_fast = hd * math.log(L / (2 * math.pi * bf)) / (2 * math.log(base))
+    i_slow = hd * math.log(L / (2 * math.pi * bs)) / (2 * math.log(base))
+    _, high = M.yarn_ramp_bounds(c)
+    agree = (i <= i_fast) | ((i >= i_slow) & (i >= high))
+    return out, agree
+
+
+# realistic long-context configs for the yarn check, beside the golden's own: (hd, base, L, s)
+YARN_CHECK_CONFIGS = [(128, 10000.0, 4096, 4.0), (128, 500000.0, 8192, 8.0),
+                      (128, 1000000.0, 32768, 4.0), (64, 10000.0, 2048, 16.0)]
+
+
+def check_yarn(c):
+    """transformers' index-based yarn (model.rope_inv_freq) against the paper's wavelength-based
+    one (yarn_wavelength_inv_freq): equal to 1e-12 relative on the pairs where the definitions
+    agree; returns (pairs compared, pairs where they differ by design, the largest relative
+    difference there) over the golden's config and YARN_CHECK_CONFIGS."""
+    n_eq, n_diff, worst_diff = 0, 0, 0.0
+    cfgs = [c] + [dataclasses.replace(c, head_dim=hd, rope_base=b, rope_original_len=L, rope_factor=s,
+                                      yarn_beta_fast=32.0, yarn_beta_slow=1.0)
+                  for hd, b, L, s in YARN_CHECK_CONFIGS]
+    for cc in cfgs:
+        hf, _ = M.rope_inv_freq(cc, torch.float64)
+        wl, agree = yarn_wavelength_inv_freq(cc)
+        rel = (hf - wl).abs() / wl
+        if agree.any() and rel[agree].max().item() > 1e-12:
+            raise AssertionError(f"yarn: index ramp vs wavelength ramp differ where they should agree "
+                                 f"(hd {cc.head_dim}, L {cc.rope_original_len}): {rel[agree].max().item():.3g}")
+        n_eq += int(agree.sum())
+        n_diff += int((~agree).sum())
+        if (~agree).any():
+            worst_diff = max(worst_diff, rel[~agree].max().item())
+    return n_eq, n_diff, worst_diff
+
+
 def forward_slow(c, params, idx, tgt, moe_vals=None):
     """A second forward written differently on purpose: torch.nn.functional where it exists,
     explicit loops over batch, position and head for attention, rope as a rotation matrix,
@@ -323,14 +407,15 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
         return {"sigmoid": torch.sigmoid(z), "ns_sigmoid": 0.5 + 0.5 * torch.sigmoid(z),
                 "silu": F.silu(z)}[c.gate_act]
 
-    # rotation matrices R[t] (hd x hd) with q' = R q
+    # rotation matrices R[t] (hd x hd) with q' = R q, times the rope scaling's attention factor
+    freqs, mscale = slow_rope_freqs(c)
     R = torch.zeros(T, hd, hd, dtype=dt)
     for t in range(T):
         for i in range(hd // 2):
-            th = t * c.rope_base ** (-2.0 * i / hd)
+            th = t * freqs[i]
             j = i + hd // 2
-            R[t, i, i], R[t, i, j] = math.cos(th), -math.sin(th)
-            R[t, j, j], R[t, j, i] = math.cos(th), math.sin(th)
+            R[t, i, i], R[t, i, j] = mscale * math.cos(th), -mscale * math.sin(th)
+            R[t, j, j], R[t, j, i] = mscale * math.cos(th), mscale * math.sin(th)
 
     x = F.embedding(idx, params["wte"])
     if c.pos == "learned":
@@ -485,6 +570,15 @@ def main():
         n_params = sum(v.numel() for v in params32.values())
         print(f"{name}: wrote {path} ({os.path.getsize(path)} bytes, {len(tensors)} tensors, "
               f"{n_params} params)")
+        if c.rope_scaling != "none":
+            inv, msc = M.rope_inv_freq(c, torch.float64)
+            theta = c.rope_base ** (-2.0 * torch.arange(c.head_dim // 2, dtype=torch.float64) / c.head_dim)
+            extra = ""
+            if c.rope_scaling == "yarn":
+                lo, hi = M.yarn_ramp_bounds(c)
+                extra = f" L={c.rope_original_len} ramp bounds low={lo} high={hi:g}"
+            print(f"  rope {c.rope_scaling} s={c.rope_factor:g}{extra} m={msc:.6f}  inv_freq/theta: " +
+                  " ".join(f"{x:.4f}" for x in (inv / theta).tolist()))
         print(f"  loss {r64['loss'].item():.6f}  losses " +
               " ".join(f"{x:.6f}" for x in r64["losses"]))
         print("  pre-clip grad norm per step: " +
@@ -513,6 +607,10 @@ def main():
             check_readback(path, tensors)
             print(f"  check: finite differences ok ({nfd} elements, worst rel {fd:.1e}), slow forward ok "
                   f"({sf:.1e}), torch.optim.AdamW ok ({op:.1e}), read-back ok")
+            if c.rope_scaling == "yarn":
+                ne, nd, wd = check_yarn(c)
+                print(f"  check: yarn inv_freq = the wavelength definition on {ne} pairs (to 1e-12); "
+                      f"{nd} pairs in the ramp differ by design (up to {wd:.2f} relative)")
         rows.append((name, r64, cmp, g1))
 
     if args.find_seed:

@@ -30,7 +30,9 @@ import torch
 # Defaults of every key the reference uses (spec: "INI keys (sections and defaults)").
 MODEL_DEFAULTS = dict(
     vocab_size="50257", n_layer="12", d_model="768", n_head="12", n_kv_head="0", head_dim="0",
-    d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", norm="rmsnorm",
+    d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", rope_scaling="none",
+    rope_factor="1", rope_original_len="0", yarn_beta_fast="32", yarn_beta_slow="1",
+    yarn_attn_factor="0", norm="rmsnorm",
     norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
     gate_position="sdpa", gate_act="sigmoid", init_std="0.02",
 )
@@ -45,7 +47,8 @@ TRAIN_DEFAULTS = dict(
     weight_decay="0.1", beta1="0.9", beta2="0.95", eps="1e-8", grad_clip="1.0", threads="0",
 )
 ENUMS = dict(
-    pos=("rope", "learned"), norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
+    pos=("rope", "learned"), rope_scaling=("none", "linear", "ntk", "yarn"),
+    norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
     attn_gate=("none", "elementwise", "headwise"), gate_position=("sdpa", "value"),
     gate_act=("sigmoid", "ns_sigmoid", "silu"),
     schedule=("cosine", "linear", "constant", "wsd"), router=("softmax_topk", "sigmoid_topk"),
@@ -67,6 +70,12 @@ class Config:
     max_seq_len: int
     pos: str
     rope_base: float
+    rope_scaling: str         # none | linear | ntk | yarn (see rope_inv_freq)
+    rope_factor: float        # s >= 1
+    rope_original_len: int    # L_train, resolved (0 -> [train] seq_len)
+    yarn_beta_fast: float
+    yarn_beta_slow: float
+    yarn_attn_factor: float   # resolved (0 -> 0.1 ln(s) + 1)
     norm: str
     norm_eps: float
     qk_norm: bool
@@ -164,6 +173,10 @@ def load_config(path):
             raise ValueError(f"{path}: head_dim=0 needs n_head | d_model")
         head_dim = d_model // n_head
     d_ff = int(m["d_ff"]) or 4 * d_model
+    rope_factor = float(m["rope_factor"])
+    attn_factor = float(m["yarn_attn_factor"])
+    if attn_factor == 0.0:
+        attn_factor = 0.1 * math.log(rope_factor) + 1.0 if rope_factor > 1.0 else 1.0
     n_expert = int(e["n_expert"])
     d_expert = (int(e["d_expert"]) or d_ff) if n_expert else 0
     n_shared = int(e["n_shared_expert"]) if n_expert else 0
@@ -171,7 +184,11 @@ def load_config(path):
         vocab_size=int(m["vocab_size"]), n_layer=int(m["n_layer"]), d_model=d_model,
         n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
         d_ff=d_ff, max_seq_len=int(m["max_seq_len"]),
-        pos=enum(m, "pos"), rope_base=float(m["rope_base"]), norm=enum(m, "norm"),
+        pos=enum(m, "pos"), rope_base=float(m["rope_base"]),
+        rope_scaling=enum(m, "rope_scaling"), rope_factor=rope_factor,
+        rope_original_len=int(m["rope_original_len"]) or int(t["seq_len"]),
+        yarn_beta_fast=float(m["yarn_beta_fast"]), yarn_beta_slow=float(m["yarn_beta_slow"]),
+        yarn_attn_factor=attn_factor, norm=enum(m, "norm"),
         norm_eps=float(m["norm_eps"]), qk_norm=boolean(m, "qk_norm"), mlp=enum(m, "mlp"),
         tie_embeddings=boolean(m, "tie_embeddings"), attn_gate=enum(m, "attn_gate"),
         gate_position=enum(m, "gate_position"), gate_act=enum(m, "gate_act"),
@@ -191,6 +208,14 @@ def load_config(path):
         raise ValueError(f"{path}: n_head must be a multiple of n_kv_head")
     if c.pos == "rope" and c.head_dim % 2:
         raise ValueError(f"{path}: rope needs an even head_dim")
+    if not c.rope_factor >= 1.0:
+        raise ValueError(f"{path}: rope_factor must be >= 1")
+    if c.rope_scaling != "none" and c.pos != "rope":
+        raise ValueError(f"{path}: rope_scaling needs pos = rope")
+    if c.rope_original_len < 0 or float(m["yarn_attn_factor"]) < 0:
+        raise ValueError(f"{path}: rope_original_len and yarn_attn_factor must not be negative")
+    if not 0 < c.yarn_beta_slow < c.yarn_beta_fast:
+        raise ValueError(f"{path}: yarn needs 0 < yarn_beta_slow < yarn_beta_fast")
     if c.seq_len > c.max_seq_len:
         raise ValueError(f"{path}: seq_len > max_seq_len")
     if c.n_expert and not (1 <= c.top_k <= c.n_expert and 1 <= c.moe_every <= c.n_layer):
@@ -299,17 +324,59 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
 
 
-def rope(x, base):
+def yarn_ramp_bounds(c):
+    """YaRN's pair-index bounds (transformers' find_correction_range, truncate=True): the
+    fractional pair index where a pair makes `rot` full turns over L = rope_original_len is
+    hd * ln(L / (2 pi rot)) / (2 ln base); low = floor of it at beta_fast, high = ceil at
+    beta_slow, both clamped to [0, hd - 1]; high += 0.001 if they are equal."""
+    hd, L, base = c.head_dim, c.rope_original_len, c.rope_base
+
+    def idx(rot):
+        return hd * math.log(L / (2 * math.pi * rot)) / (2 * math.log(base))
+
+    low = max(math.floor(idx(c.yarn_beta_fast)), 0)
+    high = min(math.ceil(idx(c.yarn_beta_slow)), hd - 1)
+    if low == high:
+        high += 0.001
+    return low, high
+
+
+def rope_inv_freq(c, dtype):
+    """(inv_freq [hd/2] in `dtype`, m): the angle of pair i at position t is t * inv_freq[i],
+    and cos, sin are multiplied by m (so the q.k logits by m^2). theta_i = base^(-2i/hd);
+      none:   theta_i, m = 1
+      linear: theta_i / s, m = 1
+      ntk:    theta_i with base' = base * s^(hd/(hd-2)), m = 1
+      yarn:   theta_i (1 - ramp_i) + (theta_i / s) ramp_i, ramp_i = clamp((i - low)/(high - low), 0, 1)
+              (yarn_ramp_bounds), m = yarn_attn_factor (0 -> 0.1 ln s + 1)
+    as transformers' modeling_rope_utils (linear, yarn; ntk is the static NTK-aware base)."""
+    hd, s = c.head_dim, c.rope_factor
+    i = torch.arange(hd // 2, dtype=dtype)
+    base = c.rope_base
+    if c.rope_scaling == "ntk":
+        base = base * s ** (hd / (hd - 2))
+    inv_freq = base ** (-2.0 * i / hd)                             # [hd/2]
+    if c.rope_scaling == "linear":
+        return inv_freq / s, 1.0
+    if c.rope_scaling == "yarn":
+        low, high = yarn_ramp_bounds(c)
+        ramp = ((i - low) / (high - low)).clamp(0.0, 1.0)
+        return inv_freq * (1.0 - ramp) + (inv_freq / s) * ramp, c.yarn_attn_factor
+    return inv_freq, 1.0
+
+
+def rope(x, c):
     """x [B, T, nh, hd]; HF Llama/Qwen rotate_half: pairs (i, i + hd/2), i < hd/2,
-    angle = t * base^(-2i/hd)."""
+    angle = t * inv_freq[i] (rope_inv_freq: base^(-2i/hd), or scaled), cos and sin times m."""
     T, hd = x.shape[1], x.shape[3]
     half = hd // 2
-    i = torch.arange(half, dtype=x.dtype)
-    inv_freq = base ** (-2.0 * i / hd)                             # [hd/2]
+    inv_freq, m = rope_inv_freq(c, x.dtype)                        # [hd/2]
     t = torch.arange(T, dtype=x.dtype)
     ang = t[:, None] * inv_freq[None, :]                           # [T, hd/2]
     cos = torch.cos(ang)[None, :, None, :]                         # [1, T, 1, hd/2]
     sin = torch.sin(ang)[None, :, None, :]
+    if m != 1.0:
+        cos, sin = cos * m, sin * m
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
@@ -347,8 +414,8 @@ def attention_block(c, a, params, p):
         q = rmsnorm(q, params[p + "attn.q_norm.w"], c.norm_eps)
         k = rmsnorm(k, params[p + "attn.k_norm.w"], c.norm_eps)
     if c.pos == "rope":
-        q = rope(q, c.rope_base)
-        k = rope(k, c.rope_base)
+        q = rope(q, c)
+        k = rope(k, c)
     if c.attn_gate != "none":
         heads = H if c.gate_position == "sdpa" else Hkv
         per_head = hd if c.attn_gate == "elementwise" else 1       # headwise: broadcast over hd
