@@ -16,6 +16,16 @@ runs' common parent directory):
   gate_hist.png    gate-score histograms, last probe, per run with a gate
   probes.png       M-Act, F-Attn and mean gate score over the probes of the run
 
+When a run directory holds long_context.jsonl (scripts/long_context.sh: "length_eval" and
+"stream_eval" records of the final checkpoint; docs/metrics.md), report.md gets a "Long context"
+section: loss by context length per RoPE scaling and the streaming (rolling KV window) table,
+one column per group of runs that differ only in the seed (mean [min, max]), each with a
+sentence stating the measured differences, and the figures
+  long_context_length.png   loss vs context length (log2), per scaling, per group
+  long_context_buckets.png  loss per position bucket at the longest length, per scaling
+  long_context_stream.png   streaming loss vs sink count S, positions cache / original, dense line
+A malformed line in long_context.jsonl stops the report as one in log.jsonl does.
+
 Missing data (no probe records yet, no validation) shows as '-' in the tables and the figure
 is skipped with a note. A missing run directory, a missing or empty log.jsonl, or a line that
 is not a JSON object with a "type" stops the report with an error naming the file and line.
@@ -84,16 +94,17 @@ def finite(v):
     return is_num(v) and math.isfinite(v)
 
 
-def read_log(path):
-    """Records of a log.jsonl, in file order. Errors name the file and the line."""
+def read_jsonl(path, what, empty_hint, types_hint):
+    """[(line number, record)] of a JSON-lines file, in file order: every non-blank line must be a
+    JSON object with a "type" string. Errors name the file and the line; an incomplete last line
+    (no newline: the writer is still at it) is skipped with a warning."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        die(f"{path}: cannot read the log: {e.strerror}")
+        die(f"{path}: cannot read the {what}: {e.strerror}")
     if not data.strip():
-        die(f"{path}: the log is empty (no records): did the run start? "
-            f"(train_gpt writes one record per step)")
+        die(f"{path}: the {what} is empty (no records): {empty_hint}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -103,7 +114,7 @@ def read_log(path):
     ends_with_newline = text.endswith("\n")
     if ends_with_newline:
         lines.pop()
-    records = []
+    out = []
     for i, line in enumerate(lines, start=1):
         s = line.strip()
         if not s:
@@ -121,15 +132,30 @@ def read_log(path):
                 die(f"{path}:{i}: invalid JSON ({e1.msg} at column {e1.colno}): {excerpt}")
         if not isinstance(rec, dict):
             die(f"{path}:{i}: a record must be a JSON object, got {type(rec).__name__}")
-        t = rec.get("type")
-        if not isinstance(t, str):
-            die(f"{path}:{i}: record without a \"type\" string (expected step, eval, sample, probe or spike)")
-        for key, kind in REQUIRED.get(t, {}).items():
-            v = rec.get(key)
-            ok = is_num(v) if kind == "num" else isinstance(v, str)
-            if not ok:
-                die(f"{path}:{i}: \"{t}\" record: field \"{key}\" is {'missing' if key not in rec else repr(v)}"
-                    f" (expected a {'number' if kind == 'num' else 'string'})")
+        if not isinstance(rec.get("type"), str):
+            die(f"{path}:{i}: record without a \"type\" string (expected {types_hint})")
+        out.append((i, rec))
+    return out
+
+
+def check_fields(path, i, rec, required):
+    """required: {field: kind}, kind "num" or "str"; dies naming the file, line and field."""
+    t = rec["type"]
+    for key, kind in required.items():
+        v = rec.get(key)
+        ok = is_num(v) if kind == "num" else isinstance(v, str)
+        if not ok:
+            die(f"{path}:{i}: \"{t}\" record: field \"{key}\" is {'missing' if key not in rec else repr(v)}"
+                f" (expected a {'number' if kind == 'num' else 'string'})")
+
+
+def read_log(path):
+    """Records of a log.jsonl, in file order. Errors name the file and the line."""
+    records = []
+    for i, rec in read_jsonl(path, "log", "did the run start? (train_gpt writes one record per step)",
+                             "step, eval, sample, probe or spike"):
+        t = rec["type"]
+        check_fields(path, i, rec, REQUIRED.get(t, {}))
         if t == "probe" and rec.get("layers") is not None:
             layers = rec["layers"]
             if not isinstance(layers, list) or not all(isinstance(x, dict) for x in layers):
@@ -162,6 +188,82 @@ def read_ini(path):
     return cfg
 
 
+# long_context.jsonl (scripts/long_context.sh: gatedgpt_ckpt lengths / stream on the final
+# checkpoint): "length_eval" and "stream_eval" records
+LC_FILE = "long_context.jsonl"
+LC_REQUIRED = {
+    "length_eval": {"step": "num", "scaling": "str", "length": "num", "loss": "num"},
+    "stream_eval": {"step": "num", "window": "num", "sinks": "num", "positions": "str", "loss": "num"},
+}
+SCALING_ORDER = ["none", "linear", "ntk", "yarn"]
+POSITIONS_ORDER = ["cache", "original"]
+
+
+def _lc_field_error(path, i, t, key, v, expected):
+    die(f"{path}:{i}: \"{t}\" record: field \"{key}\" is {repr(v)} (expected {expected})")
+
+
+def read_long_context(path):
+    """A run's long_context.jsonl: {"path", "step", "length": {(scaling, length): rec},
+    "stream": {key: rec}, "notes": [...]}, from the records of the latest step in the file
+    (a later line of the same key wins). Errors name the file and the line, as for log.jsonl."""
+    recs = []
+    for i, rec in read_jsonl(path, "long-context file", "did scripts/long_context.sh finish?",
+                             "length_eval or stream_eval"):
+        t = rec["type"]
+        if t not in LC_REQUIRED:
+            continue  # other record types are not the report's
+        check_fields(path, i, rec, LC_REQUIRED[t])
+        b = rec.get("buckets")
+        if b is not None and not (isinstance(b, list) and all(
+                isinstance(x, dict) and is_num(x.get("lo")) and is_num(x.get("hi")) and is_num(x.get("loss"))
+                for x in b)):
+            _lc_field_error(path, i, t, "buckets", b if len(repr(b)) <= 60 else "[...]",
+                            "a list of {\"lo\", \"hi\", \"loss\"} objects with numbers")
+        for key in ("train_len", "factor") + (("loss_after_window",) if t == "stream_eval" else ()):
+            if rec.get(key) is not None and not is_num(rec[key]):
+                _lc_field_error(path, i, t, key, rec[key], "a number or null")
+        if t == "stream_eval":
+            fa = rec.get("f_attn")
+            if fa is not None and not (isinstance(fa, list) and all(x is None or is_num(x) for x in fa)):
+                _lc_field_error(path, i, t, "f_attn", fa, "a list of numbers, one per layer, or null")
+            if rec.get("dense") is not None and not isinstance(rec["dense"], bool):
+                _lc_field_error(path, i, t, "dense", rec["dense"], "true or false")
+        rec["_line"] = i
+        recs.append(rec)
+    out = {"path": path, "step": None, "length": {}, "stream": {}, "notes": []}
+    if not recs:
+        out["notes"].append(f"no length_eval or stream_eval record in {path}")
+        return out
+    step = max(r["step"] for r in recs)
+    older = sorted({int(r["step"]) for r in recs if r["step"] != step})
+    if older:
+        out["notes"].append(f"{LC_FILE} also holds records of step(s) {', '.join(map(str, older))}: "
+                            f"only step {int(step)} (the latest) is reported")
+    out["step"] = step
+    dup = 0
+    for r in recs:
+        if r["step"] != step:
+            continue
+        if r["type"] == "length_eval":
+            d, k = out["length"], (r["scaling"], r["length"])
+        else:
+            d, k = out["stream"], stream_key(r)
+        dup += k in d
+        d[k] = r
+    if dup:
+        out["notes"].append(f"{LC_FILE}: {dup} record(s) repeat an earlier one of step {int(step)} "
+                            f"(same scaling and length, or same stream setting): the later line is used")
+    return out
+
+
+def stream_key(r):
+    """The stream table's row: the dense reference is one row whatever its window."""
+    if r.get("dense") is True:
+        return ("dense",)
+    return ("stream", r["window"], r["sinks"], r["positions"])
+
+
 class Run:
     def __init__(self, path, name):
         self.path = path
@@ -189,6 +291,8 @@ class Run:
         self.probes = sorted(by.get("probe", []), key=key)
         self.spikes = sorted(by.get("spike", []), key=key)
         self.types = set(by)
+        lc = os.path.join(path, LC_FILE)
+        self.lc = read_long_context(lc) if os.path.isfile(lc) else None
 
     def conf(self, section, key, default=None):
         return self.cfg.get(section, {}).get(key, default)
@@ -608,13 +712,17 @@ SUMMARY_HEADER = ["run", "attn_gate", "steps", "final val loss", "spikes (loss/g
 SEED_KEY = ("train", "seed")
 
 
+def config_key(r):
+    """The run's config up to the seed (and run_dir, checkpoint dir)."""
+    return tuple(sorted((sec, k, v) for sec, kv in r.cfg.items() for k, v in kv.items()
+                        if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY))
+
+
 def seed_groups(runs):
     """[(label, [runs])] for groups of 2+ runs with configs equal up to the seed; None when no
     such group exists. The label lists what sets the group apart from the first group."""
     with_cfg = [r for r in runs if r.cfg]
-    def key(r):
-        return tuple(sorted((sec, k, v) for sec, kv in r.cfg.items() for k, v in kv.items()
-                            if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY))
+    key = config_key
     groups = {}
     for r in with_cfg:
         groups.setdefault(key(r), []).append(r)
@@ -681,7 +789,499 @@ def layer_table(r):
     return md_table([c[0] for c in cols], rows) if rows else None
 
 
-def write_report(runs, out, notes_fig):
+# ------------------------------------------------------------------------------------------
+# long context: long_context.jsonl of each run, grouped as the seed table groups runs
+
+class LCGroup:
+    def __init__(self, label, runs):
+        self.label = label
+        self.runs = runs
+
+    def length_vals(self, key):
+        return [(r.lc["length"].get(key) or {}).get("loss") for r in self.runs]
+
+    def stream_recs(self, key):
+        return [r.lc["stream"].get(key) for r in self.runs]
+
+
+def long_context_groups(runs):
+    """[LCGroup] of the runs that have a long_context.jsonl, grouped by config up to the seed (a
+    group of one run is kept; a run without config.ini is its own group); None when no run has
+    the file. Labels: from the group's attn_gate, with what sets it apart from the first group where two labels would be the same: "baseline" (attn_gate
+    none), "gated (elementwise)", ...; the run's name for a run without config.ini."""
+    have = [r for r in runs if r.lc is not None]
+    if not have:
+        return None
+    order, by = [], {}
+    for r in have:
+        k = config_key(r) if r.cfg else ("run", r.path)
+        if k not in by:
+            order.append(k)
+            by[k] = []
+        by[k].append(r)
+    def gate_label(r):
+        g = r.attn_gate
+        if not r.cfg or g is None:
+            return r.name
+        return "baseline" if g == "none" else f"gated ({g})"
+    labels = [gate_label(by[k][0]) for k in order]
+    first_cfg = next((k for k in order if by[k][0].cfg), None)
+    base = dict(((s_, k_), v) for s_, k_, v in first_cfg) if first_cfg else {}
+    out = []
+    for j, k in enumerate(order):
+        lab = labels[j]
+        if labels.count(lab) > 1 and by[k][0].cfg and k != first_cfg:
+            mine = dict(((s_, k_), v) for s_, k_, v in k)
+            diff = [f"[{s_}] {k_} = {v}" for (s_, k_), v in mine.items()
+                    if base.get((s_, k_)) != v and (s_, k_) != ("model", "attn_gate")]
+            diff += [f"[{s_}] {k_} unset" for (s_, k_) in base if (s_, k_) not in mine]
+            if diff:
+                lab = f"{lab} ({'; '.join(diff)})"
+        if lab in [g.label for g in out]:
+            lab = f"{lab} #{j + 1}"
+        out.append(LCGroup(lab, by[k]))
+    return out
+
+
+def lc_reference(groups):
+    """The group the others are compared with: the first without a gate, else the first."""
+    return next((g for g in groups if g.runs[0].attn_gate == "none"), groups[0])
+
+
+def finite_vals(vals):
+    return [v for v in vals if v is not None and math.isfinite(v)]
+
+
+def mean_or_none(vals):
+    v = finite_vals(vals)
+    return float(np.mean(v)) if v else None
+
+
+def lc_cell(vals, spec):
+    """'mean [min, max]' over the group's runs; one value alone; '(k of n runs)' when measured in
+    fewer runs than the group has; non-finite values listed as they are; '-' when none."""
+    n = len(vals)
+    v = [x for x in vals if x is not None]
+    if not v:
+        return "-"
+    if len(finite_vals(v)) < len(v):
+        return ", ".join(fmt(x, spec) for x in v)
+    s = format(v[0], spec) if len(v) == 1 else spread(v, spec)
+    return s + (f" ({len(v)} of {n} runs)" if len(v) < n else "")
+
+
+def lc_train_len(groups):
+    """T: the train_len of the records (the most common one); None if none is given."""
+    ts = [rec.get("train_len") for g in groups for r in g.runs
+          for rec in list(r.lc["length"].values()) + list(r.lc["stream"].values())]
+    ts = [int(t) for t in ts if is_num(t) and t > 0]
+    return max(set(ts), key=ts.count) if ts else None
+
+
+def length_label(L, T):
+    if not T:
+        return f"{int(L)}"
+    m = L / T
+    return f"{int(L)} ({'' if m == 1 else format(m, 'g')}T)"
+
+
+def scaling_sort(names):
+    return sorted(set(names), key=lambda s: (SCALING_ORDER.index(s) if s in SCALING_ORDER else len(SCALING_ORDER), s))
+
+
+def with_length(groups):
+    return [g for g in groups if any(r.lc["length"] for r in g.runs)]
+
+
+def with_stream(groups):
+    return [g for g in groups if any(r.lc["stream"] for r in g.runs)]
+
+
+def length_keys(groups):
+    keys = {k for g in groups for r in g.runs for k in r.lc["length"]}
+    sc = scaling_sort(k[0] for k in keys)
+    return sorted(keys, key=lambda k: (sc.index(k[0]), k[1]))
+
+
+def stream_keys(groups):
+    keys = {k for g in groups for r in g.runs for k in r.lc["stream"]}
+    def order(k):
+        if k[0] == "dense":
+            return (1, 0, 0, 0, "")
+        p = k[3]
+        return (0, k[1], k[2], POSITIONS_ORDER.index(p) if p in POSITIONS_ORDER else len(POSITIONS_ORDER), p)
+    return sorted(keys, key=order)
+
+
+def f_attn_last(rec, n):
+    """Mean of F-Attn over the last n layers of a stream record; None without n layer values."""
+    fa = rec.get("f_attn") if rec else None
+    if not isinstance(fa, list) or len(fa) < n or not all(is_num(x) for x in fa[-n:]):
+        return None
+    return float(np.mean(fa[-n:]))
+
+
+STREAM_METRICS = [("loss", lambda rec: rec.get("loss") if rec else None),
+                  ("loss after window", lambda rec: rec.get("loss_after_window") if rec else None),
+                  ("F-Attn last layer", lambda rec: f_attn_last(rec, 1)),
+                  ("F-Attn last 2 layers", lambda rec: f_attn_last(rec, 2))]
+
+
+def length_table(groups, T):
+    rows = []
+    for key in length_keys(groups):
+        rows.append([key[0], length_label(key[1], T)] + [lc_cell(g.length_vals(key), ".4f") for g in groups])
+    return md_table(["scaling", "length"] + [g.label for g in groups], rows)
+
+
+def stream_table(groups):
+    rows = []
+    for key in stream_keys(groups):
+        if key[0] == "dense":
+            recs = [rec for g in groups for rec in g.stream_recs(key) if rec]
+            row = ["full", fmt(recs[0].get("sinks"), "d") if is_num(recs[0].get("sinks")) else "0",
+                   str(recs[0].get("positions", "original")), "yes"]
+        else:
+            row = [fmt(int(key[1]), "d"), fmt(int(key[2]), "d"), key[3], "no"]
+        for name, get in STREAM_METRICS:
+            spec = ".4f"
+            row += [lc_cell([get(rec) for rec in g.stream_recs(key)], spec) for g in groups]
+        rows.append(row)
+    header = ["window", "S", "positions", "dense"] + [f"{name}: {g.label}" for name, _ in STREAM_METRICS for g in groups]
+    return md_table(header, rows)
+
+
+def length_sentence(groups, T):
+    """Measured differences: loss at the longest length minus loss at T; each group minus the
+    reference group at T and at the longest length. Means over each group's runs."""
+    keys = length_keys(groups)
+    if not keys:
+        return None
+    Lmax = max(k[1] for k in keys)
+    scal = scaling_sort(k[0] for k in keys)
+    ref = lc_reference(groups)
+    Ltxt = length_label(Lmax, T)
+    parts = []
+    at_T = {g.label: mean_or_none(g.length_vals(("none", T))) if T else None for g in groups}
+    if T and Lmax > T:
+        per = []
+        for g in groups:
+            base = at_T[g.label]
+            d = [(sc, mean_or_none(g.length_vals((sc, Lmax)))) for sc in scal]
+            d = [f"{sc} {v - base:+.3f}" for sc, v in d if v is not None and base is not None]
+            d[:1] = [f"scaling {x}" for x in d[:1]]
+            per.append(f"**{g.label}**: " + (", ".join(d) if d else f"not measured at {int(Lmax)}"
+                                              + (" and T" if base is None else "")))
+        parts.append(f"Loss at {Ltxt} minus loss at {int(T)} (T, scaling none), mean over each group's runs: "
+                     + "; ".join(per) + ".")
+    if len(groups) >= 2:
+        per = []
+        for g in groups:
+            if g is ref:
+                continue
+            d = []
+            if at_T[g.label] is not None and at_T[ref.label] is not None:
+                d.append(f"at T {at_T[g.label] - at_T[ref.label]:+.3f}")
+            if Lmax != T:
+                dl = []
+                for sc in scal:
+                    a, b = mean_or_none(g.length_vals((sc, Lmax))), mean_or_none(ref.length_vals((sc, Lmax)))
+                    if a is not None and b is not None:
+                        dl.append(f"{sc} {a - b:+.3f}")
+                if dl:
+                    dl[:1] = [f"scaling {x}" for x in dl[:1]]
+                    d.append(f"at {int(Lmax)}: " + ", ".join(dl))
+            per.append(f"**{g.label}** minus **{ref.label}**: " + ("; ".join(d) if d else "no length measured in both"))
+        parts.append(" ".join(p + "." for p in per) + " (Negative: lower loss than "
+                     + f"**{ref.label}**.)")
+    return " ".join(parts) if parts else None
+
+
+def stream_metric(groups):
+    """loss_after_window when every streaming record has it, else loss."""
+    recs = [rec for g in groups for r in g.runs for rec in r.lc["stream"].values()]
+    if recs and all(finite(rec.get("loss_after_window")) for rec in recs):
+        return "loss after the window", lambda rec: rec.get("loss_after_window") if rec else None
+    return "loss", lambda rec: rec.get("loss") if rec else None
+
+
+def stream_sentence(groups):
+    keys = stream_keys(groups)
+    if not keys:
+        return None
+    mname, get = stream_metric(groups)
+    parts = []
+    combos = sorted({(k[1], k[3]) for k in keys if k[0] == "stream"},
+                    key=lambda c: (c[0], POSITIONS_ORDER.index(c[1]) if c[1] in POSITIONS_ORDER else 9, c[1]))
+    clauses = []
+    for W, P in combos:
+        sinks = sorted(k[2] for k in keys if k[0] == "stream" and k[1] == W and k[3] == P)
+        if 0 not in sinks or sinks[-1] <= 0:
+            continue
+        S = sinks[-1]
+        d = []
+        for g in groups:
+            a = mean_or_none([get(x) for x in g.stream_recs(("stream", W, S, P))])
+            b = mean_or_none([get(x) for x in g.stream_recs(("stream", W, 0, P))])
+            if a is not None and b is not None:
+                d.append(f"{a - b:+.3f} ({g.label})")
+        if d:
+            clauses.append(f"window {int(W)}, positions {P}, S={int(S)} minus S=0: " + ", ".join(d))
+    if clauses:
+        parts.append(f"{mname[0].upper() + mname[1:]}, mean over each group's runs: " + "; ".join(clauses) + ".")
+    gaps = []
+    for g in groups:
+        dense = mean_or_none([get(x) for x in g.stream_recs(("dense",))])
+        rows = [mean_or_none([get(x) for x in g.stream_recs(k)]) for k in keys if k[0] == "stream"]
+        rows = [v - dense for v in rows if v is not None and dense is not None]
+        if rows:
+            lo, hi = min(rows), max(rows)
+            gaps.append(f"{lo:+.3f} ({g.label})" if lo == hi else f"{lo:+.3f} to {hi:+.3f} ({g.label})")
+    if gaps:
+        parts.append(f"Streaming minus the dense reference ({mname}): " + ", ".join(gaps) + ".")
+    fa = []
+    for g in groups:
+        v = [mean_or_none([f_attn_last(x, 1) for x in g.stream_recs(k)]) for k in keys
+             if k[0] == "stream" and k[2] > 0]
+        v = [x for x in v if x is not None]
+        if v:
+            fa.append(f"{min(v):.3f} ({g.label})" if min(v) == max(v) else f"{min(v):.3f} to {max(v):.3f} ({g.label})")
+    if fa:
+        parts.append("F-Attn of the last layer on the sink slots (rows with S > 0): " + ", ".join(fa) + ".")
+    return " ".join(parts) if parts else None
+
+
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def _agg(vals):
+    v = finite_vals(vals)
+    return (float(np.mean(v)), min(v), max(v)) if v else None
+
+
+def _errorbar(ax, pts, **kw):
+    """pts: [(x, (mean, min, max))]; draws the mean with min-max bars."""
+    if not pts:
+        return
+    xs = [x for x, _ in pts]
+    ys = [a[0] for _, a in pts]
+    err = [[a[0] - a[1] for _, a in pts], [a[2] - a[0] for _, a in pts]]
+    ax.errorbar(xs, ys, yerr=err if any(e > 0 for e in err[0] + err[1]) else None, capsize=3, lw=1.4, ms=5, **kw)
+
+
+def _group_handles(groups):
+    from matplotlib.lines import Line2D
+    return [Line2D([], [], color="black", ls=LINESTYLES[j % 4], marker=MARKERS[j % len(MARKERS)], label=g.label)
+            for j, g in enumerate(groups)]
+
+
+def fig_lc_length(groups, path):
+    groups = with_length(groups)
+    keys = length_keys(groups)
+    if not keys:
+        return "no length_eval records"
+    from matplotlib.lines import Line2D
+    T = lc_train_len(groups)
+    scal = scaling_sort(k[0] for k in keys)
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    for j, g in enumerate(groups):
+        for si, sc in enumerate(scal):
+            pts = [(L, _agg(g.length_vals((sc, L)))) for L in sorted({k[1] for k in keys if k[0] == sc})]
+            _errorbar(ax, [(x, a) for x, a in pts if a], color=color(si), ls=LINESTYLES[j % 4],
+                      marker=MARKERS[j % len(MARKERS)])
+    lengths = sorted({k[1] for k in keys})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(lengths))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([length_label(L, T) for L in lengths]))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title("Loss by context length (mean over seeds, bars: min-max); colour: RoPE scaling, line: group",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=color(si), lw=2, label=f"scaling {sc}") for si, sc in enumerate(scal)]
+    ax.legend(handles=handles + _group_handles(groups), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def fig_lc_buckets(groups, path):
+    groups = with_length(groups)
+    keys = length_keys(groups)
+    have = {}
+    for k in keys:  # the longest length of each scaling with buckets in some run
+        if any((r.lc["length"].get(k) or {}).get("buckets") for g in groups for r in g.runs):
+            have[k[0]] = max(have.get(k[0], 0), k[1])
+    if not have:
+        return "no length_eval record with position buckets"
+    T = lc_train_len(groups)
+    scal_all = scaling_sort(k[0] for k in keys)
+    scal = [sc for sc in scal_all if sc in have]
+    n = len(scal)
+    ncol = min(n, 4)
+    nrow = (n + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.6 * nrow), sharey=True, squeeze=False)
+    for ax, sc in zip(axes.flat, scal):
+        L = have[sc]
+        si = scal_all.index(sc)
+        for j, g in enumerate(groups):
+            by = {}
+            for r in g.runs:
+                for b in (r.lc["length"].get((sc, L)) or {}).get("buckets") or []:
+                    by.setdefault((b["lo"], b["hi"]), []).append(b["loss"])
+            pts = [((lo + hi) / 2, _agg(v)) for (lo, hi), v in sorted(by.items())]
+            _errorbar(ax, [(x, a) for x, a in pts if a], color=color(si), ls=LINESTYLES[j % 4],
+                      marker=MARKERS[j % len(MARKERS)], label=g.label)
+        if T:
+            ax.axvline(T, color="gray", ls=":", lw=1)
+        ax.set_title(f"scaling {sc}, length {length_label(L, T)}", fontsize=9)
+        ax.set_xlabel("position (bucket centre)" + (f"; dotted: T = {T}" if T else ""), fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("loss (nats/token)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def fig_lc_stream(groups, path):
+    keys = stream_keys(groups)
+    sg = with_stream(groups)
+    if not sg:
+        return "no stream_eval records"
+    metrics = [("loss", lambda rec: rec.get("loss") if rec else None)]
+    if any(finite(rec.get("loss_after_window")) for g in sg for r in g.runs for rec in r.lc["stream"].values()):
+        metrics.append(("loss after the window", lambda rec: rec.get("loss_after_window") if rec else None))
+    combos = sorted({(k[1], k[3]) for k in keys if k[0] == "stream"},
+                    key=lambda c: (c[0], POSITIONS_ORDER.index(c[1]) if c[1] in POSITIONS_ORDER else 9, c[1]))
+    windows = sorted({c[0] for c in combos})
+    positions = sorted({c[1] for c in combos}, key=lambda p: (POSITIONS_ORDER.index(p) if p in POSITIONS_ORDER else 9, p))
+    sinks = sorted({k[2] for k in keys if k[0] == "stream"})
+    fig, axes = plt.subplots(len(metrics), len(sg), figsize=(4.6 * len(sg), 3.6 * len(metrics)),
+                             sharey="row", squeeze=False)
+    for mi, (mname, get) in enumerate(metrics):
+        for gi, g in enumerate(sg):
+            ax = axes[mi][gi]
+            for W, P in combos:
+                pts = [(S, _agg([get(x) for x in g.stream_recs(("stream", W, S, P))])) for S in sinks]
+                lab = f"positions {P}" + (f", window {int(W)}" if len(windows) > 1 else "")
+                _errorbar(ax, [(x, a) for x, a in pts if a], color=color(positions.index(P)),
+                          ls=LINESTYLES[windows.index(W) % 4], marker="o", label=lab)
+            d = _agg([get(x) for x in g.stream_recs(("dense",))])
+            if d:
+                ax.axhline(d[0], color="gray", ls="--", lw=1.2, label=f"dense ({d[0]:.3f})")
+                if d[2] > d[1]:
+                    ax.axhspan(d[1], d[2], color="gray", alpha=0.15)
+            if sinks:
+                ax.set_xticks(sinks)
+            ax.set_title(f"{g.label}: {mname}", fontsize=9)
+            ax.set_xlabel("S (sink tokens kept)")
+            if gi == 0:
+                ax.set_ylabel(f"{mname} (nats/token)", fontsize=8)
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+LC_FIGURES = [
+    ("long_context_length.png", "Loss by context length", fig_lc_length,
+     "Mean next-token loss at each context length (log2 axis), one colour per RoPE scaling, one "
+     "line style per group; bars: min-max over the group's runs."),
+    ("long_context_buckets.png", "Loss by position at the longest length", fig_lc_buckets,
+     "Loss per position bucket (width T) at the longest length measured for each scaling; the "
+     "dotted line marks T, the training length."),
+    ("long_context_stream.png", "Streaming loss by sink count", fig_lc_stream,
+     "Streaming loss (rolling KV window) against the number S of sink tokens kept, for "
+     "positions cache and original, one panel per group; dashed: the dense (full attention) reference."),
+]
+
+
+def write_long_context(L, groups, notes_fig):
+    """The "Long context" section of report.md."""
+    T = lc_train_len(groups)
+    notes_missing = []
+    L.append("## Long context\n")
+    L.append(f"Each run's final checkpoint evaluated by `scripts/long_context.sh` (`{LC_FILE}` in the run "
+             "directory; definitions: docs/metrics.md). A column is a group of runs whose configs "
+             "differ only in `[train] seed`; a cell is the mean over the group's runs and [min, max] "
+             "('-': not measured; '(k of n runs)': measured in fewer runs than the group has). "
+             "Losses in nats/token.\n")
+    L.append("Groups: " + "; ".join(
+        f"**{g.label}**: " + ", ".join(
+            f"{r.name} (seed {r.conf('train', 'seed', '?')}, step {fmt(int(r.lc['step']), 'd') if r.lc['step'] is not None else '-'})"
+            for r in g.runs) for g in groups) + ".\n")
+
+    def figs(names):
+        for fname, title, _, caption in LC_FIGURES:
+            if fname not in names:
+                continue
+            if notes_fig.get(fname):
+                L.append(f"_Figure skipped: {notes_fig[fname]}._\n")
+            else:
+                L.append(f"![{title}]({fname})\n")
+                L.append(caption + "\n")
+
+    L.append("### Loss by context length\n")
+    gl, gs = with_length(groups), with_stream(groups)
+    for what, have in (("length_eval", gl), ("stream_eval", gs)):
+        lacking = [g.label for g in groups if g not in have]
+        if have and lacking:
+            notes_missing.append(f"no {what} records for {', '.join(lacking)}: not in its table")
+    if gl:
+        L.append("Mean next-token loss over windows of the given length" + (f", T = {T} (`train_len`)" if T else "")
+                 + "; RoPE scaling with factor = length / T (scaling none: the model as trained).\n")
+        L.append(length_table(gl, T))
+        L.append("")
+        sent = length_sentence(gl, T)
+        if sent:
+            L.append(sent + "\n")
+    else:
+        L.append("No length_eval records.\n")
+    figs({"long_context_length.png", "long_context_buckets.png"})
+
+    L.append("### Streaming (rolling KV window)\n")
+    if gs:
+        L.append("A stream of tokens through a KV cache of `window` tokens that keeps the first S "
+                 "(\"sink\") tokens and the latest window - S; positions `cache`: RoPE positions of the "
+                 "cache slots, `original`: the tokens' positions in the stream; dense: full attention "
+                 "over the whole stream (the reference). **loss after window**: the tokens after the "
+                 "first `window`. **F-Attn**: mean attention probability on the first max(S, 1) cache "
+                 "slots, of the last layer and the mean of the last two layers.\n")
+        L.append(stream_table(gs))
+        L.append("")
+        sent = stream_sentence(gs)
+        if sent:
+            L.append(sent + "\n")
+    else:
+        L.append("No stream_eval records.\n")
+    figs({"long_context_stream.png"})
+
+    notes = notes_missing + [f"{r.name}: {n}" for g in groups for r in g.runs for n in r.lc["notes"]]
+    for g in groups:
+        for r in g.runs:
+            last = r.last_step()
+            if r.lc["step"] is not None and last is not None and int(r.lc["step"]) != last:
+                notes.append(f"{r.name}: {LC_FILE} is of step {int(r.lc['step'])}, the run's last step is {last}")
+    if notes:
+        L.append("Notes on the long-context data:\n")
+        L.extend(f"- {n}" for n in notes)
+        L.append("")
+
+
+
+def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
     L = []
     L.append("# gatedgpt run comparison\n")
     L.append("Runs:\n")
@@ -739,6 +1339,9 @@ def write_report(runs, out, notes_fig):
         else:
             L.append(f"![{title}]({fname})\n")
             L.append(caption + "\n")
+
+    if lc_groups:
+        write_long_context(L, lc_groups, notes_lc or {})
 
     probed = [r for r in runs if r.last_probe and r.last_probe.get("layers")]
     if probed:
@@ -832,8 +1435,19 @@ def main():
             notes_fig[fname] = why
             if os.path.exists(path):  # a stale figure from an earlier report would mislead
                 os.remove(path)
-    write_report(runs, out, notes_fig)
-    drawn = [f for f, *_ in FIGURES if f not in notes_fig]
+    groups = long_context_groups(runs)
+    notes_lc = {}
+    for fname, _, fn, _ in LC_FIGURES:
+        path = os.path.join(out, fname)
+        why = fn(groups, path) if groups else "no long_context.jsonl in any run"
+        if why:
+            notes_lc[fname] = why
+            if os.path.exists(path):
+                os.remove(path)
+    write_report(runs, out, notes_fig, groups, notes_lc)
+    if groups:
+        notes_fig = dict(notes_fig, **notes_lc)
+    drawn = [f for f, *_ in FIGURES + (LC_FIGURES if groups else []) if f not in notes_fig]
     print(f"{PROG}: {len(runs)} run(s) -> {os.path.join(out, 'report.md')}"
           f" ({', '.join(drawn) if drawn else 'no figures'}"
           f"{'; skipped ' + ', '.join(notes_fig) if notes_fig else ''})")

@@ -7,6 +7,11 @@
 #   crash; a stale figure is removed; a bad log (invalid JSON, no "type", a missing field, an
 #   empty file, no log, no run directory) stops the report with an error naming the file and
 #   line, and a non-zero exit; an incomplete last line (a run still writing) is only a warning.
+#   Long context: with long_context.jsonl (tests/report_fixtures/long_context/) in two seeds of the
+#   baseline and of the gated run and in the minimal run, the "Long context" section's length and
+#   stream rows and its sentences hold the numbers recomputed here from the fixture files, its 3
+#   PNGs are valid; without the files there is no section and stale PNGs are removed; a malformed
+#   line in long_context.jsonl fails like one in log.jsonl (file:line, non-zero exit).
 # Skips (exit 0) when python3-numpy or python3-matplotlib is missing. PYTHON overrides the
 # interpreter (default /usr/bin/python3, the one Debian's packages serve).
 set -u
@@ -101,6 +106,106 @@ check "seed group val loss mean [min, max] = $want" grep -qF "| 1337, 2024 | $wa
 check "the gated run (one seed) forms no group" not grep -qE "^\| .* \| elementwise \| 1337 \| " "$TMP/seeds/report.md"
 rm -rf "$RUNS/baseline_s2"
 
+# ---- long context: long_context.jsonl (tests/report_fixtures/long_context/) in 2 baseline and
+# 2 gated runs (seeds 1337, 2024) and the minimal run; the tables' cells are recomputed here
+# from the fixture files (mean [min, max] over the group's runs, 4 decimals) ----
+check "no long-context section without long_context.jsonl" not grep -qF "## Long context" "$OUT/report.md"
+check "no long-context figure without long_context.jsonl" not grep -qF "long_context_" "$OUT/report.md"
+FIX=tests/report_fixtures/long_context
+LC=$TMP/lc
+mkdir -p "$LC"
+for n in baseline gated minimal; do cp -r "$RUNS/$n" "$LC/$n"; done
+for n in baseline gated; do
+    cp -r "$RUNS/$n" "$LC/${n}_s2"
+    sed -i 's/^seed = 1337 /seed = 2024 /' "$LC/${n}_s2/config.ini"
+done
+for n in baseline baseline_s2 gated gated_s2 minimal; do cp "$FIX/$n.jsonl" "$LC/$n/long_context.jsonl"; done
+"$PY" - "$FIX" >"$TMP/lc_expect.txt" 2>"$TMP/lc_expect.err" <<'PYEOF'
+import json, sys
+fix = sys.argv[1]
+def recs(n):
+    return [json.loads(l) for l in open(f"{fix}/{n}.jsonl") if l.strip()]
+def find(n, **kv):
+    for r in recs(n):
+        if all(r.get(k) == v for k, v in kv.items()):
+            return r
+def cell(vals):
+    v = [x for x in vals if x is not None]
+    if not v:
+        return "-"
+    if len(v) == 1:
+        return "%.4f" % v[0] + (" (1 of %d runs)" % len(vals) if len(vals) > 1 else "")
+    return "%.4f [%.4f, %.4f]" % (sum(v) / len(v), min(v), max(v))
+def mean(vals):
+    return sum(vals) / len(vals)
+B, G = ["baseline", "baseline_s2"], ["gated", "gated_s2"]
+def loss(n, sc, L):
+    r = find(n, type="length_eval", scaling=sc, length=L)
+    return r and r["loss"]
+for sc, L, lab in [("none", 1024, "1024 (8T)"), ("none", 128, "128 (T)"), ("linear", 1024, "1024 (8T)"), ("yarn", 1024, "1024 (8T)")]:
+    print("LROW | %s | %s | %s | %s | %s |" % (sc, lab, cell([loss(n, sc, L) for n in B]), cell([loss(n, sc, L) for n in G]), cell([loss("minimal", sc, L)])))
+def srow(names, **kv):
+    rs = [find(n, type="stream_eval", **kv) for n in names]
+    return [[r["loss"] for r in rs], [r["loss_after_window"] for r in rs], [r["f_attn"][-1] for r in rs],
+            [mean(r["f_attn"][-2:]) for r in rs]]
+for lead, kv in [("256 | 4 | cache | no", dict(window=256, sinks=4, positions="cache", dense=False)),
+                 ("full | 0 | original | yes", dict(dense=True))]:
+    b, g = srow(B, **kv), srow(G, **kv)
+    print("SROW | %s | %s |" % (lead, " | ".join(cell(x) + " | " + cell(y) for x, y in zip(b, g))))
+d_T = mean([loss(n, "none", 128) for n in G]) - mean([loss(n, "none", 128) for n in B])
+d_8 = mean([loss(n, "none", 1024) for n in G]) - mean([loss(n, "none", 1024) for n in B])
+print("LSENT **gated (elementwise)** minus **baseline**: at T %+.3f; at 1024: scaling none %+.3f," % (d_T, d_8))
+def after(names, S):
+    return mean([find(n, type="stream_eval", window=256, sinks=S, positions="cache", dense=False)["loss_after_window"] for n in names])
+print("SSENT window 256, positions cache, S=4 minus S=0: %+.3f (baseline), %+.3f (gated (elementwise))"
+      % (after(B, 4) - after(B, 0), after(G, 4) - after(G, 0)))
+PYEOF
+rc=$?
+check "long-context expectations computed (rc $rc): $(cat "$TMP/lc_expect.err")" [ $rc -eq 0 ]
+check "4 expected length rows" [ "$(grep -c '^LROW ' "$TMP/lc_expect.txt")" = 4 ]
+check "2 expected stream rows" [ "$(grep -c '^SROW ' "$TMP/lc_expect.txt")" = 2 ]
+LCOUT=$TMP/lc_out
+"$PY" $REPORT "$LC/baseline" "$LC/baseline_s2" "$LC/gated" "$LC/gated_s2" "$LC/minimal" --out "$LCOUT" >"$TMP/lc.out" 2>"$TMP/lc.err"
+rc=$?
+check "long-context report exits 0 (rc $rc): $(cat "$TMP/lc.err")" [ $rc -eq 0 ]
+check "long-context report: no traceback" not grep -q Traceback "$TMP/lc.err"
+check "long-context section present" grep -qxF "## Long context" "$LCOUT/report.md"
+check "groups listed with seeds and steps" grep -qF "**baseline**: baseline (seed 1337, step 200), baseline_s2 (seed 2024, step 200); **gated (elementwise)**: gated (seed 1337, step 200), gated_s2 (seed 2024, step 200); **minimal**: minimal (seed ?, step 20)." "$LCOUT/report.md"
+check "length table header" grep -qxF "| scaling | length | baseline | gated (elementwise) | minimal |" "$LCOUT/report.md"
+while IFS= read -r line; do
+    row=${line#LROW }
+    key=$(echo "$row" | cut -d'|' -f2-3)
+    got=$(grep -F "|$key|" "$LCOUT/report.md" | head -1)
+    check "length row$key: want '$row', got '$got'" [ "$got" = "$row" ]
+done < <(grep '^LROW ' "$TMP/lc_expect.txt")
+check "stream table header" grep -qxF "| window | S | positions | dense | loss: baseline | loss: gated (elementwise) | loss after window: baseline | loss after window: gated (elementwise) | F-Attn last layer: baseline | F-Attn last layer: gated (elementwise) | F-Attn last 2 layers: baseline | F-Attn last 2 layers: gated (elementwise) |" "$LCOUT/report.md"
+while IFS= read -r line; do
+    row=${line#SROW }
+    key=$(echo "$row" | cut -d'|' -f2-5)
+    got=$(grep -F "|$key|" "$LCOUT/report.md" | head -1)
+    check "stream row$key: want '$row', got '$got'" [ "$got" = "$row" ]
+done < <(grep '^SROW ' "$TMP/lc_expect.txt")
+check "minimal (no stream records) has no stream column" not grep -qF "loss: minimal" "$LCOUT/report.md"
+check "minimal's missing stream records noted" grep -qF "no stream_eval records for minimal" "$LCOUT/report.md"
+want=$(sed -n 's/^LSENT //p' "$TMP/lc_expect.txt")
+check "length sentence: '$want'" grep -qF "$want" "$LCOUT/report.md"
+want=$(sed -n 's/^SSENT //p' "$TMP/lc_expect.txt")
+check "stream sentence: '$want'" grep -qF "$want" "$LCOUT/report.md"
+for f in long_context_length long_context_buckets long_context_stream; do
+    check "$f.png is a valid PNG" is_png "$LCOUT/$f.png"
+    check "$f.png referenced in report.md" grep -qF "]($f.png)" "$LCOUT/report.md"
+done
+check "long-context report: no figure skipped" not grep -q "Figure skipped" "$LCOUT/report.md"
+# the same runs without long_context.jsonl: no section, and the stale figures are removed
+for n in baseline baseline_s2 gated gated_s2 minimal; do rm "$LC/$n/long_context.jsonl"; done
+"$PY" $REPORT "$LC/baseline" "$LC/gated" --out "$LCOUT" >"$TMP/lc.out" 2>"$TMP/lc.err"
+rc=$?
+check "report after removing long_context.jsonl exits 0 (rc $rc): $(cat "$TMP/lc.err")" [ $rc -eq 0 ]
+check "no long-context section once the files are gone" not grep -qF "## Long context" "$LCOUT/report.md"
+for f in long_context_length long_context_buckets long_context_stream; do
+    check "stale $f.png removed" [ ! -e "$LCOUT/$f.png" ]
+done
+
 # ---- missing data: a run with step records only; figures skipped with a note ----
 "$PY" $REPORT "$RUNS/minimal" --out "$OUT" >"$TMP/m.out" 2>"$TMP/m.err"
 rc=$?
@@ -166,6 +271,34 @@ printf '{"type":"step","step":201,"lo' >>"$TMP/partial/log.jsonl"
 rc=$?
 check "incomplete last line: exit 0 (rc $rc): $(cat "$TMP/p.err")" [ $rc -eq 0 ]
 check "incomplete last line: warning names the line" grep -qF "$TMP/partial/log.jsonl:$(wc -l <"$TMP/partial/log.jsonl" | awk '{print $1 + 1}'): ignoring an incomplete last line" "$TMP/p.err"
+
+# ---- long_context.jsonl errors: as for log.jsonl, the file and line named, non-zero exit ----
+mklc() { mkrun "$1"; cp "tests/report_fixtures/long_context/baseline.jsonl" "$TMP/$1/long_context.jsonl"; }
+mklc lc_badjson
+sed -i '4s/.*/{"type":"length_eval","step":200,"scaling":"ntk",/' "$TMP/lc_badjson/long_context.jsonl"
+expect_error "long_context.jsonl: invalid JSON on line 4" "$TMP/lc_badjson/long_context.jsonl:4: invalid JSON" "$RUNS/gated" "$TMP/lc_badjson"
+mklc lc_noloss
+sed -i '3s/"loss":[0-9.]*,"buckets"/"buckets"/' "$TMP/lc_noloss/long_context.jsonl"
+expect_error "long_context.jsonl: length_eval without loss" "$TMP/lc_noloss/long_context.jsonl:3: \"length_eval\" record: field \"loss\" is missing" "$TMP/lc_noloss"
+mklc lc_nowindow
+sed -i '14s/"window":256,//' "$TMP/lc_nowindow/long_context.jsonl"
+expect_error "long_context.jsonl: stream_eval without window" "$TMP/lc_nowindow/long_context.jsonl:14: \"stream_eval\" record: field \"window\" is missing" "$TMP/lc_nowindow"
+mklc lc_badbucket
+sed -i '2s/{"lo":128,"hi":256,"loss":[0-9.]*}/{"lo":128,"hi":256}/' "$TMP/lc_badbucket/long_context.jsonl"
+expect_error "long_context.jsonl: a bucket without loss" "$TMP/lc_badbucket/long_context.jsonl:2: \"length_eval\" record: field \"buckets\"" "$TMP/lc_badbucket"
+mklc lc_notype
+sed -i '5s/"type":"length_eval",//' "$TMP/lc_notype/long_context.jsonl"
+expect_error "long_context.jsonl: record without a type" "$TMP/lc_notype/long_context.jsonl:5: record without a \"type\"" "$TMP/lc_notype"
+mklc lc_empty
+: >"$TMP/lc_empty/long_context.jsonl"
+expect_error "long_context.jsonl: empty" "$TMP/lc_empty/long_context.jsonl: the long-context file is empty" "$TMP/lc_empty"
+mklc lc_partial
+printf '{"type":"stream_eval","step":200,"win' >>"$TMP/lc_partial/long_context.jsonl"
+"$PY" $REPORT "$TMP/lc_partial" --out "$TMP/lc_partial_out" >"$TMP/p.out" 2>"$TMP/p.err"
+rc=$?
+check "long_context.jsonl incomplete last line: exit 0 (rc $rc): $(cat "$TMP/p.err")" [ $rc -eq 0 ]
+check "long_context.jsonl incomplete last line: warning names the line" grep -qF "$TMP/lc_partial/long_context.jsonl:$(wc -l <"$TMP/lc_partial/long_context.jsonl" | awk '{print $1 + 1}'): ignoring an incomplete last line" "$TMP/p.err"
+check "long_context.jsonl incomplete last line: section still written" grep -qxF "## Long context" "$TMP/lc_partial_out/report.md"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
