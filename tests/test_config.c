@@ -239,7 +239,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 74 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 80 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -484,6 +484,9 @@ static void test_roundtrip(void) {
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
         "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
+        // rope_scaling stays none: any other value is refused with pos = learned (rope_scaling_learned)
+        "model.rope_scaling=none", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
+        "model.yarn_beta_slow=2", "model.yarn_attn_factor=1.25",
         "moe.n_expert=5", "moe.top_k=3", "moe.d_expert=17", "moe.n_shared_expert=1", "moe.d_shared_expert=19",
         "moe.shared_expert_gate=true", "moe.moe_every=3", "moe.router=sigmoid_topk", "moe.aux_loss_coef=0.0123",
         "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25",
@@ -780,6 +783,13 @@ static void test_errors(void) {
         {"wsd_decay_frac_big", "[train]\nwsd_decay_frac = 1.5\n", STAGE_FINALIZE, "[train] wsd_decay_frac = 1.5: outside (0, 1]"},
         {"threads_negative", "[train]\nthreads = -1\n", STAGE_FINALIZE, "[train] threads = -1: must not be negative"},
         {"rope_base_zero", "[model]\nrope_base = 0\n", STAGE_FINALIZE, "[model] rope_base = 0: must be positive"},
+        {"rope_factor_small", "[model]\nrope_factor = 0.5\n", STAGE_FINALIZE, "[model] rope_factor = 0.5: must be >= 1"},
+        {"rope_scaling_learned", "[model]\npos = learned\nrope_scaling = yarn\n", STAGE_FINALIZE,
+         "rope_scaling_learned.ini:3: [model] rope_scaling = yarn: yarn with pos = learned (set at "},
+        {"rope_scaling_unknown", "[model]\nrope_scaling = ntk-by-parts\n", STAGE_LOAD, "rope_scaling = ntk-by-parts"},
+        {"yarn_betas_swapped", "[model]\nyarn_beta_fast = 1\nyarn_beta_slow = 32\n", STAGE_FINALIZE,
+         "yarn_beta_fast = 1, yarn_beta_slow = 32 (accepted: 0 < yarn_beta_slow < yarn_beta_fast"},
+        {"rope_original_len_negative", "[model]\nrope_original_len = -8\n", STAGE_FINALIZE, "[model] rope_original_len = -8: must not be negative"},
         {"norm_eps_zero", "[model]\nnorm_eps = 0\n", STAGE_FINALIZE, "[model] norm_eps = 0: must be positive"},
         {"init_std_zero", "[model]\ninit_std = 0\n", STAGE_FINALIZE, "[model] init_std = 0: must be positive"},
         {"d_model_huge", "[model]\nd_model = 1000000000\nn_head = 1\n", STAGE_FINALIZE, "too large"},

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,7 +245,22 @@ static int write_config_json(const char* path, const Config* c, int step) {
     fprintf(f, "  \"num_key_value_heads\": %d,\n", m->n_kv_head);
     fprintf(f, "  \"head_dim\": %d,\n", m->head_dim);
     fprintf(f, "  \"max_position_embeddings\": %d,\n", m->max_seq_len);
-    fprintf(f, "  \"rope_theta\": %s,\n", model_value(c, "rope_base"));
+    if (m->rope_scaling == ROPE_SCALING_NTK)
+        fprintf(f, "  \"rope_theta\": %.17g,\n", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
+    else
+        fprintf(f, "  \"rope_theta\": %s,\n", model_value(c, "rope_base"));
+    // RoPE scaling, in transformers' spelling (kernels/rope.h follows its definitions). "ntk" is a
+    // larger base, exactly: rope_theta = rope_base * s^(hd/(hd-2)) above (transformers' "dynamic"
+    // recomputes a base per length by another formula, so it is not used).
+    if (m->rope_scaling == ROPE_SCALING_LINEAR || m->rope_scaling == ROPE_SCALING_YARN) {
+        fprintf(f, "  \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": %s, \"original_max_position_embeddings\": %d",
+                m->rope_scaling == ROPE_SCALING_LINEAR ? "linear" : "yarn", model_value(c, "rope_factor"), m->rope_original_len);
+        if (m->rope_scaling == ROPE_SCALING_YARN) {
+            fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_value(c, "yarn_beta_fast"), model_value(c, "yarn_beta_slow"));
+            if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_value(c, "yarn_attn_factor"));
+        }
+        fprintf(f, "},\n");
+    }
     fprintf(f, "  \"rms_norm_eps\": %s,\n", model_value(c, "norm_eps"));
     fprintf(f, "  \"hidden_act\": \"%s\",\n", m->mlp == MLP_SWIGLU ? "silu" : "gelu_pytorch_tanh");
     fprintf(f, "  \"tie_word_embeddings\": %s,\n", m->tie_embeddings ? "true" : "false");
