@@ -25,6 +25,9 @@ typedef struct {
     __typeof__(ops_attention_forward)* attention_forward;
     __typeof__(ops_attention_backward)* attention_backward;
     __typeof__(ops_attn_first_token)* attn_first_token;
+    __typeof__(ops_kv_cache_write)* kv_cache_write;
+    __typeof__(ops_attention_cached_forward)* attention_cached_forward;
+    __typeof__(ops_rope_rows)* rope_rows;
     __typeof__(ops_gate_stats)* gate_stats;
     __typeof__(ops_absmax)* absmax;
     __typeof__(ops_abs_median)* abs_median;

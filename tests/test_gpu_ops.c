@@ -13,16 +13,17 @@
 // values on both sides, so accumulation is checked too.
 //
 // Tolerances (fp32 on both sides, different summation orders):
-//   elementwise ops, norms, prep, softmax + cross-entropy, AdamW, the MoE router, combine and
-//   the shared-expert gate: 1e-5
-//   attention forward 2e-5, attention backward and the weight gradients of qk-norm 1e-4;
+//   elementwise ops, norms, prep (every RoPE scaling and pos0), RoPE on cached rows, softmax +
+//   cross-entropy, AdamW, the MoE router, combine and the shared-expert gate: 1e-5
+//   attention forward and the attention over the KV cache (y, yg, lse, sink) 2e-5, attention
+//   backward and the weight gradients of qk-norm 1e-4;
 //   cuDNN's attention and the flash kernel (attn_impl = cudnn / flash, bf16 products): forward
 //   2e-2, backward 5e-2
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits), or 2e-2
 //   with GATEDGPT_CUDA_BF16_GEMM=1 (8 mantissa bits)
 //   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
-//   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan and
-//   the MoE gather and its backward: exact (same order of additions, or integer counts, or a selection)
+//   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan, the
+//   KV cache write and the MoE gather and its backward: exact (same order of additions, or integer counts, or a selection)
 // These bounds are written before any GPU run; loosen one only with the measured error beside it.
 #include <string.h>
 #include "test_util.h"
@@ -410,6 +411,162 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
 }
 
 // ---------------------------------------------------------------------------------------------
+// RoPE positions and scalings (kernels/rope.h), the KV cache, against the CPU reference (cpu_ref).
+
+static const char* rope_kind_name[] = {"none", "linear", "ntk", "yarn"};
+// a scaling with factor 4 over a training length of 8 (the positions tested run past it);
+// YaRN's betas at transformers' defaults; attn_factor 0 = YaRN's default 0.1 ln(s) + 1
+static OpsRope rope_scaling(OpsRopeScaling kind, float attn_factor) {
+    OpsRope r = {0};
+    r.kind = kind; r.factor = 4.0f; r.orig_len = 8; r.beta_fast = 32.0f; r.beta_slow = 1.0f;
+    r.attn_factor = attn_factor;
+    return r;
+}
+
+// prep forward and backward with positions pos0 .. pos0 + T - 1 and a RoPE scaling: the GPU's
+// tables come from the same rope_table_rows as the CPU's. The value gate makes prep backward
+// write every column of dqkv. Called in an order that changes one thing at a time (pos0, kind,
+// attn_factor), so a table cached under too short a key is caught.
+static void test_prep_rope(OpsRopeScaling kind, float attn_factor, int pos0) {
+    const int B = 2, T = 12, H = 4, Hkv = 2, hd = 64;
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = 1; s.rope = 1; s.rope_base = 10000.0f;
+    s.rope_scale = rope_scaling(kind, attn_factor); s.pos0 = pos0; s.eps = 1e-5f;
+    s.gate = OPS_GATE_ELEMENTWISE; s.gate_pos = OPS_GATEPOS_VALUE; s.gate_act = OPS_ACT_SIGMOID;
+    const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd, R = H + Hkv;
+    char nm[160];
+    printf(" prep with RoPE %s (factor 4, orig_len 8, attn_factor %g) pos0=%d B=%d T=%d H=%d/%d hd=%d\n",
+           rope_kind_name[kind], attn_factor, pos0, B, T, H, Hkv, hd);
+    float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3);
+    for (int i = 0; i < hd; i++) { qw[i] += 1.0f; kw[i] += 1.0f; }
+    float *dq = hrand((size_t)N * Hd, 1), *dk = hrand((size_t)N * KVd, 1), *dv = hrand((size_t)N * KVd, 1);
+    float *dqw0 = hrand(hd, 1), *dkw0 = hrand(hd, 1);
+    float *rq = hzeros((size_t)N * Hd), *rk = hzeros((size_t)N * KVd), *rv = hzeros((size_t)N * KVd), *rrstd = hzeros((size_t)N * R);
+    float *rdqkv = hzeros((size_t)N * QKVG), *rdqw = hcopy(dqw0, hd), *rdkw = hcopy(dkw0, hd);
+    cpu_ref.attn_prep_forward(rq, rk, rv, rrstd, qkv, qw, kw, &s);
+    cpu_ref.attn_prep_backward(rdqkv, rdqw, rdkw, dq, dk, dv, qkv, rrstd, qw, kw, &s);
+    float *d_qkv = dcopy(qkv, (size_t)N * QKVG), *d_qw = dcopy(qw, hd), *d_kw = dcopy(kw, hd);
+    float *d_q = dpoison((size_t)N * Hd), *d_k = dpoison((size_t)N * KVd), *d_v = dpoison((size_t)N * KVd);
+    float* d_rstd = dpoison((size_t)N * R);
+    ops_attn_prep_forward(d_q, d_k, d_v, d_rstd, d_qkv, d_qw, d_kw, &s);
+    // TOL_ELEM: the same per-row hd-term qk-norm sums as the prep checks of test_attention, then
+    // one rotation by the (identical) table entries; measured max 3.2e-7 (emulator)
+    cmp("  prep forward q", d_q, rq, (size_t)N * Hd, TOL_ELEM);
+    cmp("  prep forward k", d_k, rk, (size_t)N * KVd, TOL_ELEM);
+    cmp("  prep forward v (value gate)", d_v, rv, (size_t)N * KVd, TOL_ELEM);
+    float *d_dq = dcopy(dq, (size_t)N * Hd), *d_dk = dcopy(dk, (size_t)N * KVd), *d_dv = dcopy(dv, (size_t)N * KVd);
+    float *d_dqkv = dpoison((size_t)N * QKVG), *d_rrstd = dcopy(rrstd, (size_t)N * R);
+    float *d_dqw = dcopy(dqw0, hd), *d_dkw = dcopy(dkw0, hd);
+    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, d_rrstd, d_qw, d_kw, &s);
+    // dqkv: per-row hd-term sums again (TOL_ELEM); the qk-norm weight gradients sum over every
+    // row and head (TOL_ATT_BWD, as test_attention's); measured max 1.6e-7 and 2.5e-7
+    snprintf(nm, sizeof nm, "  prep backward dqkv (every column)"); cmp(nm, d_dqkv, rdqkv, (size_t)N * QKVG, TOL_ELEM);
+    cmp("  prep backward q_norm.w +=", d_dqw, rdqw, hd, TOL_ATT_BWD);
+    cmp("  prep backward k_norm.w +=", d_dkw, rdkw, hd, TOL_ATT_BWD);
+    free(qkv); free(qw); free(kw); free(dq); free(dk); free(dv); free(dqw0); free(dkw0);
+    free(rq); free(rk); free(rv); free(rrstd); free(rdqkv); free(rdqw); free(rdkw);
+    ops_free(d_qkv); ops_free(d_qw); ops_free(d_kw); ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_rstd);
+    ops_free(d_dq); ops_free(d_dk); ops_free(d_dv); ops_free(d_dqkv); ops_free(d_rrstd); ops_free(d_dqw); ops_free(d_dkw);
+}
+
+// ops_rope_rows: rows at pos0 + r rotated forward and back, against the CPU; then forward
+// followed by inverse on the GPU gives the input back
+static void test_rope_rows(OpsRopeScaling kind, int n_rows, int n_heads, int hd, int pos0) {
+    OpsAttnShape s = {0};
+    s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.rope_scale = rope_scaling(kind, 0.0f);
+    const size_t n = (size_t)n_rows * n_heads * hd;
+    char nm[160];
+    float* x = hrand(n, 1);
+    float* d_x = dcopy(x, n);
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        float* ref = hcopy(x, n);
+        cpu_ref.rope_rows(ref, n_rows, n_heads, pos0, dir, &s);
+        ops_from_host(d_x, x, n * sizeof(float));
+        ops_rope_rows(d_x, n_rows, n_heads, pos0, dir, &s);
+        // TOL_ELEM: each output is a c - b s from the same table entries (and the same fp32
+        // division for dir = -1): within a couple of u of the CPU's; measured max 1.2e-7
+        snprintf(nm, sizeof nm, "rope rows %s %s n_rows=%d heads=%d hd=%d pos0=%d", rope_kind_name[kind],
+                 dir > 0 ? "forward" : "inverse", n_rows, n_heads, hd, pos0);
+        cmp(nm, d_x, ref, n, TOL_ELEM);
+        free(ref);
+    }
+    ops_from_host(d_x, x, n * sizeof(float));
+    ops_rope_rows(d_x, n_rows, n_heads, pos0, 1, &s);
+    ops_rope_rows(d_x, n_rows, n_heads, pos0, -1, &s);
+    // two rotations (cos^2 + sin^2 = 1 up to the tables' rounding, ~u), and the division: a few
+    // u (TOL_ELEM); measured max 1.8e-7
+    cmp("  forward then inverse = the input", d_x, x, n, TOL_ELEM);
+    free(x);
+    ops_free(d_x);
+}
+
+// ops_kv_cache_write: the new tokens' rows land at slots slot0 .. slot0 + T - 1 of each
+// sequence, every other slot keeps its bits (exact: a copy)
+static void test_kv_cache_write(int B, int T, int Tc, int Hkv, int hd, int slot0) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = Hkv; s.Hkv = Hkv; s.hd = hd;
+    const size_t nn = (size_t)B * T * Hkv * hd, nc = (size_t)B * Tc * Hkv * hd;
+    char nm[160];
+    float *k = hrand(nn, 1), *v = hrand(nn, 1), *kc = hrand(nc, 1), *vc = hrand(nc, 1);
+    float *d_k = dcopy(k, nn), *d_v = dcopy(v, nn), *d_kc = dcopy(kc, nc), *d_vc = dcopy(vc, nc);
+    cpu_ref.kv_cache_write(kc, vc, k, v, slot0, Tc, &s);
+    ops_kv_cache_write(d_kc, d_vc, d_k, d_v, slot0, Tc, &s);
+    snprintf(nm, sizeof nm, "kv cache write B=%d T=%d Tc=%d Hkv=%d hd=%d slot0=%d: kc", B, T, Tc, Hkv, hd, slot0);
+    cmp_exact(nm, d_kc, kc, nc);
+    cmp_exact("  vc", d_vc, vc, nc);
+    free(k); free(v); free(kc); free(vc);
+    ops_free(d_k); ops_free(d_v); ops_free(d_kc); ops_free(d_vc);
+}
+
+// ops_attention_cached_forward: T new queries over the first n_ctx of Tc cache slots (query t
+// at slot n_ctx - T + t). The slots past n_ctx hold NaN on both sides: reading one fails.
+// sink: NULL when with_sink is 0.
+static void test_attention_cached(int B, int T, int n_ctx, int Tc, int H, int Hkv, int hd, OpsGate gate,
+                                  OpsGatePos pos, int n_sink, int with_sink) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.eps = 1e-5f;
+    s.gate = gate; s.gate_pos = pos; s.gate_act = OPS_ACT_SIGMOID;
+    const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd;
+    const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
+    const int sep = gate != OPS_GATE_NONE;   // a separate yg (with the value gate: a copy of y)
+    char nm[192];
+    printf(" cached attention B=%d T=%d n_ctx=%d Tc=%d H=%d/%d hd=%d %s@%s n_sink=%d%s\n", B, T, n_ctx, Tc, H, Hkv,
+           hd, gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", n_sink, with_sink ? "" : " (sink NULL)");
+    const size_t nc = (size_t)B * Tc * KVd;
+    float *q = hrand((size_t)N * Hd, 1), *qkv = hrand((size_t)N * QKVG, 1), *kc = hrand(nc, 1), *vc = hrand(nc, 1);
+    for (int b = 0; b < B; b++)
+        for (size_t i = (size_t)n_ctx * KVd; i < (size_t)Tc * KVd; i++) kc[(size_t)b * Tc * KVd + i] = vc[(size_t)b * Tc * KVd + i] = NAN;
+    float *ry = hzeros((size_t)N * Hd), *ryg = sep ? hzeros((size_t)N * Hd) : ry, *rlse = hzeros((size_t)N * H);
+    float* rsink = with_sink ? hzeros((size_t)N * H) : NULL;
+    cpu_ref.attention_cached_forward(ry, ryg, rlse, rsink, q, kc, vc, qkv, n_ctx, Tc, n_sink, &s);
+    float *d_q = dcopy(q, (size_t)N * Hd), *d_qkv = dcopy(qkv, (size_t)N * QKVG), *d_kc = dcopy(kc, nc), *d_vc = dcopy(vc, nc);
+    float *d_y = dpoison((size_t)N * Hd), *d_yg = sep ? dpoison((size_t)N * Hd) : d_y, *d_lse = dpoison((size_t)N * H);
+    float* d_sink = with_sink ? dpoison((size_t)N * H) : NULL;
+    ops_attention_cached_forward(d_y, d_yg, d_lse, d_sink, d_q, d_kc, d_vc, d_qkv, n_ctx, Tc, n_sink, &s);
+    // TOL_ATT_FWD: the softmax and P V sums of ops_attention_forward over n_ctx <= 300 keys;
+    // measured max 4.1e-7 (y), 1.9e-7 (sink) on the emulator
+    cmp("  y", d_y, ry, (size_t)N * Hd, TOL_ATT_FWD);
+    if (sep) { snprintf(nm, sizeof nm, "  yg (%s)", sgate ? "gated" : "a copy of y"); cmp(nm, d_yg, ryg, (size_t)N * Hd, TOL_ATT_FWD); }
+    cmp("  lse", d_lse, rlse, (size_t)N * H, TOL_ATT_FWD);
+    // the sink mass: a sum of <= n_sink of the same probabilities (0 for n_sink = 0)
+    if (with_sink) cmp("  sink (probability on slots < n_sink)", d_sink, rsink, (size_t)N * H, TOL_ATT_FWD);
+    free(q); free(qkv); free(kc); free(vc); free(ry); if (sep) free(ryg); free(rlse); free(rsink);
+    ops_free(d_q); ops_free(d_qkv); ops_free(d_kc); ops_free(d_vc); ops_free(d_y); if (sep) ops_free(d_yg);
+    ops_free(d_lse); if (d_sink) ops_free(d_sink);
+}
+
+// ops_mem_available: cudaMemGetInfo's free bytes, which an allocation of 64 MiB lowers by at
+// least that much (nothing else allocates meanwhile in this process)
+static void test_mem_available(void) {
+    size_t a0 = ops_mem_available();
+    void* p = ops_malloc((size_t)64 << 20);
+    size_t a1 = ops_mem_available();
+    TU_CHECK(a0 > 0 && a1 + ((size_t)64 << 20) <= a0, "ops_mem_available: %zu bytes before, %zu after a 64 MiB allocation", a0, a1);
+    printf("  %-64s %.1f MiB, then %.1f MiB\n", "mem available (before and after 64 MiB)", a0 / 1048576.0, a1 / 1048576.0);
+    ops_free(p);
+}
+
+// ---------------------------------------------------------------------------------------------
 static void test_activations(int N, int F) {
     char nm[96];
     float *gu = hrand((size_t)N * 2 * F, 3), *dh = hrand((size_t)N * F, 1);
@@ -734,6 +891,32 @@ int main(int argc, char** argv) {
     test_attention(1, 40, 2, 1, 256, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
     test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+
+    // RoPE past the training length: positions from pos0 = 5, each scaling (pos0 alone first,
+    // then one field at a time); then the KV cache's ops
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 0);
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_LINEAR, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_NTK, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_YARN, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_YARN, 1.5f, 5);   // only attn_factor differs from the previous table
+    for (int kind = OPS_ROPE_NONE; kind <= OPS_ROPE_YARN; kind++) test_rope_rows((OpsRopeScaling)kind, 11, 3, 64, 5);
+    test_rope_rows(OPS_ROPE_YARN, 4, 2, 15, 100);   // odd head_dim: the last channel is not rotated
+    test_kv_cache_write(2, 3, 9, 2, 64, 4);
+    test_kv_cache_write(3, 1, 5, 1, 40, 0);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 0);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 0, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 0, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, 2, 1);
+    test_attention_cached(2, 1, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 2, 1);   // T = 1
+    test_attention_cached(2, 1, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 0);          // T = 1
+    test_attention_cached(1, 2, 70, 80, 2, 1, 128, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 4, 1);    // 3 chunks of 32 slots
+    test_attention_cached(1, 4, 45, 45, 3, 1, 40, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 1, 1);         // a full cache, hd 40
+    test_mem_available();
 
     // the tensor-core flash kernel (attn_impl = flash): head_dim 64 and 128, every gate (in its
     // epilogue), GQA 1/2/4, T not a multiple of the 64-row tiles, T = 1, several key tiles

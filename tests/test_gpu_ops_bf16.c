@@ -29,10 +29,12 @@
 //   fp32 additions differs (test_gpu_ops holds 1e-5 to 1e-4 for the same sums)
 //   flash and cuDNN attention (bf16 tensor-core products, P rounded to bf16): forward (y, yg,
 //   lse) 2e-2, backward (dq, dk, dv) 5e-2, as test_gpu_ops
+//   the KV cache: y, yg as act_t (8e-3), lse and the sink mass as fp32 (1e-4); RoPE on cached
+//   rows as act_t (8e-3)
 //   exact: the conversions (ops_act_from_float vs bf16_from_f32, ops_weights_to_act vs
 //   bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i))), ops_accumulate and the MoE gather backward
-//   (the same fp32 additions in the same order, one rounding), the gather (bits moved as they
-//   are); the gate histogram allows 2 scores on a bin edge to move, as test_gpu_ops.
+//   (the same fp32 additions in the same order, one rounding), the gather and the KV cache
+//   write (bits moved as they are); the gate histogram allows 2 scores on a bin edge to move, as test_gpu_ops.
 #include <stdarg.h>
 #include <string.h>
 #include "test_util.h"
@@ -332,6 +334,128 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     release();
 }
 
+// ---- RoPE positions and scalings, the KV cache ------------------------------------------------
+static const char* rope_kind_name[] = {"none", "linear", "ntk", "yarn"};
+// factor 4 over a training length of 8 (the positions tested run past it), YaRN's betas at
+// transformers' defaults; attn_factor 0 = YaRN's default 0.1 ln(s) + 1
+static OpsRope rope_scaling(OpsRopeScaling kind, float attn_factor) {
+    OpsRope r = {0};
+    r.kind = kind; r.factor = 4.0f; r.orig_len = 8; r.beta_fast = 32.0f; r.beta_slow = 1.0f;
+    r.attn_factor = attn_factor;
+    return r;
+}
+
+// prep forward and backward at positions pos0 .. pos0 + T - 1 with a scaling (the value gate:
+// prep backward writes every column); called so that one thing changes at a time (pos0, kind,
+// attn_factor), which catches a RoPE table cached under too short a key
+static void test_prep_rope(OpsRopeScaling kind, float attn_factor, int pos0) {
+    const int B = 2, T = 12, H = 4, Hkv = 2, hd = 64;
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = 1; s.rope = 1; s.rope_base = 10000.0f;
+    s.rope_scale = rope_scaling(kind, attn_factor); s.pos0 = pos0; s.eps = 1e-5f;
+    s.gate = OPS_GATE_ELEMENTWISE; s.gate_pos = OPS_GATEPOS_VALUE; s.gate_act = OPS_ACT_SIGMOID;
+    const size_t N = (size_t)B * T, QKVG = ops_attn_qkv_cols(&s), Hd = (size_t)H * hd, KVd = (size_t)Hkv * hd, R = H + Hkv;
+    printf(" prep with RoPE %s (factor 4, orig_len 8, attn_factor %g) pos0=%d B=%d T=%d H=%d/%d hd=%d\n",
+           rope_kind_name[kind], attn_factor, pos0, B, T, H, Hkv, hd);
+    float *qkv = hrand_bf(N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3);
+    for (int i = 0; i < hd; i++) { qw[i] += 1.0f; kw[i] += 1.0f; }
+    float *dq = hrand_bf(N * Hd, 1), *dk = hrand_bf(N * KVd, 1), *dv = hrand_bf(N * KVd, 1), *dqw0 = hrand(hd, 1), *dkw0 = hrand(hd, 1);
+    float *rq = hbuf(N * Hd), *rk = hbuf(N * KVd), *rv = hbuf(N * KVd), *rrstd = hbuf(N * R);
+    float *rdqkv = hbuf(N * QKVG), *rdqw = hcopy(dqw0, hd), *rdkw = hcopy(dkw0, hd);
+    ref_ops_attn_prep_forward(rq, rk, rv, rrstd, qkv, qw, kw, &s);
+    ref_ops_attn_prep_backward(rdqkv, rdqw, rdkw, dq, dk, dv, qkv, rrstd, qw, kw, &s);
+    round_bf(rq, N * Hd); round_bf(rk, N * KVd); round_bf(rv, N * KVd); round_bf(rdqkv, N * QKVG);
+    act_t *d_qkv = up_act(qkv, N * QKVG), *d_q = poison_act(N * Hd), *d_k = poison_act(N * KVd), *d_v = poison_act(N * KVd);
+    float *d_qw = up_f32(qw, hd), *d_kw = up_f32(kw, hd);
+    ops_attn_prep_forward(d_q, d_k, d_v, poison_f32(N * R), d_qkv, d_qw, d_kw, &s);
+    // act_t outputs: one rounding of the same fp32 value (TOL_ACT); the weight gradients: fp32
+    // sums of the same products (TOL_F32); measured max 3.3e-4 (a one-ulp flip) and 2.4e-7
+    cmp_act("  prep forward q", d_q, rq, N * Hd, TOL_ACT);
+    cmp_act("  prep forward k", d_k, rk, N * KVd, TOL_ACT);
+    cmp_act("  prep forward v (value gate)", d_v, rv, N * KVd, TOL_ACT);
+    act_t* d_dqkv = poison_act(N * QKVG);
+    float *d_dqw = up_f32(dqw0, hd), *d_dkw = up_f32(dkw0, hd);
+    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, up_act(dq, N * Hd), up_act(dk, N * KVd), up_act(dv, N * KVd), d_qkv,
+                           up_f32(rrstd, N * R), d_qw, d_kw, &s);
+    cmp_act("  prep backward dqkv (every column)", d_dqkv, rdqkv, N * QKVG, TOL_ACT);
+    cmp_f32("  prep backward q_norm.w (+=, fp32)", d_dqw, rdqw, hd, TOL_F32);
+    cmp_f32("  prep backward k_norm.w (+=, fp32)", d_dkw, rdkw, hd, TOL_F32);
+    release();
+}
+
+// ops_rope_rows both ways against the reference (TOL_ACT); forward then inverse on the GPU gives
+// the input back within two roundings (derived): the forward's outputs, |a c - b s| <= sqrt(2) m
+// max|x|, are rounded by <= 2^-9 of that each, a pair's error vector (norm <= 2 * 2^-9 m max|x|)
+// is rotated back and divided by m, then rounded once more (<= 2^-9 max|x|): <= 3 * 2^-9 =
+// 5.9e-3 of max|x| < TOL_ACT; measured 3.97e-3 on the emulator
+static void test_rope_rows(OpsRopeScaling kind, int n_rows, int n_heads, int hd, int pos0) {
+    OpsAttnShape s = {0};
+    s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.rope_scale = rope_scaling(kind, 0.0f);
+    const size_t n = (size_t)n_rows * n_heads * hd;
+    float* x = hrand_bf(n, 1);
+    act_t* d_x = up_act(x, n);
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        float* ref = hcopy(x, n);
+        ref_ops_rope_rows(ref, n_rows, n_heads, pos0, dir, &s);
+        round_bf(ref, n);
+        set_act(d_x, x, n);
+        ops_rope_rows(d_x, n_rows, n_heads, pos0, dir, &s);
+        cmp_act(NM("rope rows %s %s n_rows=%d heads=%d hd=%d pos0=%d", rope_kind_name[kind], dir > 0 ? "forward" : "inverse",
+                   n_rows, n_heads, hd, pos0), d_x, ref, n, TOL_ACT);
+    }
+    set_act(d_x, x, n);
+    ops_rope_rows(d_x, n_rows, n_heads, pos0, 1, &s);
+    ops_rope_rows(d_x, n_rows, n_heads, pos0, -1, &s);
+    cmp_act("  forward then inverse = the input", d_x, x, n, TOL_ACT);
+    release();
+}
+
+// ops_kv_cache_write: bits moved, every other slot keeps its bits (exact)
+static void test_kv_cache_write(int B, int T, int Tc, int Hkv, int hd, int slot0) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = Hkv; s.Hkv = Hkv; s.hd = hd;
+    const size_t nn = (size_t)B * T * Hkv * hd, nc = (size_t)B * Tc * Hkv * hd;
+    float *k = hrand_bf(nn, 1), *v = hrand_bf(nn, 1), *kc = hrand_bf(nc, 1), *vc = hrand_bf(nc, 1);
+    act_t *d_kc = up_act(kc, nc), *d_vc = up_act(vc, nc);
+    ref_ops_kv_cache_write(kc, vc, k, v, slot0, Tc, &s);
+    ops_kv_cache_write(d_kc, d_vc, up_act(k, nn), up_act(v, nn), slot0, Tc, &s);
+    cmp_exact(NM("kv cache write B=%d T=%d Tc=%d Hkv=%d hd=%d slot0=%d: kc", B, T, Tc, Hkv, hd, slot0), d_kc, kc, nc);
+    cmp_exact("  vc", d_vc, vc, nc);
+    release();
+}
+
+// ops_attention_cached_forward: T new queries over the first n_ctx of Tc cache slots; the slots
+// past n_ctx hold NaN on both sides (reading one fails). y, yg: one rounding of fp32 values
+// (TOL_ACT); lse, sink: fp32 sums of exact bf16 products (TOL_F32, as the attention lse);
+// measured max 1.9e-6 (y) and 1.7e-7 (lse, sink) on the emulator
+static void test_attention_cached(int B, int T, int n_ctx, int Tc, int H, int Hkv, int hd, OpsGate gate,
+                                  OpsGatePos pos, int n_sink, int with_sink) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.eps = 1e-5f;
+    s.gate = gate; s.gate_pos = pos; s.gate_act = OPS_ACT_SIGMOID;
+    const size_t N = (size_t)B * T, QKVG = ops_attn_qkv_cols(&s), Hd = (size_t)H * hd, KVd = (size_t)Hkv * hd;
+    const size_t nc = (size_t)B * Tc * KVd;
+    const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA, sep = gate != OPS_GATE_NONE;
+    printf(" cached attention B=%d T=%d n_ctx=%d Tc=%d H=%d/%d hd=%d %s@%s n_sink=%d%s\n", B, T, n_ctx, Tc, H, Hkv,
+           hd, gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", n_sink, with_sink ? "" : " (sink NULL)");
+    float *q = hrand_bf(N * Hd, 1), *qkv = hrand_bf(N * QKVG, 1), *kc = hrand_bf(nc, 1), *vc = hrand_bf(nc, 1);
+    for (int b = 0; b < B; b++)
+        for (size_t i = (size_t)n_ctx * KVd; i < (size_t)Tc * KVd; i++) kc[(size_t)b * Tc * KVd + i] = vc[(size_t)b * Tc * KVd + i] = NAN;
+    float *ry = hbuf(N * Hd), *ryg = sep ? hbuf(N * Hd) : ry, *rlse = hbuf(N * H), *rsink = with_sink ? hbuf(N * H) : NULL;
+    ref_ops_attention_cached_forward(ry, ryg, rlse, rsink, q, kc, vc, qkv, n_ctx, Tc, n_sink, &s);
+    round_bf(ry, N * Hd);
+    if (sep) round_bf(ryg, N * Hd);   // from the unrounded y, as the GPU's epilogue
+    act_t *d_y = poison_act(N * Hd), *d_yg = sep ? poison_act(N * Hd) : d_y;
+    float *d_lse = poison_f32(N * H), *d_sink = with_sink ? poison_f32(N * H) : NULL;
+    ops_attention_cached_forward(d_y, d_yg, d_lse, d_sink, up_act(q, N * Hd), up_act(kc, nc), up_act(vc, nc),
+                                 up_act(qkv, N * QKVG), n_ctx, Tc, n_sink, &s);
+    cmp_act("  y", d_y, ry, N * Hd, TOL_ACT);
+    if (sep) cmp_act(sgate ? "  yg (gated)" : "  yg (a copy of y)", d_yg, ryg, N * Hd, TOL_ACT);
+    cmp_f32("  lse (fp32)", d_lse, rlse, N * H, TOL_F32);
+    if (with_sink) cmp_f32("  sink (fp32: probability on slots < n_sink)", d_sink, rsink, N * H, TOL_F32);
+    release();
+}
+
 // ---- MLP activations, cross-entropy -------------------------------------------------------------
 static void test_activations(int N, int F) {
     const size_t n = (size_t)N * F;
@@ -495,6 +619,30 @@ int main(void) {
     test_attention(1, 64, 2, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, OPS_ACT_NS_SIGMOID);
     test_attention(1, 70, 2, 1, 128, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     test_attention(1, 65, 3, 1, 96, 1, 0, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    // RoPE from pos0 = 5 with each scaling (pos0 alone first, then one field at a time), the
+    // KV cache's ops
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 0);
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_LINEAR, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_NTK, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_YARN, 0.0f, 5);
+    test_prep_rope(OPS_ROPE_YARN, 1.5f, 5);   // only attn_factor differs from the previous table
+    for (int kind = OPS_ROPE_NONE; kind <= OPS_ROPE_YARN; kind++) test_rope_rows((OpsRopeScaling)kind, 11, 3, 64, 5);
+    test_rope_rows(OPS_ROPE_YARN, 4, 2, 15, 100);   // odd head_dim: the last channel is not rotated
+    test_kv_cache_write(2, 3, 9, 2, 64, 4);
+    test_kv_cache_write(3, 1, 5, 1, 40, 0);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 0);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 0, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 0, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 2, 1);
+    test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_VALUE, 2, 1);
+    test_attention_cached(2, 1, 7, 9, 4, 2, 64, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, 2, 1);   // T = 1
+    test_attention_cached(2, 1, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 0);          // T = 1
+    test_attention_cached(1, 2, 70, 80, 2, 1, 128, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, 4, 1);    // 3 chunks of 32 slots
+    test_attention_cached(1, 4, 45, 45, 3, 1, 40, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 1, 1);         // a full cache, hd 40
+
     att_impl = OPS_ATTN_FLASH;
     for (int fk = CUDA_FLASH_MMA; fk <= CUDA_FLASH_WMMA; fk++) {
         cuda_set_flash_kernel(fk);

@@ -27,6 +27,9 @@
 #include "../model/kv_cache.h"
 #include "test_util.h"
 #include <string.h>
+#ifdef GATEDGPT_CUDA_BACKEND
+#include "../kernels/cuda/cuda_backend.h"
+#endif
 
 #define KV_TOL 2e-5
 
@@ -188,8 +191,18 @@ static void test_config(const char* ini) {
 }
 
 int main(int argc, char** argv) {
-    ops_init(0);
     if (argc < 2) { fprintf(stderr, "usage: test_kv_cache CONFIG.ini ...\n"); return 1; }
+#ifdef GATEDGPT_CUDA_BACKEND
+    // the same checks on the CUDA backend (its cache ops: kernels/cuda/kv_cache.cu); in CI on
+    // the CUDA emulator (cudaemu_kv_cache)
+    char why[256];
+    if (!cuda_device_present(why, sizeof why)) {
+        printf("skipped: no CUDA device (%s)\n", why);
+        return 0;
+    }
+#endif
+    ops_init(0);
+    printf("backend: %s\n", ops_backend_name());
     for (int i = 1; i < argc; i++) test_config(argv[i]);
     printf("  worst relative difference: %.3e (tol %.0e)\n", g_worst, KV_TOL);
     return tu_finish();

@@ -2,7 +2,8 @@
 // yg and their gradients) are act_t (cuda_common.h: fp32, or bf16 under GATEDGPT_ACT_BF16); every
 // kernel computes in fp32, reading with act_ld and rounding its stores with act_st; lse, qk_rstd,
 // D and the qk-norm weights and their gradients are fp32.
-//   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE rotate_half, value gate)
+//   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE rotate_half at positions pos0 + t with
+//              the scaling of kernels/rope.h, value gate); ops_rope_rows rotates cached rows
 //   attention: causal GQA softmax attention, tiled with an online softmax (flash-attention
 //              style: the T x T matrix never exists), saving the row logsumexp; the sdpa
 //              output gate is applied in the forward's epilogue, and its gradient is taken in
@@ -16,6 +17,7 @@
 // attention_cudnn.cpp calls cuDNN's (attn_impl = cudnn), both chosen here.
 #include "cuda_common.h"
 #include "attention.h"
+#include "../rope.h"
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -24,29 +26,38 @@ int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); 
 int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 
 // ---- RoPE tables ----------------------------------------------------------------------------
-// rope[t][0][i] = cos, rope[t][1][i] = sin of the angle t * base^(-2i/hd), i < hd/2, computed
-// in double on the host exactly as the CPU backend does; uploaded when (hd, base) change or a
-// longer T is asked for (a table for T rows serves every shorter T) and kept in a scratch slot.
-static int rope_T = -1, rope_hd = -1;
-static float rope_base_cached = 0.0f;
+// rope[t][0][i] = cos, rope[t][1][i] = sin for position pos0 + t, pair i < hd/2: built on the
+// host by kernels/rope.h's rope_table_rows (the base, the scaling, the YaRN attention factor; in
+// double, rounded to fp32 once), the same function the CPU backend calls, so the tables are
+// bit-identical to the CPU's. Uploaded when anything they depend on changes (hd, base, pos0,
+// any OpsRope field) or a longer T is asked for (a table for T rows from pos0 serves every
+// shorter T from the same pos0) and kept in a scratch slot. KV-cache decoding moves pos0 every
+// step: a rebuild of T (usually 1) rows. The upload is a cudaMemcpy, ordered after the queued
+// kernels that may still read the previous table.
+static int rope_T = -1, rope_pos0 = 0;
+static OpsAttnShape rope_key;        // hd, rope_base and rope_scale of the cached table
 static float* rope_dev = NULL;
 
-static const float* rope_tables(int T, int hd, float base) {
-    int half = hd / 2;
-    if (rope_dev && T <= rope_T && hd == rope_hd && base == rope_base_cached) return rope_dev;
+static int rope_key_same(const OpsAttnShape* a, const OpsAttnShape* b) {
+    const OpsRope *x = &a->rope_scale, *y = &b->rope_scale;
+    return a->hd == b->hd && a->rope_base == b->rope_base && x->kind == y->kind &&
+           x->factor == y->factor && x->orig_len == y->orig_len && x->beta_fast == y->beta_fast &&
+           x->beta_slow == y->beta_slow && x->attn_factor == y->attn_factor;
+}
+
+// the table for rows at positions pos0 .. pos0 + T - 1 under s's hd, base and scaling
+static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
+    const int half = s->hd / 2;
+    if (rope_dev && T <= rope_T && pos0 == rope_pos0 && rope_key_same(s, &rope_key)) return rope_dev;
     size_t n = (size_t)T * 2 * half;
     float* host = (float*)malloc(n * sizeof(float) + 4);
     if (!host) { fprintf(stderr, "error: out of host memory for the RoPE tables\n"); exit(1); }
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double ang = (double)t * pow((double)base, -2.0 * i / hd);
-            host[((size_t)t * 2 + 0) * half + i] = (float)cos(ang);
-            host[((size_t)t * 2 + 1) * half + i] = (float)sin(ang);
-        }
+    // row t: cos at host[t * 2 * half], sin half floats further (row stride 2 * half)
+    rope_table_rows(host, host + half, 2 * half, T, pos0, s);
     rope_dev = (float*)cuda_scratch(CUDA_SCRATCH_ROPE, n * sizeof(float) + 4);
     ops_from_host(rope_dev, host, n * sizeof(float));   // a cudaMemcpy: ordered after queued kernels
     free(host);
-    rope_T = T; rope_hd = hd; rope_base_cached = base;
+    rope_T = T; rope_pos0 = pos0; rope_key = *s;
     return rope_dev;
 }
 
@@ -129,7 +140,7 @@ void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const a
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attn_prep_forward");
     AttnDims d = attn_dims(s);
-    const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
+    const float* rope = s->rope ? rope_tables(s, s->pos0, s->T) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
     attn_prep_forward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
         CACT(q), CACT(k), CACT(v), qk_rstd, CCACT(qkv), qnorm_w, knorm_w, rope, d);
@@ -242,7 +253,7 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
                             const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_attn_prep_backward");
     AttnDims d = attn_dims(s);
-    const float* rope = s->rope ? rope_tables(s->T, s->hd, s->rope_base) : NULL;
+    const float* rope = s->rope ? rope_tables(s, s->pos0, s->T) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
     attn_prep_backward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
         CACT(dqkv), CCACT(dq), CCACT(dk), CCACT(dv), CCACT(qkv), qk_rstd, qnorm_w, knorm_w, rope, d);
@@ -258,6 +269,43 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
         attn_reduce_blocks_kernel<<<cuda_blocks(d.hd, 64), 64, 0, cuda_stream>>>(dknorm_w, part, nb, 2 * d.hd, d.hd, d.hd);
         CUDA_LAUNCH_CHECK("attn_reduce_blocks_kernel");
     }
+}
+
+// ---- RoPE on cached rows (ops_rope_rows) ----------------------------------------------------
+// x[n_rows, n_heads*hd] in place, row r at position pos0 + r, one thread per (row, head, pair i <
+// hd/2): a = x[i], b = x[i + half] -> a c - b s, b c + a s (kernels/cpu/attention.c's
+// rope_apply). dir = -1: the transpose (s negated) with cos and sin divided by m2, the YaRN
+// attention factor squared (1 otherwise), in fp32 as the CPU divides its table: the inverse of
+// m R(theta) is R(-theta) / m.
+__global__ void rope_rows_kernel(cact_t* x, const float* rope, int n_rows, int n_heads, int hd,
+                                 float dir, float m2) {
+    const int half = hd / 2;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n_rows * n_heads * half) return;
+    int i = (int)(idx % half);
+    size_t rh = idx / half;                 // row * n_heads + head
+    int r = (int)(rh / n_heads);
+    const float* cs = rope + (size_t)r * 2 * half;
+    float c = cs[i], sn = cs[half + i];
+    if (dir < 0.0f) { c /= m2; sn /= m2; }
+    float sg = dir * sn;
+    cact_t* xh = x + rh * hd;
+    float a = act_ld(xh[i]), b = act_ld(xh[i + half]);
+    act_st(&xh[i], a * c - b * sg);
+    act_st(&xh[i + half], b * c + a * sg);
+}
+
+void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_rope_rows");
+    const int half = s->hd / 2;
+    if (n_rows <= 0 || n_heads <= 0 || half == 0) return;
+    const float* rope = rope_tables(s, pos0, n_rows);
+    const double m = rope_attn_factor(s);
+    const float m2 = (float)(m * m);   // the CPU's divisor, rounded the same way
+    size_t n = (size_t)n_rows * n_heads * half;
+    rope_rows_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(CACT(x), rope, n_rows, n_heads, s->hd,
+                                                                   dir < 0 ? -1.0f : 1.0f, m2);
+    CUDA_LAUNCH_CHECK("rope_rows_kernel");
 }
 
 // ---- attention ------------------------------------------------------------------------------

@@ -250,6 +250,13 @@ size_t cuda_device_used_bytes(void) {
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     return tot - fr;
 }
+// ops.h: what can still be allocated on the device, cudaMemGetInfo's free bytes (memory other
+// processes hold is already subtracted; the backend's own scratch counts as used)
+size_t ops_mem_available(void) {
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    return fr;
+}
 
 static struct { void* p; size_t bytes; } cuda_scratch_buf[CUDA_SCRATCH_COUNT];
 void* cuda_scratch(int slot, size_t bytes) {
