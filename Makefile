@@ -5,12 +5,15 @@
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
+#   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
+#   make gpu-report  registers / smem / spills / LDL-STL / HMMA / H200 occupancy of every CUDA kernel, with
+#                 checks (scripts/gpu_report.py; compiles into build-gpurep/, cached; needs nvcc, no GPU)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test test-gpu demo golden bench mutants clean
+.PHONY: all build deps test test-gpu demo golden bench mutants interop clean
 
 all: build
 
@@ -40,10 +43,18 @@ golden:
 
 bench: build
 	./$(BUILD)/bench_train
+	./$(BUILD)/bench_decode
 	bash bench/bench_mpi.sh --build $(BUILD)
 
 mutants: deps
 	python3 scripts/mutants.py
+
+interop: build
+	bash scripts/interop.sh --build $(BUILD)
+
+.PHONY: gpu-report
+gpu-report:
+	/usr/bin/python3 scripts/gpu_report.py --fetch-tools
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

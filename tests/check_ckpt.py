@@ -91,7 +91,96 @@ def cmd_norms(ckpt, inspect_out):
     print(f"norms: {len(tensors)} tensors, inspect vs an independent computation: max relative difference {worst:.1e}")
 
 
-def expected_export(cfg, tensors, arena):
+def hf_class(m, moe):
+    """The transformers class that represents the model exactly (docs/formats.md "Export"), or None."""
+    gated = m["attn_gate"] != "none"
+    if gated and (m["attn_gate"], m["gate_position"], m["gate_act"]) != ("elementwise", "sdpa", "sigmoid"):
+        return None
+    E = int(moe.get("n_expert", "0"))
+    if m["pos"] == "learned":
+        ok = (not gated and E == 0 and m["norm"] == "layernorm" and m["mlp"] == "gelu" and m["qk_norm"] == "false"
+              and m["n_kv_head"] == m["n_head"] and int(m["n_head"]) * int(m["head_dim"]) == int(m["d_model"]))
+        return "GPT2LMHeadModel" if ok else None
+    if m["norm"] != "rmsnorm" or m["mlp"] != "swiglu":
+        return None
+    if E > 0:
+        if moe["router"] != "softmax_topk" or float(moe["capacity_factor"]) > 0 or m["qk_norm"] != "true":
+            return None
+        if not gated and moe["n_shared_expert"] == "0":
+            return "Qwen3MoeForCausalLM"
+        if gated and moe["n_shared_expert"] == "1" and moe["shared_expert_gate"] == "true":
+            return "Qwen3NextForCausalLM"
+        return None
+    if not gated:
+        return "Qwen3ForCausalLM" if m["qk_norm"] == "true" else "LlamaForCausalLM"
+    return "Qwen3NextForCausalLM" if m["qk_norm"] == "true" else None
+
+
+def expected_hf(cfg, tensors, arena, cls):
+    """name -> (shape, bytes) of the export as transformers class cls (numpy: transposes, w - 1)."""
+    import numpy as np
+    m, moe = cfg["model"], (cfg["moe"] if cfg.has_section("moe") else {})
+    V, d, F = int(m["vocab_size"]), int(m["d_model"]), int(m["d_ff"])
+    H, Hkv, hd = int(m["n_head"]), int(m["n_kv_head"]), int(m["head_dim"])
+    P = {name: np.frombuffer(arena[4 * off:4 * (off + numel)], dtype="<f4").reshape(shape)
+         for name, shape, off, numel in tensors}
+    out = {}
+    put = lambda name, a: out.__setitem__(name, (list(a.shape), np.ascontiguousarray(a, dtype="<f4").tobytes()))
+    L = int(m["n_layer"])
+    if cls == "GPT2LMHeadModel":
+        put("transformer.wte.weight", P["wte"][:V]); put("transformer.wpe.weight", P["wpe"])
+        for l in range(L):
+            pre, h = f"transformer.h.{l}.", f"h.{l}."
+            put(pre + "ln_1.weight", P[h + "ln1.w"]); put(pre + "ln_1.bias", P[h + "ln1.b"])
+            put(pre + "attn.c_attn.weight", P[h + "attn.wqkv"].T); put(pre + "attn.c_attn.bias", np.zeros(3 * d))
+            put(pre + "attn.c_proj.weight", P[h + "attn.wo"].T); put(pre + "attn.c_proj.bias", np.zeros(d))
+            put(pre + "ln_2.weight", P[h + "ln2.w"]); put(pre + "ln_2.bias", P[h + "ln2.b"])
+            put(pre + "mlp.c_fc.weight", P[h + "mlp.w_in"].T); put(pre + "mlp.c_fc.bias", np.zeros(F))
+            put(pre + "mlp.c_proj.weight", P[h + "mlp.w_out"].T); put(pre + "mlp.c_proj.bias", np.zeros(d))
+        put("transformer.ln_f.weight", P["lnf.w"]); put("transformer.ln_f.bias", P["lnf.b"])
+    else:
+        nxt = cls == "Qwen3NextForCausalLM"
+        norm = lambda w: (w - np.float32(1)) if nxt else w   # Qwen3-Next: x^ (1 + w)
+        put("model.embed_tokens.weight", P["wte"][:V])
+        E = int(moe.get("n_expert", "0"))
+        every = int(moe.get("moe_every", "1"))
+        for l in range(L):
+            pre, h = f"model.layers.{l}.", f"h.{l}."
+            put(pre + "input_layernorm.weight", norm(P[h + "ln1.w"]))
+            w = P[h + "attn.wqkv"]
+            Hq, Hk = H * hd, Hkv * hd
+            if nxt:   # [q_h | g_h] per head
+                q = np.concatenate([np.concatenate([w[i * hd:(i + 1) * hd], w[Hq + 2 * Hk + i * hd:Hq + 2 * Hk + (i + 1) * hd]])
+                                    for i in range(H)])
+                put(pre + "self_attn.q_proj.weight", q)
+            else:
+                put(pre + "self_attn.q_proj.weight", w[:Hq])
+            put(pre + "self_attn.k_proj.weight", w[Hq:Hq + Hk]); put(pre + "self_attn.v_proj.weight", w[Hq + Hk:Hq + 2 * Hk])
+            if m["qk_norm"] == "true":
+                put(pre + "self_attn.q_norm.weight", norm(P[h + "attn.q_norm.w"]))
+                put(pre + "self_attn.k_norm.weight", norm(P[h + "attn.k_norm.w"]))
+            put(pre + "self_attn.o_proj.weight", P[h + "attn.wo"])
+            put(pre + "post_attention_layernorm.weight", norm(P[h + "ln2.w"]))
+            if E > 0 and (l + 1) % every == 0:
+                Fe = int(moe["d_expert"])
+                put(pre + "mlp.gate.weight", P[h + "moe.router"])
+                put(pre + "mlp.experts.gate_up_proj", P[h + "moe.w_in"]); put(pre + "mlp.experts.down_proj", P[h + "moe.w_out"])
+                if moe["n_shared_expert"] == "1":
+                    Fs, si = int(moe["d_shared_expert"]), P[h + "moe.shared_w_in"]
+                    put(pre + "mlp.shared_expert.gate_proj.weight", si[:Fs]); put(pre + "mlp.shared_expert.up_proj.weight", si[Fs:])
+                    put(pre + "mlp.shared_expert.down_proj.weight", P[h + "moe.shared_w_out"])
+                    put(pre + "mlp.shared_expert_gate.weight", P[h + "moe.shared_gate"])
+                assert Fe > 0
+            else:
+                put(pre + "mlp.gate_proj.weight", P[h + "mlp.w_in"][:F]); put(pre + "mlp.up_proj.weight", P[h + "mlp.w_in"][F:])
+                put(pre + "mlp.down_proj.weight", P[h + "mlp.w_out"])
+        put("model.norm.weight", norm(P["lnf.w"]))
+    if m["tie_embeddings"] == "false":
+        put("lm_head.weight", P["lm_head"][:V])
+    return out
+
+
+def expected_raw(cfg, tensors, arena):
     """name -> (shape, bytes) that the export should contain, derived from docs/formats.md."""
     m = cfg["model"]
     V, d, F = int(m["vocab_size"]), int(m["d_model"]), int(m["d_ff"])
@@ -158,37 +247,46 @@ def cmd_export(ckpt, outdir):
     meta = header.pop("__metadata__", {})
     if meta.get("format") != "pt":
         fail(f"__metadata__ {meta}")
-    want = expected_export(cfg, tensors, arena)
+    conf = json.load(open(os.path.join(outdir, "config.json")))
+    raw = conf.get("model_type") == "gatedgpt"
+    cls = None if raw else hf_class(cfg["model"], (cfg["moe"] if cfg.has_section("moe") else {}))
+    if not raw and conf.get("architectures") != [cls]:
+        fail(f"config.json architectures {conf.get('architectures')}, expected [{cls}] (an independent reading of the rules)")
+    want = expected_raw(cfg, tensors, arena) if raw else expected_hf(cfg, tensors, arena, cls)
     if set(header) != set(want):
         fail(f"tensor names differ: missing {sorted(set(want) - set(header))}, extra {sorted(set(header) - set(want))}")
     spans = sorted(tuple(v["data_offsets"]) for v in header.values())
     if spans[0][0] != 0 or spans[-1][1] != len(body) or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
         fail("data_offsets do not tile the data section")
     for name, info in header.items():
-        shape, raw = want[name]
+        shape, blob = want[name]
         b0, b1 = info["data_offsets"]
         if info["dtype"] != "F32" or info["shape"] != list(shape):
             fail(f"{name}: {info['dtype']} {info['shape']}, expected F32 {list(shape)}")
-        if body[b0:b1] != raw:
+        if body[b0:b1] != blob:
             fail(f"{name}: values differ from the checkpoint's")
     m = cfg["model"]
-    conf = json.load(open(os.path.join(outdir, "config.json")))
-    checks = {"vocab_size": int(m["vocab_size"]), "hidden_size": int(m["d_model"]), "intermediate_size": int(m["d_ff"]),
-              "num_hidden_layers": int(m["n_layer"]), "num_attention_heads": int(m["n_head"]),
-              "num_key_value_heads": int(m["n_kv_head"]), "head_dim": int(m["head_dim"]),
-              "tie_word_embeddings": m["tie_embeddings"] == "true", "rope_theta": float(m["rope_base"]),
-              "rms_norm_eps": float(m["norm_eps"])}
+    if cls == "GPT2LMHeadModel":
+        checks = {"vocab_size": int(m["vocab_size"]), "n_embd": int(m["d_model"]), "n_inner": int(m["d_ff"]),
+                  "n_layer": int(m["n_layer"]), "n_head": int(m["n_head"]), "n_positions": int(m["max_seq_len"]),
+                  "layer_norm_epsilon": float(m["norm_eps"]), "activation_function": "gelu_new"}
+    else:
+        checks = {"vocab_size": int(m["vocab_size"]), "hidden_size": int(m["d_model"]), "intermediate_size": int(m["d_ff"]),
+                  "num_hidden_layers": int(m["n_layer"]), "num_attention_heads": int(m["n_head"]),
+                  "num_key_value_heads": int(m["n_kv_head"]), "head_dim": int(m["head_dim"])}
+        checks["rope_theta" if raw else "rms_norm_eps"] = float(m["rope_base"]) if raw else float(m["norm_eps"])
+    checks["tie_word_embeddings"] = m["tie_embeddings"] == "true"
     for k, v in checks.items():
         if conf.get(k) != v:
             fail(f"config.json {k} = {conf.get(k)!r}, expected {v!r}")
-    qwen3 = (m["pos"], m["norm"], m["mlp"], m["qk_norm"], m["attn_gate"]) == ("rope", "rmsnorm", "swiglu", "true", "none")
-    arch = "Qwen3ForCausalLM" if qwen3 else "GatedGPTForCausalLM"
-    if conf.get("architectures") != [arch] or conf["gatedgpt"]["attn_gate"] != m["attn_gate"]:
-        fail(f"config.json architectures {conf.get('architectures')}, expected [{arch}]")
+    if not raw and cls != "GPT2LMHeadModel" and conf["rope_parameters"]["rope_theta"] != float(m["rope_base"]):
+        fail(f"config.json rope_parameters {conf['rope_parameters']}, expected rope_theta {m['rope_base']}")
+    if conf["gatedgpt"]["attn_gate"] != m["attn_gate"]:
+        fail("config.json gatedgpt.attn_gate differs from the checkpoint's")
     if ("lm_head.weight" in header) == (m["tie_embeddings"] == "true"):
         fail("lm_head.weight present/absent against tie_embeddings")
     print(f"export: {len(header)} tensors ({len(body)} bytes) match the checkpoint's model.bin slices; "
-          f"config.json: {arch}, gate {m['attn_gate']}/{m['gate_position']}/{m['gate_act']}")
+          f"config.json: {conf['architectures'][0]}, gate {m['attn_gate']}/{m['gate_position']}/{m['gate_act']}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
 #   inspect  verifies and prints norms equal to an independent reader's (tests/check_ckpt.py)
 #   sample   reproduces the trainer's own sample at that step, byte for byte
 #   eval     reproduces the trainer's validation loss at that step
-#   export   safetensors whose header parses with Python's json, names and shapes as documented,
-#            values equal to the checkpoint's slices; config.json fields
+#   export   each transformers class (Qwen3-Next, GPT-2, Llama, Qwen3, Qwen3-MoE, Qwen3-Next MoE) and
+#            --format raw: safetensors whose header parses with Python's json, names, shapes and
+#            values as documented (tests/check_ckpt.py, numpy); config.json fields; a model no
+#            class represents (headwise gate) refused in one line, nothing written
 #   errors   a damaged checkpoint, an unknown command, a missing option
 set -uo pipefail
 build=$1
@@ -46,16 +48,55 @@ echo "eval at step 4: $tool_val (trainer: $trainer_val)"
 "$tool" eval "$ck" --glob "data/kjv/val_*.bin" --batches 0 > "$tmp/eval_all.txt" 2>&1
 check "eval --glob --batches 0: every batch of the shards (48195 val tokens: 753 batches)" 'grep -q "over 753 batches of 2x32 tokens" "$tmp/eval_all.txt"'
 
-# export: three model variants
+# export: each transformers class (tests/check_ckpt.py reads the rules independently and checks
+# names, shapes, values (transposes, Qwen3-Next's w - 1) and config.json), and --format raw
 "$tool" export "$ck" --out "$tmp/hf_a" > "$tmp/export.txt" 2>&1
-check "export (elementwise gate, Qwen3-Next q_proj layout)" 'python3 tests/check_ckpt.py export "$ck" "$tmp/hf_a"'
+check "export (elementwise gate: Qwen3NextForCausalLM, q_proj [q_h | g_h], norms w - 1)" '$PY tests/check_ckpt.py export "$ck" "$tmp/hf_a" && grep -q "\"model_type\": \"qwen3_next\"" "$tmp/hf_a/config.json"'
 "$build/train_gpt" "${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --log.run_dir="$tmp/b" \
     --model.attn_gate=headwise --model.tie_embeddings=false --model.norm=layernorm --model.mlp=gelu --model.pos=learned > /dev/null 2>&1
-"$tool" export "$tmp/b/checkpoints" --out "$tmp/hf_b" > /dev/null 2>&1
-check "export (headwise gate_proj, layernorm biases, gelu, learned positions, untied lm_head)" 'python3 tests/check_ckpt.py export "$tmp/b/checkpoints/step_00000002" "$tmp/hf_b"'
-"$build/train_gpt" "${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --log.run_dir="$tmp/c" --model.attn_gate=none > /dev/null 2>&1
-"$tool" export "$tmp/c/checkpoints" --out "$tmp/hf_c" > /dev/null 2>&1
-check "export (plain Qwen3: Qwen3ForCausalLM)" 'python3 tests/check_ckpt.py export "$tmp/c/checkpoints/step_00000002" "$tmp/hf_c" && grep -q "\"model_type\": \"qwen3\"" "$tmp/hf_c/config.json"'
+"$tool" export "$tmp/b/checkpoints" --out "$tmp/hf_b" > "$tmp/b.out" 2>&1; rc=$?
+check "export of a headwise gate: refused in one line naming attn_gate and the nearest exportable" '[ "$rc" = 1 ] && [ "$(wc -l < "$tmp/b.out")" = 1 ] && grep -q "attn_gate = headwise has no transformers class.*nearest exportable is attn_gate = elementwise" "$tmp/b.out"'
+check "nothing written for a refused export" '[ ! -e "$tmp/hf_b" ]'
+"$tool" export "$tmp/b/checkpoints" --out "$tmp/hf_b" --format raw > /dev/null 2>&1
+check "export --format raw (headwise gate_proj, layernorm biases, gelu, learned positions, untied lm_head)" '$PY tests/check_ckpt.py export "$tmp/b/checkpoints/step_00000002" "$tmp/hf_b"'
+kind() {   # kind NAME CLASS OVERRIDES...: a 2-step model of these overrides exports as CLASS
+    local name=$1 cls=$2; shift 2
+    "$build/train_gpt" "${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --log.run_dir="$tmp/$name" "$@" > /dev/null 2>&1
+    "$tool" export "$tmp/$name/checkpoints" --out "$tmp/hf_$name" > /dev/null 2>&1
+    check "export ($name: $cls)" '$PY tests/check_ckpt.py export "$tmp/$name/checkpoints/step_00000002" "$tmp/hf_$name" && grep -q "\"$cls\"" "$tmp/hf_$name/config.json"'
+    # import back, export again: the same tensors byte for byte
+    "$tool" import "$tmp/hf_$name" --out "$tmp/imp_$name" > /dev/null 2>&1
+    "$tool" export "$tmp/imp_$name" --out "$tmp/hf2_$name" > /dev/null 2>&1
+    check "export -> import -> export bit-identical ($name)" '$PY tests/compare_safetensors.py "$tmp/hf_$name/model.safetensors" "$tmp/hf2_$name/model.safetensors"'
+}
+kind qwen3 Qwen3ForCausalLM --model.attn_gate=none
+kind llama LlamaForCausalLM --model.attn_gate=none --model.qk_norm=false
+kind gpt2 GPT2LMHeadModel --model.attn_gate=none --model.norm=layernorm --model.mlp=gelu --model.pos=learned \
+    --model.qk_norm=false --model.n_kv_head=2 --model.tie_embeddings=false
+kind qwen3_moe Qwen3MoeForCausalLM --model.attn_gate=none --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32
+kind qwen3_next_moe Qwen3NextForCausalLM --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 --moe.n_shared_expert=1 \
+    --moe.d_shared_expert=32 --moe.shared_expert_gate=true --moe.moe_every=2
+
+kind qwen3_next Qwen3NextForCausalLM
+# import: the imported checkpoint resumes (continued pre-training), and what gatedgpt cannot
+# represent is refused in one line naming the file and the field, with nothing written
+"$build/train_gpt" --resume "$tmp/imp_qwen3/step_00000000" --train.steps=2 --train.warmup_steps=0 --train.seq_len=32 \
+    --train.batch_size=2 --train.threads=1 --data.train_glob="data/kjv/train_*.bin" --data.val_glob="data/kjv/val_*.bin" \
+    --log.run_dir="$tmp/imp_run" --checkpoint.dir="$tmp/imp_run/ck" --log.val_every=0 --log.sample_every=0 \
+    --metrics.probe_every=0 > "$tmp/imp_run.out" 2>&1
+check "an imported checkpoint resumes: 2 steps trained from step 0" 'grep -q "resume: continuing from $tmp/imp_qwen3/step_00000000: step 0" "$tmp/imp_run.out" && grep -q "^step     2/2 | loss" "$tmp/imp_run.out"'
+imp_err() {   # imp_err NAME PATTERN SED_EXPR FILE: edit a copy of hf_qwen3_next, import must fail with PATTERN
+    local name=$1 pat=$2 expr=$3 file=$4
+    rm -rf "$tmp/bad_hf"; cp -r "$tmp/hf_qwen3_next" "$tmp/bad_hf"
+    sed -i "$expr" "$tmp/bad_hf/$file"
+    "$tool" import "$tmp/bad_hf" --out "$tmp/bad_imp" > "$tmp/e.out" 2>&1; local rc=$?
+    check "import refuses $name: one line, exit 1" '[ "$rc" = 1 ] && [ "$(wc -l < "$tmp/e.out")" = 1 ] && grep -q "$pat" "$tmp/e.out"'
+    check "import refuses $name: nothing written" '[ ! -e "$tmp/bad_imp" ]'
+}
+imp_err "linear-attention layers" "config.json: layer_types: gatedgpt has no linear-attention" '0,/"full_attention"/s//"linear_attention"/' config.json
+imp_err "partial RoPE" "config.json: partial_rotary_factor" 's/"partial_rotary_factor": 1.0/"partial_rotary_factor": 0.25/' config.json
+imp_err "an unknown model_type" "config.json: model_type: import reads gpt2, llama, qwen3" 's/"model_type": "qwen3_next"/"model_type": "mamba"/' config.json
+imp_err "a tensor of another shape" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' has another shape" 's/"num_key_value_heads": 1/"num_key_value_heads": 2/' config.json
 
 # errors: one line naming the file, non-zero exit
 cp -r "$ck" "$tmp/bad"

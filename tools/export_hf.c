@@ -4,8 +4,21 @@
 // "data_offsets": [begin, end]}, "__metadata__": {...}} padded with spaces to a multiple of 8,
 // then the tensors' bytes (offsets relative to the end of the header). All tensors are F32.
 //
-// Names follow Qwen3 (transformers' Qwen3ForCausalLM); what Qwen3 lacks gets a documented
-// name of its own (docs/formats.md, "Export"):
+// format "hf": the transformers class that computes exactly what the model computes
+// (export_hf_class; docs/formats.md "Export" has the table), with that class's names, layouts
+// and config.json, so that AutoModelForCausalLM loads it with no code from this project:
+//   GPT2LMHeadModel       learned positions, LayerNorm, GELU, no gate, MHA: Conv1D weights
+//                         ([in, out], transposed), fused c_attn, zero biases
+//   LlamaForCausalLM      RoPE, RMSNorm, SwiGLU, no gate, no qk-norm
+//   Qwen3ForCausalLM      the same with qk-norm
+//   Qwen3NextForCausalLM  the elementwise sigmoid gate after SDPA (full-attention layers only,
+//                         q_proj rows [q_h | g_h] per head; RMSNorm weights w - 1, since
+//                         Qwen3-Next computes x^ (1 + w)); dense MLPs, or MoE with a gated
+//                         shared expert
+//   Qwen3MoeForCausalLM   MoE (softmax top-k, renormalised, dropless) without gate or shared expert
+// Anything else gets a one-line error naming the setting and the nearest exportable one.
+// format "raw": every model, gatedgpt's own layout under Qwen3-like names (the mapping below),
+// model_type "gatedgpt" (what no transformers class represents):
 //   wte                 -> model.embed_tokens.weight      [vocab_size, d] (padding rows dropped)
 //   wpe                 -> model.embed_positions.weight   [max_seq_len, d]
 //   h.L.ln1.w / .b      -> model.layers.L.input_layernorm.weight / .bias
@@ -145,6 +158,160 @@ static int map_tensor(OutList* l, const ModelConfig* m, const ParamInfo* p, cons
     return 1;
 }
 
+// ---------------------------------------------------------------------------------------------
+// format "hf": which transformers class, and its tensors
+
+const char* export_hf_class_name(HfClass k) {
+    static const char* const N[] = {"none", "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM",
+                                    "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM"};
+    return N[k];
+}
+
+#define NOPE(...) do { snprintf(why, n, __VA_ARGS__); return HF_NONE; } while (0)
+HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
+    const MoeConfig* e = &m->moe;
+    const int gated = m->attn_gate != GATE_NONE;
+    // the gate: only Qwen3-Next's (elementwise, sigmoid, on the SDPA output) has a class
+    if (gated && m->attn_gate != GATE_ELEMENTWISE)
+        NOPE("[model] attn_gate = headwise has no transformers class (Qwen3-Next's gate is elementwise): "
+             "the nearest exportable is attn_gate = elementwise");
+    if (gated && m->gate_position != GATEPOS_SDPA)
+        NOPE("[model] gate_position = value has no transformers class (Qwen3-Next gates the SDPA output): "
+             "the nearest exportable is gate_position = sdpa");
+    if (gated && m->gate_act != GATEACT_SIGMOID)
+        NOPE("[model] gate_act = %s has no transformers class (Qwen3-Next's gate is a sigmoid): the nearest "
+             "exportable is gate_act = sigmoid", m->gate_act == GATEACT_SILU ? "silu" : "ns_sigmoid");
+    if (m->pos == POS_LEARNED) {
+        if (e->n_expert > 0) NOPE("an MoE model with [model] pos = learned has no transformers class: the nearest exportable is pos = rope");
+        if (gated) NOPE("the attention gate with [model] pos = learned has no transformers class (Qwen3-Next uses RoPE): the nearest exportable is pos = rope");
+        if (m->norm != NORM_LAYERNORM || m->mlp != MLP_GELU || m->qk_norm)
+            NOPE("[model] pos = learned with %s has no transformers class (GPT2LMHeadModel: layernorm, gelu, no "
+                 "qk_norm): the nearest exportable is norm = layernorm, mlp = gelu, qk_norm = false",
+                 m->norm != NORM_LAYERNORM ? "norm = rmsnorm" : m->mlp != MLP_GELU ? "mlp = swiglu" : "qk_norm = true");
+        if (m->n_kv_head != m->n_head || m->n_head * m->head_dim != m->d_model)
+            NOPE("GPT2LMHeadModel has plain multi-head attention with n_head * head_dim = d_model: [model] "
+                 "n_kv_head = %d, n_head * head_dim = %d, d_model = %d (nearest: n_kv_head = n_head, head_dim = d_model / n_head)",
+                 m->n_kv_head, m->n_head * m->head_dim, m->d_model);
+        return HF_GPT2;
+    }
+    if (m->norm != NORM_RMSNORM || m->mlp != MLP_SWIGLU)
+        NOPE("[model] pos = rope with %s has no transformers class (Llama / Qwen3: rmsnorm and swiglu): the "
+             "nearest exportable is norm = rmsnorm, mlp = swiglu", m->norm != NORM_RMSNORM ? "norm = layernorm" : "mlp = gelu");
+    if (e->n_expert > 0) {
+        if (e->router != ROUTER_SOFTMAX_TOPK)
+            NOPE("[moe] router = sigmoid_topk has no transformers class (Qwen3-MoE / Qwen3-Next: softmax top-k): the nearest exportable is router = softmax_topk");
+        if (e->capacity_factor > 0.0f)
+            NOPE("[moe] capacity_factor = %g drops tokens; transformers' MoE is dropless: the nearest exportable is capacity_factor = 0",
+                 (double)e->capacity_factor);
+        if (!m->qk_norm) NOPE("an MoE model without [model] qk_norm has no exact transformers class (Qwen3-MoE / Qwen3-Next normalise q and k): the nearest exportable is qk_norm = true");
+        if (!gated && e->n_shared_expert == 0) return HF_QWEN3_MOE;
+        if (gated && e->n_shared_expert && e->shared_expert_gate) return HF_QWEN3_NEXT;
+        if (gated) NOPE("the attention gate in an MoE model exports as Qwen3-Next, whose MoE layers have a sigmoid-gated shared expert: "
+                        "the nearest exportable is [moe] n_shared_expert = 1, shared_expert_gate = true (or attn_gate = none)");
+        NOPE("an MoE model with a shared expert and no attention gate has no exact transformers class (Qwen3-MoE has no shared expert, "
+             "Qwen2-MoE no qk-norm, Qwen3-Next always gates attention): the nearest exportable is [moe] n_shared_expert = 0");
+    }
+    if (!gated) return m->qk_norm ? HF_QWEN3 : HF_LLAMA;
+    if (!m->qk_norm) NOPE("the attention gate exports as Qwen3-Next, which normalises q and k: the nearest exportable is [model] qk_norm = true");
+    return HF_QWEN3_NEXT;
+}
+#undef NOPE
+
+static const float* P_(const ParamTable* t, const float* params, const char* fmt, int l) {
+    char nm[64];
+    snprintf(nm, sizeof nm, fmt, l);
+    const ParamInfo* p = param_find(t, nm);
+    if (!p) { fprintf(stderr, "error: export: parameter '%s' missing from the table\n", nm); exit(1); }
+    return params + p->offset;
+}
+// dst[cols, rows] = src[rows, cols]^T (GPT-2's Conv1D stores [in, out])
+static void add_transposed(OutList* l, const char* name, const float* src, int rows, int cols) {
+    float* dst = out_add(l, name, cols, rows);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+static void add_zeros(OutList* l, const char* name, int n) { memset(out_add(l, name, n, 0), 0, (size_t)n * sizeof(float)); }
+// an RMSNorm weight, minus 1 for Qwen3-Next's x^ (1 + w)
+static void add_norm(OutList* l, const char* name, const float* w, int n, int minus_one) {
+    float* dst = out_add(l, name, n, 0);
+    for (int i = 0; i < n; i++) dst[i] = minus_one ? w[i] - 1.0f : w[i];
+}
+static OutTensor* add3(OutList* l, const char* name, const float* src, int a, int b, int c) {
+    float* dst = out_add(l, name, a * b, c);
+    memcpy(dst, src, (size_t)a * b * c * sizeof(float));
+    OutTensor* o = &l->t[l->n - 1];
+    o->ndim = 3; o->shape[0] = a; o->shape[1] = b; o->shape[2] = c;
+    return o;
+}
+
+static void build_gpt2(OutList* l, const ModelConfig* m, const ParamTable* t, const float* x) {
+    const int d = m->d_model, F = m->d_ff, V = m->vocab_size;
+    char nm[128];
+    add_copy(l, "transformer.wte.weight", P_(t, x, "wte", 0), V, d);
+    add_copy(l, "transformer.wpe.weight", P_(t, x, "wpe", 0), m->max_seq_len, d);
+    for (int L = 0; L < m->n_layer; L++) {
+#define NM(s) (snprintf(nm, sizeof nm, "transformer.h.%d." s, L), nm)
+        add_copy(l, NM("ln_1.weight"), P_(t, x, "h.%d.ln1.w", L), d, 0);
+        add_copy(l, NM("ln_1.bias"), P_(t, x, "h.%d.ln1.b", L), d, 0);
+        add_transposed(l, NM("attn.c_attn.weight"), P_(t, x, "h.%d.attn.wqkv", L), 3 * d, d);
+        add_zeros(l, NM("attn.c_attn.bias"), 3 * d);
+        add_transposed(l, NM("attn.c_proj.weight"), P_(t, x, "h.%d.attn.wo", L), d, d);
+        add_zeros(l, NM("attn.c_proj.bias"), d);
+        add_copy(l, NM("ln_2.weight"), P_(t, x, "h.%d.ln2.w", L), d, 0);
+        add_copy(l, NM("ln_2.bias"), P_(t, x, "h.%d.ln2.b", L), d, 0);
+        add_transposed(l, NM("mlp.c_fc.weight"), P_(t, x, "h.%d.mlp.w_in", L), F, d);
+        add_zeros(l, NM("mlp.c_fc.bias"), F);
+        add_transposed(l, NM("mlp.c_proj.weight"), P_(t, x, "h.%d.mlp.w_out", L), d, F);
+        add_zeros(l, NM("mlp.c_proj.bias"), d);
+#undef NM
+    }
+    add_copy(l, "transformer.ln_f.weight", P_(t, x, "lnf.w", 0), d, 0);
+    add_copy(l, "transformer.ln_f.bias", P_(t, x, "lnf.b", 0), d, 0);
+    if (!m->tie_embeddings) add_copy(l, "lm_head.weight", P_(t, x, "lm_head", 0), V, d);
+}
+
+// Llama, Qwen3, Qwen3-Next, Qwen3-MoE: the Qwen3 names, with each class's differences
+static void build_qwen(OutList* l, const ModelConfig* m, const ParamTable* t, const float* x, HfClass k) {
+    const int d = m->d_model, F = m->d_ff, V = m->vocab_size, hd = m->head_dim;
+    const int next = k == HF_QWEN3_NEXT;
+    const MoeConfig* e = &m->moe;
+    char nm[128];
+    add_copy(l, "model.embed_tokens.weight", P_(t, x, "wte", 0), V, d);
+    for (int L = 0; L < m->n_layer; L++) {
+#define NM(s) (snprintf(nm, sizeof nm, "model.layers.%d." s, L), nm)
+        add_norm(l, NM("input_layernorm.weight"), P_(t, x, "h.%d.ln1.w", L), d, next);
+        const ParamInfo* qkv = param_find(t, (snprintf(nm, sizeof nm, "h.%d.attn.wqkv", L), nm));
+        split_wqkv(l, m, L, x + qkv->offset, qkv->shape[0]);
+        if (m->qk_norm) {
+            add_norm(l, NM("self_attn.q_norm.weight"), P_(t, x, "h.%d.attn.q_norm.w", L), hd, next);
+            add_norm(l, NM("self_attn.k_norm.weight"), P_(t, x, "h.%d.attn.k_norm.w", L), hd, next);
+        }
+        add_copy(l, NM("self_attn.o_proj.weight"), P_(t, x, "h.%d.attn.wo", L), d, m->n_head * hd);
+        add_norm(l, NM("post_attention_layernorm.weight"), P_(t, x, "h.%d.ln2.w", L), d, next);
+        if (!config_layer_is_moe(m, L)) {
+            const float* w_in = P_(t, x, "h.%d.mlp.w_in", L);   // rows [gate (F) | up (F)]
+            copy_rows(out_add(l, NM("mlp.gate_proj.weight"), F, d), w_in, 0, F, d);
+            copy_rows(out_add(l, NM("mlp.up_proj.weight"), F, d), w_in, F, F, d);
+            add_copy(l, NM("mlp.down_proj.weight"), P_(t, x, "h.%d.mlp.w_out", L), d, F);
+            continue;
+        }
+        const int E = e->n_expert, Fe = e->d_expert, Fs = e->d_shared_expert;
+        add_copy(l, NM("mlp.gate.weight"), P_(t, x, "h.%d.moe.router", L), E, d);
+        add3(l, NM("mlp.experts.gate_up_proj"), P_(t, x, "h.%d.moe.w_in", L), E, 2 * Fe, d);   // [gate | up] per expert
+        add3(l, NM("mlp.experts.down_proj"), P_(t, x, "h.%d.moe.w_out", L), E, d, Fe);
+        if (e->n_shared_expert) {
+            const float* s_in = P_(t, x, "h.%d.moe.shared_w_in", L);
+            copy_rows(out_add(l, NM("mlp.shared_expert.gate_proj.weight"), Fs, d), s_in, 0, Fs, d);
+            copy_rows(out_add(l, NM("mlp.shared_expert.up_proj.weight"), Fs, d), s_in, Fs, Fs, d);
+            add_copy(l, NM("mlp.shared_expert.down_proj.weight"), P_(t, x, "h.%d.moe.shared_w_out", L), d, Fs);
+            add_copy(l, NM("mlp.shared_expert_gate.weight"), P_(t, x, "h.%d.moe.shared_gate", L), 1, d);
+        }
+#undef NM
+    }
+    add_norm(l, "model.norm.weight", P_(t, x, "lnf.w", 0), d, next);
+    if (!m->tie_embeddings) add_copy(l, "lm_head.weight", P_(t, x, "lm_head", 0), V, d);
+}
+
 // Builds the exported tensors from the parameter table, in table order.
 static void build_tensors(OutList* l, const ModelConfig* m, const ParamTable* t, const float* params, FILE* log) {
     for (int i = 0; i < t->n; i++) {
@@ -226,55 +393,91 @@ static const char* model_value(const Config* c, const char* key) {
     return buf;
 }
 
-static int write_config_json(const char* path, const Config* c, int step) {
+// transformers 5's rope_parameters for a RoPE model (kernels/rope.h follows its definitions; "ntk"
+// is a larger base, exactly: rope_theta = rope_base * s^(hd/(hd-2)); transformers' "dynamic"
+// recomputes a base per length by another formula, so it is not used)
+static void write_rope(FILE* f, const Config* c, int partial) {
     const ModelConfig* m = &c->model;
-    // a Qwen3 model exactly when every feature is Qwen3's; otherwise gatedgpt's own type
-    int qwen3 = m->pos == POS_ROPE && m->norm == NORM_RMSNORM && m->mlp == MLP_SWIGLU && m->qk_norm &&
-                m->attn_gate == GATE_NONE;
+    int lin = m->rope_scaling == ROPE_SCALING_LINEAR, yarn = m->rope_scaling == ROPE_SCALING_YARN;
+    fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"%s\", ", lin ? "linear" : yarn ? "yarn" : "default");
+    if (m->rope_scaling == ROPE_SCALING_NTK)
+        fprintf(f, "\"rope_theta\": %.17g", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
+    else
+        fprintf(f, "\"rope_theta\": %s", model_value(c, "rope_base"));
+    if (lin || yarn)
+        fprintf(f, ", \"factor\": %s, \"original_max_position_embeddings\": %d", model_value(c, "rope_factor"), m->rope_original_len);
+    if (yarn) {
+        fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_value(c, "yarn_beta_fast"), model_value(c, "yarn_beta_slow"));
+        if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_value(c, "yarn_attn_factor"));
+    }
+    if (partial) fprintf(f, ", \"partial_rotary_factor\": 1.0");
+    fprintf(f, "},\n");
+}
+
+static int write_config_json(const char* path, const Config* c, HfClass k, int step, int eot) {
+    const ModelConfig* m = &c->model;
+    const MoeConfig* e = &m->moe;
     char* text = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&text, &len);
+    static const char* const TYPE[] = {"gatedgpt", "gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe"};
     fprintf(f, "{\n");
-    fprintf(f, "  \"architectures\": [\"%s\"],\n", qwen3 ? "Qwen3ForCausalLM" : "GatedGPTForCausalLM");
-    fprintf(f, "  \"model_type\": \"%s\",\n", qwen3 ? "qwen3" : "gatedgpt");
+    fprintf(f, "  \"architectures\": [\"%s\"],\n", k == HF_NONE ? "GatedGPTForCausalLM" : export_hf_class_name(k));
+    fprintf(f, "  \"model_type\": \"%s\",\n", TYPE[k]);
     fprintf(f, "  \"vocab_size\": %d,\n", m->vocab_size);
-    fprintf(f, "  \"hidden_size\": %d,\n", m->d_model);
-    fprintf(f, "  \"intermediate_size\": %d,\n", m->d_ff);
-    fprintf(f, "  \"num_hidden_layers\": %d,\n", m->n_layer);
-    fprintf(f, "  \"num_attention_heads\": %d,\n", m->n_head);
-    fprintf(f, "  \"num_key_value_heads\": %d,\n", m->n_kv_head);
-    fprintf(f, "  \"head_dim\": %d,\n", m->head_dim);
-    fprintf(f, "  \"max_position_embeddings\": %d,\n", m->max_seq_len);
-    if (m->rope_scaling == ROPE_SCALING_NTK)
-        fprintf(f, "  \"rope_theta\": %.17g,\n", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
-    else
-        fprintf(f, "  \"rope_theta\": %s,\n", model_value(c, "rope_base"));
-    // RoPE scaling, in transformers' spelling (kernels/rope.h follows its definitions). "ntk" is a
-    // larger base, exactly: rope_theta = rope_base * s^(hd/(hd-2)) above (transformers' "dynamic"
-    // recomputes a base per length by another formula, so it is not used).
-    if (m->rope_scaling == ROPE_SCALING_LINEAR || m->rope_scaling == ROPE_SCALING_YARN) {
-        fprintf(f, "  \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": %s, \"original_max_position_embeddings\": %d",
-                m->rope_scaling == ROPE_SCALING_LINEAR ? "linear" : "yarn", model_value(c, "rope_factor"), m->rope_original_len);
-        if (m->rope_scaling == ROPE_SCALING_YARN) {
-            fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_value(c, "yarn_beta_fast"), model_value(c, "yarn_beta_slow"));
-            if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_value(c, "yarn_attn_factor"));
+    if (k == HF_GPT2) {
+        fprintf(f, "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n  \"n_inner\": %d,\n",
+                m->d_model, m->n_layer, m->n_head, m->max_seq_len, m->d_ff);
+        fprintf(f, "  \"activation_function\": \"gelu_new\",\n");
+        fprintf(f, "  \"layer_norm_epsilon\": %s,\n", model_value(c, "norm_eps"));
+        fprintf(f, "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n");
+    } else {
+        fprintf(f, "  \"hidden_size\": %d,\n", m->d_model);
+        fprintf(f, "  \"intermediate_size\": %d,\n", m->d_ff);
+        fprintf(f, "  \"num_hidden_layers\": %d,\n", m->n_layer);
+        fprintf(f, "  \"num_attention_heads\": %d,\n", m->n_head);
+        fprintf(f, "  \"num_key_value_heads\": %d,\n", m->n_kv_head);
+        fprintf(f, "  \"head_dim\": %d,\n", m->head_dim);
+        fprintf(f, "  \"max_position_embeddings\": %d,\n", m->max_seq_len);
+        if (k == HF_NONE) {
+            fprintf(f, "  \"rope_theta\": %s,\n", model_value(c, "rope_base"));
+            fprintf(f, "  \"norm_eps\": %s,\n", model_value(c, "norm_eps"));
+        } else {
+            write_rope(f, c, k == HF_QWEN3_NEXT);
+            fprintf(f, "  \"rms_norm_eps\": %s,\n", model_value(c, "norm_eps"));
+            fprintf(f, "  \"hidden_act\": \"silu\",\n");
+            fprintf(f, "  \"attention_bias\": false,\n");
+            if (k == HF_LLAMA) fprintf(f, "  \"mlp_bias\": false,\n");
         }
-        fprintf(f, "},\n");
+        if (k == HF_QWEN3_NEXT) {
+            fprintf(f, "  \"layer_types\": [");
+            for (int l = 0; l < m->n_layer; l++) fprintf(f, "%s\"full_attention\"", l ? ", " : "");
+            fprintf(f, "],\n");
+        }
+        if (k == HF_QWEN3_MOE || (k == HF_QWEN3_NEXT && e->n_expert > 0)) {
+            fprintf(f, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n",
+                    e->n_expert, e->top_k, e->d_expert);
+            fprintf(f, "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n", e->moe_every);
+            if (k == HF_QWEN3_NEXT) fprintf(f, "  \"shared_expert_intermediate_size\": %d,\n", e->d_shared_expert);
+            fprintf(f, "  \"router_aux_loss_coef\": %.9g,\n", (double)e->aux_loss_coef);
+        } else if (k == HF_QWEN3_NEXT) {
+            fprintf(f, "  \"num_experts\": 0,\n  \"mlp_only_layers\": [");
+            for (int l = 0; l < m->n_layer; l++) fprintf(f, "%s%d", l ? ", " : "", l);
+            fprintf(f, "],\n");
+        }
     }
-    fprintf(f, "  \"rms_norm_eps\": %s,\n", model_value(c, "norm_eps"));
-    fprintf(f, "  \"hidden_act\": \"%s\",\n", m->mlp == MLP_SWIGLU ? "silu" : "gelu_pytorch_tanh");
+    if (eot >= 0) fprintf(f, "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eot, eot);
     fprintf(f, "  \"tie_word_embeddings\": %s,\n", m->tie_embeddings ? "true" : "false");
-    fprintf(f, "  \"attention_bias\": false,\n");
-    fprintf(f, "  \"torch_dtype\": \"float32\",\n");
-    // every [model] key as gatedgpt spells it, and the step: enough to rebuild the model
+    fprintf(f, "  \"dtype\": \"float32\",\n");
+    // every [model] and [moe] key as gatedgpt spells it, and the step: enough to rebuild the model
     fprintf(f, "  \"gatedgpt\": {\"step\": %d", step);
     for (int i = 0; i < config_key_count(); i++) {
         const char* sec;
         const char* key = config_key(i, &sec);
-        if (strcmp(sec, "model") != 0) continue;
+        if (strcmp(sec, "model") != 0 && strcmp(sec, "moe") != 0) continue;
         char v[1100];
         config_key_value(c, i, v, sizeof v);
-        fprintf(f, ", \"%s\": \"%s\"", key, v);
+        fprintf(f, ", \"%s%s\": \"%s\"", strcmp(sec, "moe") == 0 ? "moe." : "", key, v);
     }
     fprintf(f, "}\n}\n");
     fclose(f);
@@ -283,23 +486,33 @@ static int write_config_json(const char* path, const Config* c, int step) {
     return rc;
 }
 
-int export_hf(const char* out_dir, const Config* c, const ParamTable* t, const float* params, int step, FILE* log) {
+int export_hf(const char* out_dir, const Config* c, const ParamTable* t, const float* params, int step,
+              int raw, int eot, FILE* log) {
+    char why[512] = "";
+    HfClass k = raw ? HF_NONE : export_hf_class(&c->model, why, sizeof why);
+    if (!raw && k == HF_NONE) {
+        fprintf(stderr, "error: export: %s; or --format raw for gatedgpt's own names (docs/formats.md \"Export\")\n", why);
+        return -1;
+    }
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "error: export: cannot create the output directory '%s': %s\n", out_dir, strerror(errno));
         return -1;
     }
     OutList l = {0};
-    build_tensors(&l, &c->model, t, params, log);
+    if (k == HF_GPT2) build_gpt2(&l, &c->model, t, params);
+    else if (k != HF_NONE) build_qwen(&l, &c->model, t, params, k);
+    else build_tensors(&l, &c->model, t, params, log);
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     int rc = write_safetensors(path, &l, step);
     if (rc == 0 && log) {
         size_t total = 0;
         for (int i = 0; i < l.n; i++) total += l.t[i].numel;
-        fprintf(log, "export: %s: %d tensors, %zu floats\n", path, l.n, total);
+        fprintf(log, "export: %s: %d tensors, %zu floats, as %s\n", path, l.n, total,
+                k == HF_NONE ? "gatedgpt's own names (--format raw)" : export_hf_class_name(k));
     }
     snprintf(path, sizeof path, "%s/config.json", out_dir);
-    if (rc == 0) rc = write_config_json(path, c, step);
+    if (rc == 0) rc = write_config_json(path, c, k, step, eot);
     if (rc == 0 && log) fprintf(log, "export: %s\n", path);
     for (int i = 0; i < l.n; i++) free(l.t[i].data);
     free(l.t);

@@ -3,9 +3,11 @@
 //   gatedgpt_ckpt inspect CKPT                    verify, then print step, trainer state, config, tensor norms
 //   gatedgpt_ckpt sample  CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //   gatedgpt_ckpt eval    CKPT [--glob PATTERN] [--batches N]
-//   gatedgpt_ckpt export  CKPT --out DIR          model.safetensors + config.json (Qwen3 names)
+//   gatedgpt_ckpt export  CKPT --out DIR          model.safetensors + config.json (a transformers class)
 //   gatedgpt_ckpt lengths CKPT --out FILE         loss by context length under each RoPE scaling
 //   gatedgpt_ckpt stream  CKPT --out FILE         streaming loss with a rolling KV window (StreamingLLM)
+//   gatedgpt_ckpt logits  CKPT --ids I,.. --out F  logits for given tokens (+ a greedy continuation)
+//   gatedgpt_ckpt import  HF_DIR --out DIR        a transformers directory -> a checkpoint to resume from
 //
 // CKPT is a checkpoint directory (.../step_NNNNNNNN) or a directory of checkpoints, in which
 // case the newest one that verifies is used. Every command verifies the checksums first.
@@ -25,6 +27,8 @@
 #include "train/dist.h"
 #include "model/sample.h"
 #include "tools/export_hf.h"
+#include "tools/export_tokenizer.h"
+#include "tools/import_hf.h"
 #include "tools/long_context.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
@@ -47,8 +51,12 @@ static void usage(FILE* f) {
         "  eval CKPT               mean loss over batches of [train] batch_size x seq_len\n"
         "      --glob PATTERN      token shards ([data] val_glob), read in order from the start\n"
         "      --batches N         ([log] val_batches; 0 = every batch of the shards)\n"
-        "  export CKPT --out DIR   DIR/model.safetensors + DIR/config.json, Hugging Face Qwen3 names\n"
-        "                          (docs/formats.md, \"Export\")\n"
+        "  export CKPT --out DIR   DIR/model.safetensors + DIR/config.json as the transformers class that\n"
+        "                          computes exactly this model (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM,\n"
+        "                          Qwen3NextForCausalLM, Qwen3MoeForCausalLM); others are refused (docs/formats.md)\n"
+        "      --format raw        gatedgpt's own layout and names instead (any model; model_type gatedgpt)\n"
+        "      --tokenizer FILE    ([data] tokenizer) written as tokenizer.json + tokenizer_config.json +\n"
+        "                          special_tokens_map.json (AutoTokenizer); its end-of-text id into config.json\n"
         "  lengths CKPT --out FILE loss at context lengths T, 2T, 4T, 8T (T = training length) under each RoPE\n"
         "                          scaling (factor L/T), per position bucket of T; JSONL records appended to FILE\n"
         "      --lengths L1,L2,... (T,2T,4T,8T)   --scalings none,linear,ntk,yarn (all; none for learned positions)\n"
@@ -59,6 +67,12 @@ static void usage(FILE* f) {
         "      --window W (2T)     --sinks S1,S2 (0,4)     --positions cache,original (both)   --tokens N (20000)\n"
         "      --dense 0|1         also every earlier token visible, when it fits in memory (1)\n"
         "      --buckets K         loss buckets over the stream (10)      --glob PATTERN ([data] val_glob)\n"
+        "  logits CKPT --ids I1,I2,... --out FILE   the logits after each prefix of the ids (one sequence, the\n"
+        "                          full forward) as float32 [n, vocab_size] to FILE; --generate N: also print a\n"
+        "                          greedy continuation of N tokens (ids), for comparisons with other frameworks\n"
+        "  import HF_DIR --out DIR a Hugging Face directory of a class export writes (config.json + model.safetensors)\n"
+        "                          -> the checkpoint DIR/step_00000000 (fresh AdamW state) that train_gpt --resume\n"
+        "                          continues from; --config FILE: the [train], [data], ... sections (defaults otherwise)\n"
         "common: --threads N (default: [train] threads)\n");
 }
 
@@ -257,13 +271,87 @@ static int cmd_eval(Loaded* L, const char* glob, int batches) {
 
 // ----------------------------------------------------------------------------------------------
 
-static int cmd_export(Loaded* L, const char* out_dir) {
+// ----------------------------------------------------------------------------------------------
+// logits: the model's logits for given token ids (one sequence, the full forward), and
+// optionally a greedy continuation, for comparisons with other frameworks (make interop)
+
+static int cmd_logits(Loaded* L, const char* ids_text, const char* out_path, int generate) {
+    const ModelConfig* mc = &L->cfg.model;
+    int ids[65536], n = 0;
+    const char* q = ids_text;
+    while (*q && n < 65536) {
+        char* end;
+        long v = strtol(q, &end, 10);
+        if (end == q || v < 0 || v >= mc->vocab_size) {
+            fprintf(stderr, "error: logits: --ids: '%.20s' is not a token id below vocab_size %d\n", q, mc->vocab_size);
+            return 1;
+        }
+        ids[n++] = (int)v;
+        q = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') { fprintf(stderr, "error: logits: --ids: expected comma-separated ids\n"); return 1; }
+    }
+    if (n < 1 || n > mc->max_seq_len) {
+        fprintf(stderr, "error: logits: --ids: %d ids (accepted: 1 .. [model] max_seq_len = %d)\n", n, mc->max_seq_len);
+        return 1;
+    }
+    const int V = mc->vocab_size;
+    gpt_alloc_acts(&L->model, 1, n);
+    gpt_forward(&L->model, ids, NULL);
+    float* lg = malloc((size_t)n * V * sizeof(float));
+    if (!lg) { fprintf(stderr, "error: out of memory\n"); return 1; }
+    for (int i = 0; i < n; i++) gpt_logits_to_host(&L->model, lg + (size_t)i * V, i, V);
+    // the file: float32 little-endian [n, vocab_size], row i = the logits after ids[0..i]
+    char tmp[CKPT_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+    FILE* f = fopen(tmp, "wb");
+    int ok = f && fwrite(lg, sizeof(float), (size_t)n * V, f) == (size_t)n * V;
+    if (f && fclose(f) != 0) ok = 0;
+    free(lg);
+    if (!ok || rename(tmp, out_path) != 0) {
+        fprintf(stderr, "error: logits: writing '%s' failed\n", out_path);
+        remove(tmp);
+        return 1;
+    }
+    printf("logits: %d x %d float32 -> %s\n", n, V, out_path);
+    if (generate > 0) {
+        int* gen = malloc((size_t)generate * sizeof(int));
+        gpt_alloc_acts(&L->model, 1, n + generate <= mc->max_seq_len ? n + generate : mc->max_seq_len);
+        sample_generate(&L->model, ids, n, generate, 0.0f, 0, 0, gen);
+        printf("greedy:");
+        for (int i = 0; i < generate; i++) printf(" %d", gen[i]);
+        printf("\n");
+        free(gen);
+    }
+    return 0;
+}
+
+// The model as its transformers class (or gatedgpt's own names with raw), and the tokenizer
+static int cmd_export(Loaded* L, const char* out_dir, int raw, const char* tok_path) {
     const ParamTable* t = &L->model.table;
+    Tokenizer tok;
+    int have_tok = 0;
+    if (tok_path && tok_path[0]) {
+        if (tokenizer_load(&tok, tok_path) != 0) return 1;
+        have_tok = 1;
+    }
     float* p = malloc(t->total * sizeof(float));
     if (!p) { fprintf(stderr, "error: out of memory\n"); return 1; }
     ops_to_host(p, L->model.params, t->total * sizeof(float));
-    int rc = export_hf(out_dir, &L->cfg, t, p, L->info.step, stdout);
+    if (have_tok && tok.vocab_size != L->cfg.model.vocab_size) {
+        fprintf(stderr, "error: export: the tokenizer %s has %d tokens but [model] vocab_size is %d: pass the "
+                "model's tokenizer with --tokenizer FILE\n", tok_path, tok.vocab_size, L->cfg.model.vocab_size);
+        free(p);
+        tokenizer_free(&tok);
+        return 1;
+    }
+    int rc = export_hf(out_dir, &L->cfg, t, p, L->info.step, raw, have_tok ? tokenizer_eot(&tok) : -1, stdout);
     free(p);
+    // the tokenizer as tokenizer.json (AutoTokenizer), when it can encode (ours; not llm.c's)
+    if (rc == 0 && have_tok && !raw)
+        rc = export_tokenizer_hf(out_dir, &tok, L->cfg.model.max_seq_len, stdout);
+    else if (rc == 0 && !raw)
+        printf("export: note: no tokenizer ([data] tokenizer is empty): AutoTokenizer needs tokenizer.json; pass --tokenizer FILE\n");
+    if (have_tok) tokenizer_free(&tok);
     return rc == 0 ? 0 : 1;
 }
 
@@ -272,13 +360,30 @@ int main(int argc, char** argv) {
     if (argc < 3) { usage(stderr); return 1; }
     const char* cmd = argv[1];
     const char* ckpt = argv[2];
+    if (strcmp(cmd, "import") == 0) {   // HF_DIR --out CKPT_DIR [--config FILE] [--threads N]
+        const char *out = NULL, *base = NULL;
+        int threads = 0;
+        for (int i = 3; i + 1 < argc; i += 2) {
+            if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+            else if (strcmp(argv[i], "--config") == 0) base = argv[i + 1];
+            else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
+            else { fprintf(stderr, "error: unknown option '%s' for import (see --help)\n", argv[i]); return 1; }
+        }
+        if (!out || (argc - 3) % 2) { fprintf(stderr, "error: import needs --out DIR (and options with values)\n"); return 1; }
+        Config c;
+        config_defaults(&c);
+        if (base && config_load_file(&c, base) != 0) return 1;
+        ops_init(threads);
+        return import_hf(ckpt, &c, out, stdout) == 0 ? 0 : 1;
+    }
     if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export") &&
-        strcmp(cmd, "lengths") && strcmp(cmd, "stream")) {
-        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export, lengths, stream; see --help)\n", cmd);
+        strcmp(cmd, "lengths") && strcmp(cmd, "stream") && strcmp(cmd, "logits")) {
+        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export, lengths, stream, logits; see --help)\n", cmd);
         return 1;
     }
     // options: every one takes a value, except --greedy
-    const char *prompt = NULL, *glob = NULL, *out = NULL, *tok = NULL;
+    const char *prompt = NULL, *glob = NULL, *out = NULL, *tok = NULL, *format = NULL, *ids = NULL;
+    int generate = 0;
     long long seed = -1, tokens = -1;
     int top_k = -1, batches = -1, threads = -1;
     float temperature = -1.0f;
@@ -298,6 +403,12 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--glob") == 0) glob = v;
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--tokenizer") == 0) tok = v;
+        else if (strcmp(a, "--ids") == 0) ids = v;
+        else if (strcmp(a, "--generate") == 0) generate = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--format") == 0) {
+            if (strcmp(v, "hf") && strcmp(v, "raw")) { fprintf(stderr, "error: --format %s: unknown (accepted: hf, raw)\n", v); return 1; }
+            format = v;
+        }
         else if (strcmp(a, "--seed") == 0) seed = strtoll(v, &end, 10);
         else if (strcmp(a, "--tokens") == 0) tokens = strtoll(v, &end, 10);
         else if (strcmp(a, "--window") == 0) so.window = (int)strtol(v, &end, 10);
@@ -324,6 +435,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (strcmp(cmd, "export") == 0 && !out) { fprintf(stderr, "error: export needs --out DIR\n"); return 1; }
+    if (strcmp(cmd, "logits") == 0 && (!out || !ids || generate < 0 || generate > 4096)) {
+        fprintf(stderr, "error: logits needs --ids I1,I2,... and --out FILE (--generate N: 0 .. 4096)\n");
+        return 1;
+    }
     if ((strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) && !out) {
         fprintf(stderr, "error: %s needs --out FILE (the JSONL records are appended to it)\n", cmd);
         return 1;
@@ -340,6 +455,7 @@ int main(int argc, char** argv) {
                         top_k >= 0 ? top_k : L.cfg.log.sample_top_k, seed, tok ? tok : L.cfg.data.tokenizer);
     else if (strcmp(cmd, "eval") == 0)
         rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches);
+    else if (strcmp(cmd, "logits") == 0) rc = cmd_logits(&L, ids, out, generate);
     else if (strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) {
         FILE* f = fopen(out, "a");
         if (!f) { fprintf(stderr, "error: %s: cannot open --out %s for appending\n", cmd, out); gpt_free(&L.model); return 1; }
@@ -356,7 +472,7 @@ int main(int argc, char** argv) {
         }
         if (fclose(f) != 0) { fprintf(stderr, "error: %s: writing %s failed\n", cmd, out); rc = 1; }
     }
-    else rc = cmd_export(&L, out);
+    else rc = cmd_export(&L, out, format && strcmp(format, "raw") == 0, tok ? tok : L.cfg.data.tokenizer);
     gpt_free(&L.model);
     return rc;
 }

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""scripts/interop.py: every exportable model kind through Hugging Face transformers (make interop).
+
+For each kind: train a tiny model a few steps (train_gpt), export it (gatedgpt_ckpt export), load
+the directory with AutoModelForCausalLM.from_pretrained (no code from this project), and compare
+with the project's own numbers:
+  loss     mean next-token loss over the same validation windows as `gatedgpt_ckpt eval`   <= 1e-5
+  logits   max |logit difference| over one window (`gatedgpt_ckpt logits`)                 <= 1e-4
+  greedy   20 greedily generated tokens (transformers' generate, do_sample=False)          equal ids
+  tokens   AutoTokenizer ids on sample texts vs the project's tokenizer (when tokenizer.json exists)
+and that the kinds no transformers class represents are refused with a one-line error. Prints a
+table; exit status 1 if any check fails.
+
+usage: scripts/interop.sh [--build DIR] [--kinds a,b,...] [--steps N]   (creates the venv first)
+       PYTHON scripts/interop.py --build DIR [--kinds ...] [--steps N] [--keep DIR]
+Needs the KJV shards (scripts/prepare_kjv.sh) and torch + transformers (the venv of interop.sh).
+"""
+import argparse, json, os, struct, subprocess, sys, tempfile
+
+import numpy as np
+
+# kind -> (base config, overrides): small so that each trains in seconds
+SMALL = ["--model.n_layer=2", "--model.d_model=64", "--model.n_head=4", "--model.head_dim=16", "--model.d_ff=128",
+         "--model.max_seq_len=64", "--train.batch_size=4", "--train.seq_len=64", "--train.tokens_per_step=0",
+         "--train.warmup_steps=2", "--log.val_every=0", "--metrics.probe_every=0", "--log.sample_every=0",
+         "--log.log_every=1000"]
+KINDS = {
+    "gpt2": ("tiny_baseline.ini", ["--model.pos=learned", "--model.norm=layernorm", "--model.mlp=gelu",
+                                   "--model.qk_norm=false", "--model.n_kv_head=4", "--model.tie_embeddings=false"]),
+    "llama": ("tiny_baseline.ini", ["--model.qk_norm=false", "--model.n_kv_head=2"]),
+    "qwen3": ("tiny_baseline.ini", ["--model.n_kv_head=2"]),
+    "qwen3_next": ("tiny_gated.ini", ["--model.n_kv_head=2"]),
+    "qwen3_moe": ("tiny_moe_baseline.ini", ["--model.n_kv_head=2", "--moe.d_expert=64"]),
+    "qwen3_next_moe": ("tiny_moe_gated.ini", ["--model.n_kv_head=2", "--moe.d_expert=64", "--moe.n_shared_expert=1",
+                                              "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
+}
+EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                "qwen3_next_moe": "Qwen3NextForCausalLM"}
+REFUSED = {  # kind -> overrides on tiny_gated.ini that no class represents, and the setting named
+    "headwise gate": (["--model.attn_gate=headwise"], "attn_gate = headwise"),
+    "value gate": (["--model.gate_position=value"], "gate_position = value"),
+    "silu gate": (["--model.gate_act=silu"], "gate_act = silu"),
+}
+TOL_LOSS, TOL_LOGIT = 1e-5, 1e-4
+TEXTS = ["In the beginning God created the heaven and the earth.", "  two spaces,\ttab\nnewline ", "don't I'LL we've 42x",
+         "Ünïcödé, naïve café; 東京 🙂 and a\u00a0no-break space", "<|endoftext|> inside a text", "1234567 ...!!! ???"]
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    return r.returncode, r.stdout + r.stderr
+
+
+def val_tokens(glob_pat):
+    import glob
+    path = sorted(glob.glob(glob_pat))[0]
+    with open(path, "rb") as f:
+        hdr = np.frombuffer(f.read(1024), dtype="<i4")
+        n = int(hdr[2])
+        dt = "<u2" if hdr[0] == 20240520 else "<u4"
+        return np.frombuffer(f.read(), dtype=dt)[:n].astype(np.int64)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--keep", default=None, help="keep the runs and exports in this directory")
+    a = ap.parse_args()
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    torch.manual_seed(0)
+    print(f"interop: torch {torch.__version__}, transformers {transformers.__version__}")
+    train, tool = os.path.join(a.build, "train_gpt"), os.path.join(a.build, "gatedgpt_ckpt")
+    work = a.keep or tempfile.mkdtemp(prefix="interop.")
+    os.makedirs(work, exist_ok=True)
+    toks = val_tokens("data/kjv/val_*.bin")
+    rows, failed = [], 0
+    for kind in a.kinds.split(","):
+        base, ov = KINDS[kind]
+        run_dir = os.path.join(work, kind)
+        rc, out = run([train, "--config", "configs/" + base, *SMALL, *ov, f"--train.steps={a.steps}",
+                       f"--checkpoint.checkpoint_every={a.steps}", f"--log.run_dir={run_dir}"])
+        if rc != 0:
+            print(f"FAIL {kind}: training: {out[-500:]}"); failed += 1; continue
+        ck = os.path.join(run_dir, "checkpoints")
+        exp = os.path.join(work, kind + "_hf")
+        rc, out = run([tool, "export", ck, "--out", exp])
+        if rc != 0:
+            print(f"FAIL {kind}: export: {out.strip()}"); failed += 1; continue
+        cls = json.load(open(os.path.join(exp, "config.json")))["architectures"][0]
+        # ours: eval over 4 batches of 4 x 64 (the loader's windows: stride 64, from the start)
+        rc, out = run([tool, "eval", ck, "--batches", "4"])
+        our_loss = float(out.split(": loss ")[1].split()[0])
+        ids = toks[:64]
+        lf = os.path.join(work, kind + "_logits.bin")
+        rc, out = run([tool, "logits", ck, "--ids", ",".join(map(str, ids[:32].tolist())), "--out", lf, "--generate", "20"])
+        if rc != 0:
+            print(f"FAIL {kind}: logits: {out.strip()}"); failed += 1; continue
+        our_greedy = [int(x) for x in out.split("greedy:")[1].split()]
+        model = AutoModelForCausalLM.from_pretrained(exp, dtype=torch.float32)
+        model.eval()
+        V = model.config.vocab_size
+        ours = np.fromfile(lf, dtype="<f4").reshape(32, -1)
+        with torch.no_grad():
+            hf = model(torch.tensor(ids[:32])[None]).logits[0].numpy()
+            dlogit = float(np.abs(hf[:, :V] - ours).max())
+            losses = []
+            for b in range(4):
+                x = np.stack([toks[(b * 4 + i) * 64:(b * 4 + i) * 64 + 65] for i in range(4)])
+                lg = model(torch.tensor(x[:, :64])).logits.double()
+                losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                                                                torch.tensor(x[:, 1:]).reshape(-1)).item())
+            hf_loss = float(np.mean(losses))
+            gen = model.generate(torch.tensor(ids[:32])[None], max_new_tokens=20, do_sample=False,
+                                 pad_token_id=0)[0, 32:].tolist()
+        ok_cls = cls == EXPECT_CLASS[kind] and type(model).__name__ == EXPECT_CLASS[kind]
+        ok_loss = abs(hf_loss - our_loss) <= TOL_LOSS
+        ok_logit = dlogit <= TOL_LOGIT
+        ok_gen = gen == our_greedy
+        tok_note = "-"
+        if os.path.exists(os.path.join(exp, "tokenizer.json")):
+            # AutoTokenizer from the export vs our tokenizer (tools/tok_encode) on sample texts
+            tok_bin = [l.split("=", 1)[1].strip() for l in open(os.path.join(ck, os.listdir(ck)[-1], "config.ini"))
+                       if l.startswith("tokenizer")][0]
+            texts = TEXTS + [l for l in open("data/kjv/val.txt", encoding="utf-8").read().splitlines()[:200] if l]
+            r = subprocess.run([os.path.join(a.build, "tok_encode"), tok_bin, "--nul"], input="\0".join(texts).encode(),
+                               capture_output=True)
+            ours_ids = [[int(x) for x in line.split()] for line in r.stdout.decode().splitlines()]
+            t = AutoTokenizer.from_pretrained(exp)
+            same = sum(t(x)["input_ids"] == o and t.decode(o) == x for x, o in zip(texts, ours_ids))
+            tok_note = f"{same}/{len(texts)} texts" + ("" if same == len(texts) and len(ours_ids) == len(texts) else " FAIL")
+        ok = ok_cls and ok_loss and ok_logit and ok_gen and not tok_note.endswith("FAIL")
+        failed += not ok
+        rows.append((kind, cls, our_loss, hf_loss, abs(hf_loss - our_loss), dlogit, f"{sum(g == o for g, o in zip(gen, our_greedy))}/20", tok_note, ok))
+    for name, (ov, setting) in REFUSED.items():
+        run_dir = os.path.join(work, "refused_" + name.replace(" ", "_"))
+        rc, out = run([train, "--config", "configs/tiny_gated.ini", *SMALL, *ov, "--train.steps=2",
+                       "--checkpoint.checkpoint_every=2", f"--log.run_dir={run_dir}"])
+        rc, out = run([tool, "export", os.path.join(run_dir, "checkpoints"), "--out", run_dir + "_hf"])
+        lines = out.strip().splitlines()
+        ok = rc == 1 and len(lines) == 1 and setting in lines[0] and not os.path.exists(run_dir + "_hf")
+        failed += not ok
+        rows.append((name, "refused" if ok else "NOT REFUSED", None, None, None, None, "-", lines[0][:60] if lines else "", ok))
+    print(f"\n{'kind':<16} {'class':<22} {'our loss':>10} {'HF loss':>10} {'|dloss|':>9} {'max|dlogit|':>11} {'greedy':>7}  tokenizer")
+    for k, c, l1, l2, dl, dg, g, tn, ok in rows:
+        f = lambda v, p: "-" if v is None else p % v
+        print(f"{k:<16} {c:<22} {f(l1, '%10.6f')} {f(l2, '%10.6f')} {f(dl, '%9.2e')} {f(dg, '%11.2e')} {g:>7}  {tn}  {'ok' if ok else 'FAIL'}")
+    print(f"\ninterop: bounds |dloss| <= {TOL_LOSS:g}, max|dlogit| <= {TOL_LOGIT:g}, greedy ids equal; "
+          f"{len(rows) - failed} of {len(rows)} ok; work dir {work}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+// tools/import_hf.c: Hugging Face directory -> gatedgpt checkpoint (tools/import_hf.h). The
+// inverse of tools/export_hf.c's class mappings: GPT2LMHeadModel, LlamaForCausalLM,
+// Qwen3ForCausalLM, Qwen3NextForCausalLM (full attention only), Qwen3MoeForCausalLM.
+#define _GNU_SOURCE
+#include "import_hf.h"
+#include "json_read.h"
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "train/checkpoint.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char* dir;
+    char cfg_path[1100], st_path[1100];
+    Jv conf;                 // config.json
+    Jv hdr;                  // the safetensors header
+    unsigned char* data;     // the tensors' bytes
+    size_t data_len;
+    unsigned char* used;     // [hdr.n]: consumed
+} Src;
+
+static int slurp(const char* path, char** buf, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "error: import: cannot open '%s'\n", path); return -1; }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc((size_t)len + 1);
+    if (!*buf || fread(*buf, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        fprintf(stderr, "error: import: cannot read '%s'\n", path);
+        return -1;
+    }
+    fclose(f);
+    (*buf)[len] = 0;
+    *n = (size_t)len;
+    return 0;
+}
+
+// ---- config.json -> [model] / [moe] overrides
+static int set(Config* c, const Src* s, const char* fmt, ...) {
+    char kv[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kv, sizeof kv, fmt, ap);
+    va_end(ap);
+    if (config_apply_override(c, kv) != 0) {
+        fprintf(stderr, "error: import: %s: the value gives %s, which gatedgpt refuses (above)\n", s->cfg_path, kv);
+        return -1;
+    }
+    return 0;
+}
+static const Jv* need(const Src* s, const Jv* obj, const char* key, JvKind kind) {
+    const Jv* v = jv_get(obj, key);
+    if (!v || v->kind != kind) {
+        fprintf(stderr, "error: import: %s: field \"%s\" %s\n", s->cfg_path, key, v ? "has the wrong type" : "is missing");
+        return NULL;
+    }
+    return v;
+}
+#define NUM(obj, key) ({ const Jv* v_ = need(s, obj, key, JV_NUM); if (!v_) return -1; v_->num; })
+static double num_or(const Jv* obj, const char* key, double dflt) {
+    const Jv* v = jv_get(obj, key);
+    return v && v->kind == JV_NUM ? v->num : dflt;
+}
+static int bool_or(const Jv* obj, const char* key, int dflt) {
+    const Jv* v = jv_get(obj, key);
+    return v && v->kind == JV_BOOL ? v->b : dflt;
+}
+static const char* str_or(const Jv* obj, const char* key, const char* dflt) {
+    const Jv* v = jv_get(obj, key);
+    return v && v->kind == JV_STR ? v->str : dflt;
+}
+static int refuse(const Src* s, const char* field, const char* why) {
+    fprintf(stderr, "error: import: %s: %s: %s\n", s->cfg_path, field, why);
+    return -1;
+}
+
+// RoPE: transformers 5's rope_parameters, or 4's rope_theta + rope_scaling
+static int read_rope(Config* c, const Src* s, int partial_default_quarter) {
+    const Jv* rp = jv_get(&s->conf, "rope_parameters");
+    const Jv* sc = rp ? rp : jv_get(&s->conf, "rope_scaling");
+    double theta = num_or(rp ? rp : &s->conf, "rope_theta", num_or(&s->conf, "rope_theta", 10000.0));
+    if (set(c, s, "model.rope_base=%.17g", theta)) return -1;
+    double partial = num_or(rp, "partial_rotary_factor", num_or(&s->conf, "partial_rotary_factor", partial_default_quarter ? 0.25 : 1.0));
+    if (partial != 1.0) return refuse(s, "partial_rotary_factor", "gatedgpt rotates every channel (accepted: 1.0)");
+    const char* type = str_or(sc, "rope_type", str_or(sc, "type", "default"));
+    if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "linear") && strcmp(type, "yarn"))
+        return refuse(s, "rope_type", "only default, linear and yarn have a gatedgpt equivalent (ntk: a larger rope_theta)");
+    if (set(c, s, "model.rope_scaling=%s", type) || set(c, s, "model.rope_factor=%.9g", num_or(sc, "factor", 1.0)) ||
+        set(c, s, "model.rope_original_len=%d", (int)num_or(sc, "original_max_position_embeddings", num_or(&s->conf, "max_position_embeddings", 0))))
+        return -1;
+    if (strcmp(type, "yarn") == 0 &&
+        (set(c, s, "model.yarn_beta_fast=%.9g", num_or(sc, "beta_fast", 32)) || set(c, s, "model.yarn_beta_slow=%.9g", num_or(sc, "beta_slow", 1)) ||
+         set(c, s, "model.yarn_attn_factor=%.9g", num_or(sc, "attention_factor", 0))))
+        return -1;
+    return 0;
+}
+
+static int read_config(Config* c, const Src* s, int* cls) {
+    const Jv* J = &s->conf;
+    const Jv* mt = need(s, J, "model_type", JV_STR);
+    if (!mt) return -1;
+    static const char* const TYPES[] = {"gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe"};
+    *cls = -1;
+    for (int i = 0; i < 5; i++) if (strcmp(mt->str, TYPES[i]) == 0) *cls = i;
+    if (*cls < 0) return refuse(s, "model_type", "import reads gpt2, llama, qwen3, qwen3_next and qwen3_moe (tools/export_hf.c's classes)");
+    if (set(c, s, "model.vocab_size=%d", (int)NUM(J, "vocab_size")) ||
+        set(c, s, "model.tie_embeddings=%s", bool_or(J, "tie_word_embeddings", *cls == 0) ? "true" : "false"))
+        return -1;
+    if (*cls == 0) {   // GPT-2
+        int d = (int)NUM(J, "n_embd"), H = (int)NUM(J, "n_head");
+        const char* act = str_or(J, "activation_function", "gelu_new");
+        if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+            return refuse(s, "activation_function", "gatedgpt's GELU is the tanh approximation (accepted: gelu_new)");
+        if (bool_or(J, "scale_attn_by_inverse_layer_idx", 0) || !bool_or(J, "scale_attn_weights", 1))
+            return refuse(s, "scale_attn_weights", "attention is scaled by 1/sqrt(head_dim) only");
+        return set(c, s, "model.n_layer=%d", (int)NUM(J, "n_layer")) || set(c, s, "model.d_model=%d", d) ||
+               set(c, s, "model.n_head=%d", H) || set(c, s, "model.n_kv_head=%d", H) || set(c, s, "model.head_dim=%d", d / H) ||
+               set(c, s, "model.d_ff=%d", (int)num_or(J, "n_inner", 4.0 * d)) ||
+               set(c, s, "model.max_seq_len=%d", (int)NUM(J, "n_positions")) || set(c, s, "model.pos=learned") ||
+               set(c, s, "model.norm=layernorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "layer_norm_epsilon", 1e-5)) ||
+               set(c, s, "model.mlp=gelu") || set(c, s, "model.qk_norm=false") || set(c, s, "model.attn_gate=none") ? -1 : 0;
+    }
+    int d = (int)NUM(J, "hidden_size"), H = (int)NUM(J, "num_attention_heads"), L = (int)NUM(J, "num_hidden_layers");
+    if (strcmp(str_or(J, "hidden_act", "silu"), "silu")) return refuse(s, "hidden_act", "gatedgpt's SwiGLU uses silu");
+    if (bool_or(J, "attention_bias", 0)) return refuse(s, "attention_bias", "gatedgpt has no attention biases (accepted: false)");
+    if (bool_or(J, "mlp_bias", 0)) return refuse(s, "mlp_bias", "gatedgpt has no MLP biases (accepted: false)");
+    if (bool_or(J, "use_sliding_window", 0)) return refuse(s, "use_sliding_window", "gatedgpt attends over the whole context");
+    if (set(c, s, "model.n_layer=%d", L) || set(c, s, "model.d_model=%d", d) || set(c, s, "model.n_head=%d", H) ||
+        set(c, s, "model.n_kv_head=%d", (int)num_or(J, "num_key_value_heads", H)) ||
+        set(c, s, "model.head_dim=%d", (int)num_or(J, "head_dim", d / H)) ||
+        set(c, s, "model.d_ff=%d", (int)NUM(J, "intermediate_size")) ||
+        set(c, s, "model.max_seq_len=%d", (int)NUM(J, "max_position_embeddings")) || set(c, s, "model.pos=rope") ||
+        set(c, s, "model.norm=rmsnorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "rms_norm_eps", 1e-6)) ||
+        set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 ? "true" : "false") ||
+        set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") || read_rope(c, s, *cls == 3))
+        return -1;
+    if (*cls == 3) {   // Qwen3-Next: full-attention layers only
+        const Jv* lt = jv_get(J, "layer_types");
+        for (int i = 0; lt && i < lt->n; i++)
+            if (lt->items[i].kind != JV_STR || strcmp(lt->items[i].str, "full_attention"))
+                return refuse(s, "layer_types", "gatedgpt has no linear-attention (Gated DeltaNet) layers yet (accepted: all full_attention)");
+        if (!lt) return refuse(s, "layer_types", "missing: Qwen3-Next's default mixes in linear attention");
+    }
+    int E = (int)num_or(J, "num_experts", 0);
+    const Jv* only = jv_get(J, "mlp_only_layers");
+    int n_only = only && only->kind == JV_ARR ? only->n : 0;
+    if ((*cls == 4 || *cls == 3) && E > 0 && n_only < L) {
+        if (n_only > 0) return refuse(s, "mlp_only_layers", "gatedgpt places MoE layers by decoder_sparse_step only (accepted: [] or every layer)");
+        if (!bool_or(J, "norm_topk_prob", 0)) return refuse(s, "norm_topk_prob", "gatedgpt renormalises the top-k weights (accepted: true)");
+        if (set(c, s, "moe.n_expert=%d", E) || set(c, s, "moe.top_k=%d", (int)NUM(J, "num_experts_per_tok")) ||
+            set(c, s, "moe.d_expert=%d", (int)NUM(J, "moe_intermediate_size")) ||
+            set(c, s, "moe.moe_every=%d", (int)num_or(J, "decoder_sparse_step", 1)) || set(c, s, "moe.router=softmax_topk") ||
+            set(c, s, "moe.capacity_factor=0"))
+            return -1;
+        if (*cls == 3 && (set(c, s, "moe.n_shared_expert=1") || set(c, s, "moe.d_shared_expert=%d", (int)NUM(J, "shared_expert_intermediate_size")) ||
+                          set(c, s, "moe.shared_expert_gate=true")))
+            return -1;
+    }
+    return 0;
+}
+
+// ---- tensors
+// tensor `name` as n floats of shape [a, b(, c)] (F32, BF16 or F16); NULL after an error
+static float* tensor(Src* s, const char* name, int a, int b, int c) {
+    const Jv* t = NULL;
+    int idx = -1;
+    for (int i = 0; i < s->hdr.n; i++) if (strcmp(s->hdr.keys[i], name) == 0) { t = &s->hdr.items[i]; idx = i; }
+    if (!t) { fprintf(stderr, "error: import: %s: tensor '%s' is missing\n", s->st_path, name); return NULL; }
+    const Jv *dt = jv_get(t, "dtype"), *sh = jv_get(t, "shape"), *off = jv_get(t, "data_offsets");
+    int want[3] = {a, b, c}, nd = c > 0 ? 3 : b > 0 ? 2 : 1;
+    int ok = dt && dt->kind == JV_STR && sh && sh->kind == JV_ARR && sh->n == nd && off && off->kind == JV_ARR && off->n == 2;
+    for (int i = 0; ok && i < nd; i++) ok = sh->items[i].kind == JV_NUM && (int)sh->items[i].num == want[i];
+    if (!ok) {
+        fprintf(stderr, "error: import: %s: tensor '%s' has another shape or no dtype/offsets (expected [%d%s%.0d%s%.0d] from config.json)\n",
+                s->st_path, name, a, nd > 1 ? ", " : "", nd > 1 ? b : 0, nd > 2 ? ", " : "", nd > 2 ? c : 0);
+        return NULL;
+    }
+    size_t n = (size_t)a * (b > 0 ? b : 1) * (c > 0 ? c : 1), b0 = (size_t)off->items[0].num, b1 = (size_t)off->items[1].num;
+    int es = strcmp(dt->str, "F32") == 0 ? 4 : (strcmp(dt->str, "BF16") == 0 || strcmp(dt->str, "F16") == 0) ? 2 : 0;
+    if (!es) { fprintf(stderr, "error: import: %s: tensor '%s' is %s (accepted: F32, BF16, F16)\n", s->st_path, name, dt->str); return NULL; }
+    if (b1 > s->data_len || b0 > b1 || b1 - b0 != n * es) {
+        fprintf(stderr, "error: import: %s: tensor '%s': data_offsets [%zu, %zu] do not hold %zu %s values\n", s->st_path, name, b0, b1, n, dt->str);
+        return NULL;
+    }
+    float* x = malloc(n * sizeof(float));
+    const unsigned char* p = s->data + b0;
+    for (size_t i = 0; i < n; i++) {
+        if (es == 4) { memcpy(&x[i], p + 4 * i, 4); continue; }
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        if (dt->str[0] == 'B') { uint32_t u = (uint32_t)h << 16; memcpy(&x[i], &u, 4); continue; }
+        int e = h >> 10 & 31, m = h & 1023;   // F16
+        float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+        x[i] = (h & 0x8000) ? -v : v;
+    }
+    s->used[idx] = 1;
+    return x;
+}
+
+static int ends_with(const char* s, const char* suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static float* dst(const ParamTable* t, float* arena, const char* fmt, int l) {
+    char nm[64];
+    snprintf(nm, sizeof nm, fmt, l);
+    const ParamInfo* p = param_find(t, nm);
+    return p ? arena + p->offset : NULL;
+}
+
+#define GET(var, name, a, b, c) float* var = tensor(s, name, a, b, c); if (!var) return -1
+static int put_rows(float* to, const float* from, size_t n) { memcpy(to, from, n * sizeof(float)); return 0; }
+
+static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int cls) {
+    const int d = m->d_model, F = m->d_ff, V = m->vocab_size, hd = m->head_dim, H = m->n_head, Hkv = m->n_kv_head;
+    char nm[160];
+#define NM(f) (snprintf(nm, sizeof nm, f, L), nm)
+    if (cls == 0) {
+        { GET(w, "transformer.wte.weight", V, d, 0); put_rows(dst(t, x, "wte", 0), w, (size_t)V * d); free(w); }
+        { GET(w, "transformer.wpe.weight", m->max_seq_len, d, 0); put_rows(dst(t, x, "wpe", 0), w, (size_t)m->max_seq_len * d); free(w); }
+        for (int L = 0; L < m->n_layer; L++) {
+            struct { const char* hf; const char* ours; int rows, cols, transpose; } M[] = {
+                {"transformer.h.%d.ln_1.weight", "h.%d.ln1.w", d, 0, 0}, {"transformer.h.%d.ln_1.bias", "h.%d.ln1.b", d, 0, 0},
+                {"transformer.h.%d.attn.c_attn.weight", "h.%d.attn.wqkv", d, 3 * d, 1},
+                {"transformer.h.%d.attn.c_proj.weight", "h.%d.attn.wo", d, d, 1},
+                {"transformer.h.%d.ln_2.weight", "h.%d.ln2.w", d, 0, 0}, {"transformer.h.%d.ln_2.bias", "h.%d.ln2.b", d, 0, 0},
+                {"transformer.h.%d.mlp.c_fc.weight", "h.%d.mlp.w_in", d, F, 1},
+                {"transformer.h.%d.mlp.c_proj.weight", "h.%d.mlp.w_out", F, d, 1}};
+            for (size_t i = 0; i < sizeof M / sizeof M[0]; i++) {
+                GET(w, NM(M[i].hf), M[i].rows, M[i].cols, 0);
+                float* o = dst(t, x, M[i].ours, L);
+                if (!M[i].transpose) put_rows(o, w, (size_t)M[i].rows * (M[i].cols ? M[i].cols : 1));
+                else for (int r = 0; r < M[i].rows; r++) for (int k = 0; k < M[i].cols; k++) o[(size_t)k * M[i].rows + r] = w[(size_t)r * M[i].cols + k];
+                free(w);
+            }
+            // GPT-2's linear biases: gatedgpt has none, so they must be zero
+            struct { const char* hf; int n; } Bz[] = {{"transformer.h.%d.attn.c_attn.bias", 3 * d}, {"transformer.h.%d.attn.c_proj.bias", d},
+                                                       {"transformer.h.%d.mlp.c_fc.bias", F}, {"transformer.h.%d.mlp.c_proj.bias", d}};
+            for (size_t i = 0; i < sizeof Bz / sizeof Bz[0]; i++) {
+                GET(w, NM(Bz[i].hf), Bz[i].n, 0, 0);
+                for (int j = 0; j < Bz[i].n; j++)
+                    if (w[j] != 0.0f) {
+                        fprintf(stderr, "error: import: %s: '%s' is not zero (element %d = %g): gatedgpt's linear layers have no bias\n",
+                                s->st_path, nm, j, (double)w[j]);
+                        free(w);
+                        return -1;
+                    }
+                free(w);
+            }
+        }
+        { GET(w, "transformer.ln_f.weight", d, 0, 0); put_rows(dst(t, x, "lnf.w", 0), w, d); free(w); }
+        { GET(w, "transformer.ln_f.bias", d, 0, 0); put_rows(dst(t, x, "lnf.b", 0), w, d); free(w); }
+    } else {
+        const int next = cls == 3;
+        const MoeConfig* e = &m->moe;
+        { GET(w, "model.embed_tokens.weight", V, d, 0); put_rows(dst(t, x, "wte", 0), w, (size_t)V * d); free(w); }
+        for (int L = 0; L < m->n_layer; L++) {
+            struct { const char* hf; const char* ours; int n; } N[] = {
+                {"model.layers.%d.input_layernorm.weight", "h.%d.ln1.w", d}, {"model.layers.%d.post_attention_layernorm.weight", "h.%d.ln2.w", d},
+                {"model.layers.%d.self_attn.q_norm.weight", "h.%d.attn.q_norm.w", hd}, {"model.layers.%d.self_attn.k_norm.weight", "h.%d.attn.k_norm.w", hd}};
+            for (size_t i = 0; i < 4; i++) {
+                if (i >= 2 && !m->qk_norm) continue;
+                GET(w, NM(N[i].hf), N[i].n, 0, 0);
+                float* o = dst(t, x, N[i].ours, L);
+                for (int j = 0; j < N[i].n; j++) o[j] = next ? w[j] + 1.0f : w[j];   // Qwen3-Next: x^ (1 + w)
+                free(w);
+            }
+            float* qkv = dst(t, x, "h.%d.attn.wqkv", L);
+            const int Hq = H * hd, Hk = Hkv * hd;
+            {
+                GET(q, NM("model.layers.%d.self_attn.q_proj.weight"), next ? 2 * Hq : Hq, d, 0);
+                for (int h = 0; h < H; h++) {   // Qwen3-Next: [q_h | g_h] per head
+                    memcpy(qkv + (size_t)h * hd * d, q + (size_t)(next ? 2 * h : h) * hd * d, (size_t)hd * d * sizeof(float));
+                    if (next) memcpy(qkv + (size_t)(Hq + 2 * Hk + h * hd) * d, q + (size_t)(2 * h + 1) * hd * d, (size_t)hd * d * sizeof(float));
+                }
+                free(q);
+            }
+            { GET(w, NM("model.layers.%d.self_attn.k_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)Hq * d, w, (size_t)Hk * d); free(w); }
+            { GET(w, NM("model.layers.%d.self_attn.v_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)(Hq + Hk) * d, w, (size_t)Hk * d); free(w); }
+            { GET(w, NM("model.layers.%d.self_attn.o_proj.weight"), d, Hq, 0); put_rows(dst(t, x, "h.%d.attn.wo", L), w, (size_t)d * Hq); free(w); }
+            if (!config_layer_is_moe(m, L)) {
+                float* wi = dst(t, x, "h.%d.mlp.w_in", L);
+                { GET(w, NM("model.layers.%d.mlp.gate_proj.weight"), F, d, 0); put_rows(wi, w, (size_t)F * d); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.up_proj.weight"), F, d, 0); put_rows(wi + (size_t)F * d, w, (size_t)F * d); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.down_proj.weight"), d, F, 0); put_rows(dst(t, x, "h.%d.mlp.w_out", L), w, (size_t)d * F); free(w); }
+                continue;
+            }
+            const int E = e->n_expert, Fe = e->d_expert, Fs = e->d_shared_expert;
+            { GET(w, NM("model.layers.%d.mlp.gate.weight"), E, d, 0); put_rows(dst(t, x, "h.%d.moe.router", L), w, (size_t)E * d); free(w); }
+            { GET(w, NM("model.layers.%d.mlp.experts.gate_up_proj"), E, 2 * Fe, d); put_rows(dst(t, x, "h.%d.moe.w_in", L), w, (size_t)E * 2 * Fe * d); free(w); }
+            { GET(w, NM("model.layers.%d.mlp.experts.down_proj"), E, d, Fe); put_rows(dst(t, x, "h.%d.moe.w_out", L), w, (size_t)E * d * Fe); free(w); }
+            if (e->n_shared_expert) {
+                float* si = dst(t, x, "h.%d.moe.shared_w_in", L);
+                { GET(w, NM("model.layers.%d.mlp.shared_expert.gate_proj.weight"), Fs, d, 0); put_rows(si, w, (size_t)Fs * d); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.shared_expert.up_proj.weight"), Fs, d, 0); put_rows(si + (size_t)Fs * d, w, (size_t)Fs * d); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.shared_expert.down_proj.weight"), d, Fs, 0); put_rows(dst(t, x, "h.%d.moe.shared_w_out", L), w, (size_t)d * Fs); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.shared_expert_gate.weight"), 1, d, 0); put_rows(dst(t, x, "h.%d.moe.shared_gate", L), w, d); free(w); }
+            }
+        }
+        GET(w, "model.norm.weight", d, 0, 0);
+        float* o = dst(t, x, "lnf.w", 0);
+        for (int j = 0; j < d; j++) o[j] = next ? w[j] + 1.0f : w[j];
+        free(w);
+    }
+#undef NM
+    if (!m->tie_embeddings) { GET(w, "lm_head.weight", V, d, 0); put_rows(dst(t, x, "lm_head", 0), w, (size_t)V * d); free(w); }
+    // every tensor of the file must have found its place (GPT-2's causal-mask buffers aside)
+    for (int i = 0; i < s->hdr.n; i++) {
+        const char* k = s->hdr.keys[i];
+        if (s->used[i] || strcmp(k, "__metadata__") == 0) continue;
+        if (cls == 0 && (ends_with(k, ".attn.bias") || ends_with(k, ".attn.masked_bias"))) continue;
+        if (cls != 0 && m->tie_embeddings && strcmp(k, "lm_head.weight") == 0) continue;   // a tied head saved anyway
+        fprintf(stderr, "error: import: %s: tensor '%s' has no place in gatedgpt's model (a part the class has and gatedgpt lacks)\n",
+                s->st_path, k);
+        return -1;
+    }
+    return 0;
+}
+
+int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
+    Src s;
+    memset(&s, 0, sizeof s);
+    s.dir = in_dir;
+    snprintf(s.cfg_path, sizeof s.cfg_path, "%s/config.json", in_dir);
+    snprintf(s.st_path, sizeof s.st_path, "%s/model.safetensors", in_dir);
+    char* text = NULL;
+    size_t len = 0;
+    char err[256];
+    int rc = -1, cls;
+    if (slurp(s.cfg_path, &text, &len)) return -1;
+    if (jv_parse(text, len, &s.conf, err, sizeof err)) {
+        fprintf(stderr, "error: import: %s: not JSON: %s\n", s.cfg_path, err);
+        free(text);
+        return -1;
+    }
+    free(text);
+    char* st = NULL;
+    size_t st_len = 0;
+    GPT m;
+    memset(&m, 0, sizeof m);
+    if (read_config(c, &s, &cls)) goto out;
+    // the default training length may not fit a short model: its longest length then
+    if (c->train.seq_len > c->model.max_seq_len && set(c, &s, "train.seq_len=%d", c->model.max_seq_len)) goto out;
+    if (config_finalize(c, s.cfg_path)) goto out;
+    if (slurp(s.st_path, &st, &st_len)) goto out;
+    uint64_t hn = 0;
+    if (st_len >= 8) memcpy(&hn, st, 8);
+    if (st_len < 8 || hn > st_len - 8 || jv_parse(st + 8, (size_t)hn, &s.hdr, err, sizeof err) || s.hdr.kind != JV_OBJ) {
+        fprintf(stderr, "error: import: %s: not a safetensors file (header: %s)\n", s.st_path, st_len < 8 || hn > st_len - 8 ? "length out of range" : err);
+        goto out;
+    }
+    s.data = (unsigned char*)st + 8 + hn;
+    s.data_len = st_len - 8 - hn;
+    s.used = calloc((size_t)s.hdr.n + 1, 1);
+    gpt_build(&m, &c->model, c->train.seed);
+    float* host = calloc(m.table.total, sizeof(float));   // padding rows (vocab) stay zero
+    if (!host) { fprintf(stderr, "error: import: out of memory\n"); goto out; }
+    if (fill(&s, &c->model, &m.table, host, cls)) { free(host); goto out; }
+    ops_from_host(m.params, host, m.table.total * sizeof(float));
+    free(host);
+    gpt_params_changed(&m, 0);
+    Optim o;
+    optim_init_range(&o, &m, 0, m.table.total);
+    SpikeWindow lw, gw;
+    spike_init(&lw, c->metrics.spike_window);
+    spike_init(&gw, c->metrics.spike_window);
+    CkptTrainState ts;
+    memset(&ts, 0, sizeof ts);
+    ts.data_seed = c->train.seed;
+    ts.data_shuffle = c->data.shuffle;
+    ts.loss_win = &lw;
+    ts.grad_win = &gw;
+    rc = checkpoint_save(out_dir, 0, c, &m, &o, &ts);
+    if (rc == 0 && log) {
+        char path[CKPT_PATH_MAX];
+        checkpoint_path(path, sizeof path, out_dir, 0);
+        fprintf(log, "import: %s (%s, %zu parameters) -> %s: resume with train_gpt --resume %s\n", in_dir,
+                str_or(&s.conf, "model_type", "?"), m.table.total, path, path);
+    }
+    spike_free(&lw); spike_free(&gw);
+    optim_free(&o);
+out:
+    if (m.params) gpt_free(&m);
+    free(st);
+    free(s.used);
+    jv_free(&s.conf);
+    jv_free(&s.hdr);
+    return rc;
+}
