@@ -190,12 +190,29 @@ static void att_scores(float* S, float* lse_rows, const float* Q, int ldq, const
     }
 }
 
+// The sdpa gate of head h over the T tokens of sequence b: yg = y * act(z) (or a copy when yg is
+// a separate buffer and there is no sdpa gate; nothing when yg aliases y)
+static void gate_head(float* yg, const float* y, const float* qkv, int b, int h, const OpsAttnShape* s) {
+    const int T = s->T, H = s->H, hd = s->hd, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
+    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
+    for (int t = 0; t < T && (sgate || yg != y); t++) {
+        size_t n = (size_t)b * T + t;
+        const float* yt = y + (n * H + h) * hd;
+        float* ygt = yg + (n * H + h) * hd;
+        const float* z = qkv + n * QKVG + zoff;
+        for (int i = 0; i < hd; i++) {
+            float g = 1.0f;
+            if (sgate) g = gate_act(s->gate_act, z[attn_gate_logit(s->gate, h, i, hd)]);
+            ygt[i] = yt[i] * g;
+        }
+    }
+}
+
 // Forward: one task per (b, h), query tiles in order.
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
-    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
-    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
+    const int rep = H / Hkv;
     const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel
@@ -214,18 +231,7 @@ void ops_attention_forward(float* y, float* yg, float* lse, const float* q, cons
                                Kb, ldk, t0, rows, t1, hd, scale);
                     cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)t0 * ldq, ldq);
                 }
-                // the sdpa gate (or a copy when yg is a separate buffer)
-                for (int t = 0; t < T && (sgate || yg != y); t++) {
-                    size_t n = (size_t)b * T + t;
-                    const float* yt = y + (n * H + h) * hd;
-                    float* ygt = yg + (n * H + h) * hd;
-                    const float* z = qkv + n * QKVG + zoff;
-                    for (int i = 0; i < hd; i++) {
-                        float g = 1.0f;
-                        if (sgate) g = gate_act(s->gate_act, z[attn_gate_logit(s->gate, h, i, hd)]);
-                        ygt[i] = yt[i] * g;
-                    }
-                }
+                gate_head(yg, y, qkv, b, h, s);
             }
         free(S);
     }
@@ -341,8 +347,7 @@ void ops_attention_cached_forward(float* y, float* yg, float* lse, float* sink, 
                                   const float* kc, const float* vc, const float* qkv, int n_ctx,
                                   int Tc, int n_sink, const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, off = n_ctx - T;
-    const int rep = H / Hkv, QKVG = ops_attn_qkv_cols(s), zoff = attn_shape_z_off(s);
-    const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
+    const int rep = H / Hkv;
     const int ldq = H * hd, ldk = Hkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel
@@ -367,17 +372,7 @@ void ops_attention_cached_forward(float* y, float* yg, float* lse, float* sink, 
                         }
                     cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)r0 * ldq, ldq);
                 }
-                for (int t = 0; t < T && (sgate || yg != y); t++) {
-                    size_t n = (size_t)b * T + t;
-                    const float* yt = y + (n * H + h) * hd;
-                    float* ygt = yg + (n * H + h) * hd;
-                    const float* z = qkv + n * QKVG + zoff;
-                    for (int i = 0; i < hd; i++) {
-                        float g = 1.0f;
-                        if (sgate) g = gate_act(s->gate_act, z[attn_gate_logit(s->gate, h, i, hd)]);
-                        ygt[i] = yt[i] * g;
-                    }
-                }
+                gate_head(yg, y, qkv, b, h, s);
             }
         free(S);
     }
