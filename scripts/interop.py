@@ -124,11 +124,13 @@ def main():
         tok_note = "-"
         if os.path.exists(os.path.join(exp, "tokenizer.json")):
             # AutoTokenizer from the export vs our tokenizer (tools/tok_encode) on sample texts
-            tok_bin = [l.split("=", 1)[1].strip() for l in open(os.path.join(ck, os.listdir(ck)[-1], "config.ini"))
+            tok_bin = [l.split("=", 1)[1].split(";")[0].strip() for l in open(os.path.join(ck, sorted(os.listdir(ck))[-1], "config.ini"))
                        if l.startswith("tokenizer")][0]
             texts = TEXTS + [l for l in open("data/kjv/val.txt", encoding="utf-8").read().splitlines()[:200] if l]
             r = subprocess.run([os.path.join(a.build, "tok_encode"), tok_bin, "--nul"], input="\0".join(texts).encode(),
                                capture_output=True)
+            if r.returncode != 0:
+                print(f"FAIL {kind}: tok_encode: {r.stderr.decode().strip()}")
             ours_ids = [[int(x) for x in line.split()] for line in r.stdout.decode().splitlines()]
             t = AutoTokenizer.from_pretrained(exp)
             same = sum(t(x)["input_ids"] == o and t.decode(o) == x for x, o in zip(texts, ours_ids))
