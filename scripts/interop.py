@@ -31,12 +31,14 @@ KINDS = {
     "qwen3": ("tiny_baseline.ini", ["--model.n_kv_head=2"]),
     "qwen3_next": ("tiny_gated.ini", ["--model.n_kv_head=2"]),
     "qwen3_moe": ("tiny_moe_baseline.ini", ["--model.n_kv_head=2", "--moe.d_expert=64"]),
+    "qwen2_moe": ("tiny_moe_baseline.ini", ["--model.n_kv_head=2", "--model.qk_norm=false", "--moe.d_expert=64",
+                                           "--moe.n_shared_expert=1", "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
     "qwen3_next_moe": ("tiny_moe_gated.ini", ["--model.n_kv_head=2", "--moe.d_expert=64", "--moe.n_shared_expert=1",
                                               "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
 }
 EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                "qwen3_next_moe": "Qwen3NextForCausalLM"}
+                "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM"}
 REFUSED = {  # kind -> overrides on tiny_gated.ini that no class represents, and the setting named
     "headwise gate": (["--model.attn_gate=headwise"], "attn_gate = headwise"),
     "value gate": (["--model.gate_position=value"], "gate_position = value"),

@@ -104,8 +104,11 @@ def hf_class(m, moe):
     if m["norm"] != "rmsnorm" or m["mlp"] != "swiglu":
         return None
     if E > 0:
-        if moe["router"] != "softmax_topk" or float(moe["capacity_factor"]) > 0 or m["qk_norm"] != "true":
+        if moe["router"] != "softmax_topk" or float(moe["capacity_factor"]) > 0:
             return None
+        if m["qk_norm"] != "true":   # Qwen2-MoE: no qk-norm, no gate, a sigmoid-gated shared expert
+            ok = not gated and moe["n_shared_expert"] == "1" and moe["shared_expert_gate"] == "true"
+            return "Qwen2MoeForCausalLM" if ok else None
         if not gated and moe["n_shared_expert"] == "0":
             return "Qwen3MoeForCausalLM"
         if gated and moe["n_shared_expert"] == "1" and moe["shared_expert_gate"] == "true":

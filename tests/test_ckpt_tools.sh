@@ -74,6 +74,8 @@ kind llama LlamaForCausalLM --model.attn_gate=none --model.qk_norm=false
 kind gpt2 GPT2LMHeadModel --model.attn_gate=none --model.norm=layernorm --model.mlp=gelu --model.pos=learned \
     --model.qk_norm=false --model.n_kv_head=2 --model.tie_embeddings=false
 kind qwen3_moe Qwen3MoeForCausalLM --model.attn_gate=none --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32
+kind qwen2_moe Qwen2MoeForCausalLM --model.attn_gate=none --model.qk_norm=false --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 \
+    --moe.n_shared_expert=1 --moe.d_shared_expert=32 --moe.shared_expert_gate=true
 kind qwen3_next_moe Qwen3NextForCausalLM --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 --moe.n_shared_expert=1 \
     --moe.d_shared_expert=32 --moe.shared_expert_gate=true --moe.moe_every=2
 

@@ -16,6 +16,7 @@
 //                         Qwen3-Next computes x^ (1 + w)); dense MLPs, or MoE with a gated
 //                         shared expert
 //   Qwen3MoeForCausalLM   MoE (softmax top-k, renormalised, dropless) without gate or shared expert
+//   Qwen2MoeForCausalLM   MoE without qk-norm or gate, with a sigmoid-gated shared expert
 // Anything else gets a one-line error naming the setting and the nearest exportable one.
 // format "raw": every model, gatedgpt's own layout under Qwen3-like names (the mapping below),
 // model_type "gatedgpt" (what no transformers class represents):
@@ -163,7 +164,7 @@ static int map_tensor(OutList* l, const ModelConfig* m, const ParamInfo* p, cons
 
 const char* export_hf_class_name(HfClass k) {
     static const char* const N[] = {"none", "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM",
-                                    "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM"};
+                                    "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"};
     return N[k];
 }
 
@@ -203,7 +204,11 @@ HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
         if (e->capacity_factor > 0.0f)
             NOPE("[moe] capacity_factor = %g drops tokens; transformers' MoE is dropless: the nearest exportable is capacity_factor = 0",
                  (double)e->capacity_factor);
-        if (!m->qk_norm) NOPE("an MoE model without [model] qk_norm has no exact transformers class (Qwen3-MoE / Qwen3-Next normalise q and k): the nearest exportable is qk_norm = true");
+        if (!m->qk_norm) {   // Qwen2-MoE: no qk-norm, a sigmoid-gated shared expert, no attention gate
+            if (!gated && e->n_shared_expert && e->shared_expert_gate) return HF_QWEN2_MOE;
+            NOPE("an MoE model without [model] qk_norm exports as Qwen2-MoE, which has no attention gate and a sigmoid-gated shared expert: "
+                 "the nearest exportable is qk_norm = true (Qwen3-MoE / Qwen3-Next), or attn_gate = none with [moe] n_shared_expert = 1, shared_expert_gate = true");
+        }
         if (!gated && e->n_shared_expert == 0) return HF_QWEN3_MOE;
         if (gated && e->n_shared_expert && e->shared_expert_gate) return HF_QWEN3_NEXT;
         if (gated) NOPE("the attention gate in an MoE model exports as Qwen3-Next, whose MoE layers have a sigmoid-gated shared expert: "
@@ -420,7 +425,7 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
     char* text = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&text, &len);
-    static const char* const TYPE[] = {"gatedgpt", "gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe"};
+    static const char* const TYPE[] = {"gatedgpt", "gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe", "qwen2_moe"};
     fprintf(f, "{\n");
     fprintf(f, "  \"architectures\": [\"%s\"],\n", k == HF_NONE ? "GatedGPTForCausalLM" : export_hf_class_name(k));
     fprintf(f, "  \"model_type\": \"%s\",\n", TYPE[k]);
@@ -454,11 +459,12 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
             for (int l = 0; l < m->n_layer; l++) fprintf(f, "%s\"full_attention\"", l ? ", " : "");
             fprintf(f, "],\n");
         }
-        if (k == HF_QWEN3_MOE || (k == HF_QWEN3_NEXT && e->n_expert > 0)) {
+        if (k == HF_QWEN2_MOE) fprintf(f, "  \"qkv_bias\": false,\n  \"use_sliding_window\": false,\n");
+        if (k == HF_QWEN3_MOE || k == HF_QWEN2_MOE || (k == HF_QWEN3_NEXT && e->n_expert > 0)) {
             fprintf(f, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n",
                     e->n_expert, e->top_k, e->d_expert);
             fprintf(f, "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n", e->moe_every);
-            if (k == HF_QWEN3_NEXT) fprintf(f, "  \"shared_expert_intermediate_size\": %d,\n", e->d_shared_expert);
+            if (k != HF_QWEN3_MOE) fprintf(f, "  \"shared_expert_intermediate_size\": %d,\n", e->d_shared_expert);
             fprintf(f, "  \"router_aux_loss_coef\": %.9g,\n", (double)e->aux_loss_coef);
         } else if (k == HF_QWEN3_NEXT) {
             fprintf(f, "  \"num_experts\": 0,\n  \"mlp_only_layers\": [");

@@ -7,7 +7,7 @@
 
 // The transformers class that computes exactly what a model with this config computes, or
 // HF_NONE with a one-line reason in why (naming the setting and the nearest exportable one).
-typedef enum { HF_NONE = 0, HF_GPT2, HF_LLAMA, HF_QWEN3, HF_QWEN3_NEXT, HF_QWEN3_MOE } HfClass;
+typedef enum { HF_NONE = 0, HF_GPT2, HF_LLAMA, HF_QWEN3, HF_QWEN3_NEXT, HF_QWEN3_MOE, HF_QWEN2_MOE } HfClass;
 HfClass export_hf_class(const ModelConfig* m, char* why, size_t n);
 const char* export_hf_class_name(HfClass k);
 

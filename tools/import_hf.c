@@ -1,6 +1,7 @@
 // tools/import_hf.c: Hugging Face directory -> gatedgpt checkpoint (tools/import_hf.h). The
 // inverse of tools/export_hf.c's class mappings: GPT2LMHeadModel, LlamaForCausalLM,
-// Qwen3ForCausalLM, Qwen3NextForCausalLM (full attention only), Qwen3MoeForCausalLM.
+// Qwen3ForCausalLM, Qwen3NextForCausalLM (full attention only), Qwen3MoeForCausalLM,
+// Qwen2MoeForCausalLM.
 #define _GNU_SOURCE
 #include "import_hf.h"
 #include "json_read.h"
@@ -107,10 +108,11 @@ static int read_config(Config* c, const Src* s, int* cls) {
     const Jv* J = &s->conf;
     const Jv* mt = need(s, J, "model_type", JV_STR);
     if (!mt) return -1;
-    static const char* const TYPES[] = {"gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe"};
+    static const char* const TYPES[] = {"gpt2", "llama", "qwen3", "qwen3_next", "qwen3_moe", "qwen2_moe"};
     *cls = -1;
-    for (int i = 0; i < 5; i++) if (strcmp(mt->str, TYPES[i]) == 0) *cls = i;
-    if (*cls < 0) return refuse(s, "model_type", "import reads gpt2, llama, qwen3, qwen3_next and qwen3_moe (tools/export_hf.c's classes)");
+    for (int i = 0; i < 6; i++) if (strcmp(mt->str, TYPES[i]) == 0) *cls = i;
+    if (*cls < 0) return refuse(s, "model_type", "import reads gpt2, llama, qwen3, qwen3_next, qwen3_moe and qwen2_moe (tools/export_hf.c's classes)");
+    if (*cls == 5 && bool_or(J, "qkv_bias", 1)) return refuse(s, "qkv_bias", "gatedgpt has no attention biases (accepted: false)");
     if (set(c, s, "model.vocab_size=%d", (int)NUM(J, "vocab_size")) ||
         set(c, s, "model.tie_embeddings=%s", bool_or(J, "tie_word_embeddings", *cls == 0) ? "true" : "false"))
         return -1;
@@ -139,7 +141,7 @@ static int read_config(Config* c, const Src* s, int* cls) {
         set(c, s, "model.d_ff=%d", (int)NUM(J, "intermediate_size")) ||
         set(c, s, "model.max_seq_len=%d", (int)NUM(J, "max_position_embeddings")) || set(c, s, "model.pos=rope") ||
         set(c, s, "model.norm=rmsnorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "rms_norm_eps", 1e-6)) ||
-        set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 ? "true" : "false") ||
+        set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 && *cls <= 4 ? "true" : "false") ||
         set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") || read_rope(c, s, *cls == 3))
         return -1;
     if (*cls == 3) {   // Qwen3-Next: full-attention layers only
@@ -152,7 +154,8 @@ static int read_config(Config* c, const Src* s, int* cls) {
     int E = (int)num_or(J, "num_experts", 0);
     const Jv* only = jv_get(J, "mlp_only_layers");
     int n_only = only && only->kind == JV_ARR ? only->n : 0;
-    if ((*cls == 4 || *cls == 3) && E > 0 && n_only < L) {
+    if (*cls == 5 && (E == 0 || n_only > 0)) return refuse(s, "num_experts", "a Qwen2-MoE with dense layers by mlp_only_layers is not mapped (accepted: num_experts > 0, mlp_only_layers [])");
+    if ((*cls >= 3) && E > 0 && n_only < L) {
         if (n_only > 0) return refuse(s, "mlp_only_layers", "gatedgpt places MoE layers by decoder_sparse_step only (accepted: [] or every layer)");
         if (!bool_or(J, "norm_topk_prob", 0)) return refuse(s, "norm_topk_prob", "gatedgpt renormalises the top-k weights (accepted: true)");
         if (set(c, s, "moe.n_expert=%d", E) || set(c, s, "moe.top_k=%d", (int)NUM(J, "num_experts_per_tok")) ||
@@ -160,7 +163,7 @@ static int read_config(Config* c, const Src* s, int* cls) {
             set(c, s, "moe.moe_every=%d", (int)num_or(J, "decoder_sparse_step", 1)) || set(c, s, "moe.router=softmax_topk") ||
             set(c, s, "moe.capacity_factor=0"))
             return -1;
-        if (*cls == 3 && (set(c, s, "moe.n_shared_expert=1") || set(c, s, "moe.d_shared_expert=%d", (int)NUM(J, "shared_expert_intermediate_size")) ||
+        if ((*cls == 3 || *cls == 5) && (set(c, s, "moe.n_shared_expert=1") || set(c, s, "moe.d_shared_expert=%d", (int)NUM(J, "shared_expert_intermediate_size")) ||
                           set(c, s, "moe.shared_expert_gate=true")))
             return -1;
     }
