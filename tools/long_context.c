@@ -203,12 +203,14 @@ int lc_lengths(GPT* m, const Config* cfg, const LcLengths* o, FILE* out) {
             jsonl_int(&j, "windows", windows);
             jsonl_int(&j, "tokens", windows * L);
             jsonl_num(&j, "loss", loss);
+            jsonl_num(&j, "ppl", exp(loss));
             jsonl_arr(&j, "buckets");
             for (int b = 0; b < nb; b++) {
                 jsonl_obj(&j, NULL);
                 jsonl_int(&j, "lo", (long long)b * T);
                 jsonl_int(&j, "hi", (long long)(b + 1) * T < L ? (long long)(b + 1) * T : L);
                 jsonl_num(&j, "loss", bcnt[b] ? bsum[b] / bcnt[b] : NAN);
+                jsonl_num(&j, "ppl", bcnt[b] ? exp(bsum[b] / bcnt[b]) : NAN);
                 jsonl_close(&j);
             }
             jsonl_close(&j);
