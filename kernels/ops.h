@@ -152,6 +152,24 @@ void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const O
 size_t ops_mem_available(void);
 
 // ---------------------------------------------------------------------------------------------
+// Gated delta rule (Gated DeltaNet, Yang et al. 2024; Qwen3-Next's linear attention). Issue #22
+// in progress: the CPU backend has these ops; the CUDA backend and the model's hybrid layers do
+// not yet. Per sequence b and value head h, a state S [dk, dv] starts at state_in (zeros when
+// NULL) and for each token t (q, k of its key head; q, k L2-normalised by the caller):
+//   S <- exp(g_t) S;  u = S^T k_t;  S <- S + k_t (beta_t (v_t - u))^T;  o_t = S^T q_t / sqrt(dk)
+// (transformers' torch_recurrent_gated_delta_rule). q, k [N, Hk*dk], v [N, Hv*dv], g, beta
+// [N, Hv] (g <= 0: the log of the decay), o [N, Hv*dv] (=); state_out [B, Hv, dk, dv] (=, may
+// be NULL): the state after the last token, which a decoder passes back as state_in.
+void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
+// Backward from do [N, Hv*dv] (state_in taken as zeros, as in training): dq, dk [N, Hk*dk],
+// dv [N, Hv*dv], dg, dbeta [N, Hv] (all =). The states are recomputed from checkpoints every 64
+// tokens, so the scratch is (T/64 + 64) states per (sequence, head), not T.
+void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
+                      const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const OpsGdnShape* s);
+
+// ---------------------------------------------------------------------------------------------
 // probe statistics (instrumented forward passes; not part of the training step). Outputs marked
 // "host" are written to host memory.
 // F-Attn: p_first[b,h,t] = exp(q_t . k_0 / sqrt(hd) - lse[b,h,t]), the attention probability

@@ -79,3 +79,11 @@ typedef struct {
 
 typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;
 
+// The gated delta rule of a Gated DeltaNet layer (Qwen3-Next's linear attention; issue #22):
+// B sequences of T tokens, Hk query/key heads of dk channels, Hv value heads of dv channels
+// (Hv a multiple of Hk: value head h reads key head h / (Hv / Hk)).
+typedef struct {
+    int B, T;
+    int Hk, Hv, dk, dv;
+} OpsGdnShape;
+

@@ -109,10 +109,11 @@ def main():
         if c != 1:
             sys.exit(f"error: {a.list}: [{m['name']}]: 'find' occurs {c} times in {m['file']} (needs exactly 1): update the list")
 
-    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
-        rc, out = sh(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], src, log)
-        if rc != 0:
-            sys.exit(f"error: mutants: cmake configure failed (log {log})")
+    # configured every time (a few seconds): a reused scratch copy may have new targets (the
+    # file globs and tests/CMakeLists.txt are read at configure time)
+    rc, out = sh(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], src, log)
+    if rc != 0:
+        sys.exit(f"error: mutants: cmake configure failed (log {log})")
     targets = sorted({t for m in mutants for t in m["targets"].split()})
     print(f"mutants: building {' '.join(targets)} ...", flush=True)
     rc, out = sh(["cmake", "--build", build, "-j", str(a.jobs), "--target"] + targets, src, log)

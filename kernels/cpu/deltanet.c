@@ -1,0 +1,164 @@
+// kernels/cpu/deltanet.c: the gated delta rule on the CPU (kernels/ops.h, "Gated delta rule").
+// The recurrent form, one task per (sequence, value head); the backward walks the tokens in
+// reverse with the states recomputed chunk by chunk from checkpoints (GDN_CKPT tokens apart).
+//
+// Forward, per token (S [dk, dv], a = exp(g), scale = 1/sqrt(dk)):
+//   Sp = a S;  u = Sp^T k;  d = beta (v - u);  S' = Sp + k d^T;  o = scale S'^T q
+// Backward, per token in reverse, with dS = dL/dS' carried from the later tokens:
+//   dS += scale q do^T;         dq = scale S' do
+//   dd = dS^T k;                dk = dS d
+//   dv = beta dd;  du = -beta dd;  dbeta = dd . (v - u)
+//   dSp = dS + k du^T;          dk += Sp du
+//   dS_prev = a dSp;            dg = a <dSp, S_prev>
+#include "../ops.h"
+#include "cpu_common.h"
+#include <string.h>
+
+#define GDN_CKPT 64
+
+// one token's update of S [dk, dv] in place; u and d [dv] are scratch (their values kept for
+// the backward); o [dv] (when not NULL) = scale S'^T q
+static void gdn_step(float* S, float* u, float* d, float* o, const float* q, const float* k, const float* v,
+                     float g, float beta, int dk, int dv, float scale) {
+    const float a = expf(g);
+    for (int i = 0; i < dk * dv; i++) S[i] *= a;
+    for (int j = 0; j < dv; j++) u[j] = 0.0f;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) u[j] += S[i * dv + j] * k[i];
+    for (int j = 0; j < dv; j++) d[j] = beta * (v[j] - u[j]);
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) S[i * dv + j] += k[i] * d[j];
+    if (!o) return;
+    for (int j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) o[j] += S[i * dv + j] * q[i];
+    for (int j = 0; j < dv; j++) o[j] *= scale;
+}
+
+void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
+    const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    #pragma omp parallel
+    {
+        float* S = cpu_calloc((size_t)dk * dv, sizeof(float));
+        float* u = cpu_calloc((size_t)dv, sizeof(float));
+        float* d = cpu_calloc((size_t)dv, sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < Hv; h++) {
+                const size_t sb = ((size_t)b * Hv + h) * dk * dv;
+                if (state_in) memcpy(S, state_in + sb, (size_t)dk * dv * sizeof(float));
+                else memset(S, 0, (size_t)dk * dv * sizeof(float));
+                for (int t = 0; t < T; t++) {
+                    size_t n = (size_t)b * T + t;
+                    gdn_step(S, u, d, o + (n * Hv + h) * dv, q + (n * Hk + h / rep) * dk, k + (n * Hk + h / rep) * dk,
+                             v + (n * Hv + h) * dv, g[n * Hv + h], beta[n * Hv + h], dk, dv, scale);
+                }
+                if (state_out) memcpy(state_out + sb, S, (size_t)dk * dv * sizeof(float));
+            }
+        free(S); free(u); free(d);
+    }
+}
+
+// One task per (sequence, key head): its value heads in order, so that dq and dk of the key
+// head have one writer.
+void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
+                      const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const OpsGdnShape* s) {
+    const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const int nck = (T + GDN_CKPT - 1) / GDN_CKPT;
+    const size_t SS = (size_t)dk * dv;
+    #pragma omp parallel
+    {
+        float* ck = cpu_calloc((size_t)nck * SS, sizeof(float));   // the state before each chunk
+        float* prev = cpu_calloc((size_t)GDN_CKPT * SS, sizeof(float));   // the state before each token of a chunk
+        float *S = cpu_calloc(SS, sizeof(float)), *dS = cpu_calloc(SS, sizeof(float)), *dSp = cpu_calloc(SS, sizeof(float));
+        float *u = cpu_calloc((size_t)dv, sizeof(float)), *d = cpu_calloc((size_t)dv, sizeof(float));
+        float *dd = cpu_calloc((size_t)dv, sizeof(float)), *du = cpu_calloc((size_t)dv, sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < Hk; kh++) {
+                for (int t = 0; t < T; t++) {
+                    size_t n = (size_t)b * T + t;
+                    memset(dq + (n * Hk + kh) * dk, 0, (size_t)dk * sizeof(float));
+                    memset(dk_ + (n * Hk + kh) * dk, 0, (size_t)dk * sizeof(float));
+                }
+                for (int h = kh * rep; h < (kh + 1) * rep; h++) {
+                    // checkpoints: the state before tokens 0, GDN_CKPT, 2 GDN_CKPT, ...
+                    memset(S, 0, SS * sizeof(float));
+                    for (int t = 0; t < T; t++) {
+                        size_t n = (size_t)b * T + t;
+                        if (t % GDN_CKPT == 0) memcpy(ck + (size_t)(t / GDN_CKPT) * SS, S, SS * sizeof(float));
+                        gdn_step(S, u, d, NULL, NULL, k + (n * Hk + kh) * dk, v + (n * Hv + h) * dv, g[n * Hv + h],
+                                 beta[n * Hv + h], dk, dv, scale);
+                    }
+                    memset(dS, 0, SS * sizeof(float));
+                    for (int c = nck - 1; c >= 0; c--) {
+                        const int t0 = c * GDN_CKPT, t1 = t0 + GDN_CKPT < T ? t0 + GDN_CKPT : T;
+                        memcpy(S, ck + (size_t)c * SS, SS * sizeof(float));
+                        for (int t = t0; t < t1; t++) {   // the state before each token of the chunk
+                            size_t n = (size_t)b * T + t;
+                            memcpy(prev + (size_t)(t - t0) * SS, S, SS * sizeof(float));
+                            gdn_step(S, u, d, NULL, NULL, k + (n * Hk + kh) * dk, v + (n * Hv + h) * dv, g[n * Hv + h],
+                                     beta[n * Hv + h], dk, dv, scale);
+                        }
+                        for (int t = t1 - 1; t >= t0; t--) {
+                            size_t n = (size_t)b * T + t;
+                            const float *qt = q + (n * Hk + kh) * dk, *kt = k + (n * Hk + kh) * dk, *vt = v + (n * Hv + h) * dv;
+                            const float *dot = dout + (n * Hv + h) * dv, *Sprev = prev + (size_t)(t - t0) * SS;
+                            float* dqt = dq + (n * Hk + kh) * dk;
+                            float* dkt = dk_ + (n * Hk + kh) * dk;
+                            const float a = expf(g[n * Hv + h]), bt = beta[n * Hv + h];
+                            // this token's forward again: Sp = a S_prev (in S), u, d, S' (in S after the update)
+                            for (size_t i = 0; i < SS; i++) S[i] = a * Sprev[i];
+                            for (int j = 0; j < dv; j++) u[j] = 0.0f;
+                            for (int i = 0; i < dk; i++)
+                                for (int j = 0; j < dv; j++) u[j] += S[i * dv + j] * kt[i];
+                            for (int j = 0; j < dv; j++) d[j] = bt * (vt[j] - u[j]);
+                            // o = scale S'^T q, S' = Sp + k d^T
+                            for (int i = 0; i < dk; i++) {
+                                float acc = 0.0f;
+                                for (int j = 0; j < dv; j++) {
+                                    float Sij = S[i * dv + j] + kt[i] * d[j];
+                                    acc += Sij * dot[j];
+                                    dS[i * dv + j] += scale * qt[i] * dot[j];
+                                }
+                                dqt[i] += scale * acc;
+                            }
+                            // S' = Sp + k d^T
+                            for (int j = 0; j < dv; j++) dd[j] = 0.0f;
+                            for (int i = 0; i < dk; i++) {
+                                float acc = 0.0f;
+                                for (int j = 0; j < dv; j++) { dd[j] += dS[i * dv + j] * kt[i]; acc += dS[i * dv + j] * d[j]; }
+                                dkt[i] += acc;
+                            }
+                            // d = beta (v - u)
+                            float db = 0.0f;
+                            for (int j = 0; j < dv; j++) {
+                                dv_[(n * Hv + h) * dv + j] = bt * dd[j];
+                                du[j] = -bt * dd[j];
+                                db += dd[j] * (vt[j] - u[j]);
+                            }
+                            dbeta[n * Hv + h] = db;
+                            // u = Sp^T k;  Sp = a S_prev
+                            float da = 0.0f;
+                            for (int i = 0; i < dk; i++) {
+                                float acc = 0.0f;
+                                for (int j = 0; j < dv; j++) {
+                                    acc += S[i * dv + j] * du[j];
+                                    dSp[i * dv + j] = dS[i * dv + j] + kt[i] * du[j];
+                                    da += dSp[i * dv + j] * Sprev[i * dv + j];
+                                }
+                                dkt[i] += acc;
+                            }
+                            dg[n * Hv + h] = da * a;
+                            for (size_t i = 0; i < SS; i++) dS[i] = a * dSp[i];
+                        }
+                    }
+                }
+            }
+        free(ck); free(prev); free(S); free(dS); free(dSp); free(u); free(d); free(dd); free(du);
+    }
+}
