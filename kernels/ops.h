@@ -160,6 +160,10 @@ size_t ops_mem_available(void);
 // (transformers' torch_recurrent_gated_delta_rule). q, k [N, Hk*dk], v [N, Hv*dv], g, beta
 // [N, Hv] (g <= 0: the log of the decay), o [N, Hv*dv] (=); state_out [B, Hv, dk, dv] (=, may
 // be NULL): the state after the last token, which a decoder passes back as state_in.
+// s->chunk > 0 computes the same by chunks of that many tokens (transformers'
+// torch_chunk_gated_delta_rule: a unit lower-triangular system per chunk, solved by forward
+// substitution; cost linear in T with GEMM-shaped work), equal to the recurrent form up to
+// fp32 roundoff (tests/test_deltanet.c).
 void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
 // Backward from do [N, Hv*dv] (state_in taken as zeros, as in training): dq, dk [N, Hk*dk],

@@ -85,5 +85,7 @@ typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;
 typedef struct {
     int B, T;
     int Hk, Hv, dk, dv;
+    int chunk;           // forward: 0 = the recurrent form token by token; C > 0 = the chunked
+                         // form (WY/UT transform within chunks of C tokens, the recurrence across)
 } OpsGdnShape;
 

@@ -35,10 +35,110 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
     for (int j = 0; j < dv; j++) o[j] *= scale;
 }
 
+// The chunked form for one (sequence b, value head h), chunks of C tokens (the last may be
+// shorter), following transformers' torch_chunk_gated_delta_rule. Within a chunk, with
+// c_i = sum_{j<=i} g_j (the cumulative log decay from the chunk's start) and D_ij = exp(c_i - c_j)
+// for j <= i:
+//   A = I + strictly_lower(beta_i k_i.k_j D_ij)                    (unit lower triangular)
+//   W = A^-1 (beta v);   Kc = A^-1 (beta k exp(c))                  (forward substitution)
+//   v' = W - Kc S;       o_i = scale (exp(c_i) q_i S + sum_{j<=i} D_ij (q_i.k_j) v'_j)
+//   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j v'_j^T
+// S [dk, dv] in and out; work [C*(2*dv + 2*dk + C + 1)] scratch.
+static void gdn_chunked_head(float* o, float* S, const float* q, const float* k, const float* v, const float* g,
+                             const float* beta, int T, int Hk, int Hv, int dk, int dv, int C, int kh, int h, size_t n0,
+                             float scale, float* work) {
+    float *W = work, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk, *Qd = Vn + (size_t)C * dv;
+    float *Aij = Qd + (size_t)C * dk, *cum = Aij + (size_t)C * C;
+    for (int c0 = 0; c0 < T; c0 += C) {
+        const int L = T - c0 < C ? T - c0 : C;
+#define QR(i) (q + ((n0 + c0 + (i)) * Hk + kh) * dk)
+#define KR(i) (k + ((n0 + c0 + (i)) * Hk + kh) * dk)
+#define VR(i) (v + ((n0 + c0 + (i)) * Hv + h) * dv)
+#define GI(i) (g[(n0 + c0 + (i)) * Hv + h])
+#define BI(i) (beta[(n0 + c0 + (i)) * Hv + h])
+        float acc = 0.0f;
+        for (int i = 0; i < L; i++) { acc += GI(i); cum[i] = acc; }
+        // A's strictly lower part (the coefficients of the forward substitution)
+        for (int i = 0; i < L; i++)
+            for (int j = 0; j < i; j++) {
+                float dot = 0.0f;
+                for (int e = 0; e < dk; e++) dot += KR(i)[e] * KR(j)[e];
+                Aij[i * C + j] = BI(i) * dot * expf(cum[i] - cum[j]);
+            }
+        // forward substitution: row i = rhs_i - sum_{j<i} A_ij row_j
+        for (int i = 0; i < L; i++) {
+            const float ec = expf(cum[i]);
+            for (int e = 0; e < dv; e++) W[(size_t)i * dv + e] = BI(i) * VR(i)[e];
+            for (int e = 0; e < dk; e++) Kc[(size_t)i * dk + e] = BI(i) * KR(i)[e] * ec;
+            for (int j = 0; j < i; j++) {
+                const float a = Aij[i * C + j];
+                for (int e = 0; e < dv; e++) W[(size_t)i * dv + e] -= a * W[(size_t)j * dv + e];
+                for (int e = 0; e < dk; e++) Kc[(size_t)i * dk + e] -= a * Kc[(size_t)j * dk + e];
+            }
+        }
+        // v' = W - Kc S;  the queries' read of the chunk's initial state: exp(c_i) q_i S
+        for (int i = 0; i < L; i++) {
+            const float ec = expf(cum[i]);
+            for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = QR(i)[e] * ec;
+            for (int f = 0; f < dv; f++) {
+                float ks = 0.0f, qs = 0.0f;
+                for (int e = 0; e < dk; e++) { ks += Kc[(size_t)i * dk + e] * S[e * dv + f]; qs += Qd[(size_t)i * dk + e] * S[e * dv + f]; }
+                Vn[(size_t)i * dv + f] = W[(size_t)i * dv + f] - ks;
+                o[((n0 + c0 + i) * Hv + h) * dv + f] = qs;
+            }
+        }
+        // within the chunk: o_i += sum_{j<=i} D_ij (q_i.k_j) v'_j, then scale
+        for (int i = 0; i < L; i++) {
+            float* oi = o + ((n0 + c0 + i) * Hv + h) * dv;
+            for (int j = 0; j <= i; j++) {
+                float dot = 0.0f;
+                for (int e = 0; e < dk; e++) dot += QR(i)[e] * KR(j)[e];
+                const float a = dot * expf(cum[i] - cum[j]);
+                for (int f = 0; f < dv; f++) oi[f] += a * Vn[(size_t)j * dv + f];
+            }
+            for (int f = 0; f < dv; f++) oi[f] *= scale;
+        }
+        // the state after the chunk
+        const float last = cum[L - 1], el = expf(last);
+        for (int e = 0; e < dk * dv; e++) S[e] *= el;
+        for (int j = 0; j < L; j++) {
+            const float w = expf(last - cum[j]);
+            for (int e = 0; e < dk; e++) {
+                const float ke = KR(j)[e] * w;
+                for (int f = 0; f < dv; f++) S[e * dv + f] += ke * Vn[(size_t)j * dv + f];
+            }
+        }
+#undef QR
+#undef KR
+#undef VR
+#undef GI
+#undef BI
+    }
+}
+
 void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)dk);
+    if (s->chunk > 0) {
+        const int C = s->chunk;
+        #pragma omp parallel
+        {
+            float* S = cpu_calloc((size_t)dk * dv, sizeof(float));
+            float* work = cpu_calloc((size_t)C * (2 * dv + 2 * dk + C + 1), sizeof(float));
+            #pragma omp for collapse(2) schedule(static)
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < Hv; h++) {
+                    const size_t sb = ((size_t)b * Hv + h) * dk * dv;
+                    if (state_in) memcpy(S, state_in + sb, (size_t)dk * dv * sizeof(float));
+                    else memset(S, 0, (size_t)dk * dv * sizeof(float));
+                    gdn_chunked_head(o, S, q, k, v, g, beta, T, Hk, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
+                    if (state_out) memcpy(state_out + sb, S, (size_t)dk * dv * sizeof(float));
+                }
+            free(S); free(work);
+        }
+        return;
+    }
     #pragma omp parallel
     {
         float* S = cpu_calloc((size_t)dk * dv, sizeof(float));
