@@ -173,6 +173,27 @@ void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, 
                       const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const OpsGdnShape* s);
 
+// The rest of a Gated DeltaNet layer's ops (issue #22 in progress, CPU only so far; fp32):
+// Causal depthwise convolution over time with SiLU (Qwen3-Next's conv1d on [q | k | v]):
+//   pre[b,t,c] = sum_{j<K} w[c, j] x[b, t-K+1+j, c]  (x before token 0: state_in[b, c, :], the
+//   K-1 earlier inputs oldest first, or zeros when NULL);  out = silu(pre). x, pre, out [B*T, C]
+//   (=; pre may be NULL); state_out [B, C, K-1] (=, may be NULL): the last K-1 inputs, for decoding.
+void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
+                             const float* state_in, int B, int T, int C, int K);
+// From dout: dx [B*T, C] (=), dw [C, K] (+=; state_in taken as zeros, as in training).
+void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
+                              const float* w, int B, int T, int C, int K);
+// L2 normalisation of rows: y = x / sqrt(sum x^2 + eps) (q and k of the delta rule, eps 1e-6);
+// rinv[rows] (=) saved for the backward. x, y [rows, n].
+void ops_l2norm_forward(float* y, float* rinv, const float* x, int rows, int n, float eps);
+void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int rows, int n);   // (=)
+// Gated RMSNorm of the delta rule's output (Qwen3NextRMSNormGated): y = x rstd w silu(z) per row
+// of n; rstd[rows] (=). Backward: dx, dz (=), dw[n] (+=).
+void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
+                               int n, float eps);
+void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                const float* w, const float* rstd, int rows, int n);
+
 // ---------------------------------------------------------------------------------------------
 // probe statistics (instrumented forward passes; not part of the training step). Outputs marked
 // "host" are written to host memory.

@@ -8,7 +8,9 @@
 // 3. decoding: the tokens one call at a time, the state passed on, equal the whole sequence at
 //    once bit for bit (the same operations in the same order);
 // 4. the chunked form (C = 16, 64, 128) equals the recurrent form (outputs and final state), also
-//    started from a passed-in state.
+//    started from a passed-in state;
+// 5. the layer's other ops (causal conv1d + SiLU, L2 norm, gated RMSNorm) vs finite differences,
+//    and the conv decoding a token at a time with its state.
 #include "../kernels/ops.h"
 #include "test_util.h"
 #include <string.h>
@@ -48,6 +50,89 @@ static double ref_loss(const double* q, const double* k, const double* v, const 
     double L = 0;
     for (int i = 0; i < N * HV * DV; i++) L += o[i] * w[i];
     return L;
+}
+
+
+// ---- the layer's other ops vs central differences of the fp32 ops themselves (as
+// tests/test_ops_fd.c does: loss = sum(out . wt) in double, eps 1e-3; bound 1e-3 relative, the
+// fp32 roundoff over eps (6e-8 / 1e-3) plus the O(eps^2) curvature; measured printed, <= 1e-4)
+enum { FT = 9, FB = 2, FC = 5, FK = 4, FR = 7, FN = 6 };
+static float fx[FB * FT * FC], fw[FC * FK], fz[FR * FN], fg[FR * FN], fwt[FB * FT * FC];
+static double conv_loss(void) {
+    static float out[FB * FT * FC];
+    ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, FB, FT, FC, FK);
+    double L = 0;
+    for (int i = 0; i < FB * FT * FC; i++) L += (double)out[i] * fwt[i];
+    return L;
+}
+static double l2_loss(void) {
+    static float y[FR * FN], ri[FR];
+    ops_l2norm_forward(y, ri, fz, FR, FN, 1e-6f);
+    double L = 0;
+    for (int i = 0; i < FR * FN; i++) L += (double)y[i] * fwt[i];
+    return L;
+}
+static double rmsg_loss(void) {
+    static float y[FR * FN], rs[FR];
+    ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f);
+    double L = 0;
+    for (int i = 0; i < FR * FN; i++) L += (double)y[i] * fwt[i];
+    return L;
+}
+static void fd_compare(const char* name, float* x, int n, const float* grad, double (*loss)(void)) {
+    double emax = 0, gmax = 0;
+    for (int i = 0; i < n; i++) {
+        float x0 = x[i], h = 1e-3f;
+        x[i] = x0 + h;
+        double lp = loss();
+        x[i] = x0 - h;
+        double lm = loss();
+        x[i] = x0;
+        double fd = (lp - lm) / (2.0 * h);
+        emax = fmax(emax, fabs(fd - grad[i]));
+        gmax = fmax(gmax, fabs(fd));
+    }
+    TU_CHECK(emax / gmax < 1e-3, "%s vs finite differences: %.3e", name, emax / gmax);
+    printf("  %-28s vs finite differences: %.3e (tol 1e-3)\n", name, emax / gmax);
+}
+
+static void test_layer_ops(void) {
+    tu_fill(fx, FB * FT * FC, 1.0); tu_fill(fw, FC * FK, 0.7); tu_fill(fz, FR * FN, 1.0); tu_fill(fg, FR * FN, 1.5);
+    tu_fill(fwt, FB * FT * FC, 1.0);
+    // conv1d + SiLU
+    static float out[FB * FT * FC], pre[FB * FT * FC], dx[FB * FT * FC], dw[FC * FK];
+    ops_conv1d_silu_forward(out, pre, NULL, fx, fw, NULL, FB, FT, FC, FK);
+    memset(dw, 0, sizeof dw);
+    ops_conv1d_silu_backward(dx, dw, fwt, fx, pre, fw, FB, FT, FC, FK);
+    fd_compare("conv1d+silu dx", fx, FB * FT * FC, dx, conv_loss);
+    fd_compare("conv1d+silu dw", fw, FC * FK, dw, conv_loss);
+    // decoding: token by token with the conv state carried = the whole sequence, bit for bit
+    {
+        static float st[FB * FC * (FK - 1)], st2[FB * FC * (FK - 1)], o1[FB * FT * FC];
+        memset(st, 0, sizeof st);
+        for (int t = 0; t < FT; t++) {
+            float xt[FB * FC], ot[FB * FC];
+            for (int b = 0; b < FB; b++) memcpy(xt + b * FC, fx + (b * FT + t) * FC, sizeof(float) * FC);
+            ops_conv1d_silu_forward(ot, NULL, st2, xt, fw, st, FB, 1, FC, FK);
+            memcpy(st, st2, sizeof st);
+            for (int b = 0; b < FB; b++) memcpy(o1 + (b * FT + t) * FC, ot + b * FC, sizeof(float) * FC);
+        }
+        TU_CHECK(memcmp(o1, out, sizeof out) == 0, "conv1d: token-by-token with the state differs from the sequence");
+        printf("  conv1d+silu decoding a token at a time with its state: bit for bit equal\n");
+    }
+    // L2 norm
+    static float y[FR * FN], ri[FR], dz[FR * FN], dgz[FR * FN], dwn[FN];
+    ops_l2norm_forward(y, ri, fz, FR, FN, 1e-6f);
+    ops_l2norm_backward(dz, fwt, fz, ri, FR, FN);
+    fd_compare("l2norm dx", fz, FR * FN, dz, l2_loss);
+    // gated RMSNorm (fw's first FN entries as its weight)
+    static float rs[FR];
+    ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f);
+    memset(dwn, 0, sizeof dwn);
+    ops_rmsnorm_gated_backward(dz, dgz, dwn, fwt, fz, fg, fw, rs, FR, FN);
+    fd_compare("rmsnorm_gated dx", fz, FR * FN, dz, rmsg_loss);
+    fd_compare("rmsnorm_gated dz", fg, FR * FN, dgz, rmsg_loss);
+    fd_compare("rmsnorm_gated dw", fw, FN, dwn, rmsg_loss);
 }
 
 int main(void) {
@@ -165,5 +250,6 @@ int main(void) {
         TU_CHECK(e / m < 1e-5, "chunked from a passed-in state vs recurrent: %.3e", e / m);
         printf("  chunked (C = 16) from the state of the first 40 tokens vs recurrent: %.3e (tol 1e-5)\n", e / m);
     }
+    test_layer_ops();
     return tu_finish();
 }

@@ -262,3 +262,128 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
         free(ck); free(prev); free(S); free(dS); free(dSp); free(u); free(d); free(dd); free(du);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The layer's other ops (ops.h): causal depthwise conv + SiLU, L2 norm, gated RMSNorm.
+
+static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + expf(-x)); return s * (1.0f + x * (1.0f - s)); }
+
+// one task per (sequence, channel): the channel's taps walk its own column in time order
+void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
+                             const float* state_in, int B, int T, int C, int K) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            const float* wc = w + (size_t)c * K;
+            const float* st = state_in ? state_in + ((size_t)b * C + c) * (K - 1) : NULL;
+            for (int t = 0; t < T; t++) {
+                float acc = 0.0f;
+                for (int j = 0; j < K; j++) {
+                    int u = t - (K - 1) + j;   // the input this tap reads
+                    float xv = u >= 0 ? x[((size_t)b * T + u) * C + c] : st ? st[K - 1 + u] : 0.0f;
+                    acc += wc[j] * xv;
+                }
+                size_t n = ((size_t)b * T + t) * C + c;
+                if (pre) pre[n] = acc;
+                out[n] = gdn_silu(acc);
+            }
+            if (state_out)
+                for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
+                    int u = T - (K - 1) + j;
+                    state_out[((size_t)b * C + c) * (K - 1) + j] =
+                        u >= 0 ? x[((size_t)b * T + u) * C + c] : st ? st[K - 1 + u] : 0.0f;
+                }
+        }
+}
+
+// dw: one task per channel over (b, t) in order (one writer); dx: one task per (b, c)
+void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
+                              const float* w, int B, int T, int C, int K) {
+    #pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t n = ((size_t)b * T + t) * C + c;
+                float dp = dout[n] * gdn_silu_grad(pre[n]);
+                for (int j = 0; j < K; j++) {
+                    int u = t - (K - 1) + j;
+                    if (u >= 0) dw[(size_t)c * K + j] += dp * x[((size_t)b * T + u) * C + c];
+                }
+            }
+        for (int b = 0; b < B; b++)
+            for (int u = 0; u < T; u++) {   // input u feeds outputs t = u .. u + K - 1 through tap j = u - t + K - 1
+                float acc = 0.0f;
+                for (int t = u; t < T && t < u + K; t++) {
+                    size_t n = ((size_t)b * T + t) * C + c;
+                    acc += dout[n] * gdn_silu_grad(pre[n]) * w[(size_t)c * K + (u - t + K - 1)];
+                }
+                dx[((size_t)b * T + u) * C + c] = acc;
+            }
+    }
+}
+
+void ops_l2norm_forward(float* y, float* rinv, const float* x, int rows, int n, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* xr = x + (size_t)r * n;
+        float ss = 0.0f;
+        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+        float ri = 1.0f / sqrtf(ss + eps);
+        rinv[r] = ri;
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * ri;
+    }
+}
+
+// y = x r, r = (x.x + eps)^-1/2:  dx = r dy - r^3 (x.dy) x
+void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int rows, int n) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n, *g = dy + (size_t)r * n;
+        float ri = rinv[r], xg = 0.0f;
+        for (int i = 0; i < n; i++) xg += xr[i] * g[i];
+        for (int i = 0; i < n; i++) dx[(size_t)r * n + i] = ri * g[i] - ri * ri * ri * xg * xr[i];
+    }
+}
+
+void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
+                               int n, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n;
+        float ss = 0.0f;
+        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+        float rs = 1.0f / sqrtf(ss / n + eps);
+        rstd[r] = rs;
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * rs * w[i] * gdn_silu(zr[i]);
+    }
+}
+
+// y_i = x_i r w_i s_i (s = silu(z)):  dz_i = dy_i x_i r w_i silu'(z_i);
+// with h_i = dy_i w_i s_i:  dx = r h - r^3 (x.h / n) x;  dw_i += dy_i x_i r s_i (rows in fixed blocks)
+void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                const float* w, const float* rstd, int rows, int n) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n, *g = dy + (size_t)r * n;
+        float rs = rstd[r], xh = 0.0f;
+        for (int i = 0; i < n; i++) xh += xr[i] * g[i] * w[i] * gdn_silu(zr[i]);
+        for (int i = 0; i < n; i++) {
+            float s = gdn_silu(zr[i]);
+            dz[(size_t)r * n + i] = g[i] * xr[i] * rs * w[i] * gdn_silu_grad(zr[i]);
+            dx[(size_t)r * n + i] = rs * g[i] * w[i] * s - rs * rs * rs * xh / n * xr[i];
+        }
+    }
+    // dw in fixed 64-row blocks summed in order (thread-count independent)
+    int nb = cpu_nblocks(rows);
+    float* part = cpu_calloc((size_t)nb * n, sizeof(float));
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int r1 = (blk + 1) * CPU_RED_BLOCK < rows ? (blk + 1) * CPU_RED_BLOCK : rows;
+        for (int r = blk * CPU_RED_BLOCK; r < r1; r++)
+            for (int i = 0; i < n; i++)
+                part[(size_t)blk * n + i] += dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r] * gdn_silu(z[(size_t)r * n + i]);
+    }
+    cpu_reduce_blocks(dw, part, nb, n);
+    free(part);
+}
