@@ -161,8 +161,9 @@ int lc_lengths(GPT* m, const Config* cfg, const LcLengths* o, FILE* out) {
     float* losses = malloc((size_t)chunk * sizeof(float));
     for (int li = 0; li < nl && rc == 0; li++) {
         const int L = lengths[li];
-        const long windows = (got - 1) / L < (o->tokens / L > 0 ? o->tokens / L : 1) ? (got - 1) / L
-                                                                                    : (o->tokens / L > 0 ? o->tokens / L : 1);
+        // tokens / L windows (at least one), as many as the text read holds
+        long windows = o->tokens / L > 0 ? o->tokens / L : 1;
+        if (windows > (got - 1) / L) windows = (got - 1) / L;
         const int nb = (L + T - 1) / T;
         const int c = chunk < L ? chunk : L;
         KVCache kv;
@@ -335,7 +336,9 @@ int lc_stream(GPT* m, const Config* cfg, const LcStream* o, FILE* out) {
                 "(accepted: W <= tokens)\n", W, o->tokens);
         return 1;
     }
-    if (check_memory("stream", c, W, 4, 1, 1, KV_POS_CACHE, W) != 0) return 1;
+    int max_s = 0;
+    for (int i = 0; i < ns; i++) if (sinks[i] > max_s) max_s = sinks[i];
+    if (check_memory("stream", c, W, max_s, 1, 1, KV_POS_CACHE, W) != 0) return 1;
     int* tok = NULL;
     long have = 0, got = read_stream(o->glob, c->vocab_size, o->tokens + 1, &tok, &have);
     if (got < 0) return 1;

@@ -208,33 +208,12 @@ static void gate_head(float* yg, const float* y, const float* qkv, int b, int h,
     }
 }
 
-// Forward: one task per (b, h), query tiles in order.
+// Forward: one task per (b, h), query tiles in order. The attention over a whole sequence is the
+// cached attention (below) over a cache that holds exactly the sequence: n_ctx = Tc = T, causal
+// offset 0; one code path, the same operations.
 void ops_attention_forward(float* y, float* yg, float* lse, const float* q, const float* k,
                            const float* v, const float* qkv, const OpsAttnShape* s) {
-    const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd;
-    const int rep = H / Hkv;
-    const int ldq = H * hd, ldk = Hkv * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    #pragma omp parallel
-    {
-        float* S = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
-        #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++) {
-                const float* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
-                const float* Kb = k + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
-                const float* Vb = v + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
-                float* Ybh = y + (size_t)b * T * ldq + (size_t)h * hd;
-                for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
-                    int t1 = att_tile_end(t0, T), rows = t1 - t0;
-                    att_scores(S, lse + ((size_t)b * H + h) * T + t0, Qbh + (size_t)t0 * ldq, ldq,
-                               Kb, ldk, t0, rows, t1, hd, scale);
-                    cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)t0 * ldq, ldq);
-                }
-                gate_head(yg, y, qkv, b, h, s);
-            }
-        free(S);
-    }
+    ops_attention_cached_forward(y, yg, lse, NULL, q, k, v, qkv, s->T, s->T, 0, s);
 }
 
 // Backward: one task per (b, kv head) so that dk and dv have a single writer; the query heads

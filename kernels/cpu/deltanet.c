@@ -120,44 +120,32 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)dk);
-    if (s->chunk > 0) {
-        const int C = s->chunk;
-        #pragma omp parallel
-        {
-            float* S = cpu_calloc((size_t)dk * dv, sizeof(float));
-            float* work = cpu_calloc((size_t)C * (2 * dv + 2 * dk + C + 1), sizeof(float));
-            #pragma omp for collapse(2) schedule(static)
-            for (int b = 0; b < B; b++)
-                for (int h = 0; h < Hv; h++) {
-                    const size_t sb = ((size_t)b * Hv + h) * dk * dv;
-                    if (state_in) memcpy(S, state_in + sb, (size_t)dk * dv * sizeof(float));
-                    else memset(S, 0, (size_t)dk * dv * sizeof(float));
-                    gdn_chunked_head(o, S, q, k, v, g, beta, T, Hk, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
-                    if (state_out) memcpy(state_out + sb, S, (size_t)dk * dv * sizeof(float));
-                }
-            free(S); free(work);
-        }
-        return;
-    }
+    const int C = s->chunk;
+    const size_t SS = (size_t)dk * dv;
     #pragma omp parallel
     {
-        float* S = cpu_calloc((size_t)dk * dv, sizeof(float));
-        float* u = cpu_calloc((size_t)dv, sizeof(float));
-        float* d = cpu_calloc((size_t)dv, sizeof(float));
+        float* S = cpu_calloc(SS, sizeof(float));
+        // scratch: the chunked form's (gdn_chunked_head), or the recurrent step's u and d [dv]
+        float* work = cpu_calloc(C > 0 ? (size_t)C * (2 * dv + 2 * dk + C + 1) : 2 * (size_t)dv, sizeof(float));
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < Hv; h++) {
-                const size_t sb = ((size_t)b * Hv + h) * dk * dv;
-                if (state_in) memcpy(S, state_in + sb, (size_t)dk * dv * sizeof(float));
-                else memset(S, 0, (size_t)dk * dv * sizeof(float));
-                for (int t = 0; t < T; t++) {
-                    size_t n = (size_t)b * T + t;
-                    gdn_step(S, u, d, o + (n * Hv + h) * dv, q + (n * Hk + h / rep) * dk, k + (n * Hk + h / rep) * dk,
-                             v + (n * Hv + h) * dv, g[n * Hv + h], beta[n * Hv + h], dk, dv, scale);
+                const size_t sb = ((size_t)b * Hv + h) * SS;
+                if (state_in) memcpy(S, state_in + sb, SS * sizeof(float));
+                else memset(S, 0, SS * sizeof(float));
+                if (C > 0) {
+                    gdn_chunked_head(o, S, q, k, v, g, beta, T, Hk, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
+                } else {
+                    for (int t = 0; t < T; t++) {
+                        size_t n = (size_t)b * T + t;
+                        gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + (n * Hk + h / rep) * dk,
+                                 k + (n * Hk + h / rep) * dk, v + (n * Hv + h) * dv, g[n * Hv + h], beta[n * Hv + h],
+                                 dk, dv, scale);
+                    }
                 }
-                if (state_out) memcpy(state_out + sb, S, (size_t)dk * dv * sizeof(float));
+                if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
             }
-        free(S); free(u); free(d);
+        free(S); free(work);
     }
 }
 
