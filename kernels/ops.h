@@ -43,6 +43,9 @@ const char* ops_peak_source(void);
 // act[n] (=) x[n] rounded to act_t (nearest even); a copy for fp32 act_t, nothing when act
 // aliases x (the model converts the fp32 residual gradient for the GEMMs that read it)
 void  ops_act_from_float(act_t* act, const float* x, size_t n);
+// x[n] (=) act[n] in fp32: the way back, for a GEMM's input gradient that an fp32 op consumes
+// (the Gated DeltaNet's gated norm); a copy for fp32 act_t, nothing when x aliases act
+void  ops_float_from_act(float* x, const act_t* act, size_t n);
 // The compute copy of the master weights: act[i] (=) w[i] with stochastic rounding for bf16
 // act_t, the random bits bf16_sr_bits(seed, i) (kernels/bf16.h); a copy for fp32 act_t,
 // nothing when act aliases w.
@@ -152,13 +155,15 @@ void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const O
 size_t ops_mem_available(void);
 
 // ---------------------------------------------------------------------------------------------
-// Gated delta rule (Gated DeltaNet, Yang et al. 2024; Qwen3-Next's linear attention). Issue #22
-// in progress: the CPU backend has these ops; the CUDA backend and the model's hybrid layers do
-// not yet. Per sequence b and value head h, a state S [dk, dv] starts at state_in (zeros when
-// NULL) and for each token t (q, k of its key head; q, k L2-normalised by the caller):
+// Gated delta rule (Gated DeltaNet, Yang et al. 2024; Qwen3-Next's linear attention), the
+// token mixer of the hybrid model's linear-attention layers (model/gpt.c, "Gated DeltaNet").
+// fp32 on every backend (like the router): the layer's tensors between its GEMMs are float.
+// Per sequence b and value head h, a state S [dk, dv] starts at state_in (zeros when NULL) and
+// for each token t (q, k of its key head h / (Hv/Hk); q, k L2-normalised by the caller):
 //   S <- exp(g_t) S;  u = S^T k_t;  S <- S + k_t (beta_t (v_t - u))^T;  o_t = S^T q_t / sqrt(dk)
-// (transformers' torch_recurrent_gated_delta_rule). q, k [N, Hk*dk], v [N, Hv*dv], g, beta
-// [N, Hv] (g <= 0: the log of the decay), o [N, Hv*dv] (=); state_out [B, Hv, dk, dv] (=, may
+// (transformers' torch_recurrent_gated_delta_rule). Row n of q, k is at q + n*ld_qk (Hk*dk
+// floats), of v at v + n*ld_v (Hv*dv floats) (OpsGdnShape: 0 = dense); g, beta [N, Hv]
+// (g <= 0: the log of the decay), o [N, Hv*dv] (=, dense); state_out [B, Hv, dk, dv] (=, may
 // be NULL): the state after the last token, which a decoder passes back as state_in.
 // s->chunk > 0 computes the same by chunks of that many tokens (transformers'
 // torch_chunk_gated_delta_rule: a unit lower-triangular system per chunk, solved by forward
@@ -166,14 +171,22 @@ size_t ops_mem_available(void);
 // fp32 roundoff (tests/test_deltanet.c).
 void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
-// Backward from do [N, Hv*dv] (state_in taken as zeros, as in training): dq, dk [N, Hk*dk],
-// dv [N, Hv*dv], dg, dbeta [N, Hv] (all =). The states are recomputed from checkpoints every 64
-// tokens, so the scratch is (T/64 + 64) states per (sequence, head), not T.
+// Backward from do [N, Hv*dv] (dense; state_in taken as zeros, as in training): dq, dk (=, the
+// layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). Over the
+// recurrence, with the states recomputed from checkpoints every 64 tokens, so the scratch is
+// (T/64 + 64) states per (sequence, head), not T; cost linear in T like the forward.
 void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const OpsGdnShape* s);
-
-// The rest of a Gated DeltaNet layer's ops (issue #22 in progress, CPU only so far; fp32):
+// The decay and the write strength from the projection ba [N, 2*Hv], row [b (Hv) | a (Hv)]:
+//   beta[n,h] = sigmoid(b[n,h]);  g[n,h] = -exp(A_log[h]) * softplus(a[n,h] + dt_bias[h])
+// (softplus as torch's: x for x > 20). g, beta [N, Hv] (=).
+void ops_gdn_gates_forward(float* g, float* beta, const float* ba, const float* A_log, const float* dt_bias,
+                           int N, int Hv);
+// dba [N, 2*Hv] (=) from dg, dbeta [N, Hv]; dA_log, ddt_bias [Hv] (+=, summed over tokens in a
+// fixed order).
+void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const float* dg, const float* dbeta,
+                            const float* ba, const float* A_log, const float* dt_bias, int N, int Hv);
 // Causal depthwise convolution over time with SiLU (Qwen3-Next's conv1d on [q | k | v]):
 //   pre[b,t,c] = sum_{j<K} w[c, j] x[b, t-K+1+j, c]  (x before token 0: state_in[b, c, :], the
 //   K-1 earlier inputs oldest first, or zeros when NULL);  out = silu(pre). x, pre, out [B*T, C]
@@ -183,16 +196,21 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
 // From dout: dx [B*T, C] (=), dw [C, K] (+=; state_in taken as zeros, as in training).
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
                               const float* w, int B, int T, int C, int K);
-// L2 normalisation of rows: y = x / sqrt(sum x^2 + eps) (q and k of the delta rule, eps 1e-6);
-// rinv[rows] (=) saved for the backward. x, y [rows, n].
-void ops_l2norm_forward(float* y, float* rinv, const float* x, int rows, int n, float eps);
-void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int rows, int n);   // (=)
-// Gated RMSNorm of the delta rule's output (Qwen3NextRMSNormGated): y = x rstd w silu(z) per row
-// of n; rstd[rows] (=). Backward: dx, dz (=), dw[n] (+=).
+// L2 normalisation of heads: for token t < N and head j < heads, the n floats at
+// x + t*ldx + j*n:  y (at y + t*ldy + j*n) = x / sqrt(sum x^2 + eps) (q and k of the delta rule,
+// eps 1e-6); rinv [N, heads] (=) saved for the backward. Backward: dx (=, x's layout; only
+// those heads*n columns of each row are written) from dy (y's layout).
+void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads, int n, int ldx, int ldy,
+                        float eps);
+void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int N, int heads, int n,
+                         int ldx, int ldy);
+// Gated RMSNorm of the delta rule's output (Qwen3NextRMSNormGated): y = x rstd w act(z) per row
+// of n (act: OPS_ACT_SILU as Qwen3-Next, or OPS_ACT_SIGMOID / OPS_ACT_NS_SIGMOID, attn_gate.h);
+// rstd[rows] (=). x, z, y [rows, n] (dense). Backward: dx, dz (=), dw[n] (+=).
 void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
-                               int n, float eps);
+                               int n, float eps, OpsGateAct act);
 void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
-                                const float* w, const float* rstd, int rows, int n);
+                                const float* w, const float* rstd, int rows, int n, OpsGateAct act);
 
 // ---------------------------------------------------------------------------------------------
 // probe statistics (instrumented forward passes; not part of the training step). Outputs marked

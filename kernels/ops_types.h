@@ -87,5 +87,7 @@ typedef struct {
     int Hk, Hv, dk, dv;
     int chunk;           // forward: 0 = the recurrent form token by token; C > 0 = the chunked
                          // form (WY/UT transform within chunks of C tokens, the recurrence across)
+    int ld_qk, ld_v;     // row strides (floats between tokens) of q, k (and dq, dk) and of v (and
+                         // dv); 0 = dense (Hk*dk, Hv*dv). The layer reads v from the conv output.
 } OpsGdnShape;
 

@@ -89,6 +89,14 @@ static const KeyDef KEYS[] = {
     K_ENUM("model", "gate_position", model.gate_position, GATEPOS_NAMES, "sdpa"),
     K_ENUM("model", "gate_act", model.gate_act, GATEACT_NAMES, "sigmoid"),
     K_FLOAT("model", "init_std", model.init_std, "0.02"),
+    K_STR("model", "layer_pattern", model.layer_pattern, ""),
+    K_INT("model", "linear_n_k_head", model.linear_n_k_head, "0"),
+    K_INT("model", "linear_n_v_head", model.linear_n_v_head, "0"),
+    K_INT("model", "linear_k_head_dim", model.linear_k_head_dim, "0"),
+    K_INT("model", "linear_v_head_dim", model.linear_v_head_dim, "0"),
+    K_INT("model", "linear_conv_kernel", model.linear_conv_kernel, "4"),
+    K_ENUM("model", "linear_gate_act", model.linear_gate_act, GATEACT_NAMES, "silu"),
+    K_INT("model", "linear_chunk", model.linear_chunk, "64"),
 
     K_INT("moe", "n_expert", model.moe.n_expert, "0"),
     K_INT("moe", "top_k", model.moe.top_k, "2"),
@@ -750,6 +758,69 @@ static int is_derived(const Config* c, const char* section, const char* name) {
 #define REQUIRE_NONNEG(sec, key, v, zero_means)                                                       \
     if ((v) < 0) return fin_error(fc, sec, key, "must not be negative (accepted: 0 = %s, or an integer >= 1)", zero_means)
 
+// [model] hybrid layers: the layer pattern, and the Gated DeltaNet's sizes derived from the
+// attention's (Qwen3-Next's ratios: twice as many value heads as key heads). Without linear
+// layers the linear_* keys must stay at their defaults (they would silently do nothing).
+static const char* const LINEAR_KEYS[] = {"linear_n_k_head", "linear_n_v_head", "linear_k_head_dim",
+                                          "linear_v_head_dim", "linear_conv_kernel", "linear_gate_act",
+                                          "linear_chunk"};
+static int finalize_hybrid(Config* c, const FinCtx* fc) {
+    ModelConfig* m = &c->model;
+    char b1[CONFIG_ORIGIN_LEN + 16];
+    const int plen = (int)strlen(m->layer_pattern);
+    for (int i = 0; i < plen; i++)
+        if (m->layer_pattern[i] != 'A' && m->layer_pattern[i] != 'L')
+            return fin_error(fc, "model", "layer_pattern", "'%s' has '%c' at %d (accepted: the letters A = full "
+                             "attention and L = Gated DeltaNet, e.g. LLLA for Qwen3-Next's 3:1)",
+                             m->layer_pattern, m->layer_pattern[i], i);
+    if (plen > 0 && m->n_layer % plen != 0)
+        return fin_error(fc, "model", "layer_pattern", "'%s' (%d layers) does not repeat evenly over n_layer = %d "
+                         "(%s) (accepted: a pattern whose length divides n_layer, or one letter per layer)",
+                         m->layer_pattern, plen, m->n_layer, from(c, "model", "n_layer", b1, sizeof b1));
+    if (!config_any_linear(m)) {
+        Config def;
+        config_defaults(&def);
+        for (int i = 0; i < NELEM(LINEAR_KEYS); i++) {
+            const KeyDef* k = &KEYS[find_key("model", LINEAR_KEYS[i])];
+            if (memcmp(field_cptr(c, k), field_cptr(&def, k), k->size) == 0) continue;
+            char dv[64];
+            format_value(&def, k, dv, sizeof dv);
+            return fin_error(fc, "model", k->name, "has no effect: no layer is a Gated DeltaNet (layer_pattern = "
+                             "'%s') (accepted: a layer_pattern with L, e.g. LLLA, or %s = %s)", m->layer_pattern,
+                             k->name, dv);
+        }
+        return 0;
+    }
+    REQUIRE_NONNEG("model", "linear_n_v_head", m->linear_n_v_head, "n_head");
+    REQUIRE_NONNEG("model", "linear_n_k_head", m->linear_n_k_head, "max(1, linear_n_v_head / 2)");
+    REQUIRE_NONNEG("model", "linear_k_head_dim", m->linear_k_head_dim, "head_dim");
+    REQUIRE_NONNEG("model", "linear_v_head_dim", m->linear_v_head_dim, "head_dim");
+    REQUIRE_NONNEG("model", "linear_chunk", m->linear_chunk, "the recurrent form");
+    if (m->linear_n_v_head == 0) { m->linear_n_v_head = m->n_head; mark_derived(c, "model", "linear_n_v_head", "n_head"); }
+    if (m->linear_n_k_head == 0) {
+        m->linear_n_k_head = m->linear_n_v_head / 2 > 0 ? m->linear_n_v_head / 2 : 1;
+        mark_derived(c, "model", "linear_n_k_head", "max(1, linear_n_v_head / 2)");
+    }
+    if (m->linear_k_head_dim == 0) { m->linear_k_head_dim = m->head_dim; mark_derived(c, "model", "linear_k_head_dim", "head_dim"); }
+    if (m->linear_v_head_dim == 0) { m->linear_v_head_dim = m->head_dim; mark_derived(c, "model", "linear_v_head_dim", "head_dim"); }
+    if (m->linear_n_v_head % m->linear_n_k_head != 0)
+        return fin_error(fc, "model", "linear_n_k_head", "linear_n_v_head (%d, %s) is not divisible by "
+                         "linear_n_k_head (%d) (accepted: a divisor of linear_n_v_head)", m->linear_n_v_head,
+                         from(c, "model", "linear_n_v_head", b1, sizeof b1), m->linear_n_k_head);
+    if ((long long)m->linear_n_v_head * m->linear_v_head_dim > INT_MAX / 8 ||
+        (long long)m->linear_n_k_head * m->linear_k_head_dim > INT_MAX / 8 ||
+        (long long)m->linear_k_head_dim * m->linear_v_head_dim > (1 << 20))
+        return fin_error(fc, "model", "linear_v_head_dim", "the Gated DeltaNet is too large (accepted: heads x "
+                         "head_dim at most %d, k_head_dim x v_head_dim at most 1048576)", INT_MAX / 8);
+    if (m->linear_conv_kernel < 1 || m->linear_conv_kernel > 16)
+        return fin_error(fc, "model", "linear_conv_kernel", "%d is outside 1 .. 16 (accepted: 1 .. 16; Qwen3-Next: 4)",
+                         m->linear_conv_kernel);
+    if (m->linear_chunk > 1024)
+        return fin_error(fc, "model", "linear_chunk", "%d is larger than 1024 (accepted: 0 = recurrent, or 1 .. 1024; "
+                         "64 as fla and transformers)", m->linear_chunk);
+    return 0;
+}
+
 // [model]: sizes, and the derived n_kv_head, head_dim, d_ff, padded_vocab
 static int finalize_model(Config* c, const FinCtx* fc) {
     ModelConfig* m = &c->model;
@@ -830,7 +901,7 @@ static int finalize_model(Config* c, const FinCtx* fc) {
     if (!(m->init_std > 0.0f))
         return fin_error(fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
     m->padded_vocab = (m->vocab_size + 127) / 128 * 128;
-    return 0;
+    return finalize_hybrid(c, fc);
 }
 
 // [moe]: a dense model's [moe] keys stay at their defaults; an MoE model's derive from [model]

@@ -83,9 +83,40 @@ typedef struct {
     GatePos gate_position;
     GateAct gate_act;
     float init_std;      // 0.02
+    // Hybrid layers (Qwen3-Next layout; docs/config.md "Hybrid layers"): which layers mix tokens
+    // with full (softmax) attention and which with a Gated DeltaNet (linear attention).
+    char layer_pattern[64];  // "" = every layer full attention; else 'A' (full attention) and 'L'
+                             // (Gated DeltaNet) per layer, the string repeated over n_layer
+                             // (its length divides n_layer): "LLLA" = Qwen3-Next's 3:1
+    int linear_n_k_head;     // query/key heads of the delta rule; 0 = max(1, linear_n_v_head / 2)
+    int linear_n_v_head;     // value heads (a multiple of linear_n_k_head); 0 = n_head
+    int linear_k_head_dim;   // 0 = head_dim
+    int linear_v_head_dim;   // 0 = head_dim
+    int linear_conv_kernel;  // the causal depthwise conv's width (Qwen3-Next: 4)
+    GateAct linear_gate_act; // the output gate's activation on the normed output: silu (Qwen3-Next)
+    int linear_chunk;        // training forward: chunk length of the chunked delta rule; 0 = recurrent
     MoeConfig moe;       // the [moe] section
 } ModelConfig;
 
+// 1 if layer l (0-based) mixes tokens with a Gated DeltaNet (linear attention), 0 if with full
+// attention (layer_pattern).
+static inline int config_layer_is_linear(const ModelConfig* c, int l) {
+    int n = 0;
+    while (n < (int)sizeof c->layer_pattern && c->layer_pattern[n]) n++;
+    return n > 0 && c->layer_pattern[l % n] == 'L';
+}
+// 1 if the model has any Gated DeltaNet layer.
+static inline int config_any_linear(const ModelConfig* c) {
+    for (int l = 0; l < c->n_layer; l++) if (config_layer_is_linear(c, l)) return 1;
+    return 0;
+}
+// The gated delta rule's shape (kernels/ops_types.h) of this model's linear layers, B x T.
+static inline OpsGdnShape config_gdn_shape(const ModelConfig* c, int B, int T) {
+    OpsGdnShape s = {0};
+    s.B = B; s.T = T; s.Hk = c->linear_n_k_head; s.Hv = c->linear_n_v_head;
+    s.dk = c->linear_k_head_dim; s.dv = c->linear_v_head_dim; s.chunk = c->linear_chunk;
+    return s;
+}
 // 1 if layer l (0-based) of a model with this config is an MoE layer.
 static inline int config_layer_is_moe(const ModelConfig* c, int l) {
     return c->moe.n_expert > 0 && (l + 1) % c->moe.moe_every == 0;
@@ -158,7 +189,7 @@ typedef struct {
 } CheckpointConfig;
 
 // Upper bound on the number of keys (all sections); config.c static-asserts its table fits.
-#define CONFIG_MAX_KEYS 96
+#define CONFIG_MAX_KEYS 112
 #define CONFIG_ORIGIN_LEN 256
 
 // [metrics]: the stability probe and the spike detector (docs/metrics.md)

@@ -42,9 +42,23 @@ void param_table_build(ParamTable* t, const ModelConfig* c) {
 #define P(suffix, rows, cols, res) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); add(t, nm, rows, cols, res); } while (0)
         P("ln1.w", d, 0, 0);
         if (ln) P("ln1.b", d, 0, 0);
-        P("attn.wqkv", qkv_rows, d, 0);
-        if (c->qk_norm) { P("attn.q_norm.w", hd, 0, 0); P("attn.k_norm.w", hd, 0, 0); }
-        P("attn.wo", d, c->n_head * hd, 1);
+        if (config_layer_is_linear(c, l)) {
+            // Gated DeltaNet (model/gpt.c "Gated DeltaNet"): Kd = Hk*dk, Vd = Hv*dv
+            int Kd = c->linear_n_k_head * c->linear_k_head_dim, Vd = c->linear_n_v_head * c->linear_v_head_dim;
+            int Hv = c->linear_n_v_head;
+            P("gdn.w_qkv", 2 * Kd + Vd, d, 0);      // rows [q | k | v], the conv's input
+            P("gdn.w_z", Vd, d, 0);                 // the output gate's logits
+            P("gdn.w_ba", 2 * Hv, d, 0);            // rows [b | a]: beta and decay logits per value head
+            P("gdn.conv_w", 2 * Kd + Vd, c->linear_conv_kernel, 0);
+            P("gdn.A_log", Hv, 0, 0);
+            P("gdn.dt_bias", Hv, 0, 0);
+            P("gdn.norm_w", c->linear_v_head_dim, 0, 0);
+            P("gdn.w_out", d, Vd, 1);
+        } else {
+            P("attn.wqkv", qkv_rows, d, 0);
+            if (c->qk_norm) { P("attn.q_norm.w", hd, 0, 0); P("attn.k_norm.w", hd, 0, 0); }
+            P("attn.wo", d, c->n_head * hd, 1);
+        }
         P("ln2.w", d, 0, 0);
         if (ln) P("ln2.b", d, 0, 0);
         if (!config_layer_is_moe(c, l)) {
@@ -97,6 +111,8 @@ void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const Mode
         B(ln2_w, "ln2.w"); B(ln2_b, "ln2.b"); B(w_in, "mlp.w_in"); B(w_out, "mlp.w_out");
         B(router, "moe.router"); B(moe_w_in, "moe.w_in"); B(moe_w_out, "moe.w_out");
         B(shared_w_in, "moe.shared_w_in"); B(shared_w_out, "moe.shared_w_out"); B(shared_gate, "moe.shared_gate");
+        B(gdn_w_qkv, "gdn.w_qkv"); B(gdn_w_z, "gdn.w_z"); B(gdn_w_ba, "gdn.w_ba"); B(gdn_conv_w, "gdn.conv_w");
+        B(gdn_A_log, "gdn.A_log"); B(gdn_dt_bias, "gdn.dt_bias"); B(gdn_norm_w, "gdn.norm_w"); B(gdn_w_out, "gdn.w_out");
 #undef B
     }
     w->lnf_w = ptr(arena, t, "lnf.w");
@@ -114,6 +130,17 @@ void params_init(float* host, const ParamTable* t, const ModelConfig* c, unsigne
         float* x = host + p->offset;
         const char* tail = strrchr(p->name, '.');
         int is_bias = tail && strcmp(tail, ".b") == 0;
+        // the Gated DeltaNet's own: A = exp(A_log) ~ U(0, 16] and the conv as PyTorch's Conv1d
+        // (U(-1/sqrt(K), 1/sqrt(K))), both as transformers' Qwen3-Next; dt_bias 1, norm_w 1 below
+        if (tail && strcmp(tail, ".A_log") == 0) {
+            for (size_t j = 0; j < p->numel; j++) x[j] = (float)log(16.0 * (1.0 - rng_uniform(&rng)));
+            continue;
+        }
+        if (tail && strcmp(tail, ".conv_w") == 0) {
+            double bound = 1.0 / sqrt((double)p->shape[1]);
+            for (size_t j = 0; j < p->numel; j++) x[j] = (float)(bound * (2.0 * rng_uniform(&rng) - 1.0));
+            continue;
+        }
         if (p->ndim == 1) {
             for (size_t j = 0; j < p->numel; j++) x[j] = is_bias ? 0.0f : 1.0f;
             continue;

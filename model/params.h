@@ -41,6 +41,17 @@ typedef struct {
     float *shared_w_in;      // [Fin_s, d]         n_shared_expert = 1
     float *shared_w_out;     // [d, Fs]
     float *shared_gate;      // [1, d]             shared_expert_gate
+    // Gated DeltaNet layers (config_layer_is_linear) have these instead of wqkv, q/k norms, wo.
+    // Hk, Hv = linear_n_k_head, linear_n_v_head; dk, dv their head dims; Kd = Hk*dk, Vd = Hv*dv;
+    // Cc = 2*Kd + Vd the conv channels; K = linear_conv_kernel.
+    float *gdn_w_qkv;        // [Cc, d]   rows [q (Kd) | k (Kd) | v (Vd)], head-major in each block
+    float *gdn_w_z;          // [Vd, d]   the output gate's logits
+    float *gdn_w_ba;         // [2*Hv, d] rows [b | a]: beta = sigmoid(b), decay from a
+    float *gdn_conv_w;       // [Cc, K]   causal depthwise conv (Conv1d weight [Cc, 1, K])
+    float *gdn_A_log;        // [Hv]
+    float *gdn_dt_bias;      // [Hv]
+    float *gdn_norm_w;       // [dv]      gated RMSNorm's weight (shared by the heads)
+    float *gdn_w_out;        // [d, Vd]
 } LayerWeights;
 
 typedef struct {
@@ -55,8 +66,9 @@ void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const Mode
 void weights_free(ModelWeights* w);
 
 // Initialise a host copy of the arena: matrices (2-D and the 3-D expert stacks) and embeddings
-// ~ N(0, init_std), residual output projections (attn.wo, mlp.w_out, moe.w_out,
-// moe.shared_w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1,
-// norm biases 0. Deterministic in the seed; parameters are drawn in table order.
+// ~ N(0, init_std), residual output projections (attn.wo, gdn.w_out, mlp.w_out, moe.w_out,
+// moe.shared_w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1, norm biases 0; the
+// Gated DeltaNet's A_log = log(U(0, 16]), dt_bias 1, conv_w ~ U(-1/sqrt(K), 1/sqrt(K)) (as
+// transformers' Qwen3-Next). Deterministic in the seed; parameters are drawn in table order.
 void params_init(float* host_arena, const ParamTable* t, const ModelConfig* c,
                  unsigned long long seed);

@@ -9,8 +9,11 @@
 //    once bit for bit (the same operations in the same order);
 // 4. the chunked form (C = 16, 64, 128) equals the recurrent form (outputs and final state), also
 //    started from a passed-in state;
-// 5. the layer's other ops (causal conv1d + SiLU, L2 norm, gated RMSNorm) vs finite differences,
-//    and the conv decoding a token at a time with its state.
+// 5. the layer's other ops (causal conv1d + SiLU, L2 norm, gated RMSNorm with each output-gate
+//    activation, the decay/beta gates) vs finite differences, and the conv decoding a token at a
+//    time with its state;
+// 6. strided rows (q, k, v read from inside wider rows, as the layer reads them from its conv
+//    output; the L2 norm between layouts) give bit for bit the dense results.
 #include "../kernels/ops.h"
 #include "test_util.h"
 #include <string.h>
@@ -58,6 +61,9 @@ static double ref_loss(const double* q, const double* k, const double* v, const 
 // fp32 roundoff over eps (6e-8 / 1e-3) plus the O(eps^2) curvature; measured printed, <= 1e-4)
 enum { FT = 9, FB = 2, FC = 5, FK = 4, FR = 7, FN = 6 };
 static float fx[FB * FT * FC], fw[FC * FK], fz[FR * FN], fg[FR * FN], fwt[FB * FT * FC];
+static OpsGateAct fact = OPS_ACT_SILU;
+enum { GH = 3 };                                   // gates: FR tokens, GH value heads
+static float gba[FR * 2 * GH], gA[GH], gdt[GH];
 static double conv_loss(void) {
     static float out[FB * FT * FC];
     ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, FB, FT, FC, FK);
@@ -66,17 +72,24 @@ static double conv_loss(void) {
     return L;
 }
 static double l2_loss(void) {
-    static float y[FR * FN], ri[FR];
-    ops_l2norm_forward(y, ri, fz, FR, FN, 1e-6f);
+    static float y[FR * FN], ri[FR * 2];
+    ops_l2norm_forward(y, ri, fz, FR, 2, FN / 2, FN, FN, 1e-6f);   // 2 heads of FN/2 per row
     double L = 0;
     for (int i = 0; i < FR * FN; i++) L += (double)y[i] * fwt[i];
     return L;
 }
 static double rmsg_loss(void) {
     static float y[FR * FN], rs[FR];
-    ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f);
+    ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f, fact);
     double L = 0;
     for (int i = 0; i < FR * FN; i++) L += (double)y[i] * fwt[i];
+    return L;
+}
+static double gates_loss(void) {
+    static float g[FR * GH], b[FR * GH];
+    ops_gdn_gates_forward(g, b, gba, gA, gdt, FR, GH);
+    double L = 0;
+    for (int i = 0; i < FR * GH; i++) L += (double)g[i] * fwt[i] + (double)b[i] * fwt[FR * GH + i];
     return L;
 }
 static void fd_compare(const char* name, float* x, int n, const float* grad, double (*loss)(void)) {
@@ -121,23 +134,56 @@ static void test_layer_ops(void) {
         printf("  conv1d+silu decoding a token at a time with its state: bit for bit equal\n");
     }
     // L2 norm
-    static float y[FR * FN], ri[FR], dz[FR * FN], dgz[FR * FN], dwn[FN];
-    ops_l2norm_forward(y, ri, fz, FR, FN, 1e-6f);
-    ops_l2norm_backward(dz, fwt, fz, ri, FR, FN);
+    static float y[FR * FN], ri[FR * 2], dz[FR * FN], dgz[FR * FN], dwn[FN];
+    ops_l2norm_forward(y, ri, fz, FR, 2, FN / 2, FN, FN, 1e-6f);
+    ops_l2norm_backward(dz, fwt, fz, ri, FR, 2, FN / 2, FN, FN);
     fd_compare("l2norm dx", fz, FR * FN, dz, l2_loss);
-    // gated RMSNorm (fw's first FN entries as its weight)
+    // the same heads read from rows of FN + 5 and written to rows of FN + 3: bit for bit
+    {
+        enum { LX = FN + 5, LY = FN + 3 };
+        static float xs[FR * LX], ys[FR * LY], dys[FR * LY], dxs[FR * LX], ri2[FR * 2];
+        for (int r = 0; r < FR; r++) {
+            memcpy(xs + r * LX, fz + r * FN, sizeof(float) * FN);
+            memcpy(dys + r * LY, fwt + r * FN, sizeof(float) * FN);
+        }
+        ops_l2norm_forward(ys, ri2, xs, FR, 2, FN / 2, LX, LY, 1e-6f);
+        ops_l2norm_backward(dxs, dys, xs, ri2, FR, 2, FN / 2, LX, LY);
+        int same = 1;
+        for (int r = 0; r < FR; r++)
+            same &= memcmp(ys + r * LY, y + r * FN, sizeof(float) * FN) == 0 &&
+                    memcmp(dxs + r * LX, dz + r * FN, sizeof(float) * FN) == 0;
+        TU_CHECK(same, "l2norm: strided rows differ from dense rows");
+        printf("  l2norm over strided rows: bit for bit the dense result\n");
+    }
+    // gated RMSNorm (fw's first FN entries as its weight), with each output-gate activation
     static float rs[FR];
-    ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f);
-    memset(dwn, 0, sizeof dwn);
-    ops_rmsnorm_gated_backward(dz, dgz, dwn, fwt, fz, fg, fw, rs, FR, FN);
-    fd_compare("rmsnorm_gated dx", fz, FR * FN, dz, rmsg_loss);
-    fd_compare("rmsnorm_gated dz", fg, FR * FN, dgz, rmsg_loss);
-    fd_compare("rmsnorm_gated dw", fw, FN, dwn, rmsg_loss);
+    const OpsGateAct acts[] = {OPS_ACT_SILU, OPS_ACT_SIGMOID, OPS_ACT_NS_SIGMOID};
+    const char* names[] = {"silu", "sigmoid", "ns_sigmoid"};
+    for (int a = 0; a < 3; a++) {
+        char nm[64];
+        fact = acts[a];
+        ops_rmsnorm_gated_forward(y, rs, fz, fg, fw, FR, FN, 1e-6f, fact);
+        memset(dwn, 0, sizeof dwn);
+        ops_rmsnorm_gated_backward(dz, dgz, dwn, fwt, fz, fg, fw, rs, FR, FN, fact);
+        snprintf(nm, sizeof nm, "rmsnorm_gated(%s) dx", names[a]); fd_compare(nm, fz, FR * FN, dz, rmsg_loss);
+        snprintf(nm, sizeof nm, "rmsnorm_gated(%s) dz", names[a]); fd_compare(nm, fg, FR * FN, dgz, rmsg_loss);
+        snprintf(nm, sizeof nm, "rmsnorm_gated(%s) dw", names[a]); fd_compare(nm, fw, FN, dwn, rmsg_loss);
+    }
+    // the decay and beta gates: a spans softplus's linear branch (> 20) too
+    tu_fill(gba, FR * 2 * GH, 2.0); tu_fill(gA, GH, 1.0); tu_fill(gdt, GH, 1.0);
+    gba[2 * GH - 1] = 25.0f;
+    static float gg[FR * GH], gb[FR * GH], dba[FR * 2 * GH], dA[GH], ddt[GH];
+    ops_gdn_gates_forward(gg, gb, gba, gA, gdt, FR, GH);
+    memset(dA, 0, sizeof dA); memset(ddt, 0, sizeof ddt);
+    ops_gdn_gates_backward(dba, dA, ddt, fwt, fwt + FR * GH, gba, gA, gdt, FR, GH);
+    fd_compare("gates dba", gba, FR * 2 * GH, dba, gates_loss);
+    fd_compare("gates dA_log", gA, GH, dA, gates_loss);
+    fd_compare("gates ddt_bias", gdt, GH, ddt, gates_loss);
 }
 
 int main(void) {
     ops_init(0);
-    OpsGdnShape s = {B, T, HK, HV, DK, DV, 0};
+    OpsGdnShape s = {B, T, HK, HV, DK, DV, 0, 0, 0};
     static float q[N * HK * DK], k[N * HK * DK], v[N * HV * DV], g[N * HV], beta[N * HV], w[N * HV * DV];
     tu_fill(q, N * HK * DK, 1.0); tu_fill(k, N * HK * DK, 1.0); tu_fill(v, N * HV * DV, 1.0); tu_fill(w, N * HV * DV, 1.0);
     for (int n = 0; n < N * HK; n++) {   // q, k L2-normalised per head, as the layer does
@@ -186,7 +232,7 @@ int main(void) {
 
     // 3. decoding: one token per call with the state carried = the whole sequence at once
     static float o1[N * HV * DV], st[B * HV * DK * DV], st2[B * HV * DK * DV];
-    OpsGdnShape one = {B, 1, HK, HV, DK, DV, 0};
+    OpsGdnShape one = {B, 1, HK, HV, DK, DV, 0, 0, 0};
     memset(st, 0, sizeof st);
     for (int t = 0; t < T; t++) {
         float qt[B * HK * DK], kt[B * HK * DK], vt[B * HV * DV], gt[B * HV], bt[B * HV], ot[B * HV * DV];
@@ -249,6 +295,34 @@ int main(void) {
                 }
         TU_CHECK(e / m < 1e-5, "chunked from a passed-in state vs recurrent: %.3e", e / m);
         printf("  chunked (C = 16) from the state of the first 40 tokens vs recurrent: %.3e (tol 1e-5)\n", e / m);
+    }
+    // 6. strided rows: q, k inside rows of LQ, v inside rows of LV (as the layer's conv output),
+    // forward (recurrent and chunked) and backward equal the dense results bit for bit
+    {
+        enum { LQ = HK * DK + 3, LV = HV * DV + 5 };
+        static float qs[N * LQ], ks[N * LQ], vs[N * LV], os[N * HV * DV], dqs[N * LQ], dks[N * LQ], dvs[N * LV];
+        static float dgs[N * HV], dbs[N * HV], oc1[N * HV * DV], oc2[N * HV * DV];
+        for (int n = 0; n < N; n++) {
+            memcpy(qs + n * LQ, q + n * HK * DK, sizeof(float) * HK * DK);
+            memcpy(ks + n * LQ, k + n * HK * DK, sizeof(float) * HK * DK);
+            memcpy(vs + n * LV, v + n * HV * DV, sizeof(float) * HV * DV);
+        }
+        OpsGdnShape ss = s;
+        ss.ld_qk = LQ; ss.ld_v = LV;
+        ops_gdn_forward(os, NULL, qs, ks, vs, g, beta, NULL, &ss);
+        ops_gdn_backward(dqs, dks, dvs, dgs, dbs, w, qs, ks, vs, g, beta, &ss);
+        int same = memcmp(os, o, sizeof os) == 0 && memcmp(dgs, dg, sizeof dgs) == 0 && memcmp(dbs, dbeta, sizeof dbs) == 0;
+        for (int n = 0; n < N; n++)
+            same &= memcmp(dqs + n * LQ, dq + n * HK * DK, sizeof(float) * HK * DK) == 0 &&
+                    memcmp(dks + n * LQ, dk + n * HK * DK, sizeof(float) * HK * DK) == 0 &&
+                    memcmp(dvs + n * LV, dv + n * HV * DV, sizeof(float) * HV * DV) == 0;
+        OpsGdnShape sc = s, scs = ss;
+        sc.chunk = scs.chunk = 16;
+        ops_gdn_forward(oc1, NULL, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_forward(oc2, NULL, qs, ks, vs, g, beta, NULL, &scs);
+        same &= memcmp(oc1, oc2, sizeof oc1) == 0;
+        TU_CHECK(same, "strided q/k/v rows differ from dense rows");
+        printf("  strided q, k, v rows (forward recurrent and chunked, backward): bit for bit the dense results\n");
     }
     test_layer_ops();
     return tu_finish();

@@ -11,6 +11,7 @@
 //   dSp = dS + k du^T;          dk += Sp du
 //   dS_prev = a dSp;            dg = a <dSp, S_prev>
 #include "../ops.h"
+#include "../attn_gate.h"
 #include "cpu_common.h"
 #include <string.h>
 
@@ -45,15 +46,15 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
 //   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j v'_j^T
 // S [dk, dv] in and out; work [C*(2*dv + 2*dk + C + 1)] scratch.
 static void gdn_chunked_head(float* o, float* S, const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, int T, int Hk, int Hv, int dk, int dv, int C, int kh, int h, size_t n0,
-                             float scale, float* work) {
+                             const float* beta, int T, size_t ldqk, size_t ldv, int Hv, int dk, int dv, int C, int kh,
+                             int h, size_t n0, float scale, float* work) {
     float *W = work, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk, *Qd = Vn + (size_t)C * dv;
     float *Aij = Qd + (size_t)C * dk, *cum = Aij + (size_t)C * C;
     for (int c0 = 0; c0 < T; c0 += C) {
         const int L = T - c0 < C ? T - c0 : C;
-#define QR(i) (q + ((n0 + c0 + (i)) * Hk + kh) * dk)
-#define KR(i) (k + ((n0 + c0 + (i)) * Hk + kh) * dk)
-#define VR(i) (v + ((n0 + c0 + (i)) * Hv + h) * dv)
+#define QR(i) (q + (n0 + c0 + (i)) * ldqk + (size_t)kh * dk)
+#define KR(i) (k + (n0 + c0 + (i)) * ldqk + (size_t)kh * dk)
+#define VR(i) (v + (n0 + c0 + (i)) * ldv + (size_t)h * dv)
 #define GI(i) (g[(n0 + c0 + (i)) * Hv + h])
 #define BI(i) (beta[(n0 + c0 + (i)) * Hv + h])
         float acc = 0.0f;
@@ -122,6 +123,7 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
     const float scale = 1.0f / sqrtf((float)dk);
     const int C = s->chunk;
     const size_t SS = (size_t)dk * dv;
+    const size_t ldqk = s->ld_qk ? (size_t)s->ld_qk : (size_t)Hk * dk, ldv = s->ld_v ? (size_t)s->ld_v : (size_t)Hv * dv;
     #pragma omp parallel
     {
         float* S = cpu_calloc(SS, sizeof(float));
@@ -134,13 +136,13 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
                 if (state_in) memcpy(S, state_in + sb, SS * sizeof(float));
                 else memset(S, 0, SS * sizeof(float));
                 if (C > 0) {
-                    gdn_chunked_head(o, S, q, k, v, g, beta, T, Hk, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
+                    gdn_chunked_head(o, S, q, k, v, g, beta, T, ldqk, ldv, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
                 } else {
                     for (int t = 0; t < T; t++) {
                         size_t n = (size_t)b * T + t;
-                        gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + (n * Hk + h / rep) * dk,
-                                 k + (n * Hk + h / rep) * dk, v + (n * Hv + h) * dv, g[n * Hv + h], beta[n * Hv + h],
-                                 dk, dv, scale);
+                        gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + n * ldqk + (size_t)(h / rep) * dk,
+                                 k + n * ldqk + (size_t)(h / rep) * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
+                                 beta[n * Hv + h], dk, dv, scale);
                     }
                 }
                 if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
@@ -158,6 +160,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
     const float scale = 1.0f / sqrtf((float)dk);
     const int nck = (T + GDN_CKPT - 1) / GDN_CKPT;
     const size_t SS = (size_t)dk * dv;
+    const size_t ldqk = s->ld_qk ? (size_t)s->ld_qk : (size_t)Hk * dk, ldv = s->ld_v ? (size_t)s->ld_v : (size_t)Hv * dv;
     #pragma omp parallel
     {
         float* ck = cpu_calloc((size_t)nck * SS, sizeof(float));   // the state before each chunk
@@ -170,8 +173,8 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
             for (int kh = 0; kh < Hk; kh++) {
                 for (int t = 0; t < T; t++) {
                     size_t n = (size_t)b * T + t;
-                    memset(dq + (n * Hk + kh) * dk, 0, (size_t)dk * sizeof(float));
-                    memset(dk_ + (n * Hk + kh) * dk, 0, (size_t)dk * sizeof(float));
+                    memset(dq + n * ldqk + (size_t)kh * dk, 0, (size_t)dk * sizeof(float));
+                    memset(dk_ + n * ldqk + (size_t)kh * dk, 0, (size_t)dk * sizeof(float));
                 }
                 for (int h = kh * rep; h < (kh + 1) * rep; h++) {
                     // checkpoints: the state before tokens 0, GDN_CKPT, 2 GDN_CKPT, ...
@@ -179,7 +182,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                     for (int t = 0; t < T; t++) {
                         size_t n = (size_t)b * T + t;
                         if (t % GDN_CKPT == 0) memcpy(ck + (size_t)(t / GDN_CKPT) * SS, S, SS * sizeof(float));
-                        gdn_step(S, u, d, NULL, NULL, k + (n * Hk + kh) * dk, v + (n * Hv + h) * dv, g[n * Hv + h],
+                        gdn_step(S, u, d, NULL, NULL, k + n * ldqk + (size_t)kh * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                                  beta[n * Hv + h], dk, dv, scale);
                     }
                     memset(dS, 0, SS * sizeof(float));
@@ -189,15 +192,16 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                         for (int t = t0; t < t1; t++) {   // the state before each token of the chunk
                             size_t n = (size_t)b * T + t;
                             memcpy(prev + (size_t)(t - t0) * SS, S, SS * sizeof(float));
-                            gdn_step(S, u, d, NULL, NULL, k + (n * Hk + kh) * dk, v + (n * Hv + h) * dv, g[n * Hv + h],
+                            gdn_step(S, u, d, NULL, NULL, k + n * ldqk + (size_t)kh * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                                      beta[n * Hv + h], dk, dv, scale);
                         }
                         for (int t = t1 - 1; t >= t0; t--) {
                             size_t n = (size_t)b * T + t;
-                            const float *qt = q + (n * Hk + kh) * dk, *kt = k + (n * Hk + kh) * dk, *vt = v + (n * Hv + h) * dv;
+                            const float *qt = q + n * ldqk + (size_t)kh * dk, *kt = k + n * ldqk + (size_t)kh * dk;
+                            const float *vt = v + n * ldv + (size_t)h * dv;
                             const float *dot = dout + (n * Hv + h) * dv, *Sprev = prev + (size_t)(t - t0) * SS;
-                            float* dqt = dq + (n * Hk + kh) * dk;
-                            float* dkt = dk_ + (n * Hk + kh) * dk;
+                            float* dqt = dq + n * ldqk + (size_t)kh * dk;
+                            float* dkt = dk_ + n * ldqk + (size_t)kh * dk;
                             const float a = expf(g[n * Hv + h]), bt = beta[n * Hv + h];
                             // this token's forward again: Sp = a S_prev (in S), u, d, S' (in S after the update)
                             for (size_t i = 0; i < SS; i++) S[i] = a * Sprev[i];
@@ -225,7 +229,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                             // d = beta (v - u)
                             float db = 0.0f;
                             for (int j = 0; j < dv; j++) {
-                                dv_[(n * Hv + h) * dv + j] = bt * dd[j];
+                                dv_[n * ldv + (size_t)h * dv + j] = bt * dd[j];
                                 du[j] = -bt * dd[j];
                                 db += dd[j] * (vt[j] - u[j]);
                             }
@@ -311,31 +315,41 @@ void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const flo
     }
 }
 
-void ops_l2norm_forward(float* y, float* rinv, const float* x, int rows, int n, float eps) {
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float* xr = x + (size_t)r * n;
-        float ss = 0.0f;
-        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
-        float ri = 1.0f / sqrtf(ss + eps);
-        rinv[r] = ri;
-        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * ri;
-    }
+void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads, int n, int ldx, int ldy,
+                        float eps) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < heads; j++) {
+            const float* xr = x + (size_t)t * ldx + (size_t)j * n;
+            float* yr = y + (size_t)t * ldy + (size_t)j * n;
+            float ss = 0.0f;
+            for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+            float ri = 1.0f / sqrtf(ss + eps);
+            rinv[(size_t)t * heads + j] = ri;
+            for (int i = 0; i < n; i++) yr[i] = xr[i] * ri;
+        }
 }
 
 // y = x r, r = (x.x + eps)^-1/2:  dx = r dy - r^3 (x.dy) x
-void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int rows, int n) {
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n, *g = dy + (size_t)r * n;
-        float ri = rinv[r], xg = 0.0f;
-        for (int i = 0; i < n; i++) xg += xr[i] * g[i];
-        for (int i = 0; i < n; i++) dx[(size_t)r * n + i] = ri * g[i] - ri * ri * ri * xg * xr[i];
-    }
+void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int N, int heads, int n,
+                         int ldx, int ldy) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < heads; j++) {
+            const float *xr = x + (size_t)t * ldx + (size_t)j * n, *g = dy + (size_t)t * ldy + (size_t)j * n;
+            float* dxr = dx + (size_t)t * ldx + (size_t)j * n;
+            float ri = rinv[(size_t)t * heads + j], xg = 0.0f;
+            for (int i = 0; i < n; i++) xg += xr[i] * g[i];
+            for (int i = 0; i < n; i++) dxr[i] = ri * g[i] - ri * ri * ri * xg * xr[i];
+        }
 }
 
+// the output gate's activation act(z) and act'(z) (kernels/attn_gate.h: silu, sigmoid, ns_sigmoid)
+static inline float gdn_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
+static inline float gdn_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
+
 void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
-                               int n, float eps) {
+                               int n, float eps, OpsGateAct act) {
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n;
@@ -343,22 +357,22 @@ void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const floa
         for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
         float rs = 1.0f / sqrtf(ss / n + eps);
         rstd[r] = rs;
-        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * rs * w[i] * gdn_silu(zr[i]);
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * rs * w[i] * gdn_act(act, zr[i]);
     }
 }
 
-// y_i = x_i r w_i s_i (s = silu(z)):  dz_i = dy_i x_i r w_i silu'(z_i);
+// y_i = x_i r w_i s_i (s = act(z)):  dz_i = dy_i x_i r w_i act'(z_i);
 // with h_i = dy_i w_i s_i:  dx = r h - r^3 (x.h / n) x;  dw_i += dy_i x_i r s_i (rows in fixed blocks)
 void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
-                                const float* w, const float* rstd, int rows, int n) {
+                                const float* w, const float* rstd, int rows, int n, OpsGateAct act) {
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n, *g = dy + (size_t)r * n;
         float rs = rstd[r], xh = 0.0f;
-        for (int i = 0; i < n; i++) xh += xr[i] * g[i] * w[i] * gdn_silu(zr[i]);
+        for (int i = 0; i < n; i++) xh += xr[i] * g[i] * w[i] * gdn_act(act, zr[i]);
         for (int i = 0; i < n; i++) {
-            float s = gdn_silu(zr[i]);
-            dz[(size_t)r * n + i] = g[i] * xr[i] * rs * w[i] * gdn_silu_grad(zr[i]);
+            float s = gdn_act(act, zr[i]);
+            dz[(size_t)r * n + i] = g[i] * xr[i] * rs * w[i] * gdn_act_grad(act, zr[i]);
             dx[(size_t)r * n + i] = rs * g[i] * w[i] * s - rs * rs * rs * xh / n * xr[i];
         }
     }
@@ -370,8 +384,50 @@ void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy
         int r1 = (blk + 1) * CPU_RED_BLOCK < rows ? (blk + 1) * CPU_RED_BLOCK : rows;
         for (int r = blk * CPU_RED_BLOCK; r < r1; r++)
             for (int i = 0; i < n; i++)
-                part[(size_t)blk * n + i] += dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r] * gdn_silu(z[(size_t)r * n + i]);
+                part[(size_t)blk * n + i] += dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r] * gdn_act(act, z[(size_t)r * n + i]);
     }
     cpu_reduce_blocks(dw, part, nb, n);
     free(part);
+}
+
+// softplus as torch.nn.functional.softplus (beta 1, threshold 20) and its derivative sigmoid
+static inline float gdn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void ops_gdn_gates_forward(float* g, float* beta, const float* ba, const float* A_log, const float* dt_bias,
+                           int N, int Hv) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < Hv; h++) {
+            const float b = ba[(size_t)n * 2 * Hv + h], a = ba[(size_t)n * 2 * Hv + Hv + h];
+            beta[(size_t)n * Hv + h] = 1.0f / (1.0f + expf(-b));
+            g[(size_t)n * Hv + h] = -expf(A_log[h]) * gdn_softplus(a + dt_bias[h]);
+        }
+}
+
+// g = -e sp(a + dt), e = exp(A_log):  da = ddt-term = dg (-e) sigmoid(a + dt);  dA_log = dg g;
+// dbeta: db = dbeta beta (1 - beta). The per-head sums over tokens run in fixed 64-row blocks.
+void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const float* dg, const float* dbeta,
+                            const float* ba, const float* A_log, const float* dt_bias, int N, int Hv) {
+    int nb = cpu_nblocks(N);
+    float* part = cpu_calloc((size_t)nb * 2 * Hv, sizeof(float));   // per block: [dA_log | ddt_bias]
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int n1 = (blk + 1) * CPU_RED_BLOCK < N ? (blk + 1) * CPU_RED_BLOCK : N;
+        for (int n = blk * CPU_RED_BLOCK; n < n1; n++)
+            for (int h = 0; h < Hv; h++) {
+                const float b = ba[(size_t)n * 2 * Hv + h], x = ba[(size_t)n * 2 * Hv + Hv + h] + dt_bias[h];
+                const float e = expf(A_log[h]), sb = 1.0f / (1.0f + expf(-b));
+                const float dgn = dg[(size_t)n * Hv + h];
+                const float sp = gdn_softplus(x), dsp = x > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-x));
+                dba[(size_t)n * 2 * Hv + h] = dbeta[(size_t)n * Hv + h] * sb * (1.0f - sb);
+                const float da = -dgn * e * dsp;
+                dba[(size_t)n * 2 * Hv + Hv + h] = da;
+                part[(size_t)blk * 2 * Hv + h] += -dgn * e * sp;
+                part[(size_t)blk * 2 * Hv + Hv + h] += da;
+            }
+    }
+    float* sum = cpu_calloc((size_t)2 * Hv, sizeof(float));
+    cpu_reduce_blocks(sum, part, nb, 2 * Hv);
+    for (int h = 0; h < Hv; h++) { dA_log[h] += sum[h]; ddt_bias[h] += sum[Hv + h]; }
+    free(part); free(sum);
 }

@@ -51,6 +51,7 @@ void ops_accumulate(float* y, const float* x, size_t n) {
 }
 // activations are fp32 on the CPU: the act_t copies of ops.h are copies (nothing when aliased)
 void ops_act_from_float(float* act, const float* x, size_t n) { if (act != x) memcpy(act, x, n * sizeof(float)); }
+void ops_float_from_act(float* x, const float* act, size_t n) { if (act != x) memcpy(x, act, n * sizeof(float)); }
 void ops_weights_to_act(float* act, const float* w, size_t n, unsigned long long seed) {
     (void)seed;
     if (act != w) memcpy(act, w, n * sizeof(float));
