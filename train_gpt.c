@@ -145,6 +145,10 @@ static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf
         for (int l = 0; l < r.n_layer; l++) if (r.layer[l].moe_max_load > ml) ml = r.layer[l].moe_max_load;
         snprintf(moe, sizeof moe, " | MoE max/mean load %.2f", ml);
     }
+    if (r.has_linear) {   // hybrid: the Gated DeltaNet layers' mean state norm
+        size_t n = strlen(moe);
+        snprintf(moe + n, sizeof moe - n, " | GDN state %.2f", r.gdn_state_norm_mean);
+    }
     printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | %.0f ms\n", step,
            r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe, r.ms);
     probe_free(&r);
@@ -387,8 +391,10 @@ static int setup_model(Run* r) {
     char peak_sum[64] = "";   // the source below is this process's; the peak is the sum over all
     if (P > 1) snprintf(peak_sum, sizeof peak_sum, ", the sum over %d processes", P);
     printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), r->peak / 1e9, peak_sum, ops_peak_source());
+    size_t n_params = 0;   // the tensors' elements (the arena's total adds 64-byte alignment padding)
+    for (int i = 0; i < r->model.table.n; i++) n_params += r->model.table.p[i].numel;
     printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
-           r->model.table.total, r->model.table.total / 1e6, r->model.table.n, r->flops_tok / 1e9);
+           n_params, n_params / 1e6, r->model.table.n, r->flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
                mc->moe.top_k, gpt_matmul_params(mc) / 1e6, r->model.table.total / 1e6);

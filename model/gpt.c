@@ -83,8 +83,15 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
     const MoeConfig* mc = &c->moe;
     size_t E = mc->n_expert, K = mc->top_k, S = N * K, Fe = mc->d_expert, Fs = mc->d_shared_expert;
     size_t sw = c->mlp == MLP_SWIGLU ? 2 : 1;
-    int any_moe = 0, any_dense = 0;
-    for (int l = 0; l < c->n_layer; l++) { if (config_layer_is_moe(c, l)) any_moe = 1; else any_dense = 1; }
+    int any_moe = 0, any_dense = 0, any_attn = 0, any_linear = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (config_layer_is_moe(c, l)) any_moe = 1; else any_dense = 1;
+        if (config_layer_is_linear(c, l)) any_linear = 1; else any_attn = 1;
+    }
+    // Gated DeltaNet sizes (model/params.h): Kd = Hk*dk, Vd = Hv*dv, Cc = 2*Kd + Vd
+    const size_t Hk = c->linear_n_k_head, Hv = c->linear_n_v_head;
+    const size_t Kd = Hk * c->linear_k_head_dim, Vd = Hv * c->linear_v_head_dim, Cc = 2 * Kd + Vd;
+    if (allocate) m->gdn = config_gdn_shape(c, B, T);
 
     // Two passes over the same list: the first counts elements, the second hands out pointers.
     // TAKE: fp32 tensors; TAKEA: act_t tensors (their own arena when act_t is bf16, else the
@@ -111,12 +118,21 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
         for (size_t l = 0; l <= L; l++) { float* p; TAKE(p, N * d); if (pass) m->res[l] = p; }
         for (size_t l = 0; l < L; l++) {
             LayerActs a = {0};
+            const int linear = config_layer_is_linear(c, (int)l);
             TAKEA(a.ln1, N * d); if (ln) TAKE(a.ln1_mean, N); TAKE(a.ln1_rstd, N);
-            TAKEA(a.qkv, N * QKVG); TAKEA(a.q, N * Hd); TAKEA(a.k, N * KVd); TAKEA(a.v, N * KVd);
-            if (c->qk_norm) TAKE(a.qk_rstd, N * (c->n_head + c->n_kv_head));
-            TAKEA(a.y, N * Hd);
-            if (sgate) TAKEA(a.yg, N * Hd);
-            TAKE(a.lse, N * c->n_head);
+            if (linear) {
+                TAKE(a.g_xqkv, N * Cc); TAKE(a.g_pre, N * Cc); TAKE(a.g_xc, N * Cc);
+                TAKE(a.g_qk, N * 2 * Kd); TAKE(a.g_rinv, N * 2 * Hk);
+                TAKE(a.g_z, N * Vd); TAKE(a.g_ba, N * 2 * Hv); TAKE(a.g_g, N * Hv); TAKE(a.g_beta, N * Hv);
+                TAKE(a.g_o, N * Vd); TAKE(a.g_rstd, N * Hv); TAKE(a.g_on, N * Vd);
+                ACT_OF(a.g_on_act, a.g_on, N * Vd);
+            } else {
+                TAKEA(a.qkv, N * QKVG); TAKEA(a.q, N * Hd); TAKEA(a.k, N * KVd); TAKEA(a.v, N * KVd);
+                if (c->qk_norm) TAKE(a.qk_rstd, N * (c->n_head + c->n_kv_head));
+                TAKEA(a.y, N * Hd);
+                if (sgate) TAKEA(a.yg, N * Hd);
+                TAKE(a.lse, N * c->n_head);
+            }
             TAKE(a.res_mid, N * d);
             TAKEA(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
             if (!config_layer_is_moe(c, (int)l)) {
@@ -130,15 +146,28 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
                 if (mc->n_shared_expert) { TAKEA(a.sh_pre, N * sw * Fs); TAKEA(a.sh_act, N * Fs); }
                 if (mc->shared_expert_gate) { TAKEA(a.sh_out, N * d); TAKE(a.sh_z, N); }
             }
-            if (pass) { a.res_in = m->res[l]; if (!sgate) a.yg = a.y; m->layer[l] = a; }
+            if (pass) { a.res_in = m->res[l]; if (!sgate && !linear) a.yg = a.y; m->layer[l] = a; }
         }
         TAKEA(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
         TAKEA(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
         size_t dmax = d > Hd ? d : Hd;
         TAKE(m->dres, N * d); ACT_OF(m->dres_act, m->dres, N * d);
-        TAKEA(m->dnorm, N * dmax); TAKEA(m->dqkv, N * QKVG);
-        TAKEA(m->dq, N * Hd); TAKEA(m->dk, N * KVd); TAKEA(m->dv, N * KVd);
-        TAKEA(m->dyg, N * Hd); TAKEA(m->dscratch, N * Hd);
+        TAKEA(m->dnorm, N * dmax);
+        if (any_attn) {
+            TAKEA(m->dqkv, N * QKVG);
+            TAKEA(m->dq, N * Hd); TAKEA(m->dk, N * KVd); TAKEA(m->dv, N * KVd);
+            TAKEA(m->dyg, N * Hd); TAKEA(m->dscratch, N * Hd);
+        }
+        if (any_linear) {
+            TAKE(m->gd_on, N * Vd); ACT_OF(m->gd_on_act, m->gd_on, N * Vd);
+            TAKE(m->gd_o, N * Vd);
+            TAKE(m->gd_z, N * Vd); ACT_OF(m->gd_z_act, m->gd_z, N * Vd);
+            TAKE(m->gd_qk, N * 2 * Kd); TAKE(m->gd_xc, N * Cc);
+            TAKE(m->gd_xqkv, N * Cc); ACT_OF(m->gd_xqkv_act, m->gd_xqkv, N * Cc);
+            TAKE(m->gd_g, N * Hv); TAKE(m->gd_beta, N * Hv);
+            TAKE(m->gd_ba, N * 2 * Hv); ACT_OF(m->gd_ba_act, m->gd_ba, N * 2 * Hv);
+            TAKEA(m->gd_tmp, N * d);
+        }
         if (any_dense) { TAKEA(m->dmlp_pre, N * Fin); TAKEA(m->dmlp_act, N * F); }
         if (any_moe) {
             TAKE(m->d_router, N * E); ACT_OF(m->d_router_act, m->d_router, N * E);
@@ -287,14 +316,19 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     for (int l = 0; l < c->n_layer; l++) {
         LayerWeights* w = &m->w.layer[l];
         LayerActs* a = &m->layer[l];
-        // attention: X = norm1(x); [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x += yg Wo^T
         ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
-        ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
-        ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
-        if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
-        else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
-        ops_copy(a->res_mid, a->res_in, (size_t)N * d);
-        ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
+        if (config_layer_is_linear(c, l)) {
+            // Gated DeltaNet: x += GDN(X) (model/deltanet.c)
+            deltanet_forward(m, l);
+        } else {
+            // attention: X = norm1(x); [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x += yg Wo^T
+            ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
+            ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
+            if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+            else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+            ops_copy(a->res_mid, a->res_in, (size_t)N * d);
+            ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
+        }
         // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
         ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
         float* out = m->res[l + 1];
@@ -364,14 +398,18 @@ void gpt_backward(GPT* m, float dloss) {
         }
         ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,
                           a->ln2_rstd, N, d, nk);
-        // attention branch
-        ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
-        ops_matmul_backward(m->dyg, g->wo, m->dres_act, a->yg, AW(w->wo), N, Hd, d);
-        ops_attention_backward(m->dq, m->dk, m->dv, m->dqkv, m->dscratch, m->dyg, a->q, a->k, a->v,
-                               a->y, a->lse, a->qkv, &m->attn);
-        ops_attn_prep_backward(m->dqkv, g->qnorm_w, g->knorm_w, m->dq, m->dk, m->dv, a->qkv,
-                               a->qk_rstd, w->qnorm_w, w->knorm_w, &m->attn);
-        ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, AW(w->wqkv), N, d, QKVG);
+        // token-mixer branch: m->dnorm = dL/d norm1 output
+        if (config_layer_is_linear(c, l)) {
+            deltanet_backward(m, l);
+        } else {   // attention
+            ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
+            ops_matmul_backward(m->dyg, g->wo, m->dres_act, a->yg, AW(w->wo), N, Hd, d);
+            ops_attention_backward(m->dq, m->dk, m->dv, m->dqkv, m->dscratch, m->dyg, a->q, a->k, a->v,
+                                   a->y, a->lse, a->qkv, &m->attn);
+            ops_attn_prep_backward(m->dqkv, g->qnorm_w, g->knorm_w, m->dq, m->dk, m->dv, a->qkv,
+                                   a->qk_rstd, w->qnorm_w, w->knorm_w, &m->attn);
+            ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, AW(w->wqkv), N, d, QKVG);
+        }
         ops_norm_backward(m->dres, g->ln1_w, g->ln1_b, m->dnorm, a->res_in, w->ln1_w, a->ln1_mean,
                           a->ln1_rstd, N, d, nk);
         // layer l's parameter gradients are complete (the rest of the pass does not touch them)
@@ -387,9 +425,12 @@ double gpt_matmul_params(const ModelConfig* c) {
     double d = c->d_model, F = c->d_ff, ffn = c->mlp == MLP_SWIGLU ? 3.0 : 2.0;
     const MoeConfig* e = &c->moe;
     double attn = (double)ops_attn_qkv_cols(&s) * d + d * c->n_head * c->head_dim;
+    // a Gated DeltaNet layer's projections: W_qkv, W_z, W_ba and W_out
+    double Kd = (double)c->linear_n_k_head * c->linear_k_head_dim, Vd = (double)c->linear_n_v_head * c->linear_v_head_dim;
+    double linear = d * (2 * Kd + Vd) + d * Vd + d * 2.0 * c->linear_n_v_head + Vd * d;
     double total = (double)c->padded_vocab * d;
     for (int l = 0; l < c->n_layer; l++) {
-        total += attn;
+        total += config_layer_is_linear(c, l) ? linear : attn;
         if (!config_layer_is_moe(c, l)) { total += ffn * d * F; continue; }
         // a token passes through the router, top_k routed experts and the shared expert (+ gate)
         total += (double)e->n_expert * d + (double)e->top_k * ffn * d * e->d_expert;
@@ -399,5 +440,13 @@ double gpt_matmul_params(const ModelConfig* c) {
 }
 
 double gpt_flops_per_token(const ModelConfig* c, int T) {
-    return 6.0 * gpt_matmul_params(c) + 6.0 * c->n_layer * (double)T * c->n_head * c->head_dim;
+    // token mixing beyond the GEMMs: causal attention 6 T H hd per attention layer (llm.c's
+    // count); the delta rule 18 Hv dk dv per linear layer (its 3 matrix-vector products with the
+    // state per token, 2 dk dv FLOPs each, times 3 for forward and backward)
+    double mix = 0.0;
+    for (int l = 0; l < c->n_layer; l++)
+        mix += config_layer_is_linear(c, l)
+                   ? 18.0 * c->linear_n_v_head * c->linear_k_head_dim * c->linear_v_head_dim
+                   : 6.0 * (double)T * c->n_head * c->head_dim;
+    return 6.0 * gpt_matmul_params(c) + mix;
 }

@@ -47,6 +47,21 @@ typedef struct {
     act_t* sh_act;        // [N, Fs]
     act_t* sh_out;        // [N, d]   shared expert output before its gate (shared_expert_gate)
     float* sh_z;          // [N]      shared expert gate logits
+    // Gated DeltaNet layers (config_layer_is_linear) instead of qkv .. lse: fp32 throughout
+    // (like the router). Kd = Hk*dk, Vd = Hv*dv, Cc = 2*Kd + Vd (model/params.h).
+    float* g_xqkv;        // [N, Cc]  X W_qkv^T: the conv's input
+    float* g_pre;         // [N, Cc]  the conv's output before SiLU
+    float* g_xc;          // [N, Cc]  after SiLU: [q | k | v] (v read from here, row stride Cc)
+    float* g_qk;          // [N, 2Kd] [q | k] L2-normalised per head
+    float* g_rinv;        // [N, 2Hk] their 1/norms
+    float* g_z;           // [N, Vd]  the output gate's logits
+    float* g_ba;          // [N, 2Hv] [b | a]
+    float* g_g;           // [N, Hv]  log decay g = -exp(A_log) softplus(a + dt_bias)
+    float* g_beta;        // [N, Hv]  sigmoid(b)
+    float* g_o;           // [N, Vd]  the delta rule's output
+    float* g_rstd;        // [N, Hv]  the gated norm's statistics
+    float* g_on;          // [N, Vd]  rmsnorm(o) w act(z): the output projection's input
+    act_t* g_on_act;      // [N, Vd]  its act_t copy for the GEMM (g_on itself when act_t is fp32)
 } LayerActs;
 
 typedef struct GPT {
@@ -90,6 +105,11 @@ typedef struct GPT {
     float *d_router, *d_topk_w, *d_sh_z, *aux_grad;
     act_t *d_router_act, *d_sh_z_act;
     act_t *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre, *d_tmp;
+    // Gated DeltaNet backward scratch (shared by the linear layers; NULL without any). fp32, with
+    // act_t copies where a GEMM reads them (the tensors themselves when act_t is fp32).
+    float *gd_on, *gd_o, *gd_z, *gd_qk, *gd_xc, *gd_xqkv, *gd_g, *gd_beta, *gd_ba;
+    act_t *gd_on_act, *gd_z_act, *gd_xqkv_act, *gd_ba_act, *gd_tmp;
+    OpsGdnShape gdn;     // the delta rule's shape for the current B, T (config_gdn_shape)
     int* iacts;          // integer activations (MoE dispatch), backend memory
     size_t acts_floats;  // fp32 elements in acts
     size_t aacts_elems;  // act_t elements in aacts (0 when they live in acts)
@@ -159,12 +179,20 @@ size_t gpt_acts_bytes(const ModelConfig* c, int B, int T);
 // m->dnorm (=) and adds the layer's parameter gradients. dloss as in gpt_backward.
 double moe_forward(GPT* m, int l, float* out);
 void moe_backward(GPT* m, int l, float dloss);
+// Gated DeltaNet layer l (model/deltanet.c; config_layer_is_linear): the forward reads the normed
+// input m->layer[l].ln1 and writes the residual after the layer's token mixer into res_mid; the
+// backward, from dL/d res_mid = m->dres, writes m->dnorm (=, dL/d ln1) and adds the layer's
+// parameter gradients.
+void deltanet_forward(GPT* m, int l);
+void deltanet_backward(GPT* m, int l);
 // The step record's MoE fields over the model's MoE layers (moe_summarize_step).
 void moe_step_summary(const GPT* m, MoeStepSummary* s);
 
-// Matmul parameters a token passes through (QKV+gate, output, MLP or, in an MoE layer, the
+// Matmul parameters a token passes through (QKV+gate and output, or a Gated DeltaNet's four
+// projections; MLP or, in an MoE layer, the
 // router, top_k experts and the shared expert with its gate, LM head), for FLOP counts: the
 // active parameters of an MoE model.
 double gpt_matmul_params(const ModelConfig* c);
-// Training FLOPs per token (DESIGN.md): 6 * matmul params + 6 * n_layer * T * n_head * head_dim.
+// Training FLOPs per token (DESIGN.md): 6 * matmul params + 6 * T * n_head * head_dim per
+// attention layer + 18 * Hv * dk * dv per Gated DeltaNet layer (docs/architecture.md).
 double gpt_flops_per_token(const ModelConfig* c, int T);

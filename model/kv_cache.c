@@ -9,12 +9,26 @@ static int sinks_kept_raw(int rolling, int n_sink, KvPositions p) {
     return rolling && n_sink > 0 && p == KV_POS_CACHE;
 }
 
+// the floats of a Gated DeltaNet layer's conv state and delta-rule state, B sequences
+static size_t kv_conv_floats(const ModelConfig* c, int B) {
+    size_t Cc = 2 * (size_t)c->linear_n_k_head * c->linear_k_head_dim + (size_t)c->linear_n_v_head * c->linear_v_head_dim;
+    return (size_t)B * Cc * (size_t)(c->linear_conv_kernel - 1);
+}
+static size_t kv_state_floats(const ModelConfig* c, int B) {
+    return (size_t)B * c->linear_n_v_head * c->linear_k_head_dim * c->linear_v_head_dim;
+}
+static size_t kv_linear_bytes(const ModelConfig* c, int B) {   // both buffers of each
+    return 2 * (kv_conv_floats(c, B) + kv_state_floats(c, B)) * sizeof(float);
+}
+
 size_t kv_cache_bytes(const ModelConfig* c, int B, int cap, int n_sink, int max_T, int rolling,
                       KvPositions positions) {
     size_t row = (size_t)c->n_kv_head * c->head_dim * sizeof(act_t);
     size_t per_layer = 2 * (size_t)B * cap * row;
     if (sinks_kept_raw(rolling, n_sink, positions)) per_layer += 2 * (size_t)n_sink * row;
-    return per_layer * c->n_layer + (size_t)B * c->n_head * max_T * sizeof(float);
+    size_t total = (size_t)B * c->n_head * max_T * sizeof(float);
+    for (int l = 0; l < c->n_layer; l++) total += config_layer_is_linear(c, l) ? kv_linear_bytes(c, B) : per_layer;
+    return total;
 }
 
 int kv_cache_init(KVCache* kv, const ModelConfig* c, int B, int cap, int n_sink, int max_T,
@@ -43,7 +57,19 @@ int kv_cache_init(KVCache* kv, const ModelConfig* c, int B, int cap, int n_sink,
     kv->fattn_sum = calloc((size_t)kv->n_layer, sizeof(double));
     if (!kv->k || !kv->v || !kv->fattn_sum) { fprintf(stderr, "error: %s: out of host memory\n", what); return -1; }
     size_t rows = (size_t)B * cap * kv->kv_dim;
+    for (int i = 0; i < 2; i++) {
+        kv->conv_state[i] = calloc((size_t)kv->n_layer, sizeof(float*));
+        kv->gdn_state[i] = calloc((size_t)kv->n_layer, sizeof(float*));
+        if (!kv->conv_state[i] || !kv->gdn_state[i]) { fprintf(stderr, "error: %s: out of host memory\n", what); return -1; }
+    }
     for (int l = 0; l < kv->n_layer; l++) {
+        if (config_layer_is_linear(c, l)) {
+            for (int i = 0; i < 2; i++) {
+                kv->conv_state[i][l] = ops_malloc((kv_conv_floats(c, B) ? kv_conv_floats(c, B) : 1) * sizeof(float));
+                kv->gdn_state[i][l] = ops_malloc(kv_state_floats(c, B) * sizeof(float));
+            }
+            continue;
+        }
         kv->k[l] = ops_malloc(rows * sizeof(act_t));
         kv->v[l] = ops_malloc(rows * sizeof(act_t));
     }
@@ -51,6 +77,7 @@ int kv_cache_init(KVCache* kv, const ModelConfig* c, int B, int cap, int n_sink,
         kv->sink_k = calloc((size_t)kv->n_layer, sizeof(act_t*));
         kv->sink_v = calloc((size_t)kv->n_layer, sizeof(act_t*));
         for (int l = 0; l < kv->n_layer; l++) {
+            if (config_layer_is_linear(c, l)) continue;
             kv->sink_k[l] = ops_malloc((size_t)n_sink * kv->kv_dim * sizeof(act_t));
             kv->sink_v[l] = ops_malloc((size_t)n_sink * kv->kv_dim * sizeof(act_t));
         }
@@ -71,11 +98,16 @@ void kv_cache_reset(KVCache* kv) {
 
 void kv_cache_free(KVCache* kv) {
     for (int l = 0; l < kv->n_layer; l++) {
-        if (kv->k) ops_free(kv->k[l]);
-        if (kv->v) ops_free(kv->v[l]);
-        if (kv->sink_k) { ops_free(kv->sink_k[l]); ops_free(kv->sink_v[l]); }
+        if (kv->k && kv->k[l]) ops_free(kv->k[l]);
+        if (kv->v && kv->v[l]) ops_free(kv->v[l]);
+        if (kv->sink_k && kv->sink_k[l]) { ops_free(kv->sink_k[l]); ops_free(kv->sink_v[l]); }
+        for (int i = 0; i < 2; i++) {
+            if (kv->conv_state[i] && kv->conv_state[i][l]) ops_free(kv->conv_state[i][l]);
+            if (kv->gdn_state[i] && kv->gdn_state[i][l]) ops_free(kv->gdn_state[i][l]);
+        }
     }
     free(kv->k); free(kv->v); free(kv->sink_k); free(kv->sink_v);
+    for (int i = 0; i < 2; i++) { free(kv->conv_state[i]); free(kv->gdn_state[i]); }
     if (kv->sink_prob) ops_free(kv->sink_prob);
     free(kv->sink_host); free(kv->fattn_sum);
     memset(kv, 0, sizeof *kv);
@@ -143,7 +175,17 @@ void kv_cache_attend(KVCache* kv, int l, act_t* y, act_t* yg, float* lse, const 
     }
 }
 
+void kv_cache_linear(KVCache* kv, int l, const float** conv_in, float** conv_out, const float** state_in,
+                     float** state_out) {
+    const int cur = kv->cur;
+    *conv_in = kv->pos > 0 ? kv->conv_state[cur][l] : NULL;
+    *state_in = kv->pos > 0 ? kv->gdn_state[cur][l] : NULL;
+    *conv_out = kv->conv_state[cur ^ 1][l];
+    *state_out = kv->gdn_state[cur ^ 1][l];
+}
+
 void kv_cache_end(KVCache* kv, int T) {
+    kv->cur ^= 1;   // the states the forward wrote are the ones the next forward reads
     kv->pos += T;
     kv->n = kv->n + T < kv->cap ? kv->n + T : kv->cap;
 }

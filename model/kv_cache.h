@@ -54,6 +54,14 @@ typedef struct KVCache {
     float* sink_host;        // [B, H, max_T] host
     double* fattn_sum;       // [n_layer]
     long fattn_count;        // queries counted in fattn_sum
+    // Gated DeltaNet layers (hybrid models) cache no keys: their k[l], v[l] are NULL and they
+    // carry two states per sequence instead, double-buffered (the forward reads [cur], writes
+    // [cur ^ 1]; kv_cache_end flips cur): the conv's last K-1 inputs [B, Cc, K-1] and the delta
+    // rule's state [B, Hv, dk, dv], both fp32. They hold every token of the sequence, whatever
+    // the window of the attention layers.
+    float** conv_state[2];   // [n_layer] -> backend memory (NULL for attention layers)
+    float** gdn_state[2];
+    int cur;
     size_t bytes;            // backend bytes held (k, v, sinks, scratch)
 } KVCache;
 
@@ -75,5 +83,9 @@ int kv_cache_begin(KVCache* kv, int T);
 // attention of q over the cache (ops_attention_cached_forward) into y, yg, lse.
 void kv_cache_attend(KVCache* kv, int l, act_t* y, act_t* yg, float* lse, const act_t* q,
                      const act_t* k, const act_t* v, const act_t* qkv, const OpsAttnShape* s);
+// Gated DeltaNet layer l of that forward: the states to start from (NULL at the sequence's
+// start: zeros) and where to write the states after the new tokens.
+void kv_cache_linear(KVCache* kv, int l, const float** conv_in, float** conv_out, const float** state_in,
+                     float** state_out);
 // The forward is done: T more tokens consumed.
 void kv_cache_end(KVCache* kv, int T);

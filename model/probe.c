@@ -6,6 +6,35 @@
 
 #define SINK_THRESHOLD 0.3f
 
+// The delta rule's final state of linear layer l over the probe batch, recomputed from the
+// forward's saved q, k, v, g, beta (the training forward keeps no state): the mean and the max
+// over (sequence, value head) of ||S||_F.
+static void probe_gdn_state(GPT* m, int l, float* mean, float* max) {
+    const LayerActs* a = &m->layer[l];
+    OpsGdnShape s = m->gdn;
+    const int Kd = s.Hk * s.dk, Cc = 2 * Kd + s.Hv * s.dv;
+    const size_t SS = (size_t)s.dk * s.dv, n = (size_t)s.B * s.Hv * SS;
+    s.ld_qk = 2 * Kd;
+    s.ld_v = Cc;
+    float* state = ops_malloc(n * sizeof(float));
+    float* o = ops_malloc((size_t)s.B * s.T * s.Hv * s.dv * sizeof(float));
+    ops_gdn_forward(o, state, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, NULL, &s);
+    float* host = malloc(n * sizeof(float));
+    ops_to_host(host, state, n * sizeof(float));
+    double sum = 0.0, mx = 0.0;
+    for (size_t i = 0; i < (size_t)s.B * s.Hv; i++) {
+        double ss = 0.0;
+        for (size_t j = 0; j < SS; j++) ss += (double)host[i * SS + j] * host[i * SS + j];
+        sum += sqrt(ss);
+        if (sqrt(ss) > mx) mx = sqrt(ss);
+    }
+    *mean = (float)(sum / ((size_t)s.B * s.Hv));
+    *max = (float)mx;
+    free(host);
+    ops_free(state);
+    ops_free(o);
+}
+
 void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult* r) {
     const ModelConfig* c = &m->cfg;
     const int N = m->B * m->T, d = c->d_model, H = c->n_head, T = m->T;
@@ -19,21 +48,32 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
     for (int q = 1; q < T; q++) uni += 1.0 / (q + 1);
     r->f_attn_uniform = T > 1 ? (float)(uni / (T - 1)) : 1.0f;
     float* heads = malloc((size_t)H * sizeof(float));
-    double gsum_all = 0.0;
+    double gsum_all = 0.0, state_sum = 0.0;
     long gcount_all = 0;
+    int n_attn = 0, n_linear = 0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &m->layer[l];
         ProbeLayer* p = &r->layer[l];
-        // F-Attn from the saved logsumexp: no attention matrix is formed
-        ops_attn_first_token(heads, a->q, a->k, a->lse, &m->attn);
-        double sum = 0.0;
-        p->f_attn_max_head = 0.0f;
-        for (int h = 0; h < H; h++) {
-            sum += heads[h];
-            if (heads[h] > p->f_attn_max_head) p->f_attn_max_head = heads[h];
-            if (heads[h] > SINK_THRESHOLD) p->sink_heads++;
+        p->linear = config_layer_is_linear(c, l);
+        p->f_attn = p->f_attn_max_head = p->gdn_state_norm = p->gdn_state_norm_max = NAN;
+        if (p->linear) {
+            probe_gdn_state(m, l, &p->gdn_state_norm, &p->gdn_state_norm_max);
+            state_sum += p->gdn_state_norm;
+            n_linear++;
+        } else {
+            // F-Attn from the saved logsumexp: no attention matrix is formed
+            ops_attn_first_token(heads, a->q, a->k, a->lse, &m->attn);
+            double sum = 0.0;
+            p->f_attn_max_head = 0.0f;
+            for (int h = 0; h < H; h++) {
+                sum += heads[h];
+                if (heads[h] > p->f_attn_max_head) p->f_attn_max_head = heads[h];
+                if (heads[h] > SINK_THRESHOLD) p->sink_heads++;
+            }
+            p->f_attn = (float)(sum / H);
+            r->f_attn_mean += p->f_attn;
+            n_attn++;
         }
-        p->f_attn = (float)(sum / H);
         // M-Act: the residual after the layer, and each branch's output (difference of the
         // residual streams around it)
         const float* out = m->res[l + 1];
@@ -45,7 +85,7 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
         p->m_act_pos %= T; p->attn_out_pos %= T; p->mlp_out_pos %= T;
         // gate scores
         p->gate_mean = NAN;
-        if (r->has_gate) {
+        if (r->has_gate && !p->linear) {
             double gsum;
             long gcount, hist[10];
             ops_gate_stats(a->qkv, &m->attn, &gsum, &gcount, hist);
@@ -67,9 +107,11 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
             p->moe_z = (float)st->z;
             p->moe_dropped = st->dropped;
         }
-        r->f_attn_mean += p->f_attn / c->n_layer;
         r->m_act_mean += p->m_act / c->n_layer;
     }
+    r->f_attn_mean = n_attn ? r->f_attn_mean / n_attn : NAN;
+    r->has_linear = n_linear > 0;
+    r->gdn_state_norm_mean = n_linear ? (float)(state_sum / n_linear) : NAN;
     r->gate_mean = gcount_all ? (float)(gsum_all / gcount_all) : NAN;
     free(heads);
 }

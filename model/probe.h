@@ -6,6 +6,7 @@
 #include "gpt.h"
 
 typedef struct {
+    int linear;            // a Gated DeltaNet layer: no F-Attn or gate scores (NaN / 0), the state norm
     float f_attn;          // p(first token), mean over heads, batch and queries 1..T-1
     float f_attn_max_head; // the largest per-head value
     int sink_heads;        // heads whose value exceeds 0.3
@@ -18,6 +19,12 @@ typedef struct {
     int mlp_out_pos;
     float gate_mean;       // mean gate score act(z) (NaN without a gate)
     float gate_hist[10];   // fraction of gate scores in [0,0.1), ..., [0.9,1]
+    // Gated DeltaNet layers: the delta rule's state S [dk, dv] after the probe sequence's last
+    // token, per (sequence, value head): its Frobenius norm, mean and max over them (NaN for
+    // attention layers). q, k are unit vectors and |beta| < 1, so a norm far above sqrt(dv)*|v|
+    // means the state is not forgetting (docs/metrics.md).
+    float gdn_state_norm;
+    float gdn_state_norm_max;
     // MoE layers (n_expert > 0), over the probe batch
     int n_expert;          // 0 for a dense layer
     long* moe_counts;      // [n_expert] token slots routed to each expert (before any capacity)
@@ -33,11 +40,13 @@ typedef struct {
     int n_layer;
     int has_gate;
     int has_moe;
+    int has_linear;        // any Gated DeltaNet layer (hybrid model)
     float loss;            // the probe batch's loss
     float f_attn_uniform;  // what uniform causal attention would give: mean over q=1..T-1 of 1/(q+1)
-    float f_attn_mean;     // mean over layers (the paper's Table 4 figures)
+    float f_attn_mean;     // mean over (attention) layers (the paper's Table 4 figures)
     float m_act_mean;
     float gate_mean;
+    float gdn_state_norm_mean;   // mean over the Gated DeltaNet layers (NaN without)
     float ms;              // wall time of the probe (set by the caller; logged)
     ProbeLayer* layer;     // [n_layer]
 } ProbeResult;

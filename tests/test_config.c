@@ -239,7 +239,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 80 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 88 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -456,6 +456,25 @@ static void test_derivations(void) {
           config_layer_is_moe(&c.model, 5));
     config_defaults(&c);
     CHECK(finalize_ok(&c, NULL) == 0 && !config_layer_is_moe(&c.model, 0)); // dense by default
+    // hybrid layers: the pattern repeats over n_layer; the Gated DeltaNet's sizes derive from
+    // the attention's (Qwen3-Next's ratio: half as many key heads as value heads)
+    CHECK(!config_any_linear(&c.model) && !config_layer_is_linear(&c.model, 3));   // all attention by default
+    config_defaults(&c);
+    override_ok(&c, "model.n_layer=8");
+    override_ok(&c, "model.layer_pattern=LLLA");
+    CHECK(finalize_ok(&c, NULL) == 0 && config_any_linear(&c.model));
+    CHECK(config_layer_is_linear(&c.model, 0) && config_layer_is_linear(&c.model, 2) && !config_layer_is_linear(&c.model, 3) &&
+          config_layer_is_linear(&c.model, 4) && !config_layer_is_linear(&c.model, 7));
+    CHECK(c.model.linear_n_v_head == 12 && c.model.linear_n_k_head == 6 && c.model.linear_k_head_dim == 64 &&
+          c.model.linear_v_head_dim == 64 && c.model.linear_conv_kernel == 4 && c.model.linear_chunk == 64 &&
+          c.model.linear_gate_act == GATEACT_SILU);
+    CHECK(strcmp(config_origin(&c, "model", "linear_n_k_head"), "derived: max(1, linear_n_v_head / 2)") == 0);
+    once = c;
+    CHECK(finalize_ok(&c, NULL) == 0 && config_equal(&c, &once));
+    config_defaults(&c);
+    override_ok(&c, "model.n_head=1");
+    override_ok(&c, "model.layer_pattern=L");
+    CHECK(finalize_ok(&c, NULL) == 0 && c.model.linear_n_k_head == 1 && c.model.linear_n_v_head == 1);
     // warmup_steps == steps and min_lr_frac at the ends of [0,1] are allowed
     config_defaults(&c);
     override_ok(&c, "train.warmup_steps=100");
@@ -487,6 +506,9 @@ static void test_roundtrip(void) {
         // rope_scaling stays none: any other value is refused with pos = learned (rope_scaling_learned)
         "model.rope_scaling=none", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
         "model.yarn_beta_slow=2", "model.yarn_attn_factor=1.25",
+        "model.layer_pattern=LAL", "model.linear_n_k_head=1", "model.linear_n_v_head=3", "model.linear_k_head_dim=5",
+        "model.linear_v_head_dim=7", "model.linear_conv_kernel=3", "model.linear_gate_act=sigmoid",
+        "model.linear_chunk=32",
         "moe.n_expert=5", "moe.top_k=3", "moe.d_expert=17", "moe.n_shared_expert=1", "moe.d_shared_expert=19",
         "moe.shared_expert_gate=true", "moe.moe_every=3", "moe.router=sigmoid_topk", "moe.aux_loss_coef=0.0123",
         "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25",

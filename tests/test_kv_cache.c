@@ -110,11 +110,13 @@ static void test_config(const char* ini) {
     // window recomputed from its tokens is the exact reference. (With more layers a rolling cache
     // keeps the states each token got when it was new, while older tokens were still visible:
     // StreamingLLM's semantics, which no recomputation reproduces; 2b checks those models
-    // where nothing is evicted.)
+    // where nothing is evicted.) A hybrid model's copy keeps an attention layer: the window is
+    // the attention layers' (a Gated DeltaNet layer's state holds every token; test 1 checks it).
     const int W = 6;
     if (c->pos == POS_ROPE) {
         ModelConfig c1 = *c;
         c1.n_layer = 1;
+        c1.layer_pattern[0] = '\0';
         GPT m1;
         gpt_build(&m1, &c1, 7);
         for (int S = 0; S <= 2; S += 2)

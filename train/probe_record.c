@@ -13,12 +13,14 @@ void probe_write_json(const ProbeResult* r, FILE* f) {
     jfloat(&j, "f_attn_mean", r->f_attn_mean);
     jfloat(&j, "m_act_mean", r->m_act_mean);
     jfloat(&j, "gate_mean", r->gate_mean);
+    if (r->has_linear) jfloat(&j, "gdn_state_norm_mean", r->gdn_state_norm_mean);
     jfloat(&j, "ms", r->ms);
     jsonl_arr(&j, "layers");
     for (int l = 0; l < r->n_layer; l++) {
         const ProbeLayer* p = &r->layer[l];
         jsonl_obj(&j, NULL);
         jsonl_int(&j, "layer", l);
+        if (r->has_linear) jsonl_str(&j, "kind", p->linear ? "linear" : "attention");
         jfloat(&j, "f_attn", p->f_attn);
         jfloat(&j, "f_attn_max_head", p->f_attn_max_head);
         jsonl_int(&j, "sink_heads", p->sink_heads);
@@ -30,7 +32,11 @@ void probe_write_json(const ProbeResult* r, FILE* f) {
         jfloat(&j, "mlp_out_max", p->mlp_out_max);
         jsonl_int(&j, "mlp_out_pos", p->mlp_out_pos);
         jfloat(&j, "gate_mean", p->gate_mean);
-        if (r->has_gate) {
+        if (r->has_linear) {
+            jfloat(&j, "gdn_state_norm", p->gdn_state_norm);
+            jfloat(&j, "gdn_state_norm_max", p->gdn_state_norm_max);
+        }
+        if (r->has_gate && !p->linear) {
             jsonl_arr(&j, "gate_hist");
             for (int i = 0; i < 10; i++) jfloat(&j, NULL, p->gate_hist[i]);
             jsonl_close(&j);
