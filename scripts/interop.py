@@ -8,7 +8,9 @@ with the project's own numbers:
   logits   max |logit difference| over one window (`gatedgpt_ckpt logits`)                 <= 1e-4
   greedy   20 greedily generated tokens (transformers' generate, do_sample=False)          equal ids
   tokens   AutoTokenizer ids on sample texts vs the project's tokenizer (when tokenizer.json exists)
-and that the kinds no transformers class represents are refused with a one-line error. Prints a
+and that the kinds no transformers class represents are refused with a one-line error. Hybrids
+(Gated DeltaNet layers) load as Qwen3NextForCausalLM; without fla / causal-conv1d installed
+transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Prints a
 table; exit status 1 if any check fails.
 
 usage: scripts/interop.sh [--build DIR] [--kinds a,b,...] [--steps N]   (creates the venv first)
@@ -35,14 +37,27 @@ KINDS = {
                                            "--moe.n_shared_expert=1", "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
     "qwen3_next_moe": ("tiny_moe_gated.ini", ["--model.n_kv_head=2", "--moe.d_expert=64", "--moe.n_shared_expert=1",
                                               "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
+    # hybrids (Qwen3-Next's linear_attention layers): 3 Gated DeltaNets then gated full attention,
+    # 2 key heads x 4 value heads of unequal widths (the per-key-head grouping of in_proj_qkvz/_ba)
+    "hybrid": ("tiny_hybrid_gated.ini", ["--model.n_layer=4", "--model.n_kv_head=2", "--model.linear_n_k_head=2",
+                                         "--model.linear_n_v_head=4", "--model.linear_k_head_dim=16",
+                                         "--model.linear_v_head_dim=24"]),
+    # MoE hybrid: layer 0 a Gated DeltaNet (1 key head, 4 value heads), layer 1 gated attention,
+    # both with MoE (a gated shared expert)
+    "hybrid_moe": ("tiny_moe_gated.ini", ["--model.n_kv_head=2", "--model.layer_pattern=LA", "--model.linear_n_k_head=1",
+                                          "--model.linear_n_v_head=4", "--moe.d_expert=64", "--moe.n_shared_expert=1",
+                                          "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
 }
 EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM"}
+                "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM",
+                "hybrid": "Qwen3NextForCausalLM", "hybrid_moe": "Qwen3NextForCausalLM"}
 REFUSED = {  # kind -> overrides on tiny_gated.ini that no class represents, and the setting named
     "headwise gate": (["--model.attn_gate=headwise"], "attn_gate = headwise"),
     "value gate": (["--model.gate_position=value"], "gate_position = value"),
     "silu gate": (["--model.gate_act=silu"], "gate_act = silu"),
+    "hybrid, sigmoid": (["--model.layer_pattern=LA", "--model.linear_gate_act=sigmoid"], "linear_gate_act = sigmoid"),
+    "hybrid, no gate": (["--model.layer_pattern=LA", "--model.attn_gate=none"], "attn_gate = none"),
 }
 TOL_LOSS, TOL_LOGIT = 1e-5, 1e-4
 TEXTS = ["In the beginning God created the heaven and the earth.", "  two spaces,\ttab\nnewline ", "don't I'LL we've 42x",
@@ -103,8 +118,11 @@ def main():
         if rc != 0:
             print(f"FAIL {kind}: logits: {out.strip()}"); failed += 1; continue
         our_greedy = [int(x) for x in out.split("greedy:")[1].split()]
-        model = AutoModelForCausalLM.from_pretrained(exp, dtype=torch.float32)
+        model, info = AutoModelForCausalLM.from_pretrained(exp, dtype=torch.float32, output_loading_info=True)
         model.eval()
+        load_issues = {k: v for k, v in info.items() if v}   # missing, unexpected, mismatched keys
+        if load_issues:
+            print(f"FAIL {kind}: from_pretrained: {load_issues}")
         V = model.config.vocab_size
         ours = np.fromfile(lf, dtype="<f4").reshape(32, -1)
         with torch.no_grad():
@@ -119,7 +137,7 @@ def main():
             hf_loss = float(np.mean(losses))
             gen = model.generate(torch.tensor(ids[:32])[None], max_new_tokens=20, do_sample=False,
                                  pad_token_id=0)[0, 32:].tolist()
-        ok_cls = cls == EXPECT_CLASS[kind] and type(model).__name__ == EXPECT_CLASS[kind]
+        ok_cls = cls == EXPECT_CLASS[kind] and type(model).__name__ == EXPECT_CLASS[kind] and not load_issues
         ok_loss = abs(hf_loss - our_loss) <= TOL_LOSS
         ok_logit = dlogit <= TOL_LOGIT
         ok_gen = gen == our_greedy

@@ -777,6 +777,9 @@ def layer_table(r):
             ("at pos", "attn_out_pos", "d"), ("MLP out max", "mlp_out_max", ".2f"), ("at pos", "mlp_out_pos", "d")]
     if r.has_gate:
         cols.append(("gate mean", "gate_mean", ".3f"))
+    if any(l.get("kind") == "linear" for l in (p.get("layers") or [])):   # a hybrid: the mixer and its state
+        cols.insert(1, ("mixer", "kind", "s"))
+        cols.append(("GDN state", "gdn_state_norm", ".3f"))
     rows = []
     for j, l in enumerate(p.get("layers") or []):
         row = []
@@ -1309,6 +1312,12 @@ def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
              "probe. **F-Attn**: attention on the first token, mean over layers, heads and queries "
              "1..T-1, last probe. **mean gate**: mean gate score, last probe. **median tokens/s**: "
              "over all step records. '-': no such data in the log. Definitions: docs/metrics.md.")
+    hybrid = [r for r in runs if r.last_probe and is_num(r.last_probe.get("gdn_state_norm_mean"))]
+    if hybrid:
+        L.append("- **Hybrid runs** (Gated DeltaNet layers, `layer_pattern`): M-Act covers every layer; F-Attn "
+                 "and the gate scores only the attention layers. Gated DeltaNet state norm ||S||_F after "
+                 "the probe sequence (mean over the linear layers, sequences and heads; docs/metrics.md), "
+                 "last probe: " + ", ".join(f"{r.name} {r.last_probe['gdn_state_norm_mean']:.3f}" for r in hybrid) + ".")
     unif = sorted({round(u, 4) for r in runs for u in [r.f_attn_uniform(r.last_probe)] if u is not None})
     if unif:
         L.append(f"- Uniform attention would give F-Attn = {', '.join(f'{u:.3f}' for u in unif)} "

@@ -7,6 +7,8 @@ tests/test_ckpt_tools.sh. Standard library only (json, struct, zlib).
   check_ckpt.py export CKPT EXPORT_DIR      model.safetensors + config.json written by
                                             `gatedgpt_ckpt export` against model.bin, with the
                                             Hugging Face names re-derived here from the docs
+  check_ckpt.py unfuse SRC_DIR DST_DIR      an export's fused MoE experts rewritten one tensor per
+                                            expert (the Hub's layout), for import
 
 Prints what it checked; exits 1 on the first mismatch.
 """
@@ -91,9 +93,27 @@ def cmd_norms(ckpt, inspect_out):
     print(f"norms: {len(tensors)} tensors, inspect vs an independent computation: max relative difference {worst:.1e}")
 
 
+def layer_kinds(m):
+    """Per layer: True for a Gated DeltaNet (layer_pattern's letter L, the pattern repeated)."""
+    pat = m.get("layer_pattern", "").strip()
+    return [bool(pat) and pat[l % len(pat)] == "L" for l in range(int(m["n_layer"]))]
+
+
 def hf_class(m, moe):
     """The transformers class that represents the model exactly (docs/formats.md "Export"), or None."""
     gated = m["attn_gate"] != "none"
+    kinds = layer_kinds(m)
+    if any(kinds):   # hybrid: Qwen3-Next (silu output gate; its attention layers gated, qk-normed)
+        E = int(moe.get("n_expert", "0"))
+        if m["linear_gate_act"] != "silu" or m["pos"] != "rope" or m["norm"] != "rmsnorm" or m["mlp"] != "swiglu":
+            return None
+        if not all(kinds) and ((m["attn_gate"], m["gate_position"], m["gate_act"]) != ("elementwise", "sdpa", "sigmoid")
+                               or m["qk_norm"] != "true"):
+            return None
+        if E > 0 and (moe["router"] != "softmax_topk" or float(moe["capacity_factor"]) > 0
+                      or moe["n_shared_expert"] != "1" or moe["shared_expert_gate"] != "true"):
+            return None
+        return "Qwen3NextForCausalLM"
     if gated and (m["attn_gate"], m["gate_position"], m["gate_act"]) != ("elementwise", "sdpa", "sigmoid"):
         return None
     E = int(moe.get("n_expert", "0"))
@@ -119,6 +139,29 @@ def hf_class(m, moe):
     return "Qwen3NextForCausalLM" if m["qk_norm"] == "true" else None
 
 
+def gdn_dims(m):
+    return [int(m[k]) for k in ("linear_n_k_head", "linear_n_v_head", "linear_k_head_dim", "linear_v_head_dim",
+                                "linear_conv_kernel")]
+
+
+def put_gdn(put, m, P, pre, h):
+    """A Gated DeltaNet layer as Qwen3-Next's linear_attn (transformers' Qwen3NextGatedDeltaNet):
+    in_proj_qkvz grouped per key head g: [q_g | k_g | v of value heads g*rep.. | z of them]
+    (fix_query_key_value_ordering); in_proj_ba per key head: [b (rep) | a (rep)]; conv1d [C, 1, K]
+    with channels [q | k | v] (w_qkv's rows); norm.weight as it is (RMSNormGated: x^ * w)."""
+    import numpy as np
+    Hk, Hv, dk, dv, K = gdn_dims(m)
+    d, rep, Kd = int(m["d_model"]), Hv // Hk, Hk * dk
+    w, z, ba = P[h + "w_qkv"], P[h + "w_z"], P[h + "w_ba"]
+    groups = [w[:Kd].reshape(Hk, dk, d), w[Kd:2 * Kd].reshape(Hk, dk, d), w[2 * Kd:].reshape(Hk, rep * dv, d),
+              z.reshape(Hk, rep * dv, d)]
+    put(pre + "in_proj_qkvz.weight", np.concatenate(groups, axis=1).reshape(-1, d))
+    put(pre + "in_proj_ba.weight", np.concatenate([ba[:Hv].reshape(Hk, rep, d), ba[Hv:].reshape(Hk, rep, d)], axis=1).reshape(-1, d))
+    put(pre + "conv1d.weight", P[h + "conv_w"].reshape(-1, 1, K))
+    put(pre + "dt_bias", P[h + "dt_bias"]); put(pre + "A_log", P[h + "A_log"])
+    put(pre + "norm.weight", P[h + "norm_w"]); put(pre + "out_proj.weight", P[h + "w_out"])
+
+
 def expected_hf(cfg, tensors, arena, cls):
     """name -> (shape, bytes) of the export as transformers class cls (numpy: transposes, w - 1)."""
     import numpy as np
@@ -130,6 +173,7 @@ def expected_hf(cfg, tensors, arena, cls):
     out = {}
     put = lambda name, a: out.__setitem__(name, (list(a.shape), np.ascontiguousarray(a, dtype="<f4").tobytes()))
     L = int(m["n_layer"])
+    kinds = layer_kinds(m)
     if cls == "GPT2LMHeadModel":
         put("transformer.wte.weight", P["wte"][:V]); put("transformer.wpe.weight", P["wpe"])
         for l in range(L):
@@ -150,19 +194,22 @@ def expected_hf(cfg, tensors, arena, cls):
         for l in range(L):
             pre, h = f"model.layers.{l}.", f"h.{l}."
             put(pre + "input_layernorm.weight", norm(P[h + "ln1.w"]))
-            w = P[h + "attn.wqkv"]
-            Hq, Hk = H * hd, Hkv * hd
-            if nxt:   # [q_h | g_h] per head
-                q = np.concatenate([np.concatenate([w[i * hd:(i + 1) * hd], w[Hq + 2 * Hk + i * hd:Hq + 2 * Hk + (i + 1) * hd]])
-                                    for i in range(H)])
-                put(pre + "self_attn.q_proj.weight", q)
+            if kinds[l]:
+                put_gdn(put, m, P, pre + "linear_attn.", h + "gdn.")
             else:
-                put(pre + "self_attn.q_proj.weight", w[:Hq])
-            put(pre + "self_attn.k_proj.weight", w[Hq:Hq + Hk]); put(pre + "self_attn.v_proj.weight", w[Hq + Hk:Hq + 2 * Hk])
-            if m["qk_norm"] == "true":
-                put(pre + "self_attn.q_norm.weight", norm(P[h + "attn.q_norm.w"]))
-                put(pre + "self_attn.k_norm.weight", norm(P[h + "attn.k_norm.w"]))
-            put(pre + "self_attn.o_proj.weight", P[h + "attn.wo"])
+                w = P[h + "attn.wqkv"]
+                Hq, Hk = H * hd, Hkv * hd
+                if nxt:   # [q_h | g_h] per head
+                    q = np.concatenate([np.concatenate([w[i * hd:(i + 1) * hd], w[Hq + 2 * Hk + i * hd:Hq + 2 * Hk + (i + 1) * hd]])
+                                        for i in range(H)])
+                    put(pre + "self_attn.q_proj.weight", q)
+                else:
+                    put(pre + "self_attn.q_proj.weight", w[:Hq])
+                put(pre + "self_attn.k_proj.weight", w[Hq:Hq + Hk]); put(pre + "self_attn.v_proj.weight", w[Hq + Hk:Hq + 2 * Hk])
+                if m["qk_norm"] == "true":
+                    put(pre + "self_attn.q_norm.weight", norm(P[h + "attn.q_norm.w"]))
+                    put(pre + "self_attn.k_norm.weight", norm(P[h + "attn.k_norm.w"]))
+                put(pre + "self_attn.o_proj.weight", P[h + "attn.wo"])
             put(pre + "post_attention_layernorm.weight", norm(P[h + "ln2.w"]))
             if E > 0 and (l + 1) % every == 0:
                 Fe = int(moe["d_expert"])
@@ -212,9 +259,18 @@ def expected_raw(cfg, tensors, arena):
         plain = {"ln1.w": "input_layernorm.weight", "ln1.b": "input_layernorm.bias",
                  "ln2.w": "post_attention_layernorm.weight", "ln2.b": "post_attention_layernorm.bias",
                  "attn.q_norm.w": "self_attn.q_norm.weight", "attn.k_norm.w": "self_attn.k_norm.weight",
-                 "attn.wo": "self_attn.o_proj.weight", "mlp.w_out": "mlp.down_proj.weight"}
+                 "attn.wo": "self_attn.o_proj.weight", "mlp.w_out": "mlp.down_proj.weight",
+                 # Gated DeltaNet: Qwen3.5's names, which have gatedgpt's layout
+                 "gdn.w_qkv": "linear_attn.in_proj_qkv.weight", "gdn.w_z": "linear_attn.in_proj_z.weight",
+                 "gdn.conv_w": "linear_attn.conv1d.weight", "gdn.A_log": "linear_attn.A_log",
+                 "gdn.dt_bias": "linear_attn.dt_bias", "gdn.norm_w": "linear_attn.norm.weight",
+                 "gdn.w_out": "linear_attn.out_proj.weight"}
         if rest in plain:
             out[pre + plain[rest]] = (shape, whole)
+        elif rest == "gdn.w_ba":   # rows [b (Hv) | a (Hv)]
+            Hv = shape[0] // 2
+            out[pre + "linear_attn.in_proj_b.weight"] = ([Hv, d], rows(offset, d, 0, Hv))
+            out[pre + "linear_attn.in_proj_a.weight"] = ([Hv, d], rows(offset, d, Hv, Hv))
         elif rest == "attn.wqkv":
             Hq, Hk = H * hd, Hkv * hd
             G = shape[0] - Hq - 2 * Hk
@@ -284,16 +340,71 @@ def cmd_export(ckpt, outdir):
             fail(f"config.json {k} = {conf.get(k)!r}, expected {v!r}")
     if not raw and cls != "GPT2LMHeadModel" and conf["rope_parameters"]["rope_theta"] != float(m["rope_base"]):
         fail(f"config.json rope_parameters {conf['rope_parameters']}, expected rope_theta {m['rope_base']}")
+    kinds = layer_kinds(m)
+    if cls == "Qwen3NextForCausalLM":
+        want_types = ["linear_attention" if k else "full_attention" for k in kinds]
+        if conf.get("layer_types") != want_types:
+            fail(f"config.json layer_types {conf.get('layer_types')}, expected {want_types}")
+        if any(kinds):
+            got = [conf.get(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                         "linear_value_head_dim", "linear_conv_kernel_dim")]
+            if got != gdn_dims(m):
+                fail(f"config.json linear_* {got}, expected {gdn_dims(m)}")
+    if conf["gatedgpt"].get("layer_pattern", "") != m.get("layer_pattern", "").strip():
+        fail("config.json gatedgpt.layer_pattern differs from the checkpoint's")
     if conf["gatedgpt"]["attn_gate"] != m["attn_gate"]:
         fail("config.json gatedgpt.attn_gate differs from the checkpoint's")
     if ("lm_head.weight" in header) == (m["tie_embeddings"] == "true"):
         fail("lm_head.weight present/absent against tie_embeddings")
+    hyb = f", layer_pattern {m['layer_pattern']} ({sum(kinds)} Gated DeltaNet layer{'s' if sum(kinds) != 1 else ''})" if any(kinds) else ""
     print(f"export: {len(header)} tensors ({len(body)} bytes) match the checkpoint's model.bin slices; "
-          f"config.json: {conf['architectures'][0]}, gate {m['attn_gate']}/{m['gate_position']}/{m['gate_act']}")
+          f"config.json: {conf['architectures'][0]}, gate {m['attn_gate']}/{m['gate_position']}/{m['gate_act']}{hyb}")
+
+
+def cmd_unfuse(src, dst):
+    """src/model.safetensors with each fused mlp.experts.{gate_up,down}_proj [E, ...] written as one
+    mlp.experts.J.{gate,up,down}_proj.weight per expert (the Hub's layout, and transformers'
+    save_pretrained's), into dst/model.safetensors (config.json copied)."""
+    import shutil
+    data = open(os.path.join(src, "model.safetensors"), "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = data[8 + n:]
+    out = []
+    for name, info in header.items():
+        b0, b1 = info["data_offsets"]
+        blob, shape = body[b0:b1], info["shape"]
+        if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+            E, per = shape[0], len(blob) // shape[0]
+            pre = name.rsplit(".", 1)[0]
+            for j in range(E):
+                part = blob[j * per:(j + 1) * per]
+                if name.endswith("gate_up_proj"):
+                    F2 = shape[1]
+                    half = len(part) // 2
+                    out.append((f"{pre}.{j}.gate_proj.weight", [F2 // 2, shape[2]], part[:half]))
+                    out.append((f"{pre}.{j}.up_proj.weight", [F2 // 2, shape[2]], part[half:]))
+                else:
+                    out.append((f"{pre}.{j}.down_proj.weight", shape[1:], part))
+        else:
+            out.append((name, shape, blob))
+    hdr, off = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape, blob in out:
+        hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
+        off += len(blob)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(b for _, _, b in out))
+    shutil.copy(os.path.join(src, "config.json"), dst)
+    print(f"unfuse: {len(header)} tensors -> {len(out)}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("norms", "export"):
+    cmds = {"norms": cmd_norms, "export": cmd_export, "unfuse": cmd_unfuse}
+    if len(sys.argv) != 4 or sys.argv[1] not in cmds:
         print(__doc__)
         sys.exit(2)
-    (cmd_norms if sys.argv[1] == "norms" else cmd_export)(sys.argv[2], sys.argv[3])
+    cmds[sys.argv[1]](sys.argv[2], sys.argv[3])

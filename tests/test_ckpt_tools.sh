@@ -5,10 +5,14 @@
 #   inspect  verifies and prints norms equal to an independent reader's (tests/check_ckpt.py)
 #   sample   reproduces the trainer's own sample at that step, byte for byte
 #   eval     reproduces the trainer's validation loss at that step
-#   export   each transformers class (Qwen3-Next, GPT-2, Llama, Qwen3, Qwen3-MoE, Qwen3-Next MoE) and
-#            --format raw: safetensors whose header parses with Python's json, names, shapes and
-#            values as documented (tests/check_ckpt.py, numpy); config.json fields; a model no
-#            class represents (headwise gate) refused in one line, nothing written
+#   export   each transformers class (Qwen3-Next, GPT-2, Llama, Qwen3, Qwen3-MoE, Qwen3-Next MoE,
+#            Qwen3-Next hybrids with Gated DeltaNet layers, dense and MoE) and --format raw:
+#            safetensors whose header parses with Python's json, names, shapes and values as
+#            documented (tests/check_ckpt.py, numpy); config.json fields; models no class
+#            represents (headwise gate; hybrids with a sigmoid output gate or ungated attention)
+#            refused in one line, nothing written
+#   import   export -> import -> export byte-identical for every class; imported checkpoints
+#            (plain and hybrid) resume; what gatedgpt cannot represent refused in one line
 #   errors   a damaged checkpoint, an unknown command, a missing option
 set -uo pipefail
 build=$1
@@ -79,6 +83,31 @@ kind qwen2_moe Qwen2MoeForCausalLM --model.attn_gate=none --model.qk_norm=false 
 kind qwen3_next_moe Qwen3NextForCausalLM --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 --moe.n_shared_expert=1 \
     --moe.d_shared_expert=32 --moe.shared_expert_gate=true --moe.moe_every=2
 
+# hybrids (Gated DeltaNet layers as Qwen3-Next's linear_attn): 2 key heads x 4 value heads of
+# unequal widths (in_proj_qkvz / in_proj_ba grouped per key head), and an MoE hybrid
+kind hybrid Qwen3NextForCausalLM --model.n_layer=4 --model.layer_pattern=LLLA --model.linear_n_k_head=2 \
+    --model.linear_n_v_head=4 --model.linear_k_head_dim=8 --model.linear_v_head_dim=12 --model.linear_conv_kernel=3
+kind hybrid_moe Qwen3NextForCausalLM --model.layer_pattern=LA --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 \
+    --moe.n_shared_expert=1 --moe.d_shared_expert=32 --moe.shared_expert_gate=true
+# the Hub's MoE layout (one tensor per expert, as transformers' save_pretrained writes it) imports to the same model
+$PY tests/check_ckpt.py unfuse "$tmp/hf_hybrid_moe" "$tmp/unf" > /dev/null
+"$tool" import "$tmp/unf" --out "$tmp/imp_unf" > /dev/null 2>&1
+"$tool" export "$tmp/imp_unf" --out "$tmp/hf2_unf" > /dev/null 2>&1
+check "import of per-expert MoE tensors (mlp.experts.J.*_proj.weight) gives the fused export's model" '$PY tests/compare_safetensors.py "$tmp/hf_hybrid_moe/model.safetensors" "$tmp/hf2_unf/model.safetensors" > /dev/null'
+check "import of a hybrid: layer_pattern and the linear_* sizes from layer_types and config.json" 'grep -q "^layer_pattern = LLLA " "$tmp/imp_hybrid/step_00000000/config.ini" && grep -q "^linear_n_v_head = 4 " "$tmp/imp_hybrid/step_00000000/config.ini" && grep -q "^linear_v_head_dim = 12 " "$tmp/imp_hybrid/step_00000000/config.ini" && grep -q "^linear_conv_kernel = 3 " "$tmp/imp_hybrid/step_00000000/config.ini"'
+"$tool" export "$tmp/hybrid/checkpoints" --out "$tmp/raw_hybrid" --format raw > /dev/null 2>&1
+check "export --format raw of a hybrid (linear_attn.in_proj_qkv, in_proj_z, in_proj_b/_a, conv1d [C, K], ...)" '$PY tests/check_ckpt.py export "$tmp/hybrid/checkpoints/step_00000002" "$tmp/raw_hybrid"'
+refuse() {   # refuse NAME PATTERN OVERRIDES...: a 2-step model of these overrides is refused by export in one line
+    local name=$1 pat=$2; shift 2
+    "$build/train_gpt" "${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --log.run_dir="$tmp/$name" "$@" > /dev/null 2>&1
+    "$tool" export "$tmp/$name/checkpoints" --out "$tmp/hf_$name" > "$tmp/$name.out" 2>&1; local rc=$?
+    check "export refuses $name in one line: $pat" '[ "$rc" = 1 ] && [ "$(wc -l < "$tmp/$name.out")" = 1 ] && grep -q "$pat" "$tmp/$name.out" && [ ! -e "$tmp/hf_$name" ]'
+}
+refuse hybrid_sigmoid "linear_gate_act = sigmoid has no transformers class.*nearest exportable is linear_gate_act = silu" \
+    --model.layer_pattern=LA --model.linear_gate_act=sigmoid
+refuse hybrid_nogate "hybrid's full-attention layers export as Qwen3-Next's.*attn_gate = none.*nearest exportable is attn_gate = elementwise" \
+    --model.layer_pattern=LA --model.attn_gate=none
+
 kind qwen3_next Qwen3NextForCausalLM
 # import: the imported checkpoint resumes (continued pre-training), and what gatedgpt cannot
 # represent is refused in one line naming the file and the field, with nothing written
@@ -87,15 +116,34 @@ kind qwen3_next Qwen3NextForCausalLM
     --log.run_dir="$tmp/imp_run" --checkpoint.dir="$tmp/imp_run/ck" --log.val_every=0 --log.sample_every=0 \
     --metrics.probe_every=0 > "$tmp/imp_run.out" 2>&1
 check "an imported checkpoint resumes: 2 steps trained from step 0" 'grep -q "resume: continuing from $tmp/imp_qwen3/step_00000000: step 0" "$tmp/imp_run.out" && grep -q "^step     2/2 | loss" "$tmp/imp_run.out"'
-imp_err() {   # imp_err NAME PATTERN SED_EXPR FILE: edit a copy of hf_qwen3_next, import must fail with PATTERN
-    local name=$1 pat=$2 expr=$3 file=$4
-    rm -rf "$tmp/bad_hf"; cp -r "$tmp/hf_qwen3_next" "$tmp/bad_hf"
-    sed -i "$expr" "$tmp/bad_hf/$file"
+"$build/train_gpt" --resume "$tmp/imp_hybrid/step_00000000" --train.steps=2 --train.warmup_steps=0 --train.seq_len=32 \
+    --train.batch_size=2 --train.threads=1 --data.train_glob="data/kjv/train_*.bin" --data.val_glob="data/kjv/val_*.bin" \
+    --log.run_dir="$tmp/imp_hrun" --checkpoint.dir="$tmp/imp_hrun/ck" --log.val_every=0 --log.sample_every=0 \
+    --metrics.probe_every=0 > "$tmp/imp_hrun.out" 2>&1
+check "an imported hybrid checkpoint resumes: 2 steps trained from step 0" 'grep -q "resume: continuing from $tmp/imp_hybrid/step_00000000: step 0" "$tmp/imp_hrun.out" && grep -q "^step     2/2 | loss" "$tmp/imp_hrun.out"'
+imp_err() {   # imp_err NAME PATTERN SED_EXPR FILE [SRC]: edit a copy of hf_SRC (qwen3_next), import must fail with PATTERN
+    local name=$1 pat=$2 expr=$3 file=$4 src=${5:-qwen3_next}
+    rm -rf "$tmp/bad_hf"; cp -r "$tmp/hf_$src" "$tmp/bad_hf"
+    if [ "$file" = config.py ]; then   # a Python statement on the parsed config.json, c
+        $PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); $expr; json.dump(c, open(p, 'w'))" "$tmp/bad_hf/config.json"
+    else
+        sed -i "$expr" "$tmp/bad_hf/$file"
+    fi
     "$tool" import "$tmp/bad_hf" --out "$tmp/bad_imp" > "$tmp/e.out" 2>&1; local rc=$?
     check "import refuses $name: one line, exit 1" '[ "$rc" = 1 ] && [ "$(wc -l < "$tmp/e.out")" = 1 ] && grep -q "$pat" "$tmp/e.out"'
     check "import refuses $name: nothing written" '[ ! -e "$tmp/bad_imp" ]'
 }
-imp_err "linear-attention layers" "config.json: layer_types: gatedgpt has no linear-attention" '0,/"full_attention"/s//"linear_attention"/' config.json
+imp_err "a linear-attention layer without its tensors" "model.safetensors: tensor 'model.layers.0.linear_attn.in_proj_qkvz.weight' is missing" '0,/"full_attention"/s//"linear_attention"/' config.json
+imp_err "an unknown layer type" "config.json: layer_types: an entry other than full_attention or linear_attention" 'c["layer_types"][1] = "sliding_attention"' config.py hybrid
+imp_err "layer types with no period of at most 63 layers" "config.json: layer_types: the layer types repeat with no period shorter than 67 layers" \
+    'c["num_hidden_layers"] = 67; c["layer_types"] = ["linear_attention"] * 66 + ["full_attention"]' config.py hybrid
+imp_err "linear value heads not a multiple of the key heads" "config error: .*config.json: \[model\] linear_n_k_head = 3: linear_n_v_head (4, set at .*config.json) is not divisible" 'c["linear_num_key_heads"] = 3' config.py hybrid
+# without layer_types, Qwen3-Next's config class places full attention every full_attention_interval (4) layers: LLLA
+rm -rf "$tmp/nolt"; cp -r "$tmp/hf_hybrid" "$tmp/nolt"
+$PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); del c['layer_types']; json.dump(c, open(p, 'w'))" "$tmp/nolt/config.json"
+"$tool" import "$tmp/nolt" --out "$tmp/imp_nolt" > /dev/null 2>&1
+"$tool" export "$tmp/imp_nolt" --out "$tmp/hf2_nolt" > /dev/null 2>&1
+check "import without layer_types: full_attention_interval's default 4 gives LLLA, the same tensors" 'grep -q "^layer_pattern = LLLA " "$tmp/imp_nolt/step_00000000/config.ini" && $PY tests/compare_safetensors.py "$tmp/hf_hybrid/model.safetensors" "$tmp/hf2_nolt/model.safetensors" > /dev/null'
 imp_err "partial RoPE" "config.json: partial_rotary_factor" 's/"partial_rotary_factor": 1.0/"partial_rotary_factor": 0.25/' config.json
 imp_err "an unknown model_type" "config.json: model_type: import reads gpt2, llama, qwen3" 's/"model_type": "qwen3_next"/"model_type": "mamba"/' config.json
 imp_err "a tensor of another shape" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' has another shape" 's/"num_key_value_heads": 1/"num_key_value_heads": 2/' config.json

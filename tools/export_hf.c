@@ -17,6 +17,9 @@
 //                         shared expert
 //   Qwen3MoeForCausalLM   MoE (softmax top-k, renormalised, dropless) without gate or shared expert
 //   Qwen2MoeForCausalLM   MoE without qk-norm or gate, with a sigmoid-gated shared expert
+//   Qwen3NextForCausalLM  also every hybrid (layer_pattern with L): Gated DeltaNet layers as
+//                         linear_attn (add_gdn has the layouts), linear_gate_act = silu, the
+//                         full-attention layers as above (elementwise sigmoid gate, qk-norm)
 // Anything else gets a one-line error naming the setting and the nearest exportable one.
 // format "raw": every model, gatedgpt's own layout under Qwen3-like names (the mapping below),
 // model_type "gatedgpt" (what no transformers class represents):
@@ -32,6 +35,10 @@
 //   h.L.mlp.w_in        -> swiglu: model.layers.L.mlp.gate_proj.weight (rows [0,F)) and
 //                          up_proj.weight (rows [F,2F)); gelu: model.layers.L.mlp.up_proj.weight
 //   h.L.mlp.w_out       -> model.layers.L.mlp.down_proj.weight
+//   h.L.gdn.*           -> model.layers.L.linear_attn.*: Qwen3.5's names, which have gatedgpt's
+//                          layout: in_proj_qkv (w_qkv), in_proj_z, in_proj_b and in_proj_a (w_ba's
+//                          rows [0, Hv) and [Hv, 2Hv)), conv1d.weight [C, K], A_log, dt_bias,
+//                          norm.weight, out_proj.weight
 //   lnf.w / lnf.b       -> model.norm.weight / .bias
 //   lm_head             -> lm_head.weight                 [vocab_size, d] (absent when tied)
 //   any other tensor    -> gatedgpt.<its name>, as it is in the arena (noted on the log)
@@ -121,6 +128,11 @@ static const char* plain_name(const char* rest) {
         {"ln2.w", "post_attention_layernorm.weight"}, {"ln2.b", "post_attention_layernorm.bias"},
         {"attn.q_norm.w", "self_attn.q_norm.weight"}, {"attn.k_norm.w", "self_attn.k_norm.weight"},
         {"attn.wo", "self_attn.o_proj.weight"}, {"mlp.w_out", "mlp.down_proj.weight"},
+        // a Gated DeltaNet layer: Qwen3.5's names, which have gatedgpt's layout (conv1d [C, K])
+        {"gdn.w_qkv", "linear_attn.in_proj_qkv.weight"}, {"gdn.w_z", "linear_attn.in_proj_z.weight"},
+        {"gdn.conv_w", "linear_attn.conv1d.weight"}, {"gdn.A_log", "linear_attn.A_log"},
+        {"gdn.dt_bias", "linear_attn.dt_bias"}, {"gdn.norm_w", "linear_attn.norm.weight"},
+        {"gdn.w_out", "linear_attn.out_proj.weight"},
     };
     for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
         if (strcmp(rest, MAP[i][0]) == 0) return MAP[i][1];
@@ -146,6 +158,14 @@ static int map_tensor(OutList* l, const ModelConfig* m, const ParamInfo* p, cons
         return 1;
     }
     if (strcmp(rest, "attn.wqkv") == 0) { split_wqkv(l, m, L, x, rows); return 1; }
+    if (strcmp(rest, "gdn.w_ba") == 0) {   // rows [b (Hv) | a (Hv)]
+        const int Hv = m->linear_n_v_head;
+        snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.in_proj_b.weight", L);
+        copy_rows(out_add(l, nm, Hv, cols), x, 0, Hv, cols);
+        snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.in_proj_a.weight", L);
+        copy_rows(out_add(l, nm, Hv, cols), x, Hv, Hv, cols);
+        return 1;
+    }
     if (strcmp(rest, "mlp.w_in") != 0) return 0;
     if (m->mlp == MLP_SWIGLU) {   // rows [gate (F) | up (F)]
         snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate_proj.weight", L);
@@ -172,6 +192,41 @@ const char* export_hf_class_name(HfClass k) {
 HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
     const MoeConfig* e = &m->moe;
     const int gated = m->attn_gate != GATE_NONE;
+    if (config_any_linear(m)) {   // hybrid (Gated DeltaNet layers): Qwen3-Next or nothing
+        static const char* const ACT[] = {"sigmoid", "ns_sigmoid", "silu"};
+        int any_attn = 0;
+        for (int l = 0; l < m->n_layer; l++) any_attn |= !config_layer_is_linear(m, l);
+        if (m->linear_gate_act != GATEACT_SILU)
+            NOPE("[model] linear_gate_act = %s has no transformers class (Qwen3-Next's Gated DeltaNet gates its normed "
+                 "output with silu): the nearest exportable is linear_gate_act = silu", ACT[m->linear_gate_act]);
+        if (m->pos == POS_LEARNED)
+            NOPE("a hybrid ([model] layer_pattern = %s) with pos = learned has no transformers class (Qwen3-Next uses "
+                 "RoPE): the nearest exportable is pos = rope", m->layer_pattern);
+        if (m->norm != NORM_RMSNORM || m->mlp != MLP_SWIGLU)
+            NOPE("a hybrid ([model] layer_pattern = %s) with %s has no transformers class (Qwen3-Next: rmsnorm and "
+                 "swiglu): the nearest exportable is norm = rmsnorm, mlp = swiglu", m->layer_pattern,
+                 m->norm != NORM_RMSNORM ? "norm = layernorm" : "mlp = gelu");
+        if (any_attn && (m->attn_gate != GATE_ELEMENTWISE || m->gate_position != GATEPOS_SDPA || m->gate_act != GATEACT_SIGMOID))
+            NOPE("a hybrid's full-attention layers export as Qwen3-Next's, which gate the SDPA output elementwise with a "
+                 "sigmoid: [model] attn_gate = %s, gate_position = %s, gate_act = %s: the nearest exportable is "
+                 "attn_gate = elementwise, gate_position = sdpa, gate_act = sigmoid",
+                 m->attn_gate == GATE_NONE ? "none" : m->attn_gate == GATE_ELEMENTWISE ? "elementwise" : "headwise",
+                 m->gate_position == GATEPOS_SDPA ? "sdpa" : "value", ACT[m->gate_act]);
+        if (any_attn && !m->qk_norm)
+            NOPE("a hybrid's full-attention layers export as Qwen3-Next's, which normalise q and k: the nearest "
+                 "exportable is [model] qk_norm = true");
+        if (e->n_expert > 0) {
+            if (e->router != ROUTER_SOFTMAX_TOPK)
+                NOPE("[moe] router = sigmoid_topk has no transformers class (Qwen3-Next: softmax top-k): the nearest exportable is router = softmax_topk");
+            if (e->capacity_factor > 0.0f)
+                NOPE("[moe] capacity_factor = %g drops tokens; transformers' MoE is dropless: the nearest exportable is capacity_factor = 0",
+                     (double)e->capacity_factor);
+            if (!e->n_shared_expert || !e->shared_expert_gate)
+                NOPE("an MoE hybrid exports as Qwen3-Next, whose MoE layers have a sigmoid-gated shared expert: the "
+                     "nearest exportable is [moe] n_shared_expert = 1, shared_expert_gate = true");
+        }
+        return HF_QWEN3_NEXT;
+    }
     // the gate: only Qwen3-Next's (elementwise, sigmoid, on the SDPA output) has a class
     if (gated && m->attn_gate != GATE_ELEMENTWISE)
         NOPE("[model] attn_gate = headwise has no transformers class (Qwen3-Next's gate is elementwise): "
@@ -275,6 +330,42 @@ static void build_gpt2(OutList* l, const ModelConfig* m, const ParamTable* t, co
     if (!m->tie_embeddings) add_copy(l, "lm_head.weight", P_(t, x, "lm_head", 0), V, d);
 }
 
+// A Gated DeltaNet layer as Qwen3-Next's linear_attn (Qwen3NextGatedDeltaNet). Hk key heads of
+// dk, Hv value heads of dv, rep = Hv / Hk value heads per key head (value head h reads key head
+// h / rep). in_proj_qkvz is grouped per key head g: [q_g (dk) | k_g (dk) | v of value heads
+// g*rep .. g*rep+rep-1 (rep*dv) | z of the same heads (rep*dv)] (fix_query_key_value_ordering);
+// in_proj_ba per key head g: [b (rep) | a (rep)]; conv1d's channels are [q | k | v] head-major,
+// which is w_qkv's row order, as [C, 1, K]; norm.weight is Qwen3NextRMSNormGated's plain weight
+// (x^ * w, no w - 1).
+static void add_gdn(OutList* l, const ModelConfig* m, const ParamTable* t, const float* x, int L) {
+    const int d = m->d_model, Hk = m->linear_n_k_head, Hv = m->linear_n_v_head;
+    const int dk = m->linear_k_head_dim, dv = m->linear_v_head_dim, K = m->linear_conv_kernel;
+    const int Kd = Hk * dk, Vd = Hv * dv, rep = Hv / Hk, C = 2 * Kd + Vd;
+    const float* qkv = P_(t, x, "h.%d.gdn.w_qkv", L);
+    const float* z = P_(t, x, "h.%d.gdn.w_z", L);
+    const float* ba = P_(t, x, "h.%d.gdn.w_ba", L);
+    char nm[128];
+#define NM(s) (snprintf(nm, sizeof nm, "model.layers.%d.linear_attn." s, L), nm)
+    float* o = out_add(l, NM("in_proj_qkvz.weight"), 2 * Kd + 2 * Vd, d);
+    for (int g = 0, r = 0; g < Hk; g++) {
+        copy_rows(o + (size_t)r * d, qkv, g * dk, dk, d); r += dk;
+        copy_rows(o + (size_t)r * d, qkv, Kd + g * dk, dk, d); r += dk;
+        copy_rows(o + (size_t)r * d, qkv, 2 * Kd + g * rep * dv, rep * dv, d); r += rep * dv;
+        copy_rows(o + (size_t)r * d, z, g * rep * dv, rep * dv, d); r += rep * dv;
+    }
+    o = out_add(l, NM("in_proj_ba.weight"), 2 * Hv, d);
+    for (int g = 0; g < Hk; g++) {
+        copy_rows(o + (size_t)(2 * g * rep) * d, ba, g * rep, rep, d);
+        copy_rows(o + (size_t)(2 * g * rep + rep) * d, ba, Hv + g * rep, rep, d);
+    }
+    add3(l, NM("conv1d.weight"), P_(t, x, "h.%d.gdn.conv_w", L), C, 1, K);
+    add_copy(l, NM("dt_bias"), P_(t, x, "h.%d.gdn.dt_bias", L), Hv, 0);
+    add_copy(l, NM("A_log"), P_(t, x, "h.%d.gdn.A_log", L), Hv, 0);
+    add_copy(l, NM("norm.weight"), P_(t, x, "h.%d.gdn.norm_w", L), dv, 0);
+    add_copy(l, NM("out_proj.weight"), P_(t, x, "h.%d.gdn.w_out", L), d, Vd);
+#undef NM
+}
+
 // Llama, Qwen3, Qwen3-Next, Qwen3-MoE: the Qwen3 names, with each class's differences
 static void build_qwen(OutList* l, const ModelConfig* m, const ParamTable* t, const float* x, HfClass k) {
     const int d = m->d_model, F = m->d_ff, V = m->vocab_size, hd = m->head_dim;
@@ -285,13 +376,17 @@ static void build_qwen(OutList* l, const ModelConfig* m, const ParamTable* t, co
     for (int L = 0; L < m->n_layer; L++) {
 #define NM(s) (snprintf(nm, sizeof nm, "model.layers.%d." s, L), nm)
         add_norm(l, NM("input_layernorm.weight"), P_(t, x, "h.%d.ln1.w", L), d, next);
-        const ParamInfo* qkv = param_find(t, (snprintf(nm, sizeof nm, "h.%d.attn.wqkv", L), nm));
-        split_wqkv(l, m, L, x + qkv->offset, qkv->shape[0]);
-        if (m->qk_norm) {
-            add_norm(l, NM("self_attn.q_norm.weight"), P_(t, x, "h.%d.attn.q_norm.w", L), hd, next);
-            add_norm(l, NM("self_attn.k_norm.weight"), P_(t, x, "h.%d.attn.k_norm.w", L), hd, next);
+        if (config_layer_is_linear(m, L)) {
+            add_gdn(l, m, t, x, L);
+        } else {
+            const ParamInfo* qkv = param_find(t, (snprintf(nm, sizeof nm, "h.%d.attn.wqkv", L), nm));
+            split_wqkv(l, m, L, x + qkv->offset, qkv->shape[0]);
+            if (m->qk_norm) {
+                add_norm(l, NM("self_attn.q_norm.weight"), P_(t, x, "h.%d.attn.q_norm.w", L), hd, next);
+                add_norm(l, NM("self_attn.k_norm.weight"), P_(t, x, "h.%d.attn.k_norm.w", L), hd, next);
+            }
+            add_copy(l, NM("self_attn.o_proj.weight"), P_(t, x, "h.%d.attn.wo", L), d, m->n_head * hd);
         }
-        add_copy(l, NM("self_attn.o_proj.weight"), P_(t, x, "h.%d.attn.wo", L), d, m->n_head * hd);
         add_norm(l, NM("post_attention_layernorm.weight"), P_(t, x, "h.%d.ln2.w", L), d, next);
         if (!config_layer_is_moe(m, L)) {
             const float* w_in = P_(t, x, "h.%d.mlp.w_in", L);   // rows [gate (F) | up (F)]
@@ -456,8 +551,13 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
         }
         if (k == HF_QWEN3_NEXT) {
             fprintf(f, "  \"layer_types\": [");
-            for (int l = 0; l < m->n_layer; l++) fprintf(f, "%s\"full_attention\"", l ? ", " : "");
+            for (int l = 0; l < m->n_layer; l++)
+                fprintf(f, "%s\"%s\"", l ? ", " : "", config_layer_is_linear(m, l) ? "linear_attention" : "full_attention");
             fprintf(f, "],\n");
+            if (config_any_linear(m))
+                fprintf(f, "  \"linear_num_key_heads\": %d,\n  \"linear_num_value_heads\": %d,\n  \"linear_key_head_dim\": %d,\n"
+                           "  \"linear_value_head_dim\": %d,\n  \"linear_conv_kernel_dim\": %d,\n",
+                        m->linear_n_k_head, m->linear_n_v_head, m->linear_k_head_dim, m->linear_v_head_dim, m->linear_conv_kernel);
         }
         if (k == HF_QWEN2_MOE) fprintf(f, "  \"qkv_bias\": false,\n  \"use_sliding_window\": false,\n");
         if (k == HF_QWEN3_MOE || k == HF_QWEN2_MOE || (k == HF_QWEN3_NEXT && e->n_expert > 0)) {

@@ -1,7 +1,7 @@
 // tools/import_hf.c: Hugging Face directory -> gatedgpt checkpoint (tools/import_hf.h). The
 // inverse of tools/export_hf.c's class mappings: GPT2LMHeadModel, LlamaForCausalLM,
-// Qwen3ForCausalLM, Qwen3NextForCausalLM (full attention only), Qwen3MoeForCausalLM,
-// Qwen2MoeForCausalLM.
+// Qwen3ForCausalLM, Qwen3NextForCausalLM (full attention, or hybrid with Gated DeltaNet layers:
+// layer_types -> layer_pattern), Qwen3MoeForCausalLM, Qwen2MoeForCausalLM.
 #define _GNU_SOURCE
 #include "import_hf.h"
 #include "json_read.h"
@@ -54,6 +54,14 @@ static int set(Config* c, const Src* s, const char* fmt, ...) {
         fprintf(stderr, "error: import: %s: the value gives %s, which gatedgpt refuses (above)\n", s->cfg_path, kv);
         return -1;
     }
+    // the value's origin is config.json (config_finalize's errors and config.ini's comments name it)
+    for (int i = 0; i < config_key_count(); i++) {
+        const char* sec;
+        const char* key = config_key(i, &sec);
+        size_t ns = strlen(sec), nk = strlen(key);
+        if (strncmp(kv, sec, ns) == 0 && kv[ns] == '.' && strncmp(kv + ns + 1, key, nk) == 0 && kv[ns + 1 + nk] == '=')
+            snprintf(c->origin[i], sizeof c->origin[i], "%.*s", (int)sizeof c->origin[i] - 1, s->cfg_path);
+    }
     return 0;
 }
 static const Jv* need(const Src* s, const Jv* obj, const char* key, JvKind kind) {
@@ -104,6 +112,59 @@ static int read_rope(Config* c, const Src* s, int partial_default_quarter) {
     return 0;
 }
 
+// Qwen3-Next's layer_types (or, without it, full_attention_interval as its config class reads it:
+// layer i is linear unless (i + 1) % interval == 0) -> [model] layer_pattern, the shortest period
+// that repeats over the layers (at most 63 letters: the field), and the linear_* sizes
+// (transformers' defaults when absent).
+static int read_layer_types(Config* c, const Src* s, int L) {
+    const Jv* J = &s->conf;
+    const Jv* lt = jv_get(J, "layer_types");
+    if (L < 1) return 0;   // config_finalize refuses num_hidden_layers
+    char* pat = calloc((size_t)L + 1, 1);
+    if (!pat) { fprintf(stderr, "error: import: out of memory\n"); return -1; }
+    if (lt && (lt->kind != JV_ARR || lt->n != L)) {
+        free(pat);
+        return refuse(s, "layer_types", "not a list of num_hidden_layers entries (accepted: one of full_attention, linear_attention per layer)");
+    }
+    int interval = (int)num_or(J, "full_attention_interval", 4), any_linear = 0;
+    if (!lt && interval < 1) { free(pat); return refuse(s, "full_attention_interval", "must be at least 1"); }
+    for (int i = 0; i < L; i++) {
+        int lin;
+        if (!lt) lin = (i + 1) % interval != 0;
+        else if (lt->items[i].kind == JV_STR && strcmp(lt->items[i].str, "full_attention") == 0) lin = 0;
+        else if (lt->items[i].kind == JV_STR && strcmp(lt->items[i].str, "linear_attention") == 0) lin = 1;
+        else { free(pat); return refuse(s, "layer_types", "an entry other than full_attention or linear_attention"); }
+        pat[i] = lin ? 'L' : 'A';
+        any_linear |= lin;
+    }
+    if (!any_linear) { free(pat); return 0; }   // all full attention: layer_pattern stays ""
+    int p = 1;
+    for (; p < L; p++) {
+        if (L % p) continue;
+        int i = p;
+        while (i < L && pat[i] == pat[i % p]) i++;
+        if (i == L) break;
+    }
+    if (p >= (int)sizeof c->model.layer_pattern) {
+        char why[200];
+        snprintf(why, sizeof why, "the layer types repeat with no period shorter than %d layers, and gatedgpt's "
+                 "layer_pattern holds at most %d letters (accepted: a period of at most %d that divides num_hidden_layers)",
+                 p, (int)sizeof c->model.layer_pattern - 1, (int)sizeof c->model.layer_pattern - 1);
+        free(pat);
+        return refuse(s, "layer_types", why);
+    }
+    pat[p] = 0;
+    int rc = set(c, s, "model.layer_pattern=%s", pat) ||
+             set(c, s, "model.linear_n_k_head=%d", (int)num_or(J, "linear_num_key_heads", 16)) ||
+             set(c, s, "model.linear_n_v_head=%d", (int)num_or(J, "linear_num_value_heads", 32)) ||
+             set(c, s, "model.linear_k_head_dim=%d", (int)num_or(J, "linear_key_head_dim", 128)) ||
+             set(c, s, "model.linear_v_head_dim=%d", (int)num_or(J, "linear_value_head_dim", 128)) ||
+             set(c, s, "model.linear_conv_kernel=%d", (int)num_or(J, "linear_conv_kernel_dim", 4)) ||
+             set(c, s, "model.linear_gate_act=silu") ? -1 : 0;
+    free(pat);
+    return rc;
+}
+
 static int read_config(Config* c, const Src* s, int* cls) {
     const Jv* J = &s->conf;
     const Jv* mt = need(s, J, "model_type", JV_STR);
@@ -144,13 +205,7 @@ static int read_config(Config* c, const Src* s, int* cls) {
         set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 && *cls <= 4 ? "true" : "false") ||
         set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") || read_rope(c, s, *cls == 3))
         return -1;
-    if (*cls == 3) {   // Qwen3-Next: full-attention layers only
-        const Jv* lt = jv_get(J, "layer_types");
-        for (int i = 0; lt && i < lt->n; i++)
-            if (lt->items[i].kind != JV_STR || strcmp(lt->items[i].str, "full_attention"))
-                return refuse(s, "layer_types", "gatedgpt has no linear-attention (Gated DeltaNet) layers yet (accepted: all full_attention)");
-        if (!lt) return refuse(s, "layer_types", "missing: Qwen3-Next's default mixes in linear attention");
-    }
+    if (*cls == 3 && read_layer_types(c, s, L)) return -1;   // Qwen3-Next: which layers are Gated DeltaNets
     int E = (int)num_or(J, "num_experts", 0);
     const Jv* only = jv_get(J, "mlp_only_layers");
     int n_only = only && only->kind == JV_ARR ? only->n : 0;
@@ -208,6 +263,11 @@ static float* tensor(Src* s, const char* name, int a, int b, int c) {
     return x;
 }
 
+static int has_tensor(const Src* s, const char* name) {
+    for (int i = 0; i < s->hdr.n; i++) if (strcmp(s->hdr.keys[i], name) == 0) return 1;
+    return 0;
+}
+
 static int ends_with(const char* s, const char* suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -222,6 +282,43 @@ static float* dst(const ParamTable* t, float* arena, const char* fmt, int l) {
 
 #define GET(var, name, a, b, c) float* var = tensor(s, name, a, b, c); if (!var) return -1
 static int put_rows(float* to, const float* from, size_t n) { memcpy(to, from, n * sizeof(float)); return 0; }
+
+// Qwen3-Next's linear_attn of layer L -> h.L.gdn.* (the inverse of tools/export_hf.c's add_gdn:
+// in_proj_qkvz and in_proj_ba grouped per key head, conv1d [C, 1, K], the rest as they are)
+static int fill_gdn(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int L) {
+    const int d = m->d_model, Hk = m->linear_n_k_head, Hv = m->linear_n_v_head;
+    const int dk = m->linear_k_head_dim, dv = m->linear_v_head_dim, K = m->linear_conv_kernel;
+    const int Kd = Hk * dk, Vd = Hv * dv, rep = Hv / Hk, C = 2 * Kd + Vd;
+    const size_t row = (size_t)d * sizeof(float);
+    char nm[160];
+#define NM(f) (snprintf(nm, sizeof nm, "model.layers.%d.linear_attn." f, L), nm)
+    float *qkv = dst(t, x, "h.%d.gdn.w_qkv", L), *z = dst(t, x, "h.%d.gdn.w_z", L), *ba = dst(t, x, "h.%d.gdn.w_ba", L);
+    {
+        GET(w, NM("in_proj_qkvz.weight"), 2 * Kd + 2 * Vd, d, 0);
+        for (int g = 0, r = 0; g < Hk; g++) {   // per key head: [q_g | k_g | v (rep heads) | z (rep heads)]
+            memcpy(qkv + (size_t)(g * dk) * d, w + (size_t)r * d, dk * row); r += dk;
+            memcpy(qkv + (size_t)(Kd + g * dk) * d, w + (size_t)r * d, dk * row); r += dk;
+            memcpy(qkv + (size_t)(2 * Kd + g * rep * dv) * d, w + (size_t)r * d, (size_t)rep * dv * row); r += rep * dv;
+            memcpy(z + (size_t)(g * rep * dv) * d, w + (size_t)r * d, (size_t)rep * dv * row); r += rep * dv;
+        }
+        free(w);
+    }
+    {
+        GET(w, NM("in_proj_ba.weight"), 2 * Hv, d, 0);
+        for (int g = 0; g < Hk; g++) {   // per key head: [b (rep) | a (rep)]
+            memcpy(ba + (size_t)(g * rep) * d, w + (size_t)(2 * g * rep) * d, (size_t)rep * row);
+            memcpy(ba + (size_t)(Hv + g * rep) * d, w + (size_t)(2 * g * rep + rep) * d, (size_t)rep * row);
+        }
+        free(w);
+    }
+    { GET(w, NM("conv1d.weight"), C, 1, K); put_rows(dst(t, x, "h.%d.gdn.conv_w", L), w, (size_t)C * K); free(w); }
+    { GET(w, NM("dt_bias"), Hv, 0, 0); put_rows(dst(t, x, "h.%d.gdn.dt_bias", L), w, Hv); free(w); }
+    { GET(w, NM("A_log"), Hv, 0, 0); put_rows(dst(t, x, "h.%d.gdn.A_log", L), w, Hv); free(w); }
+    { GET(w, NM("norm.weight"), dv, 0, 0); put_rows(dst(t, x, "h.%d.gdn.norm_w", L), w, dv); free(w); }
+    { GET(w, NM("out_proj.weight"), d, Vd, 0); put_rows(dst(t, x, "h.%d.gdn.w_out", L), w, (size_t)d * Vd); free(w); }
+#undef NM
+    return 0;
+}
 
 static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int cls) {
     const int d = m->d_model, F = m->d_ff, V = m->vocab_size, hd = m->head_dim, H = m->n_head, Hkv = m->n_kv_head;
@@ -270,26 +367,31 @@ static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int
             struct { const char* hf; const char* ours; int n; } N[] = {
                 {"model.layers.%d.input_layernorm.weight", "h.%d.ln1.w", d}, {"model.layers.%d.post_attention_layernorm.weight", "h.%d.ln2.w", d},
                 {"model.layers.%d.self_attn.q_norm.weight", "h.%d.attn.q_norm.w", hd}, {"model.layers.%d.self_attn.k_norm.weight", "h.%d.attn.k_norm.w", hd}};
+            const int lin = config_layer_is_linear(m, L);
             for (size_t i = 0; i < 4; i++) {
-                if (i >= 2 && !m->qk_norm) continue;
+                if (i >= 2 && (!m->qk_norm || lin)) continue;
                 GET(w, NM(N[i].hf), N[i].n, 0, 0);
                 float* o = dst(t, x, N[i].ours, L);
                 for (int j = 0; j < N[i].n; j++) o[j] = next ? w[j] + 1.0f : w[j];   // Qwen3-Next: x^ (1 + w)
                 free(w);
             }
-            float* qkv = dst(t, x, "h.%d.attn.wqkv", L);
-            const int Hq = H * hd, Hk = Hkv * hd;
-            {
-                GET(q, NM("model.layers.%d.self_attn.q_proj.weight"), next ? 2 * Hq : Hq, d, 0);
-                for (int h = 0; h < H; h++) {   // Qwen3-Next: [q_h | g_h] per head
-                    memcpy(qkv + (size_t)h * hd * d, q + (size_t)(next ? 2 * h : h) * hd * d, (size_t)hd * d * sizeof(float));
-                    if (next) memcpy(qkv + (size_t)(Hq + 2 * Hk + h * hd) * d, q + (size_t)(2 * h + 1) * hd * d, (size_t)hd * d * sizeof(float));
+            if (lin) {
+                if (fill_gdn(s, m, t, x, L)) return -1;
+            } else {
+                float* qkv = dst(t, x, "h.%d.attn.wqkv", L);
+                const int Hq = H * hd, Hk = Hkv * hd;
+                {
+                    GET(q, NM("model.layers.%d.self_attn.q_proj.weight"), next ? 2 * Hq : Hq, d, 0);
+                    for (int h = 0; h < H; h++) {   // Qwen3-Next: [q_h | g_h] per head
+                        memcpy(qkv + (size_t)h * hd * d, q + (size_t)(next ? 2 * h : h) * hd * d, (size_t)hd * d * sizeof(float));
+                        if (next) memcpy(qkv + (size_t)(Hq + 2 * Hk + h * hd) * d, q + (size_t)(2 * h + 1) * hd * d, (size_t)hd * d * sizeof(float));
+                    }
+                    free(q);
                 }
-                free(q);
+                { GET(w, NM("model.layers.%d.self_attn.k_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)Hq * d, w, (size_t)Hk * d); free(w); }
+                { GET(w, NM("model.layers.%d.self_attn.v_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)(Hq + Hk) * d, w, (size_t)Hk * d); free(w); }
+                { GET(w, NM("model.layers.%d.self_attn.o_proj.weight"), d, Hq, 0); put_rows(dst(t, x, "h.%d.attn.wo", L), w, (size_t)d * Hq); free(w); }
             }
-            { GET(w, NM("model.layers.%d.self_attn.k_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)Hq * d, w, (size_t)Hk * d); free(w); }
-            { GET(w, NM("model.layers.%d.self_attn.v_proj.weight"), Hk, d, 0); put_rows(qkv + (size_t)(Hq + Hk) * d, w, (size_t)Hk * d); free(w); }
-            { GET(w, NM("model.layers.%d.self_attn.o_proj.weight"), d, Hq, 0); put_rows(dst(t, x, "h.%d.attn.wo", L), w, (size_t)d * Hq); free(w); }
             if (!config_layer_is_moe(m, L)) {
                 float* wi = dst(t, x, "h.%d.mlp.w_in", L);
                 { GET(w, NM("model.layers.%d.mlp.gate_proj.weight"), F, d, 0); put_rows(wi, w, (size_t)F * d); free(w); }
@@ -299,8 +401,21 @@ static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int
             }
             const int E = e->n_expert, Fe = e->d_expert, Fs = e->d_shared_expert;
             { GET(w, NM("model.layers.%d.mlp.gate.weight"), E, d, 0); put_rows(dst(t, x, "h.%d.moe.router", L), w, (size_t)E * d); free(w); }
-            { GET(w, NM("model.layers.%d.mlp.experts.gate_up_proj"), E, 2 * Fe, d); put_rows(dst(t, x, "h.%d.moe.w_in", L), w, (size_t)E * 2 * Fe * d); free(w); }
-            { GET(w, NM("model.layers.%d.mlp.experts.down_proj"), E, d, Fe); put_rows(dst(t, x, "h.%d.moe.w_out", L), w, (size_t)E * d * Fe); free(w); }
+            if (has_tensor(s, NM("model.layers.%d.mlp.experts.gate_up_proj")) || !has_tensor(s, NM("model.layers.%d.mlp.experts.0.gate_proj.weight"))) {
+                { GET(w, NM("model.layers.%d.mlp.experts.gate_up_proj"), E, 2 * Fe, d); put_rows(dst(t, x, "h.%d.moe.w_in", L), w, (size_t)E * 2 * Fe * d); free(w); }
+                { GET(w, NM("model.layers.%d.mlp.experts.down_proj"), E, d, Fe); put_rows(dst(t, x, "h.%d.moe.w_out", L), w, (size_t)E * d * Fe); free(w); }
+            } else {   // one tensor per expert, as the Hub's checkpoints (and transformers' save_pretrained) store them
+                float *wi = dst(t, x, "h.%d.moe.w_in", L), *wo = dst(t, x, "h.%d.moe.w_out", L);
+                for (int j = 0; j < E; j++) {
+                    const size_t blk = (size_t)Fe * d;
+                    char en[160];
+#define EN(f) (snprintf(en, sizeof en, "model.layers.%d.mlp.experts.%d." f, L, j), en)
+                    { GET(w, EN("gate_proj.weight"), Fe, d, 0); put_rows(wi + 2 * blk * j, w, blk); free(w); }
+                    { GET(w, EN("up_proj.weight"), Fe, d, 0); put_rows(wi + 2 * blk * j + blk, w, blk); free(w); }
+                    { GET(w, EN("down_proj.weight"), d, Fe, 0); put_rows(wo + blk * j, w, blk); free(w); }
+#undef EN
+                }
+            }
             if (e->n_shared_expert) {
                 float* si = dst(t, x, "h.%d.moe.shared_w_in", L);
                 { GET(w, NM("model.layers.%d.mlp.shared_expert.gate_proj.weight"), Fs, d, 0); put_rows(si, w, (size_t)Fs * d); free(w); }
