@@ -85,14 +85,14 @@ static void test_config(const char* ini) {
     gpt_forward(&m, tok, NULL);
     for (int n = 0; n < B * T; n++) gpt_logits_to_host(&m, full + (size_t)n * V, n, V);
 
-    // 1. growing cache, chunks 5, 1, 1, 3, 6 (= 16; shorter models stop early)
+    // 1. growing cache, chunks 5, 1, 1, 3, 6, repeated up to max_seq_len (the last one cut short)
     KVCache kv;
     TU_CHECK(kv_cache_init(&kv, c, B, T, 0, T, 0, KV_POS_ORIGINAL, "test") == 0, "%s: cache init", ini);
     m.kv = &kv;
     const int chunks[] = {5, 1, 1, 3, 6};
     int t0 = 0;
-    for (int i = 0; i < 5 && t0 < T; i++) {
-        int cs = chunks[i] < T - t0 ? chunks[i] : T - t0;
+    for (int i = 0; t0 < T; i++) {
+        int cs = chunks[i % 5] < T - t0 ? chunks[i % 5] : T - t0;
         feed(&m, tok, B, T, t0, cs, got, V);
         t0 += cs;
     }

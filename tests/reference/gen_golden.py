@@ -15,9 +15,10 @@ Usage:
   /usr/bin/python3 tests/reference/gen_golden.py [--out tests/golden] [--check] [names...]
 names are NAME or path/NAME.ini (default: every tests/golden/*.ini). --check adds the
 self-tests: finite differences vs autograd, a slow loop-based second forward, the optimizer
-against torch.optim.AdamW + clip_grad_norm_, a read-back of the written file, and for a yarn
+against torch.optim.AdamW + clip_grad_norm_, a read-back of the written file, for a yarn
 config the reference's (transformers') yarn inv_freq against the paper's wavelength-based one
-on the pairs where the two definitions agree.
+on the pairs where the two definitions agree, and for a hybrid config the gated delta rule's
+recurrence against its chunked and matrix forms (outputs, and gradients on random inputs).
 """
 import argparse
 import dataclasses
@@ -203,11 +204,18 @@ def compare_fp32(c, r64, r32):
 
 def fd_sample(c, name, p, gen, per_block):
     """Flat indices to check in parameter `name`: a few from each row block of the fused
-    matrices (wqkv: q | k | v | gate; swiglu w_in: gate | up), a few anywhere otherwise, and
+    matrices (wqkv: q | k | v | gate; swiglu w_in: gate | up; gdn.w_qkv and gdn.conv_w: q | k | v;
+    gdn.w_ba: b | a), a few anywhere otherwise, and
     one element of a padding row of wte / lm_head."""
     H, Hkv, hd = c.n_head, c.n_kv_head, c.head_dim
+    Kd = c.linear_n_k_head * c.linear_k_head_dim
+    Vd = c.linear_n_v_head * c.linear_v_head_dim
     if name.endswith("attn.wqkv"):
         sizes = [H * hd, Hkv * hd, Hkv * hd, c.gate_dim]
+    elif name.endswith(("gdn.w_qkv", "gdn.conv_w")):
+        sizes = [Kd, Kd, Vd]
+    elif name.endswith("gdn.w_ba"):
+        sizes = [c.linear_n_v_head, c.linear_n_v_head]
     elif name.endswith("mlp.w_in") and c.mlp == "swiglu":
         sizes = [c.d_ff, c.d_ff]
     else:
@@ -389,11 +397,114 @@ def check_yarn(c):
     return n_eq, n_diff, worst_diff
 
 
+def chunked_gated_delta_rule(q, k, v, g, beta, chunk):
+    """The gated delta rule in the chunked (WY / UT) form, as transformers'
+    torch_chunk_gated_delta_rule writes it: q, k [B,T,H,dk] (one key head per value head),
+    v [B,T,H,dv], g, beta [B,T,H]; the sequence zero-padded to whole chunks; within a chunk the
+    unit lower-triangular system (I + tril(diag(beta) K K^T * decay, -1)) solved by forward
+    substitution, across chunks the state S [dk,dv] carried with the chunk's total decay.
+    Returns o [B,T,H,dv] (q scaled by 1/sqrt(dk))."""
+    B, T, H, dk = k.shape
+    dv = v.shape[-1]
+    pad = (chunk - T % chunk) % chunk
+    tr = [x.transpose(1, 2) for x in (q, k, v)]                    # [B,H,T,*]
+    q, k, v = [F.pad(x, (0, 0, 0, pad)) for x in tr]
+    beta = F.pad(beta.transpose(1, 2), (0, pad))
+    g = F.pad(g.transpose(1, 2), (0, pad))
+    n = (T + pad) // chunk
+    q = q / math.sqrt(dk)
+    k_beta, v_beta = k * beta[..., None], v * beta[..., None]
+    q, k, v, k_beta, v_beta = [x.reshape(B, H, n, chunk, x.shape[-1]) for x in (q, k, v, k_beta, v_beta)]
+    g = g.reshape(B, H, n, chunk).cumsum(-1)
+    decay = (g[..., :, None] - g[..., None, :]).tril().exp().tril()           # [B,H,n,C,C]
+    upper = torch.ones(chunk, chunk, dtype=torch.bool).triu()
+    A = -((k_beta @ k.transpose(-1, -2)) * decay).masked_fill(upper, 0)
+    for i in range(1, chunk):                                       # forward substitution
+        A[..., i, :i] = A[..., i, :i].clone() + (A[..., i, :i, None].clone() * A[..., :i, :i].clone()).sum(-2)
+    A = A + torch.eye(chunk, dtype=A.dtype)
+    u = A @ v_beta                                                  # the chunk's corrected values
+    w = A @ (k_beta * g.exp()[..., None])
+    S = q.new_zeros(B, H, dk, dv)
+    strict = torch.ones(chunk, chunk, dtype=torch.bool).triu(1)
+    out = []
+    for i in range(n):
+        qi, ki, ui, wi, gi = q[:, :, i], k[:, :, i], u[:, :, i], w[:, :, i], g[:, :, i]
+        attn = (qi @ ki.transpose(-1, -2) * decay[:, :, i]).masked_fill(strict, 0)
+        v_new = ui - wi @ S
+        out.append((qi * gi.exp()[..., None]) @ S + attn @ v_new)
+        S = S * gi[..., -1, None, None].exp() + (ki * (gi[..., -1, None] - gi).exp()[..., None]).transpose(-1, -2) @ v_new
+    o = torch.stack(out, dim=2).reshape(B, H, n * chunk, dv)[:, :, :T]
+    return o.transpose(1, 2)
+
+
+def delta_rule_matrix_form(q, k, v, g, beta):
+    """The gated delta rule token by token in its matrix form, per sequence and head with Python
+    loops: S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, o_t = S_t^T q_t / sqrt(dk)."""
+    B, T, H, dk = k.shape
+    eye = torch.eye(dk, dtype=k.dtype)
+    o = []
+    for b in range(B):
+        ob = []
+        for h in range(H):
+            S = k.new_zeros(dk, v.shape[-1])
+            oh = []
+            for t in range(T):
+                kt = k[b, t, h]
+                S = torch.exp(g[b, t, h]) * (eye - beta[b, t, h] * torch.outer(kt, kt)) @ S \
+                    + beta[b, t, h] * torch.outer(kt, v[b, t, h])
+                oh.append(S.t() @ q[b, t, h] / math.sqrt(dk))
+            ob.append(torch.stack(oh))
+        o.append(torch.stack(ob, dim=1))
+    return torch.stack(o)
+
+
+def gdn_slow(c, params, p, a):
+    """The Gated DeltaNet layer written differently from model.gdn_block: F.linear on row
+    slices of w_qkv / w_ba, F.conv1d (groups = channels, padded K-1 each side, the first T
+    outputs) for the causal conv, F.silu, rsqrt forms of the norms, softplus written out
+    (log1p(exp(x)), x above 20 passed through, as torch's threshold), key heads by explicit
+    index h // (Hv/Hk), and the chunked delta rule (chunk = linear_chunk, or 8 when it is 0).
+    Returns the layer's output after w_out."""
+    B, T, d = a.shape
+    Hk, Hv, dk, dv = c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim
+    Kd, Vd, K = Hk * dk, Hv * dv, c.linear_conv_kernel
+    W = params[p + "gdn.w_qkv"]
+    conv = params[p + "gdn.conv_w"]
+    chans = []
+    for lo, hi in ((0, Kd), (Kd, 2 * Kd), (2 * Kd, 2 * Kd + Vd)):
+        x = F.linear(a, W[lo:hi]).transpose(1, 2)                  # [B, C, T]
+        y = F.conv1d(x, conv[lo:hi, None, :], padding=K - 1, groups=hi - lo)[..., :T]
+        chans.append(F.silu(y).transpose(1, 2))                    # [B, T, C]
+    qx, kx, vx = chans
+
+    def l2(x):
+        return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6)
+
+    qh = l2(qx.reshape(B, T, Hk, dk))
+    kh = l2(kx.reshape(B, T, Hk, dk))
+    kv_of = [h // (Hv // Hk) for h in range(Hv)]
+    q = torch.stack([qh[:, :, j] for j in kv_of], dim=2)
+    k = torch.stack([kh[:, :, j] for j in kv_of], dim=2)
+    v = vx.reshape(B, T, Hv, dv)
+    Wba = params[p + "gdn.w_ba"]
+    beta = torch.sigmoid(F.linear(a, Wba[:Hv]))
+    xa = F.linear(a, Wba[Hv:]) + params[p + "gdn.dt_bias"]
+    sp = torch.where(xa > 20, xa, torch.log1p(torch.exp(xa.clamp(max=20))))
+    g = -params[p + "gdn.A_log"].exp() * sp
+    o = chunked_gated_delta_rule(q, k, v, g, beta, c.linear_chunk or 8)
+    zz = F.linear(a, params[p + "gdn.w_z"]).reshape(B, T, Hv, dv)
+    act = {"sigmoid": torch.sigmoid(zz), "ns_sigmoid": 0.5 + 0.5 * torch.sigmoid(zz),
+           "silu": F.silu(zz)}[c.linear_gate_act]
+    on = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + c.norm_eps) * params[p + "gdn.norm_w"] * act
+    return F.linear(on.reshape(B, T, Vd), params[p + "gdn.w_out"])
+
+
 def forward_slow(c, params, idx, tgt, moe_vals=None):
     """A second forward written differently on purpose: torch.nn.functional where it exists,
     explicit loops over batch, position and head for attention, rope as a rotation matrix,
-    GQA by explicit head index, the MoE layer token by token, cross-entropy via
-    F.cross_entropy. Returns (logits, loss); moe_vals receives each MoE layer's [aux, z]."""
+    GQA by explicit head index, the MoE layer token by token, Gated DeltaNet layers by
+    gdn_slow (F.conv1d, the chunked delta rule), cross-entropy via F.cross_entropy.
+    Returns (logits, loss); moe_vals receives each MoE layer's [aux, z]."""
     B, T = idx.shape
     d, H, Hkv, hd, Fd = c.d_model, c.n_head, c.n_kv_head, c.head_dim, c.d_ff
     dt = params["wte"].dtype
@@ -417,12 +528,7 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
             R[t, i, i], R[t, i, j] = mscale * math.cos(th), -mscale * math.sin(th)
             R[t, j, j], R[t, j, i] = mscale * math.cos(th), mscale * math.sin(th)
 
-    x = F.embedding(idx, params["wte"])
-    if c.pos == "learned":
-        x = x + F.embedding(torch.arange(T), params["wpe"])[None]
-    for l in range(c.n_layer):
-        p = f"h.{l}."
-        a = nrm(x, p + "ln1")
+    def attention_slow(a, p):
         W = params[p + "attn.wqkv"]
         Wq, Wk = W[:H * hd], W[H * hd:H * hd + Hkv * hd]
         Wv, Wg = W[H * hd + Hkv * hd:H * hd + 2 * Hkv * hd], W[H * hd + 2 * Hkv * hd:]
@@ -464,7 +570,18 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
                     heads.append(y)
                 out_b.append(torch.cat(heads))
             rows.append(torch.stack(out_b))
-        x = x + F.linear(torch.stack(rows), params[p + "attn.wo"])
+        return F.linear(torch.stack(rows), params[p + "attn.wo"])
+
+    x = F.embedding(idx, params["wte"])
+    if c.pos == "learned":
+        x = x + F.embedding(torch.arange(T), params["wpe"])[None]
+    for l in range(c.n_layer):
+        p = f"h.{l}."
+        a = nrm(x, p + "ln1")
+        if c.is_linear(l):
+            x = x + gdn_slow(c, params, p, a)
+        else:
+            x = x + attention_slow(a, p)
         m = nrm(x, p + "ln2")
         if c.is_moe(l):
             mo, vals = moe_slow(c, params, p, m)
@@ -493,6 +610,67 @@ def check_slow_forward(c, p64, idx, tgt, r64):
     if dl > 1e-12 or dloss > 1e-12 or dmoe > 1e-12 or len(vals) != len(r64["moe"]):
         raise AssertionError(f"slow forward differs: logits {dl:.3g} loss {dloss:.3g} moe aux/z {dmoe:.3g}")
     return max(dl, dloss, dmoe)
+
+
+def check_gdn_forms(c, p64, idx, tgt):
+    """The delta rule of model.py (the plain recurrence) against the chunked form (chunk lengths
+    1, 5, 16, 64, linear_chunk; transformers' algorithm) and the matrix form, on the golden's own
+    delta-rule inputs of every linear layer (float64), and on random inputs with strong and weak
+    decays: outputs and (random inputs) autograd gradients equal to 1e-12 of their max. Returns
+    the largest relative difference seen."""
+    recs = []
+    M.forward(c, p64, idx, tgt, gdn=recs)
+    worst = 0.0
+
+    def cmp(a, b, what):
+        nonlocal worst
+        r = (a - b).abs().max().item() / b.abs().max().item()
+        if r > 1e-12:
+            raise AssertionError(f"gated delta rule: {what} differs from the recurrence by {r:.3g}")
+        worst = max(worst, r)
+
+    chunks = sorted({1, 5, 16, 64} | ({c.linear_chunk} if c.linear_chunk else set()))
+    for r in recs:
+        args = (r["q"], r["k"], r["v"], r["g"], r["beta"])
+        cmp(M.gated_delta_rule(*args), r["o"], f"h.{r['layer']} recomputed")
+        for ch in chunks:
+            cmp(chunked_gated_delta_rule(*args, ch), r["o"], f"h.{r['layer']} chunked C={ch}")
+        cmp(delta_rule_matrix_form(*args), r["o"], f"h.{r['layer']} matrix form")
+    gen = torch.Generator().manual_seed(5)
+    B, T, H, dk, dv = 2, 37, 3, 5, 4
+    for gscale in (0.05, 3.0):
+        q = F.normalize(torch.randn(B, T, H, dk, generator=gen, dtype=torch.float64), dim=-1)
+        k = F.normalize(torch.randn(B, T, H, dk, generator=gen, dtype=torch.float64), dim=-1)
+        v = torch.randn(B, T, H, dv, generator=gen, dtype=torch.float64)
+        g = -gscale * torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+        beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+        R = torch.randn(B, T, H, dv, generator=gen, dtype=torch.float64)
+        ins = [x.requires_grad_(True) for x in (q, k, v, g, beta)]
+        o = M.gated_delta_rule(*ins)
+        go = torch.autograd.grad((o * R).sum(), ins)
+        for ch in (1, 4, 16, 64):
+            oc = chunked_gated_delta_rule(*ins, ch)
+            cmp(oc.detach(), o.detach(), f"random chunked C={ch}")
+            for name, a, b in zip("q k v g beta".split(), torch.autograd.grad((oc * R).sum(), ins), go):
+                cmp(a, b, f"random chunked C={ch} d{name}")
+        cmp(delta_rule_matrix_form(*[x.detach() for x in ins]), o.detach(), "random matrix form")
+    return worst
+
+
+def gdn_summary(c, p64, idx, tgt):
+    """One line on the golden's delta-rule inputs: decay exp(g) and beta quantiles, and the
+    fraction of the per-head output RMSNorm that is normalisation (ms / (ms + eps))."""
+    recs = []
+    M.forward(c, p64, idx, tgt, gdn=recs)
+    if not recs:
+        return None
+    al = torch.cat([r["g"].exp().reshape(-1) for r in recs])
+    be = torch.cat([r["beta"].reshape(-1) for r in recs])
+    ms = torch.cat([r["o"].pow(2).mean(-1).reshape(-1) for r in recs])
+    qs = torch.tensor([0.0, 0.05, 0.5, 0.95, 1.0], dtype=al.dtype)
+    fr = (ms / (ms + c.norm_eps)).median().item()
+    return ("decay exp(g) min/q05/median/q95/max " + "/".join(f"{x:.3f}" for x in torch.quantile(al, qs).tolist()) +
+            f"; beta {be.min().item():.2f}..{be.max().item():.2f}; o norm ms/(ms+eps) median {fr:.2f}")
 
 
 def check_optimizer(c, p64, idx, tgt, r64):
@@ -579,6 +757,10 @@ def main():
                 extra = f" L={c.rope_original_len} ramp bounds low={lo} high={hi:g}"
             print(f"  rope {c.rope_scaling} s={c.rope_factor:g}{extra} m={msc:.6f}  inv_freq/theta: " +
                   " ".join(f"{x:.4f}" for x in (inv / theta).tolist()))
+        if c.any_linear:
+            print(f"  gdn (pattern {c.layer_pattern}, Hv {c.linear_n_v_head} Hk {c.linear_n_k_head} dk "
+                  f"{c.linear_k_head_dim} dv {c.linear_v_head_dim} K {c.linear_conv_kernel} "
+                  f"{c.linear_gate_act}): " + gdn_summary(c, p64, idx, tgt))
         print(f"  loss {r64['loss'].item():.6f}  losses " +
               " ".join(f"{x:.6f}" for x in r64["losses"]))
         print("  pre-clip grad norm per step: " +
@@ -607,6 +789,10 @@ def main():
             check_readback(path, tensors)
             print(f"  check: finite differences ok ({nfd} elements, worst rel {fd:.1e}), slow forward ok "
                   f"({sf:.1e}), torch.optim.AdamW ok ({op:.1e}), read-back ok")
+            if c.any_linear:
+                gf = check_gdn_forms(c, p64, idx, tgt)
+                print(f"  check: gated delta rule: recurrence = chunked (C = 1, 5, 16, 64, linear_chunk) = matrix "
+                      f"form on the golden's inputs, and with gradients on random ones (worst rel {gf:.1e})")
             if c.rope_scaling == "yarn":
                 ne, nd, wd = check_yarn(c)
                 print(f"  check: yarn inv_freq = the wavelength definition on {ne} pairs (to 1e-12); "

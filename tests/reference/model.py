@@ -35,7 +35,12 @@ MODEL_DEFAULTS = dict(
     yarn_attn_factor="0", norm="rmsnorm",
     norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
     gate_position="sdpa", gate_act="sigmoid", init_std="0.02",
+    layer_pattern="", linear_n_k_head="0", linear_n_v_head="0", linear_k_head_dim="0",
+    linear_v_head_dim="0", linear_conv_kernel="4", linear_gate_act="silu", linear_chunk="64",
 )
+# the hybrid layers' keys, which must keep their defaults when no layer is linear
+LINEAR_KEYS = ("linear_n_k_head", "linear_n_v_head", "linear_k_head_dim", "linear_v_head_dim",
+               "linear_conv_kernel", "linear_gate_act", "linear_chunk")
 MOE_DEFAULTS = dict(
     n_expert="0", top_k="2", d_expert="0", n_shared_expert="0", d_shared_expert="0",
     shared_expert_gate="false", moe_every="1", router="softmax_topk", aux_loss_coef="0.01",
@@ -50,7 +55,7 @@ ENUMS = dict(
     pos=("rope", "learned"), rope_scaling=("none", "linear", "ntk", "yarn"),
     norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
     attn_gate=("none", "elementwise", "headwise"), gate_position=("sdpa", "value"),
-    gate_act=("sigmoid", "ns_sigmoid", "silu"),
+    gate_act=("sigmoid", "ns_sigmoid", "silu"), linear_gate_act=("sigmoid", "ns_sigmoid", "silu"),
     schedule=("cosine", "linear", "constant", "wsd"), router=("softmax_topk", "sigmoid_topk"),
 )
 BOOLS = {"true": True, "1": True, "yes": True, "on": True,
@@ -85,6 +90,15 @@ class Config:
     gate_position: str
     gate_act: str
     init_std: float
+    # hybrid layers (Gated DeltaNet beside full attention; see gdn_block)
+    layer_pattern: str        # "" = all full attention; else 'A' / 'L' per layer, repeated
+    linear_n_k_head: int      # Hk, resolved (0 -> max(1, Hv // 2))
+    linear_n_v_head: int      # Hv, resolved (0 -> n_head)
+    linear_k_head_dim: int    # dk, resolved (0 -> head_dim)
+    linear_v_head_dim: int    # dv, resolved (0 -> head_dim)
+    linear_conv_kernel: int   # K
+    linear_gate_act: str      # the output gate's activation (sigmoid | ns_sigmoid | silu)
+    linear_chunk: int         # the C side's chunk length; does not change the math (unused here)
     # [moe] (n_expert = 0: dense)
     n_expert: int
     top_k: int
@@ -114,6 +128,15 @@ class Config:
     @property
     def padded_vocab(self):
         return (self.vocab_size + 127) // 128 * 128
+
+    def is_linear(self, layer):
+        """Layer `layer` (0-based) is a Gated DeltaNet when layer_pattern[layer % len] == 'L'."""
+        n = len(self.layer_pattern)
+        return n > 0 and self.layer_pattern[layer % n] == "L"
+
+    @property
+    def any_linear(self):
+        return any(self.is_linear(l) for l in range(self.n_layer))
 
     def is_moe(self, layer):
         """Layer `layer` (0-based) is an MoE layer when (layer + 1) % moe_every == 0."""
@@ -177,6 +200,21 @@ def load_config(path):
     attn_factor = float(m["yarn_attn_factor"])
     if attn_factor == 0.0:
         attn_factor = 0.1 * math.log(rope_factor) + 1.0 if rope_factor > 1.0 else 1.0
+    pattern = m["layer_pattern"].strip()
+    if any(ch not in "AL" for ch in pattern):
+        raise ValueError(f"{path}: layer_pattern={pattern}: only the letters A and L")
+    if pattern and int(m["n_layer"]) % len(pattern):
+        raise ValueError(f"{path}: layer_pattern length must divide n_layer")
+    any_linear = "L" in pattern
+    if not any_linear:
+        for k in LINEAR_KEYS:
+            if (m[k].lower() if k == "linear_gate_act" else int(m[k])) != \
+                    (MODEL_DEFAULTS[k] if k == "linear_gate_act" else int(MODEL_DEFAULTS[k])):
+                raise ValueError(f"{path}: {k} has no effect without an L in layer_pattern")
+    lin_v = int(m["linear_n_v_head"]) or n_head
+    lin_k = int(m["linear_n_k_head"]) or max(1, lin_v // 2)
+    lin_dk = int(m["linear_k_head_dim"]) or head_dim
+    lin_dv = int(m["linear_v_head_dim"]) or head_dim
     n_expert = int(e["n_expert"])
     d_expert = (int(e["d_expert"]) or d_ff) if n_expert else 0
     n_shared = int(e["n_shared_expert"]) if n_expert else 0
@@ -193,6 +231,10 @@ def load_config(path):
         tie_embeddings=boolean(m, "tie_embeddings"), attn_gate=enum(m, "attn_gate"),
         gate_position=enum(m, "gate_position"), gate_act=enum(m, "gate_act"),
         init_std=float(m["init_std"]),
+        layer_pattern=pattern, linear_n_k_head=lin_k, linear_n_v_head=lin_v,
+        linear_k_head_dim=lin_dk, linear_v_head_dim=lin_dv,
+        linear_conv_kernel=int(m["linear_conv_kernel"]), linear_gate_act=enum(m, "linear_gate_act"),
+        linear_chunk=int(m["linear_chunk"]),
         n_expert=n_expert, top_k=int(e["top_k"]), d_expert=d_expert, n_shared_expert=n_shared,
         d_shared_expert=(int(e["d_shared_expert"]) or d_expert) if n_shared else 0,
         shared_expert_gate=boolean(e, "shared_expert_gate"), moe_every=int(e["moe_every"]),
@@ -220,6 +262,13 @@ def load_config(path):
         raise ValueError(f"{path}: seq_len > max_seq_len")
     if c.n_expert and not (1 <= c.top_k <= c.n_expert and 1 <= c.moe_every <= c.n_layer):
         raise ValueError(f"{path}: [moe] needs 1 <= top_k <= n_expert and 1 <= moe_every <= n_layer")
+    if c.any_linear:
+        if min(c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim) < 1:
+            raise ValueError(f"{path}: linear_* head counts and dims must not be negative")
+        if c.linear_n_v_head % c.linear_n_k_head:
+            raise ValueError(f"{path}: linear_n_v_head must be a multiple of linear_n_k_head")
+        if not 1 <= c.linear_conv_kernel <= 16 or not 0 <= c.linear_chunk <= 1024:
+            raise ValueError(f"{path}: linear_conv_kernel in 1..16, linear_chunk in 0..1024")
     if c.shared_expert_gate and not c.n_shared_expert:
         raise ValueError(f"{path}: [moe] shared_expert_gate needs n_shared_expert = 1")
     return c
@@ -241,11 +290,24 @@ def param_shapes(c):
         s[p + "ln1.w"] = (d,)
         if layernorm:
             s[p + "ln1.b"] = (d,)
-        s[p + "attn.wqkv"] = (H * hd + 2 * Hkv * hd + c.gate_dim, d)
-        if c.qk_norm:
-            s[p + "attn.q_norm.w"] = (hd,)
-            s[p + "attn.k_norm.w"] = (hd,)
-        s[p + "attn.wo"] = (d, H * hd)
+        if c.is_linear(l):
+            # Gated DeltaNet (gdn_block): Kd = Hk*dk, Vd = Hv*dv
+            Hk, Hv, dk, dv = c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim
+            Kd, Vd = Hk * dk, Hv * dv
+            s[p + "gdn.w_qkv"] = (2 * Kd + Vd, d)                  # rows [q | k | v]
+            s[p + "gdn.w_z"] = (Vd, d)                             # output gate logits
+            s[p + "gdn.w_ba"] = (2 * Hv, d)                        # rows [b | a]
+            s[p + "gdn.conv_w"] = (2 * Kd + Vd, c.linear_conv_kernel)
+            s[p + "gdn.A_log"] = (Hv,)
+            s[p + "gdn.dt_bias"] = (Hv,)
+            s[p + "gdn.norm_w"] = (dv,)
+            s[p + "gdn.w_out"] = (d, Vd)
+        else:
+            s[p + "attn.wqkv"] = (H * hd + 2 * Hkv * hd + c.gate_dim, d)
+            if c.qk_norm:
+                s[p + "attn.q_norm.w"] = (hd,)
+                s[p + "attn.k_norm.w"] = (hd,)
+            s[p + "attn.wo"] = (d, H * hd)
         s[p + "ln2.w"] = (d,)
         if layernorm:
             s[p + "ln2.b"] = (d,)
@@ -272,6 +334,10 @@ def param_shapes(c):
     return s
 
 
+# uniform ranges of the Gated DeltaNet's special parameters (A_log: the range of exp(A_log))
+GDN_INIT = {"conv_w": (-0.5, 0.5), "A_log": (1.0, 4.0), "dt_bias": (-5.0, -2.0)}
+
+
 def init_params(c, rng, norm_noise=0.1):
     """Initial weights in float32, drawn from `rng` (a numpy.random.RandomState, whose stream
     numpy keeps fixed across versions) in param_shapes() order, as float64 normals rounded
@@ -281,11 +347,25 @@ def init_params(c, rng, norm_noise=0.1):
     included): normal(0, init_std).
     Norm weights: 1 + normal(0, norm_noise); norm biases: normal(0, norm_noise), so that
     neither is trivial and their gradients are exercised.
+    Gated DeltaNet (drawn with uniforms of the same stream, in float64 then rounded):
+      conv_w ~ U(-0.5, 0.5) (a depthwise kernel of width K: init_std would make it near zero);
+      A_log = log(U(1, 4)) and dt_bias ~ U(-5, -2), so that the per-token decay
+        exp(g) = exp(-exp(A_log) softplus(a + dt_bias)) is mostly 0.55 .. 0.99 (median 0.86 ..
+        0.97 in the goldens): the state carries over tens of tokens, so chunk and checkpoint
+        boundaries matter (dt_bias around 1 would give decays below ~0.3 at these A);
+      norm_w = 1 + normal(0, 0.3) (a larger spread than the other norms').
     """
     params = OrderedDict()
     for name, shape in param_shapes(c).items():
+        if name.endswith(("gdn.conv_w", "gdn.A_log", "gdn.dt_bias")):
+            lo, hi = GDN_INIT[name.split(".")[-1]]
+            u = rng.uniform(lo, hi, shape)
+            params[name] = torch.from_numpy((np.log(u) if name.endswith("A_log") else u).astype(np.float32))
+            continue
         r = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-        if len(shape) >= 2:
+        if name.endswith("gdn.norm_w"):
+            params[name] = 1.0 + r * np.float32(0.3)
+        elif len(shape) >= 2:
             params[name] = r * np.float32(c.init_std)
         elif name.endswith(".b"):
             params[name] = r * np.float32(norm_noise)
@@ -428,6 +508,75 @@ def attention_block(c, a, params, p):
     return y.reshape(B, T, H * hd)
 
 
+def l2norm(x):
+    """x / sqrt(sum(x^2) + 1e-6) over the last dim (transformers' l2norm, eps 1e-6)."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def causal_conv_silu(x, w):
+    """x [B,T,C], w [C,K] -> silu(pre), pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c], with
+    zeros before token 0 of each sequence (a causal depthwise conv over time)."""
+    B, T, C = x.shape
+    K = w.shape[1]
+    pre = torch.zeros_like(x)
+    for j in range(K):
+        shift = K - 1 - j                                          # tap j reads x[t - shift]
+        if shift >= T:
+            continue
+        xs = torch.cat([x.new_zeros(B, shift, C), x[:, :T - shift]], dim=1)
+        pre = pre + w[:, j] * xs
+    return pre * torch.sigmoid(pre)
+
+
+def gated_delta_rule(q, k, v, g, beta):
+    """The gated delta rule as a plain recurrence over time. q, k [B,T,H,dk] (one key head per
+    value head already), v [B,T,H,dv], g, beta [B,T,H]. Per sequence and head, S [dk,dv] = 0 at
+    t = 0, and for each t:  S = exp(g_t) S;  u = S^T k_t;  S = S + k_t (beta_t (v_t - u))^T;
+    o_t = S^T q_t / sqrt(dk). Returns o [B,T,H,dv]."""
+    B, T, H, dk = k.shape
+    S = q.new_zeros(B, H, dk, v.shape[-1])
+    scale = 1.0 / math.sqrt(dk)
+    out = []
+    for t in range(T):
+        S = S * torch.exp(g[:, t])[..., None, None]
+        u = torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + k[:, t][..., :, None] * (beta[:, t][..., None] * (v[:, t] - u))[..., None, :]
+        out.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]) * scale)
+    return torch.stack(out, dim=1)
+
+
+def gdn_block(c, a, params, p, rec=None):
+    """Gated DeltaNet (Qwen3-Next's linear attention). a = Norm1(x) [B,T,d] -> the output before
+    w_out, [B,T,Vd]:
+      xqkv = a w_qkv^T (rows [q | k | v]); z = a w_z^T; ba = a w_ba^T (rows [b | a]);
+      xc = silu(causal depthwise conv of xqkv); q, k = l2norm per head of xc's q, k blocks;
+      beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias);
+      o = gated_delta_rule (value head h reads key head h // (Hv/Hk));
+      out = rmsnorm over dv (weight norm_w, eps norm_eps) of each head * act(z).
+    rec (a dict) receives the delta rule's inputs and output, detached."""
+    B, T, _ = a.shape
+    Hk, Hv, dk, dv = c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim
+    Kd, Vd = Hk * dk, Hv * dv
+    xqkv = a @ params[p + "gdn.w_qkv"].t()                         # [B,T,2Kd+Vd]
+    z = a @ params[p + "gdn.w_z"].t()                              # [B,T,Vd]
+    ba = a @ params[p + "gdn.w_ba"].t()                            # [B,T,2Hv]
+    xc = causal_conv_silu(xqkv, params[p + "gdn.conv_w"])
+    q = l2norm(xc[..., :Kd].reshape(B, T, Hk, dk))
+    k = l2norm(xc[..., Kd:2 * Kd].reshape(B, T, Hk, dk))
+    v = xc[..., 2 * Kd:].reshape(B, T, Hv, dv)
+    rep = Hv // Hk
+    q = q.repeat_interleave(rep, dim=2)                            # value head h: key head h // rep
+    k = k.repeat_interleave(rep, dim=2)
+    beta = torch.sigmoid(ba[..., :Hv])
+    g = -torch.exp(params[p + "gdn.A_log"]) * torch.nn.functional.softplus(ba[..., Hv:] + params[p + "gdn.dt_bias"])
+    o = gated_delta_rule(q, k, v, g, beta)                         # [B,T,Hv,dv]
+    if rec is not None:
+        rec.update(q=q.detach(), k=k.detach(), v=v.detach(), g=g.detach(), beta=beta.detach(),
+                   o=o.detach())
+    on = rmsnorm(o, params[p + "gdn.norm_w"], c.norm_eps) * gate_act(z.reshape(B, T, Hv, dv), c.linear_gate_act)
+    return on.reshape(B, T, Vd)
+
+
 def ffn(c, x, w_in, w_out):
     """The MLP of width F = w_out.shape[1]: swiglu (w_in rows [gate | up]) or gelu."""
     F = w_out.shape[1]
@@ -500,11 +649,12 @@ def moe_block(c, m, params, p):
     return out.reshape(B, T, d), aux, z, counts, int((~keep).sum()), gap
 
 
-def forward(c, params, idx, targets=None, moe=None):
+def forward(c, params, idx, targets=None, moe=None, gdn=None):
     """idx, targets int64 [B,T]. Returns (logits [B,T,V_p], loss scalar or None): the loss is the
     mean cross-entropy. If `moe` is a list, one dict per MoE layer is appended to it: layer,
     aux, z (tensors, without coefficients), counts [E], dropped, gap (the smallest top-k logit
-    gap). The objective of training is loss + moe_loss(c, moe)."""
+    gap). The objective of training is loss + moe_loss(c, moe). If `gdn` is a list, one dict per
+    Gated DeltaNet layer is appended: layer and the delta rule's q, k, v, g, beta, o (detached)."""
     B, T = idx.shape
     x = params["wte"][idx]                                         # [B,T,d]
     if c.pos == "learned":
@@ -512,7 +662,13 @@ def forward(c, params, idx, targets=None, moe=None):
     for l in range(c.n_layer):
         p = f"h.{l}."
         a = norm(c, x, params, p + "ln1")
-        x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
+        if c.is_linear(l):
+            rec = dict(layer=l)
+            x = x + gdn_block(c, a, params, p, rec) @ params[p + "gdn.w_out"].t()
+            if gdn is not None:
+                gdn.append(rec)
+        else:
+            x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
         m = norm(c, x, params, p + "ln2")
         if c.is_moe(l):
             y, aux, z, counts, dropped, gap = moe_block(c, m, params, p)
