@@ -191,6 +191,8 @@ void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const fl
 //   pre[b,t,c] = sum_{j<K} w[c, j] x[b, t-K+1+j, c]  (x before token 0: state_in[b, c, :], the
 //   K-1 earlier inputs oldest first, or zeros when NULL);  out = silu(pre). x, pre, out [B*T, C]
 //   (=; pre may be NULL); state_out [B, C, K-1] (=, may be NULL): the last K-1 inputs, for decoding.
+//   state_out must not alias state_in (with T < K-1 the new state holds part of the old one, and
+//   the CUDA kernel's threads would race; the KV cache double-buffers them).
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
                              const float* state_in, int B, int T, int C, int K);
 // From dout: dx [B*T, C] (=), dw [C, K] (+=; state_in taken as zeros, as in training).

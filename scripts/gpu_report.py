@@ -20,7 +20,7 @@ the end) when a check fails:
               name: attention (attn|attention|flash|mma_|kv_|rope|cached|sdpa), GEMM epilogue
               (gemm|matmul|epilogue|bias|gelu|swiglu), norm (norm), MoE dispatch
               (router|plan_|gather|combine|dispatch|expert|moe), optimizer
-              (adamw|sumsq|optim|sgd|lion|clip)
+              (adamw|sumsq|optim|sgd|lion|clip), Gated DeltaNet (^gdn_)
   local-mem   no LDL/STL in the SASS of any kernel (a spill, or an array the compiler could not
               keep in registers), except the entries of ALLOWED_LOCAL below, each with its reason
               and the most bytes it may use; without a disassembler, the ptxas stack frame stands
@@ -83,6 +83,7 @@ CATEGORIES = [   # (category, regex on the kernel's name); a kernel may have sev
     ("norm", r"norm"),
     ("moe_dispatch", r"router|^plan_|gather|combine|dispatch|expert|moe"),
     ("optimizer", r"adamw|sumsq|optim|sgd|lion|clip"),
+    ("deltanet", r"^gdn_"),
 ]
 # the bf16 tensor-core flash kernels: (file regex, kernel-name regex)
 HMMA_KERNELS = [(r"^attention_flash\.cu$", r"^flash_.*kernel$"), (r"^attention_mma\.cu$", r"^mma_.*kernel$")]
@@ -884,7 +885,7 @@ def main():
                     r["categories"][0], r["kernel"], a, x["spill_st"], x["spill_ld"]))
     check("spills", "FAIL" if bad else "PASS",
           "; ".join(bad) if bad else "no spills in %d checked (kernel, arch) pairs of the attention, GEMM-epilogue, "
-          "norm, MoE-dispatch and optimizer kernels%s" % (n_checked, allowed_note(rows)))
+          "norm, MoE-dispatch, optimizer and Gated DeltaNet kernels%s" % (n_checked, allowed_note(rows)))
     # local memory
     users, bad = [], []
     for r in rows:

@@ -21,6 +21,8 @@
 //   2e-2, backward 5e-2
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits), or 2e-2
 //   with GATEDGPT_CUDA_BF16_GEMM=1 (8 mantissa bits)
+//   the Gated DeltaNet's delta rule 2e-5 forward, 1e-4 backward (a recurrence over T tokens);
+//   its gates, conv1d, L2 norm and gated RMSNorm 1e-5; ops_float_from_act (fp32: a copy): exact
 //   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
 //   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan, the
 //   KV cache write and the MoE gather and its backward: exact (same order of additions, or integer counts, or a selection)
@@ -49,6 +51,19 @@
 // inputs (main) are derived: each product off by <= 2^-10 (TF32) or 2^-8 (bf16) relative, times
 // sum|a b| / max|ref| ~ 4 here: 3.9e-3 < 5e-3, 1.6e-2 < 2e-2 (measured 3.8e-4 and 2.7e-3)
 static double tol_gemm = 1e-5;
+// Gated DeltaNet's delta rule (fp32 on both sides; the CUDA kernel runs the recurrent form, the
+// CPU the chunked one when chunk > 0). Forward: each step rounds a dk-term sum per column (random
+// signs: ~sqrt(dk) u relative, u = 6e-8), and the recurrence carries an error on with the decay
+// exp(g) <= 0.95 and the contraction (I - beta k k^T) of norm <= 1, so errors add up over at most
+// 1 / (1 - 0.95) = 20 steps: sqrt(128) u 20 = 1.4e-5 at dk = 128; measured max 6.7e-7 (o, chunk 64
+// on the CPU), 3.8e-7 (state_out).
+#define TOL_GDN_FWD 2e-5
+// Backward: dS is carried back through the same recurrence (x 20), then dq, dk, dv are ~4 chained
+// dk- or dv-term sums and dg sums dk dv = 16384 products per token at dk = dv = 128 (sqrt(16384) u
+// = 7.7e-6 of their magnitudes, more relative to a cancelling sum); measured max 4.0e-6 (dg at
+// dk = dv = 128), the other gradients <= 3.3e-7. The gates, the conv, the L2 norm and the gated
+// RMSNorm are elementwise or n <= 128-term sums: TOL_ELEM (measured max 3.6e-7).
+#define TOL_GDN_BWD 1e-4
 
 // ---- host/device helpers ----------------------------------------------------------------
 static float* hrand(size_t n, double scale) {
@@ -844,6 +859,222 @@ static void test_sigmoid_gate_add(int N, int C) {
     ops_free(d_y); ops_free(d_z); ops_free(d_out); ops_free(d_dout); ops_free(d_dy); ops_free(d_dz);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Gated DeltaNet (kernels/ops.h "Gated delta rule"; kernels/cuda/deltanet.cu). Its CPU ops are
+// not in tests/cpu_ref.h's table: the renamed CPU functions are declared here, typed from
+// ops.h's declarations (the ops are fp32 on every backend, so the types are the same).
+extern __typeof__(ops_gdn_forward) ref_ops_gdn_forward;
+extern __typeof__(ops_gdn_backward) ref_ops_gdn_backward;
+extern __typeof__(ops_gdn_gates_forward) ref_ops_gdn_gates_forward;
+extern __typeof__(ops_gdn_gates_backward) ref_ops_gdn_gates_backward;
+extern __typeof__(ops_conv1d_silu_forward) ref_ops_conv1d_silu_forward;
+extern __typeof__(ops_conv1d_silu_backward) ref_ops_conv1d_silu_backward;
+extern __typeof__(ops_l2norm_forward) ref_ops_l2norm_forward;
+extern __typeof__(ops_l2norm_backward) ref_ops_l2norm_backward;
+extern __typeof__(ops_rmsnorm_gated_forward) ref_ops_rmsnorm_gated_forward;
+extern __typeof__(ops_rmsnorm_gated_backward) ref_ops_rmsnorm_gated_backward;
+
+// rows x ld floats: NaN in the `used` first columns of each row (an "=" output the op must
+// write), 7 in the rest (the gaps of a strided layout, which the op must leave alone); the CPU
+// reference starts from a copy, so both end equal only where both wrote the same values
+static float* hpoison_rows(size_t rows, size_t ld, size_t used) {
+    float* h = malloc((rows * ld > 0 ? rows * ld : 1) * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++) h[r * ld + c] = c < used ? NAN : 7.0f;
+    return h;
+}
+// a strided output: device d vs host ref, both rows x ld; the error over the first `used`
+// columns of each row (as cmp), and the other columns (the gaps) must still hold hpoison_rows's 7
+static void cmp_rows(const char* what, const float* d, const float* ref, size_t rows, size_t ld, size_t used,
+                     double tol) {
+    float* h = hback(d, rows * ld);
+    float *hu = hzeros(rows * used), *ru = hzeros(rows * used);
+    size_t gaps = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++) {
+            if (c < used) { hu[r * used + c] = h[r * ld + c]; ru[r * used + c] = ref[r * ld + c]; }
+            else gaps += h[r * ld + c] != 7.0f;
+        }
+    double e = tu_rel_err(hu, ru, rows * used);
+    TU_CHECK(e <= tol && gaps == 0, "%s: rel err %.2e (tol %.0e), %zu gap values overwritten", what, e, tol, gaps);
+    printf("  %-64s rel err %.2e (tol %.0e)%s\n", what, e, tol, ld > used ? ", gaps untouched" : "");
+    free(h); free(hu); free(ru);
+}
+// q or k rows of heads x dk inside rows of ld floats, each head L2-normalised (as the layer does)
+static float* hrand_heads_l2(size_t N, int heads, int dk, size_t ld) {
+    float* x = hrand(N * ld, 1);
+    for (size_t n = 0; n < N; n++)
+        for (int j = 0; j < heads; j++) {
+            float* r = x + n * ld + (size_t)j * dk;
+            double ss = 0.0;
+            for (int i = 0; i < dk; i++) ss += (double)r[i] * r[i];
+            for (int i = 0; i < dk; i++) r[i] = (float)(r[i] / sqrt(ss));
+        }
+    return x;
+}
+
+// The delta rule, forward (o, state_out) and backward (dq, dk, dv, dg, dbeta), and a rerun of the
+// backward (the same bits: no atomics). extra_qk / extra_v > 0: q, k and v are read from rows
+// wider than their heads (ld_qk = Hk dk + extra_qk, ld_v = Hv dv + extra_v), as the layer reads
+// them from its conv output. with_state: a random state_in (forward only: the backward starts
+// from zeros, as in training).
+static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
+                     int with_state) {
+    char nm[160];
+    const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
+    const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
+    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0};
+    float *q = hrand_heads_l2(N, Hk, dk, ldqk), *k = hrand_heads_l2(N, Hk, dk, ldqk), *v = hrand(N * ldv, 1);
+    float *g = hzeros(N * Hv), *beta = hzeros(N * Hv);
+    for (size_t i = 0; i < N * Hv; i++) {
+        g[i] = (float)(-0.05 - 0.4 * (0.5 + 0.5 * tu_rand()));   // decays exp(g) in [0.64, 0.95]
+        beta[i] = (float)(0.5 + 0.45 * tu_rand());               // as tests/test_deltanet.c
+    }
+    float* st_in = with_state ? hrand(SN, 0.5) : NULL;
+    float *ro = hzeros(ON), *rst = hzeros(SN);
+    ref_ops_gdn_forward(ro, rst, q, k, v, g, beta, st_in, &s);
+    float *d_q = dcopy(q, N * ldqk), *d_k = dcopy(k, N * ldqk), *d_v = dcopy(v, N * ldv);
+    float *d_g = dcopy(g, N * Hv), *d_beta = dcopy(beta, N * Hv), *d_st_in = with_state ? dcopy(st_in, SN) : NULL;
+    float *d_o = dpoison(ON), *d_st = dpoison(SN);
+    ops_gdn_forward(d_o, d_st, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
+    snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s: o", B, T, Hk, Hv, dk, dv,
+             extra_qk, extra_v, chunk, with_state ? " state_in" : "");
+    cmp(nm, d_o, ro, ON, TOL_GDN_FWD);
+    cmp("gdn forward: state_out", d_st, rst, SN, TOL_GDN_FWD);
+
+    // backward: dq, dk in q's layout, dv in v's (gaps untouched), dg, dbeta
+    float* dout = hrand(ON, 1);
+    float *rdq = hpoison_rows(N, ldqk, (size_t)Hk * dk), *rdk = hpoison_rows(N, ldqk, (size_t)Hk * dk);
+    float *rdv = hpoison_rows(N, ldv, (size_t)Hv * dv), *rdg = hzeros(N * Hv), *rdb = hzeros(N * Hv);
+    float *d_dq = dcopy(rdq, N * ldqk), *d_dk = dcopy(rdk, N * ldqk), *d_dv = dcopy(rdv, N * ldv);
+    float *d_dg = dpoison(N * Hv), *d_db = dpoison(N * Hv), *d_dout = dcopy(dout, ON);
+    ref_ops_gdn_backward(rdq, rdk, rdv, rdg, rdb, dout, q, k, v, g, beta, &s);
+    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+    cmp_rows("gdn backward: dq", d_dq, rdq, N, ldqk, (size_t)Hk * dk, TOL_GDN_BWD);
+    cmp_rows("gdn backward: dk", d_dk, rdk, N, ldqk, (size_t)Hk * dk, TOL_GDN_BWD);
+    cmp_rows("gdn backward: dv", d_dv, rdv, N, ldv, (size_t)Hv * dv, TOL_GDN_BWD);
+    cmp("gdn backward: dg", d_dg, rdg, N * Hv, TOL_GDN_BWD);
+    cmp("gdn backward: dbeta", d_db, rdb, N * Hv, TOL_GDN_BWD);
+    // a rerun: the same bits (fixed orders, no atomics)
+    float *d_dq2 = dcopy(rdq, N * ldqk), *d_dk2 = dcopy(rdk, N * ldqk), *d_dv2 = dcopy(rdv, N * ldv);
+    float *d_dg2 = dpoison(N * Hv), *d_db2 = dpoison(N * Hv);
+    ops_gdn_backward(d_dq2, d_dk2, d_dv2, d_dg2, d_db2, d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+    cmp_same_bits("gdn backward: dq on a rerun", d_dq2, d_dq, N * ldqk);
+    cmp_same_bits("gdn backward: dk on a rerun", d_dk2, d_dk, N * ldqk);
+    cmp_same_bits("gdn backward: dv on a rerun", d_dv2, d_dv, N * ldv);
+    cmp_same_bits("gdn backward: dg on a rerun", d_dg2, d_dg, N * Hv);
+    cmp_same_bits("gdn backward: dbeta on a rerun", d_db2, d_db, N * Hv);
+    free(q); free(k); free(v); free(g); free(beta); free(st_in); free(ro); free(rst); free(dout);
+    free(rdq); free(rdk); free(rdv); free(rdg); free(rdb);
+    ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_g); ops_free(d_beta); ops_free(d_st_in); ops_free(d_o);
+    ops_free(d_st); ops_free(d_dq); ops_free(d_dk); ops_free(d_dv); ops_free(d_dg); ops_free(d_db); ops_free(d_dout);
+    ops_free(d_dq2); ops_free(d_dk2); ops_free(d_dv2); ops_free(d_dg2); ops_free(d_db2);
+}
+
+// beta, g from ba = [b | a]; a few a + dt_bias above softplus's threshold 20 (where it is x)
+static void test_gdn_gates(int N, int Hv) {
+    char nm[128];
+    float *ba = hrand((size_t)N * 2 * Hv, 3), *A = hrand(Hv, 1), *dt = hrand(Hv, 1);
+    for (int n = 0; n < N; n += 7) ba[(size_t)n * 2 * Hv + Hv + n % Hv] = 20.0f + (float)(n % 5) * 3.0f;
+    float *rg = hzeros((size_t)N * Hv), *rb = hzeros((size_t)N * Hv);
+    ref_ops_gdn_gates_forward(rg, rb, ba, A, dt, N, Hv);
+    float *d_ba = dcopy(ba, (size_t)N * 2 * Hv), *d_A = dcopy(A, Hv), *d_dt = dcopy(dt, Hv);
+    float *d_g = dpoison((size_t)N * Hv), *d_b = dpoison((size_t)N * Hv);
+    ops_gdn_gates_forward(d_g, d_b, d_ba, d_A, d_dt, N, Hv);
+    snprintf(nm, sizeof nm, "gdn gates forward N=%d Hv=%d (softplus past 20): g", N, Hv);
+    cmp(nm, d_g, rg, (size_t)N * Hv, TOL_ELEM);
+    cmp("gdn gates forward: beta", d_b, rb, (size_t)N * Hv, TOL_ELEM);
+    float *dg = hrand((size_t)N * Hv, 1), *db = hrand((size_t)N * Hv, 1), *dA = hrand(Hv, 1), *ddt = hrand(Hv, 1);
+    float *d_dg = dcopy(dg, (size_t)N * Hv), *d_db = dcopy(db, (size_t)N * Hv), *d_dA = dcopy(dA, Hv), *d_ddt = dcopy(ddt, Hv);
+    float *rdba = hzeros((size_t)N * 2 * Hv), *d_dba = dpoison((size_t)N * 2 * Hv);
+    ref_ops_gdn_gates_backward(rdba, dA, ddt, dg, db, ba, A, dt, N, Hv);
+    ops_gdn_gates_backward(d_dba, d_dA, d_ddt, d_dg, d_db, d_ba, d_A, d_dt, N, Hv);
+    cmp("gdn gates backward: dba", d_dba, rdba, (size_t)N * 2 * Hv, TOL_ELEM);
+    cmp("gdn gates backward: dA_log (+=)", d_dA, dA, Hv, TOL_ELEM);
+    cmp("gdn gates backward: ddt_bias (+=)", d_ddt, ddt, Hv, TOL_ELEM);
+    free(ba); free(A); free(dt); free(rg); free(rb); free(dg); free(db); free(dA); free(ddt); free(rdba);
+    ops_free(d_ba); ops_free(d_A); ops_free(d_dt); ops_free(d_g); ops_free(d_b); ops_free(d_dg); ops_free(d_db);
+    ops_free(d_dA); ops_free(d_ddt); ops_free(d_dba);
+}
+
+// causal conv1d + SiLU: out, pre, state_out (from state_in or zeros); backward dx (=), dw (+=)
+static void test_conv1d(int B, int T, int C, int K, int with_state) {
+    char nm[128];
+    const size_t n = (size_t)B * T * C, ns = (size_t)B * C * (K - 1);
+    float *x = hrand(n, 2), *w = hrand((size_t)C * K, 1), *st = with_state ? hrand(ns, 2) : NULL;
+    float *ro = hzeros(n), *rp = hzeros(n), *rs = hzeros(ns);
+    ref_ops_conv1d_silu_forward(ro, rp, rs, x, w, st, B, T, C, K);
+    float *d_x = dcopy(x, n), *d_w = dcopy(w, (size_t)C * K), *d_st = with_state ? dcopy(st, ns) : NULL;
+    float *d_o = dpoison(n), *d_p = dpoison(n), *d_s = dpoison(ns);
+    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, B, T, C, K);
+    snprintf(nm, sizeof nm, "conv1d silu forward B=%d T=%d C=%d K=%d%s: out", B, T, C, K, with_state ? " state_in" : "");
+    cmp(nm, d_o, ro, n, TOL_ELEM);
+    cmp("conv1d silu forward: pre", d_p, rp, n, TOL_ELEM);
+    cmp_exact("conv1d silu forward: state_out (inputs moved)", d_s, rs, ns);
+    float *dout = hrand(n, 1), *dw = hrand((size_t)C * K, 1), *rdx = hzeros(n);
+    float *d_dout = dcopy(dout, n), *d_dw = dcopy(dw, (size_t)C * K), *d_dx = dpoison(n);
+    ref_ops_conv1d_silu_backward(rdx, dw, dout, x, rp, w, B, T, C, K);
+    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, B, T, C, K);
+    cmp("conv1d silu backward: dx", d_dx, rdx, n, TOL_ELEM);
+    cmp("conv1d silu backward: dw (+=)", d_dw, dw, (size_t)C * K, TOL_ELEM);
+    free(x); free(w); free(st); free(ro); free(rp); free(rs); free(dout); free(dw); free(rdx);
+    ops_free(d_x); ops_free(d_w); ops_free(d_st); ops_free(d_o); ops_free(d_p); ops_free(d_s); ops_free(d_dout);
+    ops_free(d_dw); ops_free(d_dx);
+}
+
+// L2 norm of `heads` heads of n inside rows of ldx (x, dx) and ldy (y, dy) floats
+static void test_l2norm(int N, int heads, int n, int ldx, int ldy) {
+    char nm[128];
+    const size_t used = (size_t)heads * n;
+    float *x = hrand((size_t)N * ldx, 2), *dy = hrand((size_t)N * ldy, 1);
+    float *ry = hpoison_rows(N, ldy, used), *rr = hzeros((size_t)N * heads), *rdx = hpoison_rows(N, ldx, used);
+    float *d_x = dcopy(x, (size_t)N * ldx), *d_dy = dcopy(dy, (size_t)N * ldy), *d_y = dcopy(ry, (size_t)N * ldy);
+    float *d_dx = dcopy(rdx, (size_t)N * ldx), *d_r = dpoison((size_t)N * heads);
+    ref_ops_l2norm_forward(ry, rr, x, N, heads, n, ldx, ldy, 1e-6f);
+    ops_l2norm_forward(d_y, d_r, d_x, N, heads, n, ldx, ldy, 1e-6f);
+    snprintf(nm, sizeof nm, "l2norm forward N=%d heads=%d n=%d ldx=%d ldy=%d: y", N, heads, n, ldx, ldy);
+    cmp_rows(nm, d_y, ry, N, ldy, used, TOL_ELEM);
+    cmp("l2norm forward: rinv", d_r, rr, (size_t)N * heads, TOL_ELEM);
+    ref_ops_l2norm_backward(rdx, dy, x, rr, N, heads, n, ldx, ldy);
+    ops_l2norm_backward(d_dx, d_dy, d_x, d_r, N, heads, n, ldx, ldy);
+    cmp_rows("l2norm backward: dx", d_dx, rdx, N, ldx, used, TOL_ELEM);
+    free(x); free(dy); free(ry); free(rr); free(rdx);
+    ops_free(d_x); ops_free(d_dy); ops_free(d_y); ops_free(d_dx); ops_free(d_r);
+}
+
+static void test_rmsnorm_gated(int rows, int n, OpsGateAct act) {
+    char nm[128];
+    const size_t m = (size_t)rows * n;
+    float *x = hrand(m, 2), *z = hrand(m, 3), *w = hrand(n, 1), *dy = hrand(m, 1), *dw = hrand(n, 1);
+    float *ry = hzeros(m), *rr = hzeros(rows), *rdx = hzeros(m), *rdz = hzeros(m);
+    ref_ops_rmsnorm_gated_forward(ry, rr, x, z, w, rows, n, 1e-6f, act);
+    float *d_x = dcopy(x, m), *d_z = dcopy(z, m), *d_w = dcopy(w, n), *d_dy = dcopy(dy, m), *d_dw = dcopy(dw, n);
+    float *d_y = dpoison(m), *d_r = dpoison(rows), *d_dx = dpoison(m), *d_dz = dpoison(m);
+    ops_rmsnorm_gated_forward(d_y, d_r, d_x, d_z, d_w, rows, n, 1e-6f, act);
+    snprintf(nm, sizeof nm, "rmsnorm gated (%s) forward rows=%d n=%d: y", act_name[act], rows, n);
+    cmp(nm, d_y, ry, m, TOL_ELEM);
+    cmp("rmsnorm gated forward: rstd", d_r, rr, rows, TOL_ELEM);
+    ref_ops_rmsnorm_gated_backward(rdx, rdz, dw, dy, x, z, w, rr, rows, n, act);
+    ops_rmsnorm_gated_backward(d_dx, d_dz, d_dw, d_dy, d_x, d_z, d_w, d_r, rows, n, act);
+    cmp("rmsnorm gated backward: dx", d_dx, rdx, m, TOL_ELEM);
+    cmp("rmsnorm gated backward: dz", d_dz, rdz, m, TOL_ELEM);
+    cmp("rmsnorm gated backward: dw (+=)", d_dw, dw, n, TOL_ELEM);
+    free(x); free(z); free(w); free(dy); free(dw); free(ry); free(rr); free(rdx); free(rdz);
+    ops_free(d_x); ops_free(d_z); ops_free(d_w); ops_free(d_dy); ops_free(d_dw); ops_free(d_y); ops_free(d_r);
+    ops_free(d_dx); ops_free(d_dz);
+}
+
+// ops_float_from_act in the fp32 build: a copy, and nothing when x aliases act
+static void test_float_from_act(size_t n) {
+    float *a = hrand(n, 4), *d_a = dcopy(a, n), *d_x = dpoison(n);
+    ops_float_from_act(d_x, d_a, n);
+    cmp_exact("float_from_act (fp32 act_t: a copy)", d_x, a, n);
+    ops_float_from_act(d_a, d_a, n);
+    cmp_exact("float_from_act in place (fp32 act_t: nothing)", d_a, a, n);
+    free(a);
+    ops_free(d_a); ops_free(d_x);
+}
+
 int main(int argc, char** argv) {
     char why[256];
     int have = cuda_device_present(why, sizeof why);
@@ -970,6 +1201,31 @@ int main(int argc, char** argv) {
     }
     cuda_set_moe_gemm(CUDA_MOE_GEMM_LOOP);
     test_sigmoid_gate_add(100, 200);
+
+    // Gated DeltaNet: the delta rule with Hv = 2 Hk and 1 Hk, dk != dv, T across the backward's
+    // 64-token checkpoints, strided q/k/v rows, state_in/state_out, the chunked form (run by the
+    // recurrent kernel), dv over several forward blocks, dk = dv = 128 (Qwen3-Next's heads: more
+    // than 48 KiB of shared memory), decoding (T = 1 with a state); then the state in global
+    // memory instead of shared memory (GATEDGPT_GDN_STATE=global)
+    test_gdn(2, 100, 2, 4, 16, 24, 0, 0, 0, 0);
+    test_gdn(1, 70, 1, 2, 32, 80, 35, 5, 16, 1);
+    test_gdn(2, 130, 2, 2, 8, 6, 0, 3, 64, 1);
+    test_gdn(1, 65, 1, 2, 128, 128, 0, 0, 0, 1);
+    test_gdn(2, 1, 1, 2, 16, 16, 0, 0, 0, 1);
+    setenv("GATEDGPT_GDN_STATE", "global", 1);
+    printf(" gated delta rule with the state in global memory (GATEDGPT_GDN_STATE=global)\n");
+    test_gdn(2, 100, 2, 4, 16, 24, 0, 0, 0, 1);
+    test_gdn(1, 70, 1, 2, 32, 80, 35, 5, 16, 1);
+    unsetenv("GATEDGPT_GDN_STATE");
+    test_gdn_gates(300, 6);
+    test_conv1d(2, 37, 50, 4, 0);
+    test_conv1d(2, 37, 50, 4, 1);
+    test_conv1d(3, 2, 20, 4, 1);    // T < K - 1: state_out reaches into state_in
+    test_l2norm(70, 3, 20, 70, 64); // strided x and y
+    test_l2norm(130, 4, 128, 512, 512);
+    for (int act = 0; act <= 2; act++) test_rmsnorm_gated(300, 64, (OpsGateAct)act);
+    test_rmsnorm_gated(70, 128, OPS_ACT_SILU);
+    test_float_from_act(1000);
 
     printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);
     return tu_finish();

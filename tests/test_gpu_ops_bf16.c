@@ -31,7 +31,10 @@
 //   lse) 2e-2, backward (dq, dk, dv) 5e-2, as test_gpu_ops
 //   the KV cache: y, yg as act_t (8e-3), lse and the sink mass as fp32 (1e-4); RoPE on cached
 //   rows as act_t (8e-3)
-//   exact: the conversions (ops_act_from_float vs bf16_from_f32, ops_weights_to_act vs
+//   the Gated DeltaNet's ops (fp32 tensors only, compiled in this build): 1e-4, as the fp32 outputs
+//   above (test_gpu_ops bounds them at 1e-5 to 1e-4 over more shapes)
+//   exact: the conversions (ops_act_from_float vs bf16_from_f32, ops_float_from_act vs
+//   bf16_to_f32 over every bf16 bit pattern, ops_weights_to_act vs
 //   bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i))), ops_accumulate and the MoE gather backward
 //   (the same fp32 additions in the same order, one rounding), the gather and the KV cache
 //   write (bits moved as they are); the gate histogram allows 2 scores on a bin edge to move, as test_gpu_ops.
@@ -157,6 +160,23 @@ static void test_conversions(size_t n) {
         ops_weights_to_act(d_a, d_x, n, seeds[s]);
         cmp_bits(NM("weights_to_act (stochastic rounding) seed %#llx", seeds[s]), d_a, want, n);
     }
+    // the way back, act -> fp32 (exact): every bf16 pattern (i * 40503 mod 2^16 is a bijection
+    // over 65536 consecutive i): zeros, subnormals, inf, NaN
+    uint16_t* bits = hold(malloc(n * 2));
+    for (size_t i = 0; i < n; i++) bits[i] = (uint16_t)(i * 40503u);
+    act_t* d_b = dhold(ops_malloc(n * sizeof(act_t)));
+    ops_from_host(d_b, bits, n * sizeof(act_t));
+    float* d_f = poison_f32(n);
+    ops_float_from_act(d_f, d_b, n);
+    float* got = hbuf(n);
+    ops_to_host(got, d_f, n * sizeof(float));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = bf16_to_f32(bits[i]);
+        bad += memcmp(&got[i], &want, sizeof want) != 0 && !(isnan(got[i]) && isnan(want));
+    }
+    TU_CHECK(bad == 0, "float_from_act: %zu of %zu values differ from bf16_to_f32", bad, n);
+    printf("  %-66s %s\n", NM("float_from_act n=%zu (every bf16 bit pattern)", n), bad ? "DIFFERENT" : "bitwise equal");
     float *y = hrand_bf(n, 1), *a = hrand_bf(n, 1);
     act_t *d_y = up_act(y, n), *d_x2 = up_act(a, n);
     for (size_t i = 0; i < n; i++) y[i] += a[i];
@@ -588,6 +608,108 @@ static void test_sigmoid_gate_add(int N, int C) {
     release();
 }
 
+// ---- Gated DeltaNet ------------------------------------------------------------------------------
+// Its ops are fp32 on every build (no act_t: kernels/cuda/deltanet.cu compiled with bf16 act_t
+// computes what the fp32 build does); one shape per op here, the layer's order, against the fp32
+// CPU ops at TOL_F32 (test_gpu_ops covers the shapes: its bounds are 1e-5 to 1e-4). B = 2 sequences
+// of T = 70 tokens (across the backward's 64-token checkpoint), Hk = 1, Hv = 2, dk = 16, dv = 8.
+static void test_gdn_layer(void) {
+    enum { B = 2, T = 70, N = B * T, HK = 1, HV = 2, DK = 16, DV = 8, K = 4, CC = 2 * HK * DK + HV * DV };
+    // conv1d + SiLU over [q | k | v] (C = CC), with a state in and out
+    float *x = hrand((size_t)N * CC, 2), *w = hrand(CC * K, 1), *st = hrand(B * CC * (K - 1), 1);
+    float *xc = hbuf((size_t)N * CC), *pre = hbuf((size_t)N * CC), *sto = hbuf(B * CC * (K - 1));
+    ref_ops_conv1d_silu_forward(xc, pre, sto, x, w, st, B, T, CC, K);
+    float *d_x = up_f32(x, (size_t)N * CC), *d_w = up_f32(w, CC * K), *d_xc = poison_f32((size_t)N * CC);
+    float *d_pre = poison_f32((size_t)N * CC), *d_sto = poison_f32(B * CC * (K - 1));
+    ops_conv1d_silu_forward(d_xc, d_pre, d_sto, d_x, d_w, up_f32(st, B * CC * (K - 1)), B, T, CC, K);
+    cmp_f32(NM("gdn layer B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d: conv1d silu out", B, T, HK, HV, DK, DV), d_xc, xc,
+            (size_t)N * CC, TOL_F32);
+    cmp_f32("gdn layer: conv1d state_out", d_sto, sto, B * CC * (K - 1), TOL_F32);
+    // L2 norm of q and k (2 Hk heads read from the conv output's rows, written dense)
+    float *qk = hbuf((size_t)N * 2 * HK * DK), *rinv = hbuf(N * 2 * HK);
+    ref_ops_l2norm_forward(qk, rinv, xc, N, 2 * HK, DK, CC, 2 * HK * DK, 1e-6f);
+    float *d_qk = poison_f32((size_t)N * 2 * HK * DK), *d_rinv = poison_f32(N * 2 * HK);
+    ops_l2norm_forward(d_qk, d_rinv, up_f32(xc, (size_t)N * CC), N, 2 * HK, DK, CC, 2 * HK * DK, 1e-6f);
+    cmp_f32("gdn layer: l2norm y", d_qk, qk, (size_t)N * 2 * HK * DK, TOL_F32);
+    // gates
+    float *ba = hrand(N * 2 * HV, 3), *A = hrand(HV, 1), *dt = hrand(HV, 1), *g = hbuf(N * HV), *beta = hbuf(N * HV);
+    ref_ops_gdn_gates_forward(g, beta, ba, A, dt, N, HV);
+    float *d_ba = up_f32(ba, N * 2 * HV), *d_A = up_f32(A, HV), *d_dt = up_f32(dt, HV);
+    float *d_g = poison_f32(N * HV), *d_beta = poison_f32(N * HV);
+    ops_gdn_gates_forward(d_g, d_beta, d_ba, d_A, d_dt, N, HV);
+    cmp_f32("gdn layer: gates g", d_g, g, N * HV, TOL_F32);
+    cmp_f32("gdn layer: gates beta", d_beta, beta, N * HV, TOL_F32);
+    // the delta rule on the CPU's q, k, g, beta (q, k in the dense qk rows: ld 2 Hk dk; v in the
+    // conv output's rows: ld CC), chunked form (the recurrent kernel on CUDA)
+    OpsGdnShape s = {B, T, HK, HV, DK, DV, 16, 2 * HK * DK, CC};
+    float *o = hbuf((size_t)N * HV * DV), *so = hbuf(B * HV * DK * DV);
+    ref_ops_gdn_forward(o, so, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, NULL, &s);
+    set_f32(d_qk, qk, (size_t)N * 2 * HK * DK);
+    set_f32(d_g, g, N * HV);
+    set_f32(d_beta, beta, N * HV);
+    float *d_xc2 = up_f32(xc, (size_t)N * CC), *d_o = poison_f32((size_t)N * HV * DV), *d_so = poison_f32(B * HV * DK * DV);
+    ops_gdn_forward(d_o, d_so, d_qk, d_qk + HK * DK, d_xc2 + 2 * HK * DK, d_g, d_beta, NULL, &s);
+    cmp_f32("gdn layer: delta rule o (chunk 16)", d_o, o, (size_t)N * HV * DV, TOL_F32);
+    cmp_f32("gdn layer: delta rule state_out", d_so, so, B * HV * DK * DV, TOL_F32);
+    // gated RMSNorm (silu, as Qwen3-Next) of o, and its backward
+    float *z = hrand((size_t)N * HV * DV, 2), *nw = hrand(DV, 1), *y = hbuf((size_t)N * HV * DV), *rstd = hbuf(N * HV);
+    ref_ops_rmsnorm_gated_forward(y, rstd, o, z, nw, N * HV, DV, 1e-6f, OPS_ACT_SILU);
+    float *d_z = up_f32(z, (size_t)N * HV * DV), *d_nw = up_f32(nw, DV), *d_y = poison_f32((size_t)N * HV * DV);
+    float* d_rstd = poison_f32(N * HV);
+    set_f32(d_o, o, (size_t)N * HV * DV);
+    ops_rmsnorm_gated_forward(d_y, d_rstd, d_o, d_z, d_nw, N * HV, DV, 1e-6f, OPS_ACT_SILU);
+    cmp_f32("gdn layer: rmsnorm gated y", d_y, y, (size_t)N * HV * DV, TOL_F32);
+    float *dy = hrand((size_t)N * HV * DV, 1), *dw = hrand(DV, 1), *dO = hbuf((size_t)N * HV * DV), *dz = hbuf((size_t)N * HV * DV);
+    float *d_dw = up_f32(dw, DV), *d_dO = poison_f32((size_t)N * HV * DV), *d_dz = poison_f32((size_t)N * HV * DV);
+    ref_ops_rmsnorm_gated_backward(dO, dz, dw, dy, o, z, nw, rstd, N * HV, DV, OPS_ACT_SILU);
+    set_f32(d_rstd, rstd, N * HV);
+    ops_rmsnorm_gated_backward(d_dO, d_dz, d_dw, up_f32(dy, (size_t)N * HV * DV), d_o, d_z, d_nw, d_rstd, N * HV, DV,
+                               OPS_ACT_SILU);
+    cmp_f32("gdn layer: rmsnorm gated backward dx", d_dO, dO, (size_t)N * HV * DV, TOL_F32);
+    cmp_f32("gdn layer: rmsnorm gated backward dz", d_dz, dz, (size_t)N * HV * DV, TOL_F32);
+    cmp_f32("gdn layer: rmsnorm gated backward dw (+=)", d_dw, dw, DV, TOL_F32);
+    // the delta rule's backward from the CPU's dO: dq, dk into dqk, dv into the conv gradient's rows
+    float *dqk = hbuf((size_t)N * 2 * HK * DK), *dxc = hbuf((size_t)N * CC), *dg = hbuf(N * HV), *dbeta = hbuf(N * HV);
+    float *d_dqk = poison_f32((size_t)N * 2 * HK * DK), *d_dxc = up_f32(dxc, (size_t)N * CC);
+    float *d_dg = poison_f32(N * HV), *d_dbeta = poison_f32(N * HV);
+    for (size_t n = 0; n < (size_t)N; n++)   // the v columns are written by the op: poison them
+        for (int c = 2 * HK * DK; c < CC; c++) dxc[n * CC + c] = NAN;
+    set_f32(d_dxc, dxc, (size_t)N * CC);
+    set_f32(d_dO, dO, (size_t)N * HV * DV);
+    ref_ops_gdn_backward(dqk, dqk + HK * DK, dxc + 2 * HK * DK, dg, dbeta, dO, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, &s);
+    ops_gdn_backward(d_dqk, d_dqk + HK * DK, d_dxc + 2 * HK * DK, d_dg, d_dbeta, d_dO, d_qk, d_qk + HK * DK,
+                     d_xc2 + 2 * HK * DK, d_g, d_beta, &s);
+    cmp_f32("gdn layer: delta rule backward dq | dk", d_dqk, dqk, (size_t)N * 2 * HK * DK, TOL_F32);
+    cmp_f32("gdn layer: delta rule backward dv (in the conv gradient's rows)", d_dxc, dxc, (size_t)N * CC, TOL_F32);
+    cmp_f32("gdn layer: delta rule backward dg", d_dg, dg, N * HV, TOL_F32);
+    cmp_f32("gdn layer: delta rule backward dbeta", d_dbeta, dbeta, N * HV, TOL_F32);
+    // gates, L2 norm and conv backward
+    float *dba = hbuf(N * 2 * HV), *dA = hrand(HV, 1), *ddt = hrand(HV, 1);
+    float *d_dba = poison_f32(N * 2 * HV), *d_dA = up_f32(dA, HV), *d_ddt = up_f32(ddt, HV);
+    ref_ops_gdn_gates_backward(dba, dA, ddt, dg, dbeta, ba, A, dt, N, HV);
+    set_f32(d_dg, dg, N * HV);
+    set_f32(d_dbeta, dbeta, N * HV);
+    ops_gdn_gates_backward(d_dba, d_dA, d_ddt, d_dg, d_dbeta, d_ba, d_A, d_dt, N, HV);
+    cmp_f32("gdn layer: gates backward dba", d_dba, dba, N * 2 * HV, TOL_F32);
+    cmp_f32("gdn layer: gates backward dA_log (+=)", d_dA, dA, HV, TOL_F32);
+    cmp_f32("gdn layer: gates backward ddt_bias (+=)", d_ddt, ddt, HV, TOL_F32);
+    set_f32(d_dqk, dqk, (size_t)N * 2 * HK * DK);
+    set_f32(d_dxc, dxc, (size_t)N * CC);
+    ref_ops_l2norm_backward(dxc, dqk, xc, rinv, N, 2 * HK, DK, CC, 2 * HK * DK);
+    set_f32(d_rinv, rinv, N * 2 * HK);
+    ops_l2norm_backward(d_dxc, d_dqk, d_xc2, d_rinv, N, 2 * HK, DK, CC, 2 * HK * DK);
+    cmp_f32("gdn layer: l2norm backward dx (q, k columns; v columns kept)", d_dxc, dxc, (size_t)N * CC, TOL_F32);
+    float *dx = hbuf((size_t)N * CC), *dcw = hrand(CC * K, 1);
+    float *d_dx = poison_f32((size_t)N * CC), *d_dcw = up_f32(dcw, CC * K);
+    ref_ops_conv1d_silu_backward(dx, dcw, dxc, x, pre, w, B, T, CC, K);
+    set_f32(d_pre, pre, (size_t)N * CC);
+    set_f32(d_dxc, dxc, (size_t)N * CC);
+    ops_conv1d_silu_backward(d_dx, d_dcw, d_dxc, d_x, d_pre, d_w, B, T, CC, K);
+    cmp_f32("gdn layer: conv1d backward dx", d_dx, dx, (size_t)N * CC, TOL_F32);
+    cmp_f32("gdn layer: conv1d backward dw (+=)", d_dcw, dcw, CC * K, TOL_F32);
+    release();
+}
+
 int main(void) {
     char why[256];
     if (!cuda_device_present(why, sizeof why)) {
@@ -679,6 +801,7 @@ int main(void) {
     }
     cuda_set_moe_gemm(CUDA_MOE_GEMM_LOOP);
     test_sigmoid_gate_add(100, 200);
+    test_gdn_layer();
 
     printf("peak GPU memory held by the backend: %.1f MiB\n", cuda_allocated_peak_bytes() / 1048576.0);
     return tu_finish();

@@ -73,6 +73,9 @@ size_t ops_mem_available(void) { return ref_ops_mem_available(); }
 void ops_act_from_float(act_t* act, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32(x[i]);
 }
+void ops_float_from_act(float* x, const act_t* act, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(act[i]);
+}
 void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
 }
@@ -338,6 +341,49 @@ void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, cons
     ref_ops_sigmoid_gate_add_backward(fdy, dz, dout, fy, z, N, C);
     narrow(dy, fdy, (size_t)N * C);
     free(fy);
+}
+
+// ---- Gated DeltaNet (fp32 on every backend: passed through) -------------------------------------
+void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
+    ref_ops_gdn_forward(o, state_out, q, k, v, g, beta, state_in, s);
+}
+void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
+                      const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const OpsGdnShape* s) {
+    ref_ops_gdn_backward(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+}
+void ops_gdn_gates_forward(float* g, float* beta, const float* ba, const float* A_log, const float* dt_bias,
+                           int N, int Hv) {
+    ref_ops_gdn_gates_forward(g, beta, ba, A_log, dt_bias, N, Hv);
+}
+void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const float* dg, const float* dbeta,
+                            const float* ba, const float* A_log, const float* dt_bias, int N, int Hv) {
+    ref_ops_gdn_gates_backward(dba, dA_log, ddt_bias, dg, dbeta, ba, A_log, dt_bias, N, Hv);
+}
+void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
+                             const float* state_in, int B, int T, int C, int K) {
+    ref_ops_conv1d_silu_forward(out, pre, state_out, x, w, state_in, B, T, C, K);
+}
+void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
+                              const float* w, int B, int T, int C, int K) {
+    ref_ops_conv1d_silu_backward(dx, dw, dout, x, pre, w, B, T, C, K);
+}
+void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads, int n, int ldx, int ldy,
+                        float eps) {
+    ref_ops_l2norm_forward(y, rinv, x, N, heads, n, ldx, ldy, eps);
+}
+void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float* rinv, int N, int heads, int n,
+                         int ldx, int ldy) {
+    ref_ops_l2norm_backward(dx, dy, x, rinv, N, heads, n, ldx, ldy);
+}
+void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
+                               int n, float eps, OpsGateAct act) {
+    ref_ops_rmsnorm_gated_forward(y, rstd, x, z, w, rows, n, eps, act);
+}
+void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                const float* w, const float* rstd, int rows, int n, OpsGateAct act) {
+    ref_ops_rmsnorm_gated_backward(dx, dz, dw, dy, x, z, w, rstd, rows, n, act);
 }
 
 // ---- cross-entropy (fp32 over bf16 logits; dlogits may alias logits) --------------------------

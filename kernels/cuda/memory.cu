@@ -179,16 +179,21 @@ void ops_copy(float* dst, const float* src, size_t n) {
     if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 }
 
-// ---- fp32 -> act_t --------------------------------------------------------------------------
-// fp32 act_t: both are a device-to-device copy, or nothing when act and the source are one
+// ---- fp32 <-> act_t --------------------------------------------------------------------------
+// fp32 act_t: each is a device-to-device copy, or nothing when act and the fp32 buffer are one
 // buffer (the model then passes the same pointer). bf16 act_t: one thread per element; act and
-// the source must be different buffers (the bf16 elements are half the size, so an in-place
-// conversion would overwrite floats other threads have yet to read).
+// the fp32 buffer must be different buffers (the bf16 elements are half the size, so an in-place
+// conversion would overwrite values other threads have yet to read).
 #ifdef GATEDGPT_ACT_BF16
 // act[i] = x[i] rounded to nearest even
 __global__ static void act_from_float_kernel(cact_t* act, const float* x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) act_st(&act[i], x[i]);
+}
+// x[i] = act[i] widened to fp32 (exact)
+__global__ static void float_from_act_kernel(float* x, const cact_t* act, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = act_ld(act[i]);
 }
 // act[i] = w[i] rounded stochastically with the bits of (seed, i): the same bits as the CPU's
 // emulation (kernels/bf16.h is shared)
@@ -199,7 +204,7 @@ __global__ static void weights_to_act_kernel(uint16_t* act, const float* w, size
 static void act_not_aliased(const void* act, const void* src, const char* op) {
     if (act != src) return;
     char msg[160];
-    snprintf(msg, sizeof msg, "%s: the bf16 output aliases its fp32 input", op);
+    snprintf(msg, sizeof msg, "%s: the bf16 and the fp32 buffer are the same memory", op);
     cuda_fail(__FILE__, __LINE__, msg, "give the bf16 copy its own buffer (only fp32 act_t may alias)");
 }
 #endif
@@ -214,6 +219,19 @@ void ops_act_from_float(act_t* act, const float* x, size_t n) {
 #else
     if ((const void*)act != (const void*)x)
         CUDA_CHECK(cudaMemcpyAsync(act, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+#endif
+}
+
+void ops_float_from_act(float* x, const act_t* act, size_t n) {
+    CUDA_OP_TIMER("ops_float_from_act");
+    if (n == 0) return;
+#ifdef GATEDGPT_ACT_BF16
+    act_not_aliased(act, x, "ops_float_from_act");
+    float_from_act_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(x, CCACT(act), n);
+    CUDA_LAUNCH_CHECK("float_from_act_kernel");
+#else
+    if ((const void*)act != (const void*)x)
+        CUDA_CHECK(cudaMemcpyAsync(x, act, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 #endif
 }
 
