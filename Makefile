@@ -4,7 +4,7 @@
 #   make test-gpu build, run the GPU tests only (ctest -L gpu: CUDA ops vs CPU ops, goldens, training)
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
-#   make bench    the training-step benchmark vs PyTorch (bench/README.md); bench_gemm: GEMM libraries
+#   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
 #   make gpu-report  registers / smem / spills / LDL-STL / HMMA / H200 occupancy of every CUDA kernel, with
@@ -43,6 +43,7 @@ golden:
 
 bench: build
 	./$(BUILD)/bench_train
+	./$(BUILD)/bench_hybrid
 	./$(BUILD)/bench_decode
 	bash bench/bench_mpi.sh --build $(BUILD)
 

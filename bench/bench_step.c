@@ -7,7 +7,7 @@
 // ---------------------------------------------------------------------------------------------
 // the worker processes (forked; the only places the backend is used)
 
-typedef struct { int ok; double build_s; size_t table_total, acts_floats; } ReadyMsg;
+typedef struct { int ok; double build_s; size_t table_total, acts_floats; long rss_base_kb; } ReadyMsg;
 typedef struct { double ms; float loss, norm; } StepMsg;
 
 static void probe_main(int threads, int out_fd);
@@ -57,6 +57,7 @@ static void worker_main(const Config* cfg, int threads, int cmd_fd, int out_fd) 
     const ModelConfig* mc = &cfg->model;
     const TrainConfig* tc = &cfg->train;
     ops_init(threads);
+    const long rss_base_kb = self_rss_kb();   // before the model: libraries, the inherited parent
     double t0 = now_s();
     GPT m;
     gpt_build(&m, mc, tc->seed);
@@ -67,7 +68,7 @@ static void worker_main(const Config* cfg, int threads, int cmd_fd, int out_fd) 
     int* in = malloc((size_t)B * T * sizeof(int));
     int* tg = malloc((size_t)B * T * sizeof(int));
     random_batch(in, tg, B, T, mc->vocab_size, tc->seed);
-    ReadyMsg r = {1, now_s() - t0, m.table.total, m.acts_floats};
+    ReadyMsg r = {1, now_s() - t0, m.table.total, m.acts_floats, rss_base_kb};
     if (write_full(out_fd, &r, sizeof(r)) != 0) _exit(1);
     for (;;) {
         char cmd;
@@ -144,7 +145,6 @@ long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok) {
 // Both count in USER_HZ ticks (10 ms), so steps shorter than ~MIN_TICKS ticks of machine time
 // are not judged (NAN).
 #define MIN_TICKS 20
-typedef struct { unsigned long long busy, total; long long proc; } StepProbe;
 
 static long long proc_ticks(pid_t pid) {
     char path[64], buf[2048];
@@ -161,12 +161,12 @@ static long long proc_ticks(pid_t pid) {
     return (long long)(ut + st);
 }
 
-static void probe_begin(StepProbe* s, pid_t pid) {
+void probe_begin(StepProbe* s, pid_t pid) {
     if (read_cpu_times(&s->busy, &s->total) != 0) s->total = 0;
     s->proc = proc_ticks(pid);
 }
 
-static double probe_end(const StepProbe* s, pid_t pid) {
+double probe_end(const StepProbe* s, pid_t pid) {
     unsigned long long busy, total;
     if (s->total == 0 || read_cpu_times(&busy, &total) != 0) return NAN;
     long long proc = proc_ticks(pid);
@@ -199,8 +199,8 @@ double wait_idle(const Opts* o, double max_s) {
 static int step_clean(double others, double busy_max) { return !(others > busy_max); }
 
 // Median of the clean steps if there are at least `want`, else of all of them (*noisy = 1).
-static double select_median(const double* ms, const double* others, int n, int want,
-                            double busy_max, int* n_clean, int* noisy) {
+double select_median(const double* ms, const double* others, int n, int want,
+                     double busy_max, int* n_clean, int* noisy) {
     double* c = malloc((n > 0 ? n : 1) * sizeof(double));
     int k = 0;
     for (int i = 0; i < n; i++)
@@ -262,6 +262,7 @@ void run_group(Bench** g, int k, const Opts* o, int threads, int use_torch) {
         } else {
             b->acts_floats = ready.acts_floats;
             b->build_s = ready.build_s;
+            b->rss_base_kb = ready.rss_base_kb;
             x->alive = 1;
             nw++;
             fprintf(stderr, "ready in %.1f s (activations %.0f MiB, analytic total %.0f MiB)\n",
@@ -277,6 +278,13 @@ void run_group(Bench** g, int k, const Opts* o, int threads, int use_torch) {
         t0 = now_s();
         if (torch_start(&x->tp, o, b, threads, line, sizeof(line)) != 0) {
             sfmt(b->torch_err, sizeof(b->torch_err), "bench_torch.py exited before it was ready");
+        } else if (json_str(line, "skip", b->torch_skip, sizeof(b->torch_skip))) {
+            // the reference cannot run this config (bench_torch.py says why): not a failure
+            fprintf(stderr, "skipped: %s\n", b->torch_skip);
+            int ok;
+            torch_finish(&x->tp, &ok);
+            b->torch_ran = 0;
+            continue;
         } else if (json_str(line, "error", b->torch_err, sizeof(b->torch_err))) {
             // reported below
         } else if (strstr(line, "\"ready\"")) {

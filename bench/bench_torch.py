@@ -17,7 +17,9 @@ seq_len of the INI.
       prints {"done": true, "maxrss_kb": ...} and exits. bench_train steps this process and its
       own worker in lockstep, so machine noise hits both.
 
-Any failure prints {"error": "..."} and exits non-zero. Environment variables are left alone;
+A config the reference cannot run yet (Gated DeltaNet layers, [model] layer_pattern with an L,
+before tests/reference/model.py has them) prints {"skip": "..."} and exits 0: bench_train reports
+it as skipped, not failed. Any failure prints {"error": "..."} and exits non-zero. Environment variables are left alone;
 the only threading setting is torch.set_num_threads(--threads) when --threads > 0.
 """
 import argparse
@@ -37,8 +39,8 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
-def load_config(ref, path, sets):
-    """The INI with the --set overrides applied, resolved by the reference's own loader."""
+def read_ini(path, sets):
+    """The INI with the --set overrides applied (a ConfigParser)."""
     cp = configparser.ConfigParser(comment_prefixes=(";", "#"), inline_comment_prefixes=(";",),
                                    interpolation=None)
     with open(path) as f:
@@ -51,6 +53,22 @@ def load_config(ref, path, sets):
         if not cp.has_section(section):
             cp.add_section(section)
         cp.set(section, name, value)
+    return cp
+
+
+def unsupported(ref, path, sets):
+    """Why the reference cannot run this config, or None: hybrid layers need its gdn_block."""
+    cp = read_ini(path, sets)
+    pattern = cp.get("model", "layer_pattern", fallback="").strip()
+    if "L" in pattern and not hasattr(ref, "gdn_block"):
+        return (f"layer_pattern = {pattern}: tests/reference/model.py has no Gated DeltaNet "
+                "(gdn_block) yet")
+    return None
+
+
+def load_config(ref, path, sets):
+    """The INI with the --set overrides applied, resolved by the reference's own loader."""
+    cp = read_ini(path, sets)
     fd, tmp = tempfile.mkstemp(suffix=".ini", prefix="bench_torch_")
     try:
         with os.fdopen(fd, "w") as f:
@@ -82,6 +100,15 @@ def main():
     except Exception as e:  # noqa: BLE001 - reported to the C side as one line
         emit({"error": f"cannot import torch, numpy or tests/reference/model.py: {e}"})
         return 1
+
+    try:
+        why = unsupported(ref, args.config, args.set)
+    except Exception as e:  # noqa: BLE001
+        emit({"error": f"reading {args.config} failed: {type(e).__name__}: {e}"})
+        return 1
+    if why:
+        emit({"skip": why})
+        return 0
 
     try:
         t0 = time.perf_counter()

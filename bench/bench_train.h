@@ -9,6 +9,8 @@
 //   bench_gate.c    derived costs: the attention gates against their baseline, MoE against its
 //                   dense twin
 //   bench_util.c    small utilities (time, pipes, /proc/stat, JSON)
+// bench_hybrid.c (hybrid layers against full attention over T) reuses the step, memory, torch
+// and utility parts.
 #pragma once
 #define _GNU_SOURCE
 #include <errno.h>
@@ -76,6 +78,8 @@ typedef struct {
     float torch_loss0;
     long torch_rss_kb;
     double torch_init_s;
+    char torch_skip[256];// why the torch side did not run for this config ("" = it ran, or torch is off)
+    long rss_base_kb;    // the worker's resident memory after ops_init, before building the model
     double busy_before;  // share of the machine's CPU busy just before this config (other processes)
     int group_size;      // configs stepped in one rotation with this one (1: alone with its torch twin)
 } Bench;
@@ -87,6 +91,7 @@ typedef struct {
     double wait_idle_s;      // before a config and after a busy step, wait up to this for idle
     int group_shape;         // rotate all gate variants of a shape together (when memory allows)
     int smoke, no_torch, list_only;
+    int torch_hybrid;        // also run torch on configs with Gated DeltaNet layers (slow: off by default)
     const char* only;
     int gate_on[3];          // indexed by GateKind
     char configs_dir[PATH_LEN];
@@ -97,7 +102,7 @@ typedef struct {
     int n_sets;
 } Opts;
 
-void gate_overrides(int gate, char out[3][64]);   // the gate variant's --set keys
+void gate_overrides(int gate, char out[3][64]);   // the gate variant's --set keys (bench_util.c)
 
 // ---------------------------------------------------------------------------------------------
 // the step time (bench_step.c)
@@ -108,6 +113,16 @@ int run_probe(int threads, ProbeMsg* probe);     // peak FLOP/s and thread count
 long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok);   // peak RSS in KiB, or -1
 double wait_idle(const Opts* o, double max_s);
 void run_group(Bench** g, int k, const Opts* o, int threads, int use_torch);
+// other processes' share of the CPUs while process pid ran a timed piece of work: begin before
+// it, end after it (NAN: too short to tell, under ~0.1 s of wall time on 2 CPUs)
+typedef struct { unsigned long long busy, total; long long proc; } StepProbe;
+void probe_begin(StepProbe* s, pid_t pid);
+double probe_end(const StepProbe* s, pid_t pid);
+// the median of the clean samples (others <= busy_max) if there are at least `want`, else of
+// all of them and *noisy = 1
+double select_median(const double* ms, const double* others, int n, int want, double busy_max,
+                     int* n_clean, int* noisy);
+long self_rss_kb(void);   // this process's resident memory now (VmRSS), -1 if unknown
 
 // ---------------------------------------------------------------------------------------------
 // the PyTorch side (bench_torch.c)
@@ -127,6 +142,7 @@ size_t acts_probe(const Config* cfg);
 double mem_available_bytes(void);
 double est_ours_bytes(const Bench* b);
 double est_torch_bytes(const Bench* b);
+int n_linear_layers(const ModelConfig* c);   // Gated DeltaNet layers (layer_pattern's L)
 
 // ---------------------------------------------------------------------------------------------
 // derived costs (bench_gate.c)

@@ -2,6 +2,15 @@
 #include "bench_train.h"
 
 
+// The three gate variants of a shape (bench_train) and the attention layers of bench_hybrid:
+// attn_gate, at the sdpa position with a sigmoid.
+void gate_overrides(int gate, char out[3][64]) {
+    const char* name = config_enum_name("attn_gate", gate);
+    sfmt(out[0], 64, "model.attn_gate=%s", name ? name : "?");
+    sfmt(out[1], 64, "model.gate_position=sdpa");
+    sfmt(out[2], 64, "model.gate_act=sigmoid");
+}
+
 // snprintf that may truncate (paths and messages are bounded; truncation only shortens them)
 __attribute__((format(printf, 3, 4))) int sfmt(char* buf, size_t cap, const char* fmt, ...) {
     va_list ap;
@@ -96,6 +105,17 @@ int read_cpu_times(unsigned long long* busy, unsigned long long* total) {
     for (int i = 0; i < 8; i++) *total += v[i];      // guest time is already in user
     *busy = *total - v[3] - v[4];                     // minus idle and iowait
     return 0;
+}
+
+long self_rss_kb(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb;
 }
 
 double cpu_busy_fraction(double seconds) {
