@@ -608,17 +608,6 @@ static void usage(FILE* f) {
         "Exit status 1 if a worker fails or a hybrid model's activation arena exceeds 1.2x the analytic count.\n");
 }
 
-static int parse_int(const char* flag, const char* v, int lo, int* out) {
-    char* end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > INT_MAX) {
-        fprintf(stderr, "error: %s needs an integer >= %d (got '%s')\n", flag, lo, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
 int main(int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);
     Opts o;
@@ -633,14 +622,14 @@ int main(int argc, char** argv) {
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--smoke")) o.smoke = 1;
-        else if (!strcmp(a, "--steps")) { if (parse_int(a, v, 1, &o.steps)) return 1; steps_set = 1; i++; }
-        else if (!strcmp(a, "--warmup")) { if (parse_int(a, v, 0, &o.warmup)) return 1; warmup_set = 1; i++; }
-        else if (!strcmp(a, "--reps")) { if (parse_int(a, v, 1, &reps)) return 1; reps_set = 1; i++; }
-        else if (!strcmp(a, "--tokens")) { if (parse_int(a, v, 1, &tokens)) return 1; tokens_set = 1; i++; }
-        else if (!strcmp(a, "--max-tries")) { if (parse_int(a, v, 1, &o.max_tries)) return 1; tries_set = 1; i++; }
-        else if (!strcmp(a, "--busy-max")) { if (parse_int(a, v, 0, &busy_pct)) return 1; o.busy_max = busy_pct / 100.0; i++; }
-        else if (!strcmp(a, "--wait-idle")) { if (parse_int(a, v, 0, &wait_s)) return 1; o.wait_idle_s = wait_s; wait_set = 1; i++; }
-        else if (!strcmp(a, "--threads")) { if (parse_int(a, v, 0, &o.threads_req)) return 1; i++; }
+        else if (!strcmp(a, "--steps")) { if (bench_parse_int(a, v, 1, &o.steps)) return 1; steps_set = 1; i++; }
+        else if (!strcmp(a, "--warmup")) { if (bench_parse_int(a, v, 0, &o.warmup)) return 1; warmup_set = 1; i++; }
+        else if (!strcmp(a, "--reps")) { if (bench_parse_int(a, v, 1, &reps)) return 1; reps_set = 1; i++; }
+        else if (!strcmp(a, "--tokens")) { if (bench_parse_int(a, v, 1, &tokens)) return 1; tokens_set = 1; i++; }
+        else if (!strcmp(a, "--max-tries")) { if (bench_parse_int(a, v, 1, &o.max_tries)) return 1; tries_set = 1; i++; }
+        else if (!strcmp(a, "--busy-max")) { if (bench_parse_int(a, v, 0, &busy_pct)) return 1; o.busy_max = busy_pct / 100.0; i++; }
+        else if (!strcmp(a, "--wait-idle")) { if (bench_parse_int(a, v, 0, &wait_s)) return 1; o.wait_idle_s = wait_s; wait_set = 1; i++; }
+        else if (!strcmp(a, "--threads")) { if (bench_parse_int(a, v, 0, &o.threads_req)) return 1; i++; }
         else if (!strcmp(a, "--seq") && v) { sfmt(seq, sizeof(seq), "%s", v); seq_set = 1; i++; }
         else if (!strcmp(a, "--pattern") && v) { sfmt(pattern, sizeof(pattern), "%s", v); i++; }
         else if (!strcmp(a, "--json") && v) { sfmt(o.json_path, PATH_LEN, "%s", v); json_set = 1; i++; }
@@ -665,14 +654,7 @@ int main(int argc, char** argv) {
     if (!strchr(pattern, 'L')) { fprintf(stderr, "error: --pattern '%s' has no linear layer (L)\n", pattern); return 1; }
     if (!json_set) {
         char exe[PATH_LEN];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n > 0) {
-            exe[n] = 0;
-            char* s = strrchr(exe, '/');
-            if (s) *s = 0;
-        } else {
-            sfmt(exe, sizeof(exe), ".");
-        }
+        bench_exe_dir(exe, sizeof(exe));
         sfmt(o.json_path, PATH_LEN, "%s/%s", exe, o.smoke ? "bench_hybrid_smoke.json" : "bench_hybrid.json");
     }
 
@@ -683,7 +665,7 @@ int main(int argc, char** argv) {
     sfmt(buf, sizeof(buf), "%s", seq);
     for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         int T;
-        if (parse_int("--seq", t, 1, &T)) return 1;
+        if (bench_parse_int("--seq", t, 1, &T)) return 1;
         if (nr >= MAX_T) { fprintf(stderr, "error: at most %d sequence lengths\n", MAX_T); return 1; }
         if (tokens % T) { fprintf(stderr, "error: --tokens %d is not a multiple of T = %d\n", tokens, T); return 1; }
         Row* r = &rows[nr];

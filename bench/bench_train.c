@@ -316,32 +316,12 @@ static void usage(FILE* f) {
 // The repository root: the working directory if it has bench/configs, else the executable's
 // directory's parent (build/..).
 static void find_root(char* root, size_t cap, char* exe_dir, size_t exe_cap) {
-    char exe[PATH_LEN];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char* s = strrchr(exe, '/');
-        if (s) *s = 0;
-        sfmt(exe_dir, exe_cap, "%s", exe);
-    } else {
-        sfmt(exe_dir, exe_cap, ".");
-    }
+    bench_exe_dir(exe_dir, exe_cap);
     if (is_dir("bench/configs")) { sfmt(root, cap, "."); return; }
     char cand[PATH_LEN + 32];
     sfmt(cand, sizeof(cand), "%s/../bench/configs", exe_dir);
     if (is_dir(cand)) { sfmt(root, cap, "%s/..", exe_dir); return; }
     sfmt(root, cap, ".");
-}
-
-static int parse_int(const char* flag, const char* v, int lo, int* out) {
-    char* end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > INT_MAX) {
-        fprintf(stderr, "error: %s needs an integer >= %d (got '%s')\n", flag, lo, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
 }
 
 int main(int argc, char** argv) {
@@ -364,18 +344,18 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--no-torch")) o.no_torch = 1;
         else if (!strcmp(a, "--torch-hybrid")) o.torch_hybrid = 1;
         else if (!strcmp(a, "--list")) o.list_only = 1;
-        else if (!strcmp(a, "--steps")) { if (parse_int(a, v, 1, &o.steps)) return 1; steps_set = 1; i++; }
-        else if (!strcmp(a, "--warmup")) { if (parse_int(a, v, 0, &o.warmup)) return 1; warmup_set = 1; i++; }
-        else if (!strcmp(a, "--max-tries")) { if (parse_int(a, v, 1, &o.max_tries)) return 1; tries_set = 1; i++; }
-        else if (!strcmp(a, "--busy-max")) { if (parse_int(a, v, 0, &busy_pct)) return 1; o.busy_max = busy_pct / 100.0; i++; }
-        else if (!strcmp(a, "--wait-idle")) { if (parse_int(a, v, 0, &wait_s)) return 1; o.wait_idle_s = wait_s; wait_set = 1; i++; }
+        else if (!strcmp(a, "--steps")) { if (bench_parse_int(a, v, 1, &o.steps)) return 1; steps_set = 1; i++; }
+        else if (!strcmp(a, "--warmup")) { if (bench_parse_int(a, v, 0, &o.warmup)) return 1; warmup_set = 1; i++; }
+        else if (!strcmp(a, "--max-tries")) { if (bench_parse_int(a, v, 1, &o.max_tries)) return 1; tries_set = 1; i++; }
+        else if (!strcmp(a, "--busy-max")) { if (bench_parse_int(a, v, 0, &busy_pct)) return 1; o.busy_max = busy_pct / 100.0; i++; }
+        else if (!strcmp(a, "--wait-idle")) { if (bench_parse_int(a, v, 0, &wait_s)) return 1; o.wait_idle_s = wait_s; wait_set = 1; i++; }
         else if (!strcmp(a, "--group") && v) {
             if (!strcmp(v, "shape")) o.group_shape = 1;
             else if (!strcmp(v, "config")) o.group_shape = 0;
             else { fprintf(stderr, "error: --group: '%s' (accepted: shape, config)\n", v); return 1; }
             i++;
         }
-        else if (!strcmp(a, "--threads")) { if (parse_int(a, v, 0, &o.threads_req)) return 1; i++; }
+        else if (!strcmp(a, "--threads")) { if (bench_parse_int(a, v, 0, &o.threads_req)) return 1; i++; }
         else if (!strcmp(a, "--only") && v) { o.only = v; i++; }
         else if (!strcmp(a, "--json") && v) { sfmt(o.json_path, PATH_LEN, "%s", v); json_set = 1; i++; }
         else if (!strcmp(a, "--configs") && v) { sfmt(o.configs_dir, PATH_LEN, "%s", v); configs_set = 1; i++; }

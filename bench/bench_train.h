@@ -175,6 +175,10 @@ int read_full(int fd, void* buf, size_t n);
 int write_full(int fd, const void* buf, size_t n);
 double median(const double* v, int n);
 int is_dir(const char* p);
+// flag's value v as an int >= lo into *out; 0, or -1 after an error line
+int bench_parse_int(const char* flag, const char* v, int lo, int* out);
+// the directory of this executable (/proc/self/exe), or "." when unknown
+void bench_exe_dir(char* out, size_t cap);
 int is_file(const char* p);
 int make_parent_dirs(const char* path);
 int read_cpu_times(unsigned long long* busy, unsigned long long* total);

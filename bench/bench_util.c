@@ -173,3 +173,24 @@ void json_num_or_null(FILE* f, double v, const char* fmt) {
     if (isfinite(v)) fprintf(f, fmt, v);
     else fputs("null", f);
 }
+
+int bench_parse_int(const char* flag, const char* v, int lo, int* out) {
+    char* end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || x < lo || x > INT_MAX) {
+        fprintf(stderr, "error: %s needs an integer >= %d (got '%s')\n", flag, lo, v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+void bench_exe_dir(char* out, size_t cap) {
+    char exe[PATH_LEN];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) { sfmt(out, cap, "."); return; }
+    exe[n] = 0;
+    char* s = strrchr(exe, '/');
+    if (s) *s = 0;
+    sfmt(out, cap, "%s", exe);
+}
