@@ -52,6 +52,8 @@ int kv_cache_init(KVCache* kv, const ModelConfig* c, int B, int cap, int n_sink,
     kv->n_layer = c->n_layer; kv->B = B; kv->cap = cap; kv->n_sink = n_sink; kv->rolling = rolling;
     kv->positions = positions; kv->max_T = max_T; kv->kv_dim = c->n_kv_head * c->head_dim;
     kv->learned = c->pos == POS_LEARNED; kv->max_seq_len = c->max_seq_len;
+    kv->first_attn = 0;   // the lowest attention layer (a hybrid's layer 0 may be a Gated DeltaNet)
+    while (kv->first_attn < c->n_layer - 1 && config_layer_is_linear(c, kv->first_attn)) kv->first_attn++;
     kv->k = calloc((size_t)kv->n_layer, sizeof(act_t*));
     kv->v = calloc((size_t)kv->n_layer, sizeof(act_t*));
     kv->fattn_sum = calloc((size_t)kv->n_layer, sizeof(double));
@@ -170,7 +172,7 @@ void kv_cache_attend(KVCache* kv, int l, act_t* y, act_t* yg, float* lse, const 
                 double m = 0.0;
                 for (int h = 0; h < H; h++) m += kv->sink_host[((size_t)b * H + h) * T + t];
                 kv->fattn_sum[l] += m / H;
-                if (l == 0) kv->fattn_count++;
+                if (l == kv->first_attn) kv->fattn_count++;   // once per query
             }
     }
 }

@@ -54,6 +54,7 @@ typedef struct KVCache {
     float* sink_host;        // [B, H, max_T] host
     double* fattn_sum;       // [n_layer]
     long fattn_count;        // queries counted in fattn_sum
+    int first_attn;          // the layer whose attend counts the queries (the lowest attention layer)
     // Gated DeltaNet layers (hybrid models) cache no keys: their k[l], v[l] are NULL and they
     // carry two states per sequence instead, double-buffered (the forward reads [cur], writes
     // [cur ^ 1]; kv_cache_end flips cur): the conv's last K-1 inputs [B, Cc, K-1] and the delta

@@ -917,11 +917,13 @@ def stream_keys(groups):
 
 
 def f_attn_last(rec, n):
-    """Mean of F-Attn over the last n layers of a stream record; None without n layer values."""
+    """Mean of F-Attn over the last n attention layers of a stream record (a hybrid's Gated
+    DeltaNet layers are null there); None without n values."""
     fa = rec.get("f_attn") if rec else None
-    if not isinstance(fa, list) or len(fa) < n or not all(is_num(x) for x in fa[-n:]):
+    vals = [x for x in fa if is_num(x)] if isinstance(fa, list) else []
+    if len(vals) < n:
         return None
-    return float(np.mean(fa[-n:]))
+    return float(np.mean(vals[-n:]))
 
 
 STREAM_METRICS = [("loss", lambda rec: rec.get("loss") if rec else None),

@@ -82,6 +82,24 @@ for what in "S = 0 and 4, positions cache and original, and the dense reference"
     check "stream: $what" 'grep -qx "ok $what" "$tmp/st_check.txt"'
 done
 
+# a hybrid (layer_pattern LA: layer 0 a Gated DeltaNet): the stream counts its queries at the
+# attention layer, so F-Attn is a number there and null for the linear layer
+"$build/train_gpt" "${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --log.run_dir="$tmp/h" \
+    --model.layer_pattern=LA > /dev/null 2>&1
+"$tool" stream "$tmp/h/checkpoints" --out "$tmp/sth.jsonl" --tokens 200 --window 32 --sinks 4 > /dev/null 2>&1
+rc=$?
+check "stream on a hybrid: exit 0" '[ "$rc" = 0 ]'
+$PY - "$tmp/sth.jsonl" > "$tmp/sth_check.txt" 2>&1 <<'PYEOF2'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+good = len(recs) >= 2 and all(r["f_attn"][0] is None and r["f_attn"][1] is not None and 0.0 < r["f_attn"][1] < 1.0
+                              for r in recs)
+print("ok hybrid f_attn" if good else "bad hybrid f_attn: %s" % [r.get("f_attn") for r in recs])
+PYEOF2
+cat "$tmp/sth_check.txt"
+check "stream on a hybrid: F-Attn null for the linear layer, in (0, 1) for the attention layer" \
+    'grep -qx "ok hybrid f_attn" "$tmp/sth_check.txt"'
+
 # errors: one line, exit 1, nothing appended
 err() {   # err NAME PATTERN ARGS...: the tool fails with one line matching PATTERN
     local name=$1 pat=$2; shift 2

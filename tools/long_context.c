@@ -295,14 +295,21 @@ static int stream_one(GPT* m, const int* tok, long N, int W, int S, int P, int d
         jsonl_close(&j);
     }
     jsonl_close(&j);
+    // per layer; a hybrid's Gated DeltaNet layers attend over nothing (null), and the console
+    // shows the last attention layer
     jsonl_arr(&j, "f_attn");
-    for (int l = 0; l < L; l++) jsonl_num(&j, NULL, kv.fattn_count ? kv.fattn_sum[l] / kv.fattn_count : NAN);
+    int last_attn = -1;
+    for (int l = 0; l < L; l++) {
+        int attn = !config_layer_is_linear(&m->cfg, l);
+        if (attn) last_attn = l;
+        jsonl_num(&j, NULL, kv.fattn_count && attn ? kv.fattn_sum[l] / kv.fattn_count : NAN);
+    }
     jsonl_close(&j);
     jsonl_end(&j);
     fflush(out);
-    printf("%-6s %7d %5d %-9s %10.5f %12s  F-Attn last layer %.4f  (%.1f s)\n", dense ? "dense" : "window", cap,
-           dense ? 0 : S, dense ? "original" : POSITION_NAMES[P], sum / N, "", kv.fattn_count ? kv.fattn_sum[L - 1] / kv.fattn_count : NAN,
-           now_s() - t0);
+    printf("%-6s %7d %5d %-9s %10.5f %12s  F-Attn last attention layer %.4f  (%.1f s)\n", dense ? "dense" : "window",
+           cap, dense ? 0 : S, dense ? "original" : POSITION_NAMES[P], sum / N, "",
+           kv.fattn_count && last_attn >= 0 ? kv.fattn_sum[last_attn] / kv.fattn_count : NAN, now_s() - t0);
     if (n_after) printf("%50s loss after the first %d tokens: %.5f\n", "", W, after / n_after);
     fflush(stdout);
     free(bsum); free(bcnt);
