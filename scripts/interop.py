@@ -6,6 +6,7 @@ the directory with AutoModelForCausalLM.from_pretrained (no code from this proje
 with the project's own numbers:
   loss     mean next-token loss over the same validation windows as `gatedgpt_ckpt eval`   <= 1e-5
   logits   max |logit difference| over one window (`gatedgpt_ckpt logits`)                 <= 1e-4
+           (32 tokens; 200 for the RoPE-scaling kinds, trained at 64: beyond training)
   greedy   20 greedily generated tokens (transformers' generate, do_sample=False)          equal ids
   tokens   AutoTokenizer ids on sample texts vs the project's tokenizer (when tokenizer.json exists)
 and that the kinds no transformers class represents are refused with a one-line error. Hybrids
@@ -17,7 +18,7 @@ usage: scripts/interop.sh [--build DIR] [--kinds a,b,...] [--steps N]   (creates
        PYTHON scripts/interop.py --build DIR [--kinds ...] [--steps N] [--keep DIR]
 Needs the KJV shards (scripts/prepare_kjv.sh) and torch + transformers (the venv of interop.sh).
 """
-import argparse, json, os, struct, subprocess, sys, tempfile
+import argparse, json, logging, os, struct, subprocess, sys, tempfile
 
 import numpy as np
 
@@ -48,10 +49,23 @@ KINDS = {
                                           "--model.linear_n_v_head=4", "--moe.d_expert=64", "--moe.n_shared_expert=1",
                                           "--moe.d_shared_expert=64", "--moe.shared_expert_gate=true"]),
 }
+# RoPE scalings, compared beyond the training length: trained at 64 tokens (rope_original_len 64),
+# max_seq_len 256 (factor 4), logits over a 200-token window and 20 greedy tokens after it
+ROPE = ["--model.max_seq_len=256", "--model.rope_original_len=64", "--model.rope_factor=4"]
+KINDS.update({
+    "rope_linear": ("tiny_baseline.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=linear"]),
+    "rope_ntk": ("tiny_baseline.ini", ["--model.n_kv_head=2", "--model.qk_norm=false", *ROPE, "--model.rope_scaling=ntk"]),
+    "rope_yarn": ("tiny_gated.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=yarn"]),
+    "rope_yarn_betas": ("tiny_gated.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=yarn", "--model.yarn_beta_fast=16",
+                                           "--model.yarn_beta_slow=2", "--model.yarn_attn_factor=1.5"]),
+})
+WINDOW = {k: 200 for k in KINDS if k.startswith("rope_")}   # logits window; 32 for the others
 EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM",
-                "hybrid": "Qwen3NextForCausalLM", "hybrid_moe": "Qwen3NextForCausalLM"}
+                "hybrid": "Qwen3NextForCausalLM", "hybrid_moe": "Qwen3NextForCausalLM",
+                "rope_linear": "Qwen3ForCausalLM", "rope_ntk": "LlamaForCausalLM", "rope_yarn": "Qwen3NextForCausalLM",
+                "rope_yarn_betas": "Qwen3NextForCausalLM"}
 REFUSED = {  # kind -> overrides on tiny_gated.ini that no class represents, and the setting named
     "headwise gate": (["--model.attn_gate=headwise"], "attn_gate = headwise"),
     "value gate": (["--model.gate_position=value"], "gate_position = value"),
@@ -112,21 +126,32 @@ def main():
         # ours: eval over 4 batches of 4 x 64 (the loader's windows: stride 64, from the start)
         rc, out = run([tool, "eval", ck, "--batches", "4"])
         our_loss = float(out.split(": loss ")[1].split()[0])
-        ids = toks[:64]
+        W = WINDOW.get(kind, 32)
+        ids = toks[:W]
         lf = os.path.join(work, kind + "_logits.bin")
-        rc, out = run([tool, "logits", ck, "--ids", ",".join(map(str, ids[:32].tolist())), "--out", lf, "--generate", "20"])
+        rc, out = run([tool, "logits", ck, "--ids", ",".join(map(str, ids.tolist())), "--out", lf, "--generate", "20"])
         if rc != 0:
             print(f"FAIL {kind}: logits: {out.strip()}"); failed += 1; continue
         our_greedy = [int(x) for x in out.split("greedy:")[1].split()]
+        # transformers' warnings while it reads the export (a rope_parameters field it does not
+        # expect or of the wrong type is only a warning there, and a silent misreading here)
+        warned = []
+        handler = logging.Handler()
+        handler.emit = lambda r: warned.append(r.getMessage())
+        logging.getLogger("transformers").addHandler(handler)
         model, info = AutoModelForCausalLM.from_pretrained(exp, dtype=torch.float32, output_loading_info=True)
+        logging.getLogger("transformers").removeHandler(handler)
+        warned = [w for w in warned if "rope" in w.lower()]
+        if warned:
+            print(f"FAIL {kind}: transformers warned: {warned}")
         model.eval()
         load_issues = {k: v for k, v in info.items() if v}   # missing, unexpected, mismatched keys
         if load_issues:
             print(f"FAIL {kind}: from_pretrained: {load_issues}")
         V = model.config.vocab_size
-        ours = np.fromfile(lf, dtype="<f4").reshape(32, -1)
+        ours = np.fromfile(lf, dtype="<f4").reshape(W, -1)
         with torch.no_grad():
-            hf = model(torch.tensor(ids[:32])[None]).logits[0].numpy()
+            hf = model(torch.tensor(ids)[None]).logits[0].numpy()
             dlogit = float(np.abs(hf[:, :V] - ours).max())
             losses = []
             for b in range(4):
@@ -135,9 +160,9 @@ def main():
                 losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
                                                                 torch.tensor(x[:, 1:]).reshape(-1)).item())
             hf_loss = float(np.mean(losses))
-            gen = model.generate(torch.tensor(ids[:32])[None], max_new_tokens=20, do_sample=False,
-                                 pad_token_id=0)[0, 32:].tolist()
-        ok_cls = cls == EXPECT_CLASS[kind] and type(model).__name__ == EXPECT_CLASS[kind] and not load_issues
+            gen = model.generate(torch.tensor(ids)[None], max_new_tokens=20, do_sample=False,
+                                 pad_token_id=0)[0, W:].tolist()
+        ok_cls = cls == EXPECT_CLASS[kind] and type(model).__name__ == EXPECT_CLASS[kind] and not load_issues and not warned
         ok_loss = abs(hf_loss - our_loss) <= TOL_LOSS
         ok_logit = dlogit <= TOL_LOGIT
         ok_gen = gen == our_greedy

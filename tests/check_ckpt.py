@@ -7,6 +7,8 @@ tests/test_ckpt_tools.sh. Standard library only (json, struct, zlib).
   check_ckpt.py export CKPT EXPORT_DIR      model.safetensors + config.json written by
                                             `gatedgpt_ckpt export` against model.bin, with the
                                             Hugging Face names re-derived here from the docs
+  check_ckpt.py same_config DIR_A DIR_B     two exports' config.json field for field (an export
+                                            against the export of its import)
   check_ckpt.py unfuse SRC_DIR DST_DIR      an export's fused MoE experts rewritten one tensor per
                                             expert (the Hub's layout), for import
 
@@ -293,6 +295,123 @@ def expected_raw(cfg, tensors, arena):
     return out
 
 
+def rope_parameters(m, cls):
+    """transformers 5's rope_parameters for [model]'s RoPE (docs/config.md, kernels/rope.h): "ntk" is
+    a larger base, base * s^(hd / (hd - 2)); linear and yarn name their factor and the training
+    length; yarn its betas, and its attention factor only when set (0 = transformers' default,
+    0.1 ln s + 1)."""
+    kind, hd = m["rope_scaling"], int(m["head_dim"])
+    rp = {"rope_type": kind if kind in ("linear", "yarn") else "default", "rope_theta": float(m["rope_base"])}
+    if kind == "ntk":
+        rp["rope_theta"] = float(m["rope_base"]) * float(m["rope_factor"]) ** (hd / (hd - 2))
+    if kind in ("linear", "yarn"):
+        rp["factor"] = float(m["rope_factor"])
+    if kind == "yarn":   # (transformers' linear has no training length: it would warn about the key)
+        rp["original_max_position_embeddings"] = int(m["rope_original_len"])
+        rp["beta_fast"], rp["beta_slow"] = float(m["yarn_beta_fast"]), float(m["yarn_beta_slow"])
+        if float(m["yarn_attn_factor"]) > 0:
+            rp["attention_factor"] = float(m["yarn_attn_factor"])
+    if cls == "Qwen3NextForCausalLM":
+        rp["partial_rotary_factor"] = 1.0   # Qwen3-Next's default is 0.25; gatedgpt rotates every channel
+    return rp
+
+
+def same_json(got, want):
+    """got (parsed JSON) equals want, of the same JSON type: a float written as a float (10000.0, not
+    10000: transformers warns about an integer attention_factor), a bool as a bool (Python's
+    True == 1 would hide `1` for `true`), an int as an int."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return got is want
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(same_json(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(same_json(a, b) for a, b in zip(got, want))
+    return type(got) is type(want) and got == want
+
+
+def check_config_json(conf, cfg, cls, raw, outdir, step):
+    """Every field of an export's config.json against the checkpoint's config.ini, re-derived from
+    docs/formats.md "Export": a field missing, extra, or of another value fails."""
+    m = cfg["model"]
+    moe = cfg["moe"] if cfg.has_section("moe") else {}
+    L, E = int(m["n_layer"]), int(moe.get("n_expert", "0"))
+    kinds = layer_kinds(m)
+    types = {"GPT2LMHeadModel": "gpt2", "LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3",
+             "Qwen3NextForCausalLM": "qwen3_next", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe"}
+    want = {"architectures": ["GatedGPTForCausalLM" if raw else cls], "model_type": "gatedgpt" if raw else types[cls],
+            "vocab_size": int(m["vocab_size"])}
+    if cls == "GPT2LMHeadModel":
+        want.update({"n_embd": int(m["d_model"]), "n_layer": L, "n_head": int(m["n_head"]),
+                     "n_positions": int(m["max_seq_len"]), "n_inner": int(m["d_ff"]), "activation_function": "gelu_new",
+                     "layer_norm_epsilon": float(m["norm_eps"]), "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                     "attn_pdrop": 0.0, "scale_attn_weights": True})
+    else:
+        want.update({"hidden_size": int(m["d_model"]), "intermediate_size": int(m["d_ff"]), "num_hidden_layers": L,
+                     "num_attention_heads": int(m["n_head"]), "num_key_value_heads": int(m["n_kv_head"]),
+                     "head_dim": int(m["head_dim"]), "max_position_embeddings": int(m["max_seq_len"])})
+        if raw:
+            want.update({"rope_theta": float(m["rope_base"]), "norm_eps": float(m["norm_eps"])})
+        else:
+            want.update({"rope_parameters": rope_parameters(m, cls), "rms_norm_eps": float(m["norm_eps"]),
+                         "hidden_act": "silu", "attention_bias": False})
+        if cls == "LlamaForCausalLM":
+            want["mlp_bias"] = False
+        if cls == "Qwen3NextForCausalLM":
+            want["layer_types"] = ["linear_attention" if k else "full_attention" for k in kinds]
+            if any(kinds):
+                for key, v in zip(("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                   "linear_value_head_dim", "linear_conv_kernel_dim"), gdn_dims(m)):
+                    want[key] = v
+        if cls == "Qwen2MoeForCausalLM":
+            want.update({"qkv_bias": False, "use_sliding_window": False})
+        if E > 0 and not raw:
+            # transformers' rule, layer i sparse when (i + 1) % decoder_sparse_step == 0, is moe_every's
+            want.update({"num_experts": E, "num_experts_per_tok": int(moe["top_k"]),
+                         "moe_intermediate_size": int(moe["d_expert"]), "norm_topk_prob": True,
+                         "decoder_sparse_step": int(moe["moe_every"]), "mlp_only_layers": [],
+                         "router_aux_loss_coef": float(moe["aux_loss_coef"])})
+            if cls != "Qwen3MoeForCausalLM":
+                want["shared_expert_intermediate_size"] = int(moe["d_shared_expert"])
+        elif cls == "Qwen3NextForCausalLM":
+            want.update({"num_experts": 0, "mlp_only_layers": list(range(L))})
+    # the tokenizer's end-of-text id: the exported tokenizer.json's, else the header of the
+    # tokenizer file config.ini names (docs/formats.md: ours [3]; llm.c's [3] in version 2, 50256 in 1)
+    eot = None
+    tj = os.path.join(outdir, "tokenizer.json")
+    tok = cfg["data"].get("tokenizer", "").strip() if cfg.has_section("data") else ""
+    if os.path.exists(tj):
+        ids = [t["id"] for t in json.load(open(tj, encoding="utf-8"))["added_tokens"] if t["content"] == "<|endoftext|>"]
+        if len(ids) != 1:
+            fail(f"{tj}: no single <|endoftext|> added token")
+        eot = ids[0]
+    elif tok:
+        h = struct.unpack("<4i", open(tok, "rb").read(16))
+        eot = h[3] if h[0] == 20250611 or (h[0] == 20240328 and h[1] == 2) else (50256 if h[2] > 50256 else None)
+    if eot is not None:
+        want["bos_token_id"] = want["eos_token_id"] = eot
+    want["tie_word_embeddings"] = m["tie_embeddings"] == "true"
+    want["dtype"] = "float32"
+    gg = {"step": step}
+    for sec, pre in (("model", ""), ("moe", "moe.")):
+        if cfg.has_section(sec):
+            for k, v in cfg[sec].items():
+                gg[pre + k] = v.strip()
+    want["gatedgpt"] = gg
+    if set(conf) != set(want):
+        fail(f"config.json fields: missing {sorted(set(want) - set(conf))}, extra {sorted(set(conf) - set(want))}")
+    for k, v in want.items():
+        got = conf[k]
+        if k == "rope_parameters" and m["rope_scaling"] == "ntk":
+            # the base is a double product: within 2 ulp of the value computed here
+            gt = got.get("rope_theta", 0.0)
+            if abs(gt - v["rope_theta"]) > 4.5e-16 * v["rope_theta"]:
+                fail(f"config.json rope_parameters.rope_theta = {gt!r}, expected {v['rope_theta']!r}")
+            got = dict(got, rope_theta=v["rope_theta"])
+        if not same_json(got, v):
+            fail(f"config.json {k} = {got!r}, expected {v!r}")
+    return want
+
+
 def cmd_export(ckpt, outdir):
     cfg = read_config(ckpt)
     tensors, arena = read_model(ckpt)
@@ -325,35 +444,8 @@ def cmd_export(ckpt, outdir):
         if body[b0:b1] != blob:
             fail(f"{name}: values differ from the checkpoint's")
     m = cfg["model"]
-    if cls == "GPT2LMHeadModel":
-        checks = {"vocab_size": int(m["vocab_size"]), "n_embd": int(m["d_model"]), "n_inner": int(m["d_ff"]),
-                  "n_layer": int(m["n_layer"]), "n_head": int(m["n_head"]), "n_positions": int(m["max_seq_len"]),
-                  "layer_norm_epsilon": float(m["norm_eps"]), "activation_function": "gelu_new"}
-    else:
-        checks = {"vocab_size": int(m["vocab_size"]), "hidden_size": int(m["d_model"]), "intermediate_size": int(m["d_ff"]),
-                  "num_hidden_layers": int(m["n_layer"]), "num_attention_heads": int(m["n_head"]),
-                  "num_key_value_heads": int(m["n_kv_head"]), "head_dim": int(m["head_dim"])}
-        checks["rope_theta" if raw else "rms_norm_eps"] = float(m["rope_base"]) if raw else float(m["norm_eps"])
-    checks["tie_word_embeddings"] = m["tie_embeddings"] == "true"
-    for k, v in checks.items():
-        if conf.get(k) != v:
-            fail(f"config.json {k} = {conf.get(k)!r}, expected {v!r}")
-    if not raw and cls != "GPT2LMHeadModel" and conf["rope_parameters"]["rope_theta"] != float(m["rope_base"]):
-        fail(f"config.json rope_parameters {conf['rope_parameters']}, expected rope_theta {m['rope_base']}")
+    check_config_json(conf, cfg, cls, raw, outdir, int(meta.get("step", "-1")))
     kinds = layer_kinds(m)
-    if cls == "Qwen3NextForCausalLM":
-        want_types = ["linear_attention" if k else "full_attention" for k in kinds]
-        if conf.get("layer_types") != want_types:
-            fail(f"config.json layer_types {conf.get('layer_types')}, expected {want_types}")
-        if any(kinds):
-            got = [conf.get(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                                         "linear_value_head_dim", "linear_conv_kernel_dim")]
-            if got != gdn_dims(m):
-                fail(f"config.json linear_* {got}, expected {gdn_dims(m)}")
-    if conf["gatedgpt"].get("layer_pattern", "") != m.get("layer_pattern", "").strip():
-        fail("config.json gatedgpt.layer_pattern differs from the checkpoint's")
-    if conf["gatedgpt"]["attn_gate"] != m["attn_gate"]:
-        fail("config.json gatedgpt.attn_gate differs from the checkpoint's")
     if ("lm_head.weight" in header) == (m["tie_embeddings"] == "true"):
         fail("lm_head.weight present/absent against tie_embeddings")
     hyb = f", layer_pattern {m['layer_pattern']} ({sum(kinds)} Gated DeltaNet layer{'s' if sum(kinds) != 1 else ''})" if any(kinds) else ""
@@ -402,8 +494,26 @@ def cmd_unfuse(src, dst):
     print(f"unfuse: {len(header)} tensors -> {len(out)}")
 
 
+def cmd_same_config(a_dir, b_dir):
+    """Two exports' config.json agree field for field, except the gatedgpt object (import fills in
+    keys transformers has no field for) and bos/eos (an imported checkpoint names no tokenizer);
+    rope_theta within fp32 rounding ([model] rope_base is a float: an NTK export's double base,
+    imported, rounds once)."""
+    a, b = (json.load(open(os.path.join(d, "config.json"))) for d in (a_dir, b_dir))
+    for d in (a, b):
+        for k in ("gatedgpt", "bos_token_id", "eos_token_id"):
+            d.pop(k, None)
+    ta, tb = (d.get("rope_parameters", {}).get("rope_theta") for d in (a, b))
+    if ta is not None and tb is not None and abs(ta - tb) <= 2.0 ** -24 * abs(ta):
+        b["rope_parameters"]["rope_theta"] = ta
+    diff = sorted(k for k in set(a) | set(b) if a.get(k, "(absent)") != b.get(k, "(absent)"))
+    if diff:
+        fail("config.json fields differ: " + "; ".join(f"{k}: {a.get(k, '(absent)')!r} vs {b.get(k, '(absent)')!r}" for k in diff))
+    print(f"config.json: {len(a)} fields agree")
+
+
 if __name__ == "__main__":
-    cmds = {"norms": cmd_norms, "export": cmd_export, "unfuse": cmd_unfuse}
+    cmds = {"norms": cmd_norms, "export": cmd_export, "unfuse": cmd_unfuse, "same_config": cmd_same_config}
     if len(sys.argv) != 4 or sys.argv[1] not in cmds:
         print(__doc__)
         sys.exit(2)

@@ -72,6 +72,7 @@ kind() {   # kind NAME CLASS OVERRIDES...: a 2-step model of these overrides exp
     "$tool" import "$tmp/hf_$name" --out "$tmp/imp_$name" > /dev/null 2>&1
     "$tool" export "$tmp/imp_$name" --out "$tmp/hf2_$name" > /dev/null 2>&1
     check "export -> import -> export bit-identical ($name)" '$PY tests/compare_safetensors.py "$tmp/hf_$name/model.safetensors" "$tmp/hf2_$name/model.safetensors"'
+    check "export -> import -> export: the same config.json fields ($name)" '$PY tests/check_ckpt.py same_config "$tmp/hf_$name" "$tmp/hf2_$name"'
 }
 kind qwen3 Qwen3ForCausalLM --model.attn_gate=none
 kind llama LlamaForCausalLM --model.attn_gate=none --model.qk_norm=false
@@ -89,6 +90,15 @@ kind hybrid Qwen3NextForCausalLM --model.n_layer=4 --model.layer_pattern=LLLA --
     --model.linear_n_v_head=4 --model.linear_k_head_dim=8 --model.linear_v_head_dim=12 --model.linear_conv_kernel=3
 kind hybrid_moe Qwen3NextForCausalLM --model.layer_pattern=LA --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=32 \
     --moe.n_shared_expert=1 --moe.d_shared_expert=32 --moe.shared_expert_gate=true
+# every RoPE scaling (max_seq_len 32, trained at 16): config.json's rope_parameters re-derived from
+# config.ini by tests/check_ckpt.py, every field (linear; ntk as a larger rope_theta; yarn with
+# the default betas, and with other betas and an explicit attention factor)
+R=(--train.seq_len=16 --model.rope_original_len=16)
+kind rope_linear Qwen3ForCausalLM --model.attn_gate=none "${R[@]}" --model.rope_scaling=linear --model.rope_factor=2
+kind rope_ntk LlamaForCausalLM --model.attn_gate=none --model.qk_norm=false "${R[@]}" --model.rope_scaling=ntk --model.rope_factor=3
+kind rope_yarn Qwen3NextForCausalLM "${R[@]}" --model.rope_scaling=yarn --model.rope_factor=2
+kind rope_yarn_betas Qwen3ForCausalLM --model.attn_gate=none "${R[@]}" --model.rope_scaling=yarn --model.rope_factor=4 \
+    --model.yarn_beta_fast=16 --model.yarn_beta_slow=2 --model.yarn_attn_factor=1.25
 # the Hub's MoE layout (one tensor per expert, as transformers' save_pretrained writes it) imports to the same model
 $PY tests/check_ckpt.py unfuse "$tmp/hf_hybrid_moe" "$tmp/unf" > /dev/null
 "$tool" import "$tmp/unf" --out "$tmp/imp_unf" > /dev/null 2>&1

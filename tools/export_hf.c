@@ -482,16 +482,27 @@ static int write_safetensors(const char* path, const OutList* l, int step) {
     return rc;
 }
 
-// A [model] value as config_write spells it: floats in their shortest round-trip form.
-static const char* model_value(const Config* c, const char* key) {
-    static char buf[1100];
-    buf[0] = 0;
+// A config value as config_write spells it: floats in their shortest round-trip form. Returned by
+// value (the array lives until the end of the caller's full expression, C11 6.2.4p8), so two calls
+// in one fprintf give two values (a static buffer here once wrote beta_slow = beta_fast).
+typedef struct { char s[1100]; } KeyText;
+static KeyText key_text(const Config* c, const char* section, const char* key) {
+    KeyText v = {{0}};
     for (int i = 0; i < config_key_count(); i++) {
         const char* sec;
-        if (strcmp(config_key(i, &sec), key) == 0 && strcmp(sec, "model") == 0) config_key_value(c, i, buf, sizeof buf);
+        if (strcmp(config_key(i, &sec), key) == 0 && strcmp(sec, section) == 0) config_key_value(c, i, v.s, sizeof v.s);
     }
-    return buf;
+    return v;
 }
+
+// A float key as a JSON float: "2" becomes "2.0", since transformers' checks want a float where
+// it says so (a yarn attention_factor of 2 is warned about as "must be a float").
+static KeyText key_float(const Config* c, const char* section, const char* key) {
+    KeyText v = key_text(c, section, key);
+    if (!strpbrk(v.s, ".eEn")) strcat(v.s, ".0");
+    return v;
+}
+static KeyText model_float(const Config* c, const char* key) { return key_float(c, "model", key); }
 
 // transformers 5's rope_parameters for a RoPE model (kernels/rope.h follows its definitions; "ntk"
 // is a larger base, exactly: rope_theta = rope_base * s^(hd/(hd-2)); transformers' "dynamic"
@@ -500,15 +511,19 @@ static void write_rope(FILE* f, const Config* c, int partial) {
     const ModelConfig* m = &c->model;
     int lin = m->rope_scaling == ROPE_SCALING_LINEAR, yarn = m->rope_scaling == ROPE_SCALING_YARN;
     fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"%s\", ", lin ? "linear" : yarn ? "yarn" : "default");
-    if (m->rope_scaling == ROPE_SCALING_NTK)
-        fprintf(f, "\"rope_theta\": %.17g", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
-    else
-        fprintf(f, "\"rope_theta\": %s", model_value(c, "rope_base"));
-    if (lin || yarn)
-        fprintf(f, ", \"factor\": %s, \"original_max_position_embeddings\": %d", model_value(c, "rope_factor"), m->rope_original_len);
+    if (m->rope_scaling == ROPE_SCALING_NTK) {
+        char theta[64];
+        snprintf(theta, sizeof theta, "%.17g", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
+        fprintf(f, "\"rope_theta\": %s%s", theta, strpbrk(theta, ".eEn") ? "" : ".0");
+    } else {
+        fprintf(f, "\"rope_theta\": %s", model_float(c, "rope_base").s);
+    }
+    if (lin || yarn) fprintf(f, ", \"factor\": %s", model_float(c, "rope_factor").s);
+    // the training length only for yarn (its ramp); transformers' linear warns about it as unknown
     if (yarn) {
-        fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_value(c, "yarn_beta_fast"), model_value(c, "yarn_beta_slow"));
-        if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_value(c, "yarn_attn_factor"));
+        fprintf(f, ", \"original_max_position_embeddings\": %d", m->rope_original_len);
+        fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_float(c, "yarn_beta_fast").s, model_float(c, "yarn_beta_slow").s);
+        if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_float(c, "yarn_attn_factor").s);
     }
     if (partial) fprintf(f, ", \"partial_rotary_factor\": 1.0");
     fprintf(f, "},\n");
@@ -529,7 +544,7 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
         fprintf(f, "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n  \"n_inner\": %d,\n",
                 m->d_model, m->n_layer, m->n_head, m->max_seq_len, m->d_ff);
         fprintf(f, "  \"activation_function\": \"gelu_new\",\n");
-        fprintf(f, "  \"layer_norm_epsilon\": %s,\n", model_value(c, "norm_eps"));
+        fprintf(f, "  \"layer_norm_epsilon\": %s,\n", model_float(c, "norm_eps").s);
         fprintf(f, "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n");
     } else {
         fprintf(f, "  \"hidden_size\": %d,\n", m->d_model);
@@ -540,11 +555,11 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
         fprintf(f, "  \"head_dim\": %d,\n", m->head_dim);
         fprintf(f, "  \"max_position_embeddings\": %d,\n", m->max_seq_len);
         if (k == HF_NONE) {
-            fprintf(f, "  \"rope_theta\": %s,\n", model_value(c, "rope_base"));
-            fprintf(f, "  \"norm_eps\": %s,\n", model_value(c, "norm_eps"));
+            fprintf(f, "  \"rope_theta\": %s,\n", model_float(c, "rope_base").s);
+            fprintf(f, "  \"norm_eps\": %s,\n", model_float(c, "norm_eps").s);
         } else {
             write_rope(f, c, k == HF_QWEN3_NEXT);
-            fprintf(f, "  \"rms_norm_eps\": %s,\n", model_value(c, "norm_eps"));
+            fprintf(f, "  \"rms_norm_eps\": %s,\n", model_float(c, "norm_eps").s);
             fprintf(f, "  \"hidden_act\": \"silu\",\n");
             fprintf(f, "  \"attention_bias\": false,\n");
             if (k == HF_LLAMA) fprintf(f, "  \"mlp_bias\": false,\n");
@@ -565,7 +580,7 @@ static int write_config_json(const char* path, const Config* c, HfClass k, int s
                     e->n_expert, e->top_k, e->d_expert);
             fprintf(f, "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n", e->moe_every);
             if (k != HF_QWEN3_MOE) fprintf(f, "  \"shared_expert_intermediate_size\": %d,\n", e->d_shared_expert);
-            fprintf(f, "  \"router_aux_loss_coef\": %.9g,\n", (double)e->aux_loss_coef);
+            fprintf(f, "  \"router_aux_loss_coef\": %s,\n", key_float(c, "moe", "aux_loss_coef").s);
         } else if (k == HF_QWEN3_NEXT) {
             fprintf(f, "  \"num_experts\": 0,\n  \"mlp_only_layers\": [");
             for (int l = 0; l < m->n_layer; l++) fprintf(f, "%s%d", l ? ", " : "", l);
