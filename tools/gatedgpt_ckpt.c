@@ -70,7 +70,8 @@ static void usage(FILE* f) {
         "  logits CKPT --ids I1,I2,... --out FILE   the logits after each prefix of the ids (one sequence, the\n"
         "                          full forward) as float32 [n, vocab_size] to FILE; --generate N: also print a\n"
         "                          greedy continuation of N tokens (ids), for comparisons with other frameworks\n"
-        "  import HF_DIR --out DIR a Hugging Face directory of a class export writes (config.json + model.safetensors)\n"
+        "  import HF_DIR --out DIR a Hugging Face directory of a class export writes (config.json + model.safetensors,\n"
+        "                          or the shards of model.safetensors.index.json; F32, BF16, F16)\n"
         "                          -> the checkpoint DIR/step_00000000 (fresh AdamW state) that train_gpt --resume\n"
         "                          continues from; --config FILE: the [train], [data], ... sections (defaults otherwise)\n"
         "common: --threads N (default: [train] threads)\n");

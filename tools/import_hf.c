@@ -9,20 +9,47 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "train/checkpoint.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// One safetensors file, mapped read-only (a Hub model's shards can be tens of GB: the pages are
+// read as the tensors are converted, and the kernel may drop them again).
+typedef struct {
+    char path[1100];
+    Jv hdr;                        // its JSON header: {name: {dtype, shape, data_offsets}, __metadata__?}
+    unsigned char* map;            // the whole file (munmap'ed at the end)
+    size_t map_len;
+    const unsigned char* data;     // the bytes after the header: data_offsets count from here
+    size_t data_len;
+} StFile;
+
+// One tensor of one of the files; Src.ent holds every tensor of every file, sorted by name.
+typedef struct {
+    const char* name;              // the key in its file's header
+    const Jv* t;                   // its header entry
+    int file;                      // index into Src.files
+    int mapped;                    // sharded: the number of weight_map entries naming it (must be 1)
+    int used;                      // consumed by fill()
+} StTensor;
 
 typedef struct {
     const char* dir;
-    char cfg_path[1100], st_path[1100];
+    char cfg_path[1100];
+    char st_path[1100];      // model.safetensors, or (sharded) model.safetensors.index.json
     Jv conf;                 // config.json
-    Jv hdr;                  // the safetensors header
-    unsigned char* data;     // the tensors' bytes
-    size_t data_len;
-    unsigned char* used;     // [hdr.n]: consumed
+    Jv index;                // the index (sharded only)
+    StFile* files;           // [n_files]: model.safetensors alone, or the shards the index names
+    int n_files;
+    StTensor* ent;           // [n_ent], sorted by name
+    int n_ent;
 } Src;
 
 static int slurp(const char* path, char** buf, size_t* n) {
@@ -225,47 +252,237 @@ static int read_config(Config* c, const Src* s, int* cls) {
     return 0;
 }
 
+// ---- safetensors files: model.safetensors, or the shards that model.safetensors.index.json names
+// (transformers' save_pretrained above max_shard_size: model-0000K-of-0000N.safetensors and an
+// index {"metadata": {...}, "weight_map": {tensor name: shard file}}).
+
+// Maps `path` and parses its header into f. -1 after a one-line error naming the file.
+static int st_open(StFile* f, const char* path) {
+    snprintf(f->path, sizeof f->path, "%s", path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { fprintf(stderr, "error: import: cannot open '%s': %s\n", path, strerror(errno)); return -1; }
+    struct stat sb;
+    memset(&sb, 0, sizeof sb);
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) {
+        close(fd);
+        fprintf(stderr, "error: import: %s: not a safetensors file (%s)\n", path,
+                !S_ISREG(sb.st_mode) ? "not a regular file" : "shorter than its 8-byte header length");
+        return -1;
+    }
+    void* m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) { fprintf(stderr, "error: import: cannot map '%s': %s\n", path, strerror(errno)); return -1; }
+    f->map = m;
+    f->map_len = (size_t)sb.st_size;
+    uint64_t hn;   // u64 little-endian header length, then that many bytes of JSON
+    memcpy(&hn, f->map, 8);
+    char err[256] = "";
+    if (hn > f->map_len - 8) {
+        fprintf(stderr, "error: import: %s: not a safetensors file (header length %llu, file %zu bytes)\n", path, (unsigned long long)hn, f->map_len);
+        return -1;
+    }
+    if (jv_parse((const char*)f->map + 8, (size_t)hn, &f->hdr, err, sizeof err) || f->hdr.kind != JV_OBJ) {
+        fprintf(stderr, "error: import: %s: not a safetensors file (header: %s)\n", path, f->hdr.kind != JV_OBJ && !err[0] ? "not a JSON object" : err);
+        return -1;
+    }
+    f->data = f->map + 8 + hn;
+    f->data_len = f->map_len - 8 - hn;
+    return 0;
+}
+
+static int st_cmp(const void* a, const void* b) {   // by name, then file, then header order
+    const StTensor *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+static int st_name_cmp(const void* key, const void* e) { return strcmp(key, ((const StTensor*)e)->name); }
+static StTensor* st_find(const Src* s, const char* name) {
+    return s->n_ent ? bsearch(name, s->ent, (size_t)s->n_ent, sizeof(StTensor), st_name_cmp) : NULL;
+}
+
+// Every tensor of every file into s->ent, sorted; a name held twice (in two shards, or twice in
+// one header) is refused: which copy is meant is unknowable.
+static int st_collect(Src* s) {
+    int n = 0;
+    for (int k = 0; k < s->n_files; k++) n += s->files[k].hdr.n;
+    s->ent = calloc((size_t)n + 1, sizeof(StTensor));
+    if (!s->ent) { fprintf(stderr, "error: import: out of memory\n"); return -1; }
+    for (int k = 0; k < s->n_files; k++)
+        for (int i = 0; i < s->files[k].hdr.n; i++) {
+            if (strcmp(s->files[k].hdr.keys[i], "__metadata__") == 0) continue;
+            StTensor* e = &s->ent[s->n_ent++];
+            e->name = s->files[k].hdr.keys[i];
+            e->t = &s->files[k].hdr.items[i];
+            e->file = k;
+        }
+    qsort(s->ent, (size_t)s->n_ent, sizeof(StTensor), st_cmp);
+    for (int i = 1; i < s->n_ent; i++) {
+        const StTensor *a = &s->ent[i - 1], *b = &s->ent[i];
+        if (strcmp(a->name, b->name)) continue;
+        if (a->file == b->file)
+            fprintf(stderr, "error: import: %s: tensor '%s' appears twice in the header (which copy is meant is unknown)\n", s->files[a->file].path, a->name);
+        else
+            fprintf(stderr, "error: import: %s: tensor '%s' is in two shards, %s and %s (each tensor must be in exactly one)\n",
+                    s->st_path, a->name, s->files[a->file].path, s->files[b->file].path);
+        return -1;
+    }
+    return 0;
+}
+
+// The shard file named `name` (a weight_map value) in s->files, opened on first mention; its
+// index, or -1 after a one-line error.
+static int st_shard(Src* s, const char* name, const char* tensor_name) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    for (int k = 0; k < s->n_files; k++) if (strcmp(s->files[k].path, path) == 0) return k;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "error: import: %s: weight_map names the shard '%s' (for tensor '%s'), which is not in %s (an incomplete download?)\n",
+                s->st_path, name, tensor_name, s->dir);
+        return -1;
+    }
+    if (st_open(&s->files[s->n_files], path)) return -1;
+    return s->n_files++;
+}
+
+// model.safetensors if it exists (transformers prefers it too), else the sharded index.
+static int st_load(Src* s) {
+    char one[1100];
+    struct stat sb;
+    snprintf(one, sizeof one, "%s/model.safetensors", s->dir);
+    if (stat(one, &sb) == 0) {
+        snprintf(s->st_path, sizeof s->st_path, "%s", one);
+        s->files = calloc(1, sizeof(StFile));
+        if (!s->files) { fprintf(stderr, "error: import: out of memory\n"); return -1; }
+        s->n_files = 1;
+        return st_open(&s->files[0], one) || st_collect(s) ? -1 : 0;
+    }
+    snprintf(s->st_path, sizeof s->st_path, "%s/model.safetensors.index.json", s->dir);
+    if (stat(s->st_path, &sb) != 0) {
+        fprintf(stderr, "error: import: %s: no weights: neither model.safetensors nor model.safetensors.index.json "
+                "(the index of a sharded checkpoint) is there\n", s->dir);
+        return -1;
+    }
+    char* text = NULL;
+    size_t len = 0;
+    char err[256];
+    if (slurp(s->st_path, &text, &len)) return -1;
+    int bad = jv_parse(text, len, &s->index, err, sizeof err);
+    free(text);
+    if (bad) { fprintf(stderr, "error: import: %s: not JSON: %s\n", s->st_path, err); return -1; }
+    const Jv* wm = jv_get(&s->index, "weight_map");
+    if (!wm || wm->kind != JV_OBJ || wm->n == 0) {
+        fprintf(stderr, "error: import: %s: field \"weight_map\" %s (expected {tensor name: shard file, ...})\n", s->st_path,
+                !wm ? "is missing" : wm->kind != JV_OBJ ? "is not an object" : "is empty");
+        return -1;
+    }
+    s->files = calloc((size_t)wm->n, sizeof(StFile));
+    int* file_of = calloc((size_t)wm->n, sizeof(int));
+    if (!s->files || !file_of) { free(file_of); fprintf(stderr, "error: import: out of memory\n"); return -1; }
+    for (int i = 0; i < wm->n; i++) {   // the distinct shards, in order of first mention
+        if (wm->items[i].kind != JV_STR || !wm->items[i].str[0]) {
+            fprintf(stderr, "error: import: %s: weight_map: tensor '%s' maps to no file name (expected a shard's file name)\n", s->st_path, wm->keys[i]);
+            free(file_of);
+            return -1;
+        }
+        if ((file_of[i] = st_shard(s, wm->items[i].str, wm->keys[i])) < 0) { free(file_of); return -1; }
+    }
+    if (st_collect(s)) { free(file_of); return -1; }
+    // the index and the shards must agree: each entry names the one shard that holds its tensor,
+    // and each tensor of a shard has its entry
+    for (int i = 0; i < wm->n; i++) {
+        StTensor* e = st_find(s, wm->keys[i]);
+        if (!e || e->file != file_of[i]) {
+            fprintf(stderr, "error: import: %s: weight_map maps tensor '%s' to '%s', which does not hold it (%s%s)\n", s->st_path,
+                    wm->keys[i], wm->items[i].str, e ? "it is in " : "no shard holds it", e ? s->files[e->file].path : "");
+            free(file_of);
+            return -1;
+        }
+        if (++e->mapped > 1) {
+            fprintf(stderr, "error: import: %s: weight_map lists tensor '%s' twice\n", s->st_path, wm->keys[i]);
+            free(file_of);
+            return -1;
+        }
+    }
+    free(file_of);
+    for (int i = 0; i < s->n_ent; i++)
+        if (!s->ent[i].mapped) {
+            fprintf(stderr, "error: import: %s: the shard %s holds tensor '%s', which weight_map does not list (an index from another save?)\n",
+                    s->st_path, s->files[s->ent[i].file].path, s->ent[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+static void st_free(Src* s) {
+    for (int k = 0; k < s->n_files; k++) {
+        if (s->files[k].map) munmap(s->files[k].map, s->files[k].map_len);
+        jv_free(&s->files[k].hdr);
+    }
+    free(s->files);
+    free(s->ent);
+    jv_free(&s->index);
+}
+
 // ---- tensors
-// tensor `name` as n floats of shape [a, b(, c)] (F32, BF16 or F16); NULL after an error
+// tensor `name` as n floats of shape [a, b(, c)] (F32, BF16 or F16, converted exactly: every
+// F16 and BF16 value, subnormals included, is a float); NULL after an error. A weight that is
+// not finite (inf, NaN) is refused: it cannot train, and it would only show as a NaN loss later.
 static float* tensor(Src* s, const char* name, int a, int b, int c) {
-    const Jv* t = NULL;
-    int idx = -1;
-    for (int i = 0; i < s->hdr.n; i++) if (strcmp(s->hdr.keys[i], name) == 0) { t = &s->hdr.items[i]; idx = i; }
-    if (!t) { fprintf(stderr, "error: import: %s: tensor '%s' is missing\n", s->st_path, name); return NULL; }
+    StTensor* e = st_find(s, name);
+    if (!e) { fprintf(stderr, "error: import: %s: tensor '%s' is missing\n", s->st_path, name); return NULL; }
+    const StFile* f = &s->files[e->file];
+    const Jv* t = e->t;
     const Jv *dt = jv_get(t, "dtype"), *sh = jv_get(t, "shape"), *off = jv_get(t, "data_offsets");
     int want[3] = {a, b, c}, nd = c > 0 ? 3 : b > 0 ? 2 : 1;
     int ok = dt && dt->kind == JV_STR && sh && sh->kind == JV_ARR && sh->n == nd && off && off->kind == JV_ARR && off->n == 2;
     for (int i = 0; ok && i < nd; i++) ok = sh->items[i].kind == JV_NUM && (int)sh->items[i].num == want[i];
     if (!ok) {
         fprintf(stderr, "error: import: %s: tensor '%s' has another shape or no dtype/offsets (expected [%d%s%.0d%s%.0d] from config.json)\n",
-                s->st_path, name, a, nd > 1 ? ", " : "", nd > 1 ? b : 0, nd > 2 ? ", " : "", nd > 2 ? c : 0);
+                f->path, name, a, nd > 1 ? ", " : "", nd > 1 ? b : 0, nd > 2 ? ", " : "", nd > 2 ? c : 0);
         return NULL;
     }
     size_t n = (size_t)a * (b > 0 ? b : 1) * (c > 0 ? c : 1), b0 = (size_t)off->items[0].num, b1 = (size_t)off->items[1].num;
     int es = strcmp(dt->str, "F32") == 0 ? 4 : (strcmp(dt->str, "BF16") == 0 || strcmp(dt->str, "F16") == 0) ? 2 : 0;
-    if (!es) { fprintf(stderr, "error: import: %s: tensor '%s' is %s (accepted: F32, BF16, F16)\n", s->st_path, name, dt->str); return NULL; }
-    if (b1 > s->data_len || b0 > b1 || b1 - b0 != n * es) {
-        fprintf(stderr, "error: import: %s: tensor '%s': data_offsets [%zu, %zu] do not hold %zu %s values\n", s->st_path, name, b0, b1, n, dt->str);
+    if (!es) { fprintf(stderr, "error: import: %s: tensor '%s' is %s (accepted: F32, BF16, F16)\n", f->path, name, dt->str); return NULL; }
+    if (b1 > f->data_len || b0 > b1 || b1 - b0 != n * es) {
+        fprintf(stderr, "error: import: %s: tensor '%s': data_offsets [%zu, %zu] do not hold %zu %s values\n", f->path, name, b0, b1, n, dt->str);
         return NULL;
     }
     float* x = malloc(n * sizeof(float));
-    const unsigned char* p = s->data + b0;
+    if (!x) { fprintf(stderr, "error: import: out of memory (tensor '%s', %zu values)\n", name, n); return NULL; }
+    const unsigned char* p = f->data + b0;
     for (size_t i = 0; i < n; i++) {
         if (es == 4) { memcpy(&x[i], p + 4 * i, 4); continue; }
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        if (dt->str[0] == 'B') { uint32_t u = (uint32_t)h << 16; memcpy(&x[i], &u, 4); continue; }
-        int e = h >> 10 & 31, m = h & 1023;   // F16
-        float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+        if (dt->str[0] == 'B') { uint32_t u = (uint32_t)h << 16; memcpy(&x[i], &u, 4); continue; }   // BF16: float's top half
+        // F16: sign, 5 exponent bits (bias 15), 10 mantissa bits; exponent 0: subnormal m * 2^-24
+        int e5 = h >> 10 & 31, m = h & 1023;
+        float v = e5 == 0 ? ldexpf((float)m, -24) : e5 == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e5 - 25);
         x[i] = (h & 0x8000) ? -v : v;
     }
-    s->used[idx] = 1;
+    for (size_t i = 0; i < n; i++) {   // on the bits: -ffast-math could fold isfinite() away
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if ((u & 0x7F800000u) == 0x7F800000u) {
+            fprintf(stderr, "error: import: %s: tensor '%s' element %zu is %s: a weight that is not finite cannot be trained "
+                    "(the source model is damaged: fix or re-save it)\n", f->path, name, i, u & 0x007FFFFFu ? "NaN" : (u >> 31) ? "-inf" : "inf");
+            free(x);
+            return NULL;
+        }
+    }
+    e->used = 1;
     return x;
 }
 
-static int has_tensor(const Src* s, const char* name) {
-    for (int i = 0; i < s->hdr.n; i++) if (strcmp(s->hdr.keys[i], name) == 0) return 1;
-    return 0;
+static int has_tensor(const Src* s, const char* name) { return st_find(s, name) != NULL; }
+// the file that holds tensor `name` (for errors about its values)
+static const char* tensor_path(const Src* s, const char* name) {
+    const StTensor* e = st_find(s, name);
+    return e ? s->files[e->file].path : s->st_path;
 }
 
 static int ends_with(const char* s, const char* suffix) {
@@ -350,7 +567,7 @@ static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int
                 for (int j = 0; j < Bz[i].n; j++)
                     if (w[j] != 0.0f) {
                         fprintf(stderr, "error: import: %s: '%s' is not zero (element %d = %g): gatedgpt's linear layers have no bias\n",
-                                s->st_path, nm, j, (double)w[j]);
+                                tensor_path(s, nm), nm, j, (double)w[j]);
                         free(w);
                         return -1;
                     }
@@ -432,13 +649,13 @@ static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int
 #undef NM
     if (!m->tie_embeddings) { GET(w, "lm_head.weight", V, d, 0); put_rows(dst(t, x, "lm_head", 0), w, (size_t)V * d); free(w); }
     // every tensor of the file must have found its place (GPT-2's causal-mask buffers aside)
-    for (int i = 0; i < s->hdr.n; i++) {
-        const char* k = s->hdr.keys[i];
-        if (s->used[i] || strcmp(k, "__metadata__") == 0) continue;
+    for (int i = 0; i < s->n_ent; i++) {
+        const char* k = s->ent[i].name;
+        if (s->ent[i].used) continue;
         if (cls == 0 && (ends_with(k, ".attn.bias") || ends_with(k, ".attn.masked_bias"))) continue;
         if (cls != 0 && m->tie_embeddings && strcmp(k, "lm_head.weight") == 0) continue;   // a tied head saved anyway
         fprintf(stderr, "error: import: %s: tensor '%s' has no place in gatedgpt's model (a part the class has and gatedgpt lacks)\n",
-                s->st_path, k);
+                s->files[s->ent[i].file].path, k);
         return -1;
     }
     return 0;
@@ -449,7 +666,6 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
     memset(&s, 0, sizeof s);
     s.dir = in_dir;
     snprintf(s.cfg_path, sizeof s.cfg_path, "%s/config.json", in_dir);
-    snprintf(s.st_path, sizeof s.st_path, "%s/model.safetensors", in_dir);
     char* text = NULL;
     size_t len = 0;
     char err[256];
@@ -461,24 +677,13 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
         return -1;
     }
     free(text);
-    char* st = NULL;
-    size_t st_len = 0;
     GPT m;
     memset(&m, 0, sizeof m);
     if (read_config(c, &s, &cls)) goto out;
     // the default training length may not fit a short model: its longest length then
     if (c->train.seq_len > c->model.max_seq_len && set(c, &s, "train.seq_len=%d", c->model.max_seq_len)) goto out;
     if (config_finalize(c, s.cfg_path)) goto out;
-    if (slurp(s.st_path, &st, &st_len)) goto out;
-    uint64_t hn = 0;
-    if (st_len >= 8) memcpy(&hn, st, 8);
-    if (st_len < 8 || hn > st_len - 8 || jv_parse(st + 8, (size_t)hn, &s.hdr, err, sizeof err) || s.hdr.kind != JV_OBJ) {
-        fprintf(stderr, "error: import: %s: not a safetensors file (header: %s)\n", s.st_path, st_len < 8 || hn > st_len - 8 ? "length out of range" : err);
-        goto out;
-    }
-    s.data = (unsigned char*)st + 8 + hn;
-    s.data_len = st_len - 8 - hn;
-    s.used = calloc((size_t)s.hdr.n + 1, 1);
+    if (st_load(&s)) goto out;
     gpt_build(&m, &c->model, c->train.seed);
     float* host = calloc(m.table.total, sizeof(float));   // padding rows (vocab) stay zero
     if (!host) { fprintf(stderr, "error: import: out of memory\n"); goto out; }
@@ -501,16 +706,16 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
     if (rc == 0 && log) {
         char path[CKPT_PATH_MAX];
         checkpoint_path(path, sizeof path, out_dir, 0);
-        fprintf(log, "import: %s (%s, %zu parameters) -> %s: resume with train_gpt --resume %s\n", in_dir,
-                str_or(&s.conf, "model_type", "?"), m.table.total, path, path);
+        char shards[64] = "";
+        if (s.index.kind == JV_OBJ) snprintf(shards, sizeof shards, ", %d shards", s.n_files);
+        fprintf(log, "import: %s (%s%s, %zu parameters) -> %s: resume with train_gpt --resume %s\n", in_dir,
+                str_or(&s.conf, "model_type", "?"), shards, m.table.total, path, path);
     }
     spike_free(&lw); spike_free(&gw);
     optim_free(&o);
 out:
     if (m.params) gpt_free(&m);
-    free(st);
-    free(s.used);
+    st_free(&s);
     jv_free(&s.conf);
-    jv_free(&s.hdr);
     return rc;
 }
