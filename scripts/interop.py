@@ -93,6 +93,60 @@ def val_tokens(glob_pat):
         return np.frombuffer(f.read(), dtype=dt)[:n].astype(np.int64)
 
 
+# ---- sharded Hub checkpoints (issue #28): transformers' save_pretrained in shards -> import -----
+SHARDED = ["qwen3", "qwen3_next"]   # kinds of KINDS re-saved by transformers in shards
+SHARD_BYTES = 100_000               # max_shard_size: the 8192 x 64 embedding alone, the rest in several
+
+
+def sharded_rows(work, tool, toks):
+    """For each kind of SHARDED exported above (WORK/<kind>_hf): load it with from_pretrained,
+    save_pretrained it in shards of at most SHARD_BYTES as float32 and as bfloat16 (the Hub's
+    layout: model-0000K-of-0000N.safetensors + model.safetensors.index.json, no model.safetensors),
+    `gatedgpt_ckpt import` the directory, and compare the imported checkpoint's logits
+    (`gatedgpt_ckpt logits`) with transformers' on the same directory loaded as float32 (bf16
+    weights widened exactly, as import widens them): max |dlogit| <= TOL_LOGIT. Returns (rows, failed)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    rows, failed = [], 0
+    ids = toks[:32]
+    for kind in SHARDED:
+        exp = os.path.join(work, kind + "_hf")
+        if not os.path.isdir(exp):
+            continue   # not among --kinds
+        for dt in ("float32", "bfloat16"):
+            name, d = f"{kind} {'f32' if dt == 'float32' else 'bf16'} shards", os.path.join(work, f"{kind}_shards_{dt}")
+            src = AutoModelForCausalLM.from_pretrained(exp, dtype=torch.float32)
+            src.to(getattr(torch, dt)).save_pretrained(d, max_shard_size=SHARD_BYTES)
+            files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+            dtypes = set()
+            for f in files:
+                with open(os.path.join(d, f), "rb") as fh:
+                    (n,) = struct.unpack("<Q", fh.read(8))
+                    dtypes |= {v["dtype"] for k, v in json.loads(fh.read(n)).items() if k != "__metadata__"}
+            layout = (os.path.exists(os.path.join(d, "model.safetensors.index.json")) and len(files) >= 2
+                      and "model.safetensors" not in files and dtypes == {"F32" if dt == "float32" else "BF16"})
+            note = f"{len(files)} shards {'/'.join(sorted(dtypes))}"
+            imp, lf = d + "_imp", d + "_logits.bin"
+            rc, out = run([tool, "import", d, "--out", imp])
+            if rc == 0:
+                rc, out = run([tool, "logits", imp, "--ids", ",".join(map(str, ids.tolist())), "--out", lf])
+            if rc != 0 or not layout:
+                print(f"FAIL {name}: {'not sharded as expected: ' + note if rc == 0 else out.strip()}")
+                failed += 1
+                rows.append((name, "-", None, None, None, None, "-", note, False))
+                continue
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+            model.eval()
+            with torch.no_grad():
+                hf = model(torch.tensor(ids)[None]).logits[0].numpy()
+            ours = np.fromfile(lf, dtype="<f4").reshape(len(ids), -1)
+            dlogit = float(np.abs(hf[:, :ours.shape[1]] - ours).max())
+            ok = dlogit <= TOL_LOGIT and ours.shape[1] == model.config.vocab_size
+            failed += not ok
+            rows.append((name, type(model).__name__, None, None, None, dlogit, "-", note, ok))
+    return rows, failed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -192,6 +246,8 @@ def main():
         ok = rc == 1 and len(lines) == 1 and setting in lines[0] and not os.path.exists(run_dir + "_hf")
         failed += not ok
         rows.append((name, "refused" if ok else "NOT REFUSED", None, None, None, None, "-", lines[0][:60] if lines else "", ok))
+    r, f = sharded_rows(work, tool, toks)   # transformers' sharded save_pretrained -> import
+    rows, failed = rows + r, failed + f
     print(f"\n{'kind':<16} {'class':<22} {'our loss':>10} {'HF loss':>10} {'|dloss|':>9} {'max|dlogit|':>11} {'greedy':>7}  tokenizer")
     for k, c, l1, l2, dl, dg, g, tn, ok in rows:
         f = lambda v, p: "-" if v is None else p % v
