@@ -155,6 +155,14 @@ $PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); del c['layer_
 "$tool" export "$tmp/imp_nolt" --out "$tmp/hf2_nolt" > /dev/null 2>&1
 check "import without layer_types: full_attention_interval's default 4 gives LLLA, the same tensors" 'grep -q "^layer_pattern = LLLA " "$tmp/imp_nolt/step_00000000/config.ini" && $PY tests/compare_safetensors.py "$tmp/hf_hybrid/model.safetensors" "$tmp/hf2_nolt/model.safetensors" > /dev/null'
 imp_err "partial RoPE" "config.json: partial_rotary_factor" 's/"partial_rotary_factor": 1.0/"partial_rotary_factor": 0.25/' config.json
+# YaRN fields transformers reads and gatedgpt has no equivalent for; a yarn without its factor
+imp_err "YaRN's mscale (DeepSeek's attention factor)" "config.json: rope_parameters.mscale: DeepSeek's attention factor" \
+    'c["rope_parameters"].pop("attention_factor"); c["rope_parameters"].update(mscale=1.0, mscale_all_dim=0.5)' config.py rope_yarn_betas
+imp_err "YaRN with truncate false" "config.json: rope_parameters.truncate" 'c["rope_parameters"]["truncate"] = False' config.py rope_yarn
+rm -rf "$tmp/nofactor"; cp -r "$tmp/hf_rope_yarn" "$tmp/nofactor"
+$PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); del c['rope_parameters']['factor']; c['max_position_embeddings'] = 48; json.dump(c, open(p, 'w'))" "$tmp/nofactor/config.json"
+"$tool" import "$tmp/nofactor" --out "$tmp/imp_nofactor" > /dev/null 2>&1
+check "import of a yarn without factor: transformers' max_position_embeddings / original (48 / 16 = 3)" 'grep -q "^rope_factor = 3 " "$tmp/imp_nofactor/step_00000000/config.ini" && grep -q "^rope_original_len = 16 " "$tmp/imp_nofactor/step_00000000/config.ini"'
 imp_err "an unknown model_type" "config.json: model_type: import reads gpt2, llama, qwen3" 's/"model_type": "qwen3_next"/"model_type": "mamba"/' config.json
 imp_err "a tensor of another shape" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' has another shape" 's/"num_key_value_heads": 1/"num_key_value_heads": 2/' config.json
 

@@ -129,14 +129,28 @@ static int read_rope(Config* c, const Src* s, int partial_default_quarter) {
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "linear") && strcmp(type, "yarn"))
         return refuse(s, "rope_type", "only default, linear and yarn have a gatedgpt equivalent (ntk: a larger rope_theta)");
-    if (set(c, s, "model.rope_scaling=%s", type) || set(c, s, "model.rope_factor=%.9g", num_or(sc, "factor", 1.0)) ||
-        set(c, s, "model.rope_original_len=%d", (int)num_or(sc, "original_max_position_embeddings", num_or(&s->conf, "max_position_embeddings", 0))))
+    if (strcmp(type, "linear") == 0)
+        return set(c, s, "model.rope_scaling=linear") || set(c, s, "model.rope_factor=%.9g", num_or(sc, "factor", 1.0)) ? -1 : 0;
+    // yarn, as transformers 5 reads it (modeling_rope_utils.py): the training length defaults to
+    // max_position_embeddings, the factor to max_position_embeddings over it; DeepSeek's mscale /
+    // mscale_all_dim (another attention factor) and truncate = false (an unrounded ramp) have no
+    // gatedgpt equivalent
+    double max_pos = num_or(&s->conf, "max_position_embeddings", 0);
+    double orig = num_or(sc, "original_max_position_embeddings", max_pos);
+    double factor = num_or(sc, "factor", orig > 0 ? max_pos / orig : 1.0);
+    double attn = num_or(sc, "attention_factor", 0);   // 0: gatedgpt's "0.1 ln(factor) + 1", as transformers' None
+    if (attn == 0 && num_or(sc, "mscale", 0) != 0 && num_or(sc, "mscale_all_dim", 0) != 0)
+        return refuse(s, "rope_parameters.mscale", "DeepSeek's attention factor from mscale / mscale_all_dim has no gatedgpt "
+                      "equivalent (accepted: attention_factor, or neither: 0.1 ln(factor) + 1)");
+    if (!bool_or(sc, "truncate", 1))
+        return refuse(s, "rope_parameters.truncate", "gatedgpt rounds YaRN's correction range as transformers' default does (accepted: true)");
+    // transformers reads a beta of 0 (or null) as its default, 32 and 1
+    double bf = num_or(sc, "beta_fast", 0), bs = num_or(sc, "beta_slow", 0);
+    if (set(c, s, "model.rope_scaling=yarn") || set(c, s, "model.rope_factor=%.9g", factor) ||
+        set(c, s, "model.rope_original_len=%d", (int)orig) || set(c, s, "model.yarn_beta_fast=%.9g", bf != 0 ? bf : 32) ||
+        set(c, s, "model.yarn_beta_slow=%.9g", bs != 0 ? bs : 1))
         return -1;
-    if (strcmp(type, "yarn") == 0 &&
-        (set(c, s, "model.yarn_beta_fast=%.9g", num_or(sc, "beta_fast", 32)) || set(c, s, "model.yarn_beta_slow=%.9g", num_or(sc, "beta_slow", 1)) ||
-         set(c, s, "model.yarn_attn_factor=%.9g", num_or(sc, "attention_factor", 0))))
-        return -1;
-    return 0;
+    return attn != 0 && set(c, s, "model.yarn_attn_factor=%.9g", attn) ? -1 : 0;
 }
 
 // Qwen3-Next's layer_types (or, without it, full_attention_interval as its config class reads it:
