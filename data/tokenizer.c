@@ -386,11 +386,16 @@ static int tok_build(Tokenizer* t, int M, const char* what) {
     memcpy(t->bytes + t->offsets[V - 1], eot_text, sizeof(eot_text) - 1);
     t->ranks = calloc(1, sizeof(TokRankMap));
     if (!t->ranks || u64map_init(&t->ranks->map, (size_t)M + 1) != 0) { tok_error(what, "out of memory"); return -1; }
-    for (int i = 0; i < M; i++)
-        if (u64map_put(&t->ranks->map, pair_key(t->merges[2 * i], t->merges[2 * i + 1]), i) != 0) {
+    // a pair listed twice (training never writes one; a hand-made file may) keeps its first, lowest
+    // rank, as "lowest rank first" and "the merge list in order" both say; the later id is never produced
+    for (int i = 0; i < M; i++) {
+        uint64_t key = pair_key(t->merges[2 * i], t->merges[2 * i + 1]);
+        if (u64map_get(&t->ranks->map, key) >= 0) continue;
+        if (u64map_put(&t->ranks->map, key, i) != 0) {
             tok_error(what, "out of memory");
             return -1;
         }
+    }
     t->cache = cache_new();
     if (!t->cache) { tok_error(what, "out of memory"); return -1; }
     return 0;
