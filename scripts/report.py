@@ -2,6 +2,7 @@
 """scripts/report.py: compare training runs of gatedgpt; writes report.md and PNG figures.
 
 usage: scripts/report.py RUN_DIR... [--out DIR]
+       scripts/report.py --replot REPORT_MD [--out DIR]
 
 Each RUN_DIR is a run directory of train_gpt ([log] run_dir): it holds log.jsonl (one JSON
 record per line, "type" = step, eval, sample, probe, spike; docs/metrics.md) and config.ini
@@ -29,6 +30,13 @@ A malformed line in long_context.jsonl stops the report as one in log.jsonl does
 Missing data (no probe records yet, no validation) shows as '-' in the tables and the figure
 is skipped with a note. A missing run directory, a missing or empty log.jsonl, or a line that
 is not a JSON object with a "type" stops the report with an error naming the file and line.
+
+--replot draws m_act.png and f_attn.png again from the per-layer tables of a report.md this
+script wrote (values as printed there), for results whose run directories are not kept
+(docs/results/).
+
+Figures: every legend sits outside the axes (to the right); a log axis spans whole decades
+around its data and labels each of them.
 
 Needs python3-numpy and python3-matplotlib (Debian); figures use matplotlib's Agg backend.
 """
@@ -453,11 +461,51 @@ class PlainLogFormatter(matplotlib.ticker.LogFormatter):
 
 
 def log_axis(ax, which="y"):
-    """Log scale with plain tick labels (0.6, 2, 100; not 6e-01 or 2x10^0)."""
+    """Log scale (base 10) over whole decades: call after plotting. The limits are the powers of
+    10 just below the smallest and just above the largest positive value drawn (lines and
+    markers), strictly outside them, and every decade between is a labelled major tick, so the
+    top label is above every curve (matplotlib's own limits end at the data and can leave its
+    largest values above the last labelled decade). Plain tick labels (0.1, 1, 100; not 1e-01 or
+    10^2); minor ticks labelled as matplotlib chooses when the axis spans 2 decades or less."""
     getattr(ax, f"set_{which}scale")("log")
     axis = getattr(ax, f"{which}axis")
-    axis.set_major_formatter(PlainLogFormatter())
+    k = 0 if which == "x" else 1
+    vals = [np.asarray(ln.get_xdata() if k == 0 else ln.get_ydata(), dtype=float).ravel() for ln in ax.get_lines()]
+    for c in ax.collections:
+        off = np.asarray(c.get_offsets(), dtype=float)
+        if off.ndim == 2 and off.shape[1] == 2:
+            vals.append(off[:, k])
+    vals = [float(v) for v in np.concatenate(vals + [np.zeros(0)]) if math.isfinite(v) and v > 0]
+    if vals:
+        lo = math.ceil(math.log10(min(vals))) - 1
+        hi = math.floor(math.log10(max(vals))) + 1
+        getattr(ax, f"set_{which}lim")(10.0 ** lo, 10.0 ** hi)
+        axis.set_major_locator(matplotlib.ticker.FixedLocator([10.0 ** e for e in range(lo, hi + 1)]))
+        axis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=np.arange(2, 10), numticks=1000))
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, pos=None: f"{x:g}"))
     axis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def save_legend_outside(fig, path, handles=None, fontsize=8):
+    """Lays the figure out, puts one legend to the right of all its axes (outside them: it never
+    covers a curve) and saves with the bounding box grown to hold it. handles: the legend's
+    artists (their labels), default every labelled artist of the axes, one per label in order."""
+    fig.tight_layout()
+    axes = [a for a in fig.axes if a.get_visible()]
+    if handles is None:
+        seen, handles = set(), []
+        for a in axes:
+            for h, lab in zip(*a.get_legend_handles_labels()):
+                if lab not in seen:
+                    seen.add(lab)
+                    handles.append(h)
+    if handles:
+        right = max(a.get_position().x1 for a in axes)
+        top = max(a.get_position().y1 for a in axes)
+        fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(right + 0.01, top),
+                   bbox_transform=fig.transFigure, borderaxespad=0.0, fontsize=fontsize)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 def fig_loss(runs, path):
@@ -465,9 +513,13 @@ def fig_loss(runs, path):
         return "no step or eval records in any run"
     have_grad = any(any(finite(s.get("grad_norm")) for s in r.steps) for r in runs)
     nrows = 2 if have_grad else 1
+    from matplotlib.lines import Line2D
     fig, axes = plt.subplots(nrows, 1, figsize=(9, 4.2 * nrows), sharex=True, squeeze=False)
     ax = axes[0][0]
     win = None
+    # the legend: one entry per run (its colour), then one per kind of mark (in black)
+    handles = [Line2D([], [], color=color(i), lw=1.6, label=r.name) for i, r in enumerate(runs)]
+    kinds = {}
     for i, r in enumerate(runs):
         c = color(i)
         if r.steps:
@@ -476,42 +528,46 @@ def fig_loss(runs, path):
             ys, w = smooth(y)
             win = max(win or 1, w)
             ax.plot(x, y, color=c, alpha=0.18, lw=0.8)
-            ax.plot(x, ys, color=c, lw=1.6, label=f"{r.name} train")
+            ax.plot(x, ys, color=c, lw=1.6)
+            kinds["train"] = Line2D([], [], color="black", lw=1.6, label="train loss")
         if r.evals:
             ax.plot([e["step"] for e in r.evals], [e["val_loss"] for e in r.evals], "o--",
-                    color=c, ms=5, lw=0.8, mfc="white", label=f"{r.name} val")
+                    color=c, ms=5, lw=0.8, mfc="white")
+            kinds["val"] = Line2D([], [], color="black", ls="--", marker="o", ms=5, lw=0.8, mfc="white", label="val loss")
         skipped = [s["step"] for s in r.steps if s.get("skipped") is True][:200]
-        for j, st in enumerate(skipped):
-            ax.axvline(st, color=c, ls=":", lw=0.9, alpha=0.7, label=f"{r.name} update skipped" if j == 0 else None)
+        for st in skipped:
+            ax.axvline(st, color=c, ls=":", lw=0.9, alpha=0.7)
+        if skipped:
+            kinds["skip"] = Line2D([], [], color="black", ls=":", lw=0.9, label="update skipped")
         ls = [s for s in r.spikes if s["kind"] == "loss" and finite(s.get("value"))]
         if ls:
             ax.scatter([s["step"] for s in ls], [s["value"] for s in ls], marker="X", s=70,
-                       color=c, edgecolor="black", zorder=5, label=f"{r.name} loss spike")
+                       color=c, edgecolor="black", zorder=5)
+            kinds["loss_spike"] = Line2D([], [], ls="", marker="X", ms=8, color="gray", mec="black", label="loss spike")
     ax.set_ylabel("loss (nats/token)")
     title = "loss"
     if win and win > 1:
         title += f" (train: faint raw, solid trailing median over up to {win} steps; val: circles)"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     if have_grad:
         ax2 = axes[1][0]
         for i, r in enumerate(runs):
             pts = [(s["step"], s["grad_norm"]) for s in r.steps if finite(s.get("grad_norm")) and s["grad_norm"] > 0]
             if pts:
-                ax2.plot(*zip(*pts), color=color(i), lw=0.9, label=f"{r.name}")
+                ax2.plot(*zip(*pts), color=color(i), lw=0.9)
             gs = [s for s in r.spikes if s["kind"] == "grad_norm" and finite(s.get("value")) and s["value"] > 0]
             if gs:
                 ax2.scatter([s["step"] for s in gs], [s["value"] for s in gs], marker="X", s=70,
-                            color=color(i), edgecolor="black", zorder=5, label=f"{r.name} grad-norm spike")
+                            color=color(i), edgecolor="black", zorder=5)
+                kinds["grad_spike"] = Line2D([], [], ls="", marker="X", ms=8, color="gray", mec="black",
+                                             label="grad-norm spike (below)")
         log_axis(ax2)
         ax2.set_ylabel("grad norm (before clipping)")
         ax2.grid(alpha=0.3, which="both")
-        ax2.legend(fontsize=8)
     axes[-1][0].set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    order = ["train", "val", "skip", "loss_spike", "grad_spike"]
+    save_legend_outside(fig, path, handles + [kinds[k] for k in order if k in kinds])
     return None
 
 
@@ -521,7 +577,8 @@ def _per_layer_fig(runs, path, key, ylabel, title, logy=False, uniform=False, ma
     if not have:
         return "no probe records with per-layer values in any run"
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    unif_drawn = set()
+    unif = []  # drawn after the runs, so the legend lists the runs first
+    head_drawn = False
     for i, r in have:
         p = r.last_probe
         vals = r.layer_values(p, key)
@@ -532,12 +589,16 @@ def _per_layer_fig(runs, path, key, ylabel, title, logy=False, uniform=False, ma
         if max_head:
             mh = [(x, v) for x, v in zip(xs, r.layer_values(p, "f_attn_max_head")) if is_num(v)]
             if mh:
-                ax.plot(*zip(*mh), "v:", color=color(i), alpha=0.6, ms=5, label=f"{r.name} largest head")
+                ax.plot(*zip(*mh), "v:", color=color(i), alpha=0.6, ms=5)
+                head_drawn = True
         if uniform:
             u = r.f_attn_uniform(p)
-            if u is not None and round(u, 4) not in unif_drawn:
-                unif_drawn.add(round(u, 4))
-                ax.axhline(u, color="gray", ls="--", lw=1, label=f"uniform attention ({u:.3f})")
+            if u is not None and round(u, 4) not in [round(x, 4) for x in unif]:
+                unif.append(u)
+    for u in unif:
+        ax.axhline(u, color="gray", ls="--", lw=1, label=f"uniform attention ({u:.3f})")
+    if head_drawn:  # one entry for every run's dotted line (in the run's colour)
+        ax.plot([], [], "v:", color="gray", ms=5, label="largest head (dotted, run's colour)")
     if max_head:
         ax.axhline(SINK_HEAD_THRESHOLD, color="red", ls=":", lw=0.8, alpha=0.6,
                    label=f"sink-head threshold ({SINK_HEAD_THRESHOLD})")
@@ -548,21 +609,18 @@ def _per_layer_fig(runs, path, key, ylabel, title, logy=False, uniform=False, ma
     ax.set_title(title, fontsize=10)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_legend_outside(fig, path)
     return None
 
 
-def fig_m_act(runs, path):
+def fig_m_act(runs, path, note=""):
     return _per_layer_fig(runs, path, "m_act", "max |h|, residual stream after the layer",
-                          "M-Act per layer (last probe)", logy=True)
+                          "M-Act per layer (last probe" + note + ")", logy=True)
 
 
-def fig_f_attn(runs, path):
+def fig_f_attn(runs, path, note=""):
     return _per_layer_fig(runs, path, "f_attn", "attention probability on token 0",
-                          "F-Attn per layer (last probe; mean over heads and queries 1..T-1)",
+                          "F-Attn per layer (last probe; mean over heads and queries 1..T-1" + note + ")",
                           uniform=True, max_head=True)
 
 
@@ -590,7 +648,7 @@ def fig_gate(runs, path):
         edges = np.linspace(0, 1, nb + 1)
         mean = np.mean(np.array(hs, dtype=float), axis=0)
         ax.bar(edges[:-1], mean, width=1.0 / nb, align="edge", color=color(i), alpha=0.55,
-               edgecolor="black", lw=0.5, label="mean over layers")
+               edgecolor="black", lw=0.5)
         cmap = plt.get_cmap("viridis")
         for j, h in enumerate(hs):
             ax.step(edges, np.append(h, h[-1]), where="post", lw=0.9, alpha=0.8,
@@ -602,10 +660,16 @@ def fig_gate(runs, path):
         ax.set_xlabel("gate score")
         ax.set_ylabel("fraction of gate scores")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    # one legend for all panels: the layers' lines (the same colours in every panel), then the bars
+    from matplotlib.patches import Patch
+    seen, handles = set(), []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in seen:
+                seen.add(lab)
+                handles.append(h)
+    handles.append(Patch(facecolor="lightgray", edgecolor="black", lw=0.5, label="mean over layers (bars, run's colour)"))
+    save_legend_outside(fig, path, handles, fontsize=7)
     return None
 
 
@@ -632,11 +696,7 @@ def fig_probes(runs, path):
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3, which="both")
-        if ax.lines:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_legend_outside(fig, path, fontsize=7)  # the runs, once for the three panels
     return None
 
 
@@ -1106,10 +1166,7 @@ def fig_lc_length(groups, path):
                  fontsize=9)
     ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=color(si), lw=2, label=f"scaling {sc}") for si, sc in enumerate(scal)]
-    ax.legend(handles=handles + _group_handles(groups), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_legend_outside(fig, path, handles + _group_handles(groups))
     return None
 
 
@@ -1129,6 +1186,7 @@ def fig_lc_buckets(groups, path):
     ncol = min(n, 4)
     nrow = (n + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.6 * nrow), sharey=True, squeeze=False)
+    drawn = set()  # the groups with a curve in some panel
     for ax, sc in zip(axes.flat, scal):
         L = have[sc]
         si = scal_all.index(sc)
@@ -1138,6 +1196,8 @@ def fig_lc_buckets(groups, path):
                 for b in (r.lc["length"].get((sc, L)) or {}).get("buckets") or []:
                     by.setdefault((b["lo"], b["hi"]), []).append(b["loss"])
             pts = [((lo + hi) / 2, _agg(v)) for (lo, hi), v in sorted(by.items())]
+            if any(a for _, a in pts):
+                drawn.add(j)
             _errorbar(ax, [(x, a) for x, a in pts if a], color=color(si), ls=LINESTYLES[j % 4],
                       marker=MARKERS[j % len(MARKERS)], label=g.label)
         if T:
@@ -1145,15 +1205,12 @@ def fig_lc_buckets(groups, path):
         ax.set_title(f"scaling {sc}, length {length_label(L, T)}", fontsize=9)
         ax.set_xlabel("position (bucket centre)" + (f"; dotted: T = {T}" if T else ""), fontsize=8)
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel("loss (nats/token)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    # one legend: the groups' line styles (the colour is the panel's scaling, as in the length figure)
+    save_legend_outside(fig, path, [h for j, h in enumerate(_group_handles(groups)) if j in drawn], fontsize=7)
     return None
 
 
@@ -1182,21 +1239,17 @@ def fig_lc_stream(groups, path):
                           ls=LINESTYLES[windows.index(W) % 4], marker="o", label=lab)
             d = _agg([get(x) for x in g.stream_recs(("dense",))])
             if d:
-                ax.axhline(d[0], color="gray", ls="--", lw=1.2, label=f"dense ({d[0]:.3f})")
+                ax.axhline(d[0], color="gray", ls="--", lw=1.2, label="dense (full attention; value in the title)")
                 if d[2] > d[1]:
                     ax.axhspan(d[1], d[2], color="gray", alpha=0.15)
             if sinks:
                 ax.set_xticks(sinks)
-            ax.set_title(f"{g.label}: {mname}", fontsize=9)
+            ax.set_title(f"{g.label}: {mname}" + (f"; dense {d[0]:.3f}" if d else ""), fontsize=9)
             ax.set_xlabel("S (sink tokens kept)")
             if gi == 0:
                 ax.set_ylabel(f"{mname} (nats/token)", fontsize=8)
             ax.grid(alpha=0.3)
-            if ax.lines:
-                ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_legend_outside(fig, path, fontsize=7)  # the same entries in every panel: once
     return None
 
 
@@ -1416,13 +1469,96 @@ def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
         f.write("\n".join(L).rstrip() + "\n")
 
 
+# ------------------------------------------------------------------------------------------
+# --replot: the per-layer figures again from a report.md (when the run directories are gone)
+
+class TableRun(Run):
+    """A run known only from its per-layer table in a report.md: name and last probe."""
+    def __init__(self, name, step, layers, uniform):
+        self.name, self.path, self.cfg, self.notes = name, None, {}, []
+        self.probes = [{"step": step, "layers": layers, "f_attn_uniform": uniform}]
+
+
+def runs_from_report_md(path):
+    """The runs of the "Per-layer probe values" section of a report.md written by this script:
+    each "**NAME**, step N..." line and the table under it (columns layer, F-Attn, largest head,
+    M-Act; '-' = no value). Values as printed there (M-Act to 0.1, F-Attn to 0.001)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        die(f"{path}: cannot read: {e.strerror}")
+    m = [re.match(r"- Uniform attention would give F-Attn = ([0-9.]+) ", ln) for ln in lines]
+    m = [x for x in m if x]
+    uniform = float(m[0].group(1)) if m else None
+    try:
+        start = lines.index("## Per-layer probe values (last probe)")
+    except ValueError:
+        die(f"{path}: no '## Per-layer probe values (last probe)' section: not a report.md with probe tables")
+    cols = {"layer": "layer", "F-Attn": "f_attn", "largest head": "f_attn_max_head", "M-Act": "m_act"}
+    runs, i = [], start + 1
+    while i < len(lines) and not (lines[i].startswith("## ") and i > start):
+        h = re.match(r"\*\*(.+)\*\*, step (\d+)", lines[i])
+        i += 1
+        if not h:
+            continue
+        while i < len(lines) and not lines[i].startswith("|"):
+            i += 1
+        header = [c.strip() for c in lines[i].strip("|").split("|")] if i < len(lines) else []
+        i += 2  # the header and the |---| line
+        layers = []
+        while i < len(lines) and lines[i].startswith("|"):
+            cells = [c.strip() for c in lines[i].strip("|").split("|")]
+            rec = {}
+            for name, key in cols.items():
+                if name in header:
+                    v = cells[header.index(name)]
+                    try:
+                        rec[key] = None if v == "-" else (int(v) if key == "layer" else float(v))
+                    except ValueError:
+                        die(f"{path}:{i + 1}: '{v}' in column '{name}' is not a number")
+            layers.append(rec)
+            i += 1
+        if "M-Act" not in header or not layers:
+            die(f"{path}: the per-layer table of '{h.group(1)}' has no M-Act column or no rows")
+        runs.append(TableRun(h.group(1), int(h.group(2)), layers, uniform))
+    if not runs:
+        die(f"{path}: the per-layer section holds no run tables")
+    return runs
+
+
+def replot(report_md, out):
+    out = out or os.path.dirname(os.path.abspath(report_md))
+    os.makedirs(out, exist_ok=True)
+    runs = runs_from_report_md(report_md)
+    note = "; replotted from report.md's tables"
+    drawn = []
+    for fname, fn in (("m_act.png", fig_m_act), ("f_attn.png", fig_f_attn)):
+        why = fn(runs, os.path.join(out, fname), note)
+        if why:
+            warn(f"{fname} not drawn: {why}")
+        else:
+            drawn.append(fname)
+    print(f"{PROG}: {len(runs)} run(s) from {report_md} -> {', '.join(os.path.join(out, f) for f in drawn) or 'no figures'}")
+
+
 def main():
     ap = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train_gpt run directories")
+    ap.add_argument("runs", nargs="*", metavar="RUN_DIR", help="train_gpt run directories")
     ap.add_argument("--out", metavar="DIR",
                     help="output directory (default: the run directory for one run, else their common parent)")
+    ap.add_argument("--replot", metavar="REPORT_MD",
+                    help="draw m_act.png and f_attn.png again from the per-layer tables of a report.md written "
+                         "by this script (default --out: its directory); no run directories")
     args = ap.parse_args()
+    if args.replot:
+        if args.runs:
+            die("--replot takes a report.md, not run directories")
+        replot(args.replot, args.out)
+        return
+    if not args.runs:
+        die("no run directories given (usage: report.py RUN_DIR... [--out DIR], or --replot REPORT_MD)", 2)
     for p in args.runs:
         if not os.path.isdir(p):
             die(f"{p}: no such run directory" if not os.path.exists(p) else f"{p}: not a directory")

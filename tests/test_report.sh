@@ -12,6 +12,11 @@
 #   stream rows and its sentences hold the numbers recomputed here from the fixture files, its 3
 #   PNGs are valid; without the files there is no section and stale PNGs are removed; a malformed
 #   line in long_context.jsonl fails like one in log.jsonl (file:line, non-zero exit).
+#   Figures (tests/report_fixtures/check_figures.py, on each figure as drawn): no legend overlaps
+#   any axes, and every log axis has a labelled major tick at each decade from floor(log10 min)
+#   to ceil(log10 max) of what it shows; m_act.png's decades reach the M-Act maximum read from
+#   the runs' log.jsonl. --replot redraws m_act.png and f_attn.png from a report.md's tables
+#   (the same checks); a report.md without them is an error naming the file.
 # Skips (exit 0) when python3-numpy or python3-matplotlib is missing. PYTHON overrides the
 # interpreter (default /usr/bin/python3, the one Debian's packages serve).
 set -u
@@ -53,10 +58,13 @@ check "generator printed 3 expected rows" [ "$(grep -c '^EXPECT | ' "$TMP/expect
 uniform=$(awk '/^UNIFORM/ {print $2}' "$TMP/expect.txt")
 
 # ---- the full report: baseline, gated, minimal ----
+# (run by check_figures.py: report.py's main() in-process, the figures it saves inspected as drawn)
 OUT=$TMP/out
-"$PY" $REPORT "$RUNS/baseline" "$RUNS/gated" "$RUNS/minimal" --out "$OUT" >"$TMP/r.out" 2>"$TMP/r.err"
+FIGCHECK=tests/report_fixtures/check_figures.py
+"$PY" $FIGCHECK $REPORT --m-act-from "$RUNS/baseline" --m-act-from "$RUNS/gated" -- \
+    "$RUNS/baseline" "$RUNS/gated" "$RUNS/minimal" --out "$OUT" >"$TMP/r.out" 2>"$TMP/r.err"
 rc=$?
-check "report exits 0 (rc $rc): $(cat "$TMP/r.err")" [ $rc -eq 0 ]
+check "report exits 0 and its figures pass (rc $rc): $(cat "$TMP/r.err") $(grep FAIL "$TMP/r.out" | head -4)" [ $rc -eq 0 ]
 check "no traceback" not grep -q Traceback "$TMP/r.err"
 check "report.md written" [ -s "$OUT/report.md" ]
 check "summary header" grep -qxF "| run | attn_gate | steps | final val loss | spikes (loss/grad) | skipped steps | M-Act | F-Attn | mean gate | median tokens/s |" "$OUT/report.md"
@@ -86,6 +94,26 @@ for f in loss m_act f_attn gate_hist probes; do
     check "$f.png referenced in report.md" grep -qF "]($f.png)" "$OUT/report.md"
 done
 check "no figure skipped" not grep -q "Figure skipped" "$OUT/report.md"
+
+# ---- the figures as drawn: legends outside the axes, log axes labelled at every decade ----
+check "figures: legends outside the axes, every decade labelled: $(grep FAIL "$TMP/r.out" | head -4)" not grep -q FAIL "$TMP/r.out"
+check "figures: m_act.png checked against log.jsonl" grep -q "^m_act.png: .*log.jsonl M-Act max" "$TMP/r.out"
+check "figures: 5 figures inspected" [ "$(grep -cE '^(loss|m_act|f_attn|gate_hist|probes).png: ' "$TMP/r.out")" = 5 ]
+
+# --replot: m_act.png and f_attn.png from report.md's per-layer tables, the same checks
+"$PY" $FIGCHECK $REPORT --m-act-from "$RUNS/baseline" --m-act-from "$RUNS/gated" -- \
+    --replot "$OUT/report.md" --out "$TMP/replot" >"$TMP/rp.out" 2>&1
+rc=$?
+check "replot: exits 0, figures pass (rc $rc): $(grep -E 'FAIL|error' "$TMP/rp.out" | head -3)" [ $rc -eq 0 ]
+for f in m_act f_attn; do
+    check "replot: $f.png valid" is_png "$TMP/replot/$f.png"
+done
+check "replot: 2 runs read from report.md" grep -qF "2 run(s) from $OUT/report.md" "$TMP/rp.out"
+printf '# gatedgpt run comparison\n\n## Summary\n' >"$TMP/noprobe.md"
+"$PY" $REPORT --replot "$TMP/noprobe.md" --out "$TMP/replot2" >"$TMP/e.out" 2>"$TMP/e.err"
+rc=$?
+check "replot of a report.md without per-layer tables: non-zero exit (rc $rc)" [ $rc -ne 0 ]
+check "replot error names the file: $(cat "$TMP/e.err")" grep -qF "$TMP/noprobe.md: no '## Per-layer probe values (last probe)' section" "$TMP/e.err"
 
 # ---- seeds: a copy of the baseline with another seed and another final val loss is grouped
 # with it; the group's cell is mean [min, max] of the two runs' values ----
@@ -165,9 +193,10 @@ check "long-context expectations computed (rc $rc): $(cat "$TMP/lc_expect.err")"
 check "4 expected length rows" [ "$(grep -c '^LROW ' "$TMP/lc_expect.txt")" = 4 ]
 check "2 expected stream rows" [ "$(grep -c '^SROW ' "$TMP/lc_expect.txt")" = 2 ]
 LCOUT=$TMP/lc_out
-"$PY" $REPORT "$LC/baseline" "$LC/baseline_s2" "$LC/gated" "$LC/gated_s2" "$LC/minimal" --out "$LCOUT" >"$TMP/lc.out" 2>"$TMP/lc.err"
+"$PY" $FIGCHECK $REPORT -- "$LC/baseline" "$LC/baseline_s2" "$LC/gated" "$LC/gated_s2" "$LC/minimal" --out "$LCOUT" \
+    >"$TMP/lc.out" 2>"$TMP/lc.err"
 rc=$?
-check "long-context report exits 0 (rc $rc): $(cat "$TMP/lc.err")" [ $rc -eq 0 ]
+check "long-context report exits 0 and its figures pass (rc $rc): $(cat "$TMP/lc.err") $(grep FAIL "$TMP/lc.out" | head -4)" [ $rc -eq 0 ]
 check "long-context report: no traceback" not grep -q Traceback "$TMP/lc.err"
 check "long-context section present" grep -qxF "## Long context" "$LCOUT/report.md"
 check "groups listed with seeds and steps" grep -qF "**baseline**: baseline (seed 1337, step 200), baseline_s2 (seed 2024, step 200); **gated (elementwise)**: gated (seed 1337, step 200), gated_s2 (seed 2024, step 200); **minimal**: minimal (seed ?, step 20)." "$LCOUT/report.md"
@@ -196,6 +225,8 @@ for f in long_context_length long_context_buckets long_context_stream; do
     check "$f.png referenced in report.md" grep -qF "]($f.png)" "$LCOUT/report.md"
 done
 check "long-context report: no figure skipped" not grep -q "Figure skipped" "$LCOUT/report.md"
+check "long-context figures: legends outside the axes: $(grep FAIL "$TMP/lc.out" | head -4)" not grep -q FAIL "$TMP/lc.out"
+check "long-context figures: 8 figures inspected" [ "$(grep -cE '^[a-z_]+.png: ' "$TMP/lc.out")" = 8 ]
 # the same runs without long_context.jsonl: no section, and the stale figures are removed
 for n in baseline baseline_s2 gated gated_s2 minimal; do rm "$LC/$n/long_context.jsonl"; done
 "$PY" $REPORT "$LC/baseline" "$LC/gated" --out "$LCOUT" >"$TMP/lc.out" 2>"$TMP/lc.err"
