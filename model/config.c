@@ -753,17 +753,178 @@ static int is_derived(const Config* c, const char* section, const char* name) {
     return strncmp(c->origin[find_key(section, name)], "derived", 7) == 0;
 }
 
+// Bounds of float keys (docs/config.md "Bounds of the float keys" derives each)
+#define CONFIG_ROPE_FACTOR_MAX 1e6f     // rope_factor: s = L_new / L_train <= 1e6
+#define CONFIG_YARN_ATTN_MIN 0.25f      // yarn_attn_factor m: the logits scale by m^2, 1/16 ..
+#define CONFIG_YARN_ATTN_MAX 4.0f       // .. 16 (the formulas give 1 .. 2.38 for s <= 1e6)
+#define CONFIG_INIT_STD_GAIN 4.0        // init_std <= 4 / sqrt(d_model): 4x the unit-gain init
+#define CONFIG_ADAM_EPS_MIN 0x1p-63f    // AdamW eps >= sqrt(FLT_MIN) = 2^-63 = 1.08e-19
+
 #define REQUIRE_POS(sec, key, v)                                                                      \
     if ((v) <= 0) return fin_error(fc, sec, key, "must be positive (accepted: an integer >= 1)")
 #define REQUIRE_NONNEG(sec, key, v, zero_means)                                                       \
     if ((v) < 0) return fin_error(fc, sec, key, "must not be negative (accepted: 0 = %s, or an integer >= 1)", zero_means)
 
+// ----------------------------------------------------------------------------------------------
+// keys without effect: one rule for all of them
+//
+// A key that only matters under some setting (the YaRN keys under rope_scaling = yarn, the [moe]
+// keys with experts, ...) is refused when it is away from its default while that setting says
+// it is unused: it would silently do nothing. "Away from its default" rather than "present":
+// config_write writes every key (the run directory's config.ini, a checkpoint's), and that file
+// must load back. Each rule names its conditions; the error names the first one that fails, the
+// setting behind it and where that was set, and the setting that would use the key.
+
+// The conditions. Each test returns 1 (holds), 0 (does not: the key has no effect) or -1 (the
+// deciding setting is itself invalid: its own rule reports that, so no verdict here).
+typedef enum {
+    NE_ATTN,    // some layer is full attention (layer_pattern has an A, or is empty)
+    NE_ROPE,    // pos = rope
+    NE_SCALED,  // rope_scaling != none
+    NE_YARN,    // rope_scaling = yarn
+    NE_GATED,   // attn_gate != none
+    NE_LINEAR,  // some layer is a Gated DeltaNet (layer_pattern has an L)
+    NE_MOE,     // n_expert >= 1
+    NE_SHARED,  // n_shared_expert = 1
+    NE_DECAY,   // the schedule decays (not constant)
+    NE_WSD,     // schedule = wsd
+    NE_BOS,     // [data] bos = true
+    NE_COUNT
+} NoEffectCond;
+
+// 1 if layer_pattern has letter `ch` among the n_layer layers, -1 if the pattern or n_layer is
+// invalid (finalize_hybrid / finalize_model report that)
+static int pattern_has(const ModelConfig* m, char ch) {
+    const int plen = (int)strlen(m->layer_pattern);
+    if (m->n_layer < 1) return -1;
+    if (plen == 0) return ch == 'A';
+    for (int i = 0; i < plen; i++)
+        if (m->layer_pattern[i] != 'A' && m->layer_pattern[i] != 'L') return -1;
+    if (m->n_layer % plen != 0) return -1;
+    return strchr(m->layer_pattern, ch) != NULL;
+}
+
+static int ne_holds(const Config* c, NoEffectCond k) {
+    const ModelConfig* m = &c->model;
+    switch (k) {
+    case NE_ATTN: return pattern_has(m, 'A');
+    case NE_ROPE: return m->pos == POS_ROPE;
+    case NE_SCALED: return m->rope_scaling != ROPE_SCALING_NONE;
+    case NE_YARN: return m->rope_scaling == ROPE_SCALING_YARN;
+    case NE_GATED: return m->attn_gate != GATE_NONE;
+    case NE_LINEAR: return pattern_has(m, 'L');
+    case NE_MOE: return m->moe.n_expert < 0 ? -1 : m->moe.n_expert > 0;
+    case NE_SHARED: return m->moe.n_shared_expert == 1 ? 1 : m->moe.n_shared_expert == 0 ? 0 : -1;
+    case NE_DECAY: return c->train.schedule != SCHED_CONSTANT;
+    case NE_WSD: return c->train.schedule == SCHED_WSD;
+    case NE_BOS: return c->data.bos != 0;
+    case NE_COUNT: break;
+    }
+    return -1;
+}
+
+// For each condition: the setting that decides it, what its failing value means, and the
+// setting that would make the key count.
+static const struct {
+    const char* section;
+    const char* key;
+    const char* means;  // after "with KEY = VALUE (ORIGIN)"
+    const char* fix;    // first alternative of "(accepted: ...)"
+} NE_CONDS[NE_COUNT] = {
+    [NE_ATTN] = {"model", "layer_pattern", "no layer is full attention", "a layer_pattern with an A, e.g. LLLA"},
+    [NE_ROPE] = {"model", "pos", "no rotary embedding", "pos = rope"},
+    [NE_SCALED] = {"model", "rope_scaling", "the rotary embedding is not scaled", "rope_scaling = linear, ntk or yarn"},
+    [NE_YARN] = {"model", "rope_scaling", "only yarn uses it", "rope_scaling = yarn"},
+    [NE_GATED] = {"model", "attn_gate", "no attention gate", "attn_gate = elementwise or headwise"},
+    [NE_LINEAR] = {"model", "layer_pattern", "no layer is a Gated DeltaNet", "a layer_pattern with L, e.g. LLLA"},
+    [NE_MOE] = {"moe", "n_expert", "a dense model", "n_expert >= 1 for MoE layers"},
+    [NE_SHARED] = {"moe", "n_shared_expert", "no shared expert", "n_shared_expert = 1"},
+    [NE_DECAY] = {"train", "schedule", "the lr stays at its peak after warmup", "schedule = cosine, linear or wsd"},
+    [NE_WSD] = {"train", "schedule", "only wsd has a final decay phase", "schedule = wsd"},
+    [NE_BOS] = {"data", "bos", "no BOS token is inserted", "bos = true"},
+};
+
+// The rules: key K has an effect only when every listed condition holds (checked in order).
+#define NE_MAX_CONDS 3
+typedef struct {
+    const char* section;
+    const char* key;
+    int n;
+    NoEffectCond cond[NE_MAX_CONDS];
+} NoEffectRule;
+
+static const NoEffectRule NO_EFFECT_RULES[] = {
+    {"model", "rope_base", 2, {NE_ATTN, NE_ROPE}},
+    {"model", "rope_scaling", 2, {NE_ATTN, NE_ROPE}},
+    {"model", "rope_factor", 3, {NE_ATTN, NE_ROPE, NE_SCALED}},
+    {"model", "yarn_beta_fast", 3, {NE_ATTN, NE_ROPE, NE_YARN}},
+    {"model", "yarn_beta_slow", 3, {NE_ATTN, NE_ROPE, NE_YARN}},
+    {"model", "yarn_attn_factor", 3, {NE_ATTN, NE_ROPE, NE_YARN}},
+    {"model", "qk_norm", 1, {NE_ATTN}},
+    {"model", "attn_gate", 1, {NE_ATTN}},
+    {"model", "gate_position", 2, {NE_ATTN, NE_GATED}},
+    {"model", "gate_act", 2, {NE_ATTN, NE_GATED}},
+    {"model", "linear_n_k_head", 1, {NE_LINEAR}},
+    {"model", "linear_n_v_head", 1, {NE_LINEAR}},
+    {"model", "linear_k_head_dim", 1, {NE_LINEAR}},
+    {"model", "linear_v_head_dim", 1, {NE_LINEAR}},
+    {"model", "linear_conv_kernel", 1, {NE_LINEAR}},
+    {"model", "linear_gate_act", 1, {NE_LINEAR}},
+    {"model", "linear_chunk", 1, {NE_LINEAR}},
+    {"moe", "top_k", 1, {NE_MOE}},
+    {"moe", "d_expert", 1, {NE_MOE}},
+    {"moe", "n_shared_expert", 1, {NE_MOE}},
+    {"moe", "d_shared_expert", 2, {NE_MOE, NE_SHARED}},
+    {"moe", "shared_expert_gate", 2, {NE_MOE, NE_SHARED}},
+    {"moe", "moe_every", 1, {NE_MOE}},
+    {"moe", "router", 1, {NE_MOE}},
+    {"moe", "aux_loss_coef", 1, {NE_MOE}},
+    {"moe", "z_loss_coef", 1, {NE_MOE}},
+    {"moe", "capacity_factor", 1, {NE_MOE}},
+    {"train", "min_lr_frac", 1, {NE_DECAY}},
+    {"train", "wsd_decay_frac", 1, {NE_WSD}},
+    {"data", "bos_token", 1, {NE_BOS}},
+};
+
+// `value` of key k of c as an error message shows it: strings in quotes ('' for empty)
+static void shown_value(const Config* c, const KeyDef* k, char* buf, size_t n) {
+    char v[1100];   // buf: at least 1104 (a string value in quotes)
+    format_value(c, k, v, sizeof v);
+    if (k->type == KT_STR) snprintf(buf, n, "'%s'", v);
+    else snprintf(buf, n, "%s", v);
+}
+
+// Every rule, on the values as set (before anything is derived: derived values only ever fill
+// keys that are in use, so a finalized config passes again). Returns 0 or -1 after the error.
+static int finalize_no_effect(const Config* c, const FinCtx* fc) {
+    Config def;
+    config_defaults(&def);
+    for (int r = 0; r < NELEM(NO_EFFECT_RULES); r++) {
+        const NoEffectRule* rule = &NO_EFFECT_RULES[r];
+        const KeyDef* k = &KEYS[find_key(rule->section, rule->key)];
+        if (memcmp(field_cptr(c, k), field_cptr(&def, k), k->size) == 0) continue;
+        for (int i = 0; i < rule->n; i++) {
+            NoEffectCond cond = rule->cond[i];
+            int h = ne_holds(c, cond);
+            if (h < 0) break;   // the deciding setting is invalid: reported by its own rule
+            if (h) continue;
+            const KeyDef* ck = &KEYS[find_key(NE_CONDS[cond].section, NE_CONDS[cond].key)];
+            char cv[1104], dv[1104], b1[CONFIG_ORIGIN_LEN + 16], cname[80];
+            shown_value(c, ck, cv, sizeof cv);
+            shown_value(&def, k, dv, sizeof dv);
+            if (strcmp(ck->section, k->section) == 0) snprintf(cname, sizeof cname, "%s", ck->name);
+            else snprintf(cname, sizeof cname, "[%s] %s", ck->section, ck->name);
+            return fin_error(fc, k->section, k->name, "has no effect with %s = %s (%s): %s (accepted: %s, or "
+                             "leave %s at its default %s)", cname, cv, from(c, ck->section, ck->name, b1, sizeof b1),
+                             NE_CONDS[cond].means, NE_CONDS[cond].fix, k->name, dv);
+        }
+    }
+    return 0;
+}
+
 // [model] hybrid layers: the layer pattern, and the Gated DeltaNet's sizes derived from the
 // attention's (Qwen3-Next's ratios: twice as many value heads as key heads). Without linear
-// layers the linear_* keys must stay at their defaults (they would silently do nothing).
-static const char* const LINEAR_KEYS[] = {"linear_n_k_head", "linear_n_v_head", "linear_k_head_dim",
-                                          "linear_v_head_dim", "linear_conv_kernel", "linear_gate_act",
-                                          "linear_chunk"};
+// layers the linear_* keys stay at their defaults (finalize_no_effect).
 static int finalize_hybrid(Config* c, const FinCtx* fc) {
     ModelConfig* m = &c->model;
     char b1[CONFIG_ORIGIN_LEN + 16];
@@ -777,20 +938,7 @@ static int finalize_hybrid(Config* c, const FinCtx* fc) {
         return fin_error(fc, "model", "layer_pattern", "'%s' (%d layers) does not repeat evenly over n_layer = %d "
                          "(%s) (accepted: a pattern whose length divides n_layer, or one letter per layer)",
                          m->layer_pattern, plen, m->n_layer, from(c, "model", "n_layer", b1, sizeof b1));
-    if (!config_any_linear(m)) {
-        Config def;
-        config_defaults(&def);
-        for (int i = 0; i < NELEM(LINEAR_KEYS); i++) {
-            const KeyDef* k = &KEYS[find_key("model", LINEAR_KEYS[i])];
-            if (memcmp(field_cptr(c, k), field_cptr(&def, k), k->size) == 0) continue;
-            char dv[64];
-            format_value(&def, k, dv, sizeof dv);
-            return fin_error(fc, "model", k->name, "has no effect: no layer is a Gated DeltaNet (layer_pattern = "
-                             "'%s') (accepted: a layer_pattern with L, e.g. LLLA, or %s = %s)", m->layer_pattern,
-                             k->name, dv);
-        }
-        return 0;
-    }
+    if (!config_any_linear(m)) return 0;
     REQUIRE_NONNEG("model", "linear_n_v_head", m->linear_n_v_head, "n_head");
     REQUIRE_NONNEG("model", "linear_n_k_head", m->linear_n_k_head, "max(1, linear_n_v_head / 2)");
     REQUIRE_NONNEG("model", "linear_k_head_dim", m->linear_k_head_dim, "head_dim");
@@ -880,26 +1028,38 @@ static int finalize_model(Config* c, const FinCtx* fc) {
     }
     if (m->d_ff > INT_MAX / 2)
         return fin_error(fc, "model", "d_ff", "too large (accepted: at most %d)", INT_MAX / 2);
-    if (!(m->rope_base > 0.0f))
-        return fin_error(fc, "model", "rope_base", "must be positive (accepted: a number > 0, e.g. 10000)");
-    if (!(m->rope_factor >= 1.0f && m->rope_factor <= 1e6f))
-        return fin_error(fc, "model", "rope_factor", "must be >= 1 (accepted: 1 .. 1e6; s = the new context length / the training length)");
-    if (m->rope_scaling != ROPE_SCALING_NONE && m->pos != POS_ROPE)
-        return fin_error(fc, "model", "rope_scaling", "%s with pos = learned (%s): a learned-position model has "
-                         "no rotary embedding to scale (accepted: rope_scaling = none, or pos = rope)",
-                         ROPE_SCALING_NAMES[m->rope_scaling], from(c, "model", "pos", b1, sizeof b1));
+    // the float keys' bounds: docs/config.md "Bounds of the float keys" derives each one
+    if (!(m->rope_base > 1.0f))
+        return fin_error(fc, "model", "rope_base", "must be > 1: theta_i = rope_base^(-2i/head_dim) must fall with i "
+                         "(at 1 every pair turns alike and YaRN divides by ln rope_base = 0) (accepted: a number > 1, "
+                         "e.g. 10000)");
+    if (!(m->rope_factor >= 1.0f && m->rope_factor <= CONFIG_ROPE_FACTOR_MAX))
+        return fin_error(fc, "model", "rope_factor", "outside 1 .. 1e6 (accepted: 1 .. 1e6; s = the new context length / "
+                         "the training length)");
     if (m->rope_original_len < 0)
         return fin_error(fc, "model", "rope_original_len", "must not be negative (accepted: 0 = [train] seq_len, or the training length)");
     if (!(m->yarn_beta_fast > 0.0f && m->yarn_beta_slow > 0.0f && m->yarn_beta_slow < m->yarn_beta_fast))
         return fin_error(fc, "model", m->yarn_beta_fast > 0.0f ? "yarn_beta_slow" : "yarn_beta_fast",
                          "yarn_beta_fast = %g, yarn_beta_slow = %g (accepted: 0 < yarn_beta_slow < yarn_beta_fast, e.g. 1 and 32)",
                          (double)m->yarn_beta_fast, (double)m->yarn_beta_slow);
-    if (!(m->yarn_attn_factor >= 0.0f))
-        return fin_error(fc, "model", "yarn_attn_factor", "must not be negative (accepted: 0 = 0.1 ln(rope_factor) + 1, or a number > 0)");
-    if (!(m->norm_eps > 0.0f))
-        return fin_error(fc, "model", "norm_eps", "must be positive (accepted: a number > 0, e.g. 1e-5)");
-    if (!(m->init_std > 0.0f))
-        return fin_error(fc, "model", "init_std", "must be positive (accepted: a number > 0, e.g. 0.02)");
+    if (!(m->yarn_attn_factor == 0.0f ||
+          (m->yarn_attn_factor >= CONFIG_YARN_ATTN_MIN && m->yarn_attn_factor <= CONFIG_YARN_ATTN_MAX)))
+        return fin_error(fc, "model", "yarn_attn_factor", "outside 0.25 .. 4: it multiplies every attention logit by its "
+                         "square (accepted: 0 = 0.1 ln(rope_factor) + 1, or 0.25 .. 4, logits x 1/16 .. 16)");
+    if (!(m->init_std > 0.0f && (double)m->init_std * sqrt((double)m->d_model) <= CONFIG_INIT_STD_GAIN))
+        return fin_error(fc, "model", "init_std", "outside (0, 4/sqrt(d_model)] = (0, %.4g] for d_model = %d (%s): "
+                         "the initial LM-head logits have std init_std*sqrt(d_model) (accepted: 0 < init_std <= %.4g, "
+                         "e.g. 0.02)", CONFIG_INIT_STD_GAIN / sqrt((double)m->d_model), m->d_model,
+                         from(c, "model", "d_model", b1, sizeof b1), CONFIG_INIT_STD_GAIN / sqrt((double)m->d_model));
+    if (!(m->norm_eps >= FLT_MIN))
+        return fin_error(fc, "model", "norm_eps", "below the smallest normal float 1.18e-38 (a subnormal eps reads as 0 "
+                         "under flush-to-zero) (accepted: 1.18e-38 <= norm_eps <= init_std^2, e.g. 1e-5)");
+    if ((double)m->norm_eps > (double)m->init_std * (double)m->init_std)
+        return fin_error(fc, "model", "norm_eps", "larger than init_std^2 = %.4g (init_std = %g, %s), the mean square of "
+                         "the first norm's input at init: the norm would divide by sqrt(eps) rather than the RMS "
+                         "(accepted: 1.18e-38 <= norm_eps <= %.4g, e.g. 1e-5)",
+                         (double)m->init_std * m->init_std, (double)m->init_std,
+                         from(c, "model", "init_std", b1, sizeof b1), (double)m->init_std * m->init_std);
     m->padded_vocab = (m->vocab_size + 127) / 128 * 128;
     return finalize_hybrid(c, fc);
 }
@@ -910,21 +1070,7 @@ static int finalize_moe(Config* c, const FinCtx* fc) {
     char b1[CONFIG_ORIGIN_LEN + 16];
     MoeConfig* e = &c->model.moe;
     REQUIRE_NONNEG("moe", "n_expert", e->n_expert, "no MoE layers (a dense model)");
-    if (e->n_expert == 0) {
-        // a dense model: a [moe] key away from its default is a config that meant MoE and
-        // forgot n_expert (or a leftover); either way it would silently do nothing
-        Config def;
-        config_defaults(&def);
-        for (int i = 0; i < N_KEYS; i++) {
-            if (strcmp(KEYS[i].section, "moe") != 0 || strcmp(KEYS[i].name, "n_expert") == 0) continue;
-            if (memcmp(field_cptr(c, &KEYS[i]), field_cptr(&def, &KEYS[i]), KEYS[i].size) == 0) continue;
-            char dv[64];
-            format_value(&def, &KEYS[i], dv, sizeof dv);
-            return fin_error(fc, "moe", KEYS[i].name, "has no effect: n_expert = 0 (%s) makes a dense model "
-                             "(accepted: n_expert >= 1 for MoE layers, or %s = %s)",
-                             from(c, "moe", "n_expert", b1, sizeof b1), KEYS[i].name, dv);
-        }
-    } else {
+    if (e->n_expert > 0) {   // a dense model's [moe] keys stay at their defaults (finalize_no_effect)
         if (e->n_expert > 65536)
             return fin_error(fc, "moe", "n_expert", "too large (accepted: 0 .. 65536)");
         if (e->top_k < 1 || e->top_k > e->n_expert)
@@ -940,16 +1086,7 @@ static int finalize_moe(Config* c, const FinCtx* fc) {
             return fin_error(fc, "moe", "d_expert", "too large (accepted: at most %d)", INT_MAX / 2);
         if (e->n_shared_expert != 0 && e->n_shared_expert != 1)
             return fin_error(fc, "moe", "n_shared_expert", "outside {0, 1} (accepted: 0 = none, 1 = one shared expert)");
-        if (e->n_shared_expert == 0) {
-            if (e->d_shared_expert != 0)
-                return fin_error(fc, "moe", "d_shared_expert", "set without a shared expert: n_shared_expert = 0 (%s) "
-                                 "(accepted: n_shared_expert = 1, or d_shared_expert = 0)",
-                                 from(c, "moe", "n_shared_expert", b1, sizeof b1));
-            if (e->shared_expert_gate)
-                return fin_error(fc, "moe", "shared_expert_gate", "gates the shared expert, but n_shared_expert = 0 "
-                                 "(%s) (accepted: n_shared_expert = 1, or shared_expert_gate = false)",
-                                 from(c, "moe", "n_shared_expert", b1, sizeof b1));
-        } else {
+        if (e->n_shared_expert == 1) {   // without one, d_shared_expert and the gate stay at their defaults
             REQUIRE_NONNEG("moe", "d_shared_expert", e->d_shared_expert, "d_expert");
             if (e->d_shared_expert == 0) {
                 e->d_shared_expert = e->d_expert;
@@ -962,13 +1099,22 @@ static int finalize_moe(Config* c, const FinCtx* fc) {
             return fin_error(fc, "moe", "moe_every", "no layer would be an MoE layer: layer l is one when "
                              "(l + 1) %% moe_every == 0, l < n_layer = %d (%s) (accepted: 1 .. %d)", m->n_layer,
                              from(c, "model", "n_layer", b1, sizeof b1), m->n_layer);
-        if (!(e->aux_loss_coef >= 0.0f))
-            return fin_error(fc, "moe", "aux_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.01)");
-        if (!(e->z_loss_coef >= 0.0f))
-            return fin_error(fc, "moe", "z_loss_coef", "must not be negative (accepted: 0 = off, or a number > 0, e.g. 0.001)");
+        if (!(e->aux_loss_coef >= 0.0f && e->aux_loss_coef <= 1.0f))
+            return fin_error(fc, "moe", "aux_loss_coef", "outside [0, 1]: the balance term is aux_loss_coef * n_expert * "
+                             "sum f_i P_i, 1x the coefficient at balance, and above 1 it outweighs the language-model "
+                             "loss (accepted: 0 = off, or up to 1, e.g. 0.01)");
+        if (!(e->z_loss_coef >= 0.0f && e->z_loss_coef <= 1.0f))
+            return fin_error(fc, "moe", "z_loss_coef", "outside [0, 1]: the z-loss is z_loss_coef * logsumexp(router "
+                             "logits)^2, (ln n_expert)^2 times the coefficient at init, and above 1 it outweighs the "
+                             "language-model loss (accepted: 0 = off, or up to 1, e.g. 0.001)");
         if (!(e->capacity_factor >= 0.0f))
             return fin_error(fc, "moe", "capacity_factor", "must not be negative (accepted: 0 = dropless, or a "
                              "number > 0, e.g. 1.25)");
+        if ((double)e->capacity_factor * e->top_k > (double)e->n_expert)
+            return fin_error(fc, "moe", "capacity_factor", "above n_expert/top_k = %d/%d = %g (%s): every expert already "
+                             "has a slot for every token at n_expert/top_k, which is dropless (accepted: 0 = dropless, "
+                             "or 0 < capacity_factor <= %g)", e->n_expert, e->top_k, (double)e->n_expert / e->top_k,
+                             from(c, "moe", "top_k", b1, sizeof b1), (double)e->n_expert / e->top_k);
     }
     return 0;
 }
@@ -1019,8 +1165,16 @@ static int finalize_train(Config* c, const FinCtx* fc) {
         return fin_error(fc, "train", "beta1", "outside [0, 1) (accepted: 0 <= beta1 < 1, e.g. 0.9)");
     if (!(t->beta2 >= 0.0f && t->beta2 < 1.0f))
         return fin_error(fc, "train", "beta2", "outside [0, 1) (accepted: 0 <= beta2 < 1, e.g. 0.95)");
+    if (!(t->beta1 == 0.0f || (double)t->beta1 * t->beta1 < (double)t->beta2))
+        return fin_error(fc, "train", "beta1", "beta1^2 = %.4g is not below beta2 = %g (%s): AdamW's step m/sqrt(v) is "
+                         "then unbounded (it grows as (beta1/sqrt(beta2))^t after a gradient burst) (accepted: beta1 = 0, "
+                         "or beta1 < sqrt(beta2) = %.4g)", (double)t->beta1 * t->beta1, (double)t->beta2,
+                         from(c, "train", "beta2", b1, sizeof b1), sqrt((double)t->beta2));
     if (!(t->eps > 0.0f))
         return fin_error(fc, "train", "eps", "must be positive (accepted: a number > 0, e.g. 1e-8)");
+    if (!(t->eps >= CONFIG_ADAM_EPS_MIN))
+        return fin_error(fc, "train", "eps", "below sqrt(FLT_MIN) = 1.08e-19: a gradient element whose square underflows "
+                         "in float32 gets a step of lr*g/eps (accepted: eps >= 1.08e-19, e.g. 1e-8)");
     if (t->grad_clip < 0.0f)
         return fin_error(fc, "train", "grad_clip", "must not be negative (accepted: 0 = off, or a number > 0)");
     REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
@@ -1072,7 +1226,7 @@ static int finalize_log(const Config* c, const FinCtx* fc) {
 
 int config_finalize(Config* c, const char* origin) {
     FinCtx fc = {c, origin};
-    if (finalize_model(c, &fc) || finalize_moe(c, &fc) || finalize_train(c, &fc) || finalize_data(c, &fc) ||
+    if (finalize_no_effect(c, &fc) || finalize_model(c, &fc) || finalize_moe(c, &fc) || finalize_train(c, &fc) || finalize_data(c, &fc) ||
         finalize_log(c, &fc))
         return -1;
     return 0;

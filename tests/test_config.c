@@ -257,7 +257,7 @@ static void test_parse(void) {
         "  n_layer=3   ; indented, inline comment\n"
         "d_model = 96 # hash inline comment\n"
         "n_head = 3\n"
-        "pos = LEARNED\n"
+        "pos = ROPE\n"
         "norm = layernorm\n"                       // line 10
         "qk_norm = Yes\n"
         "tie_embeddings = off\n"
@@ -295,7 +295,7 @@ static void test_parse(void) {
     if (load_ok(&c, path) != 0) return;
     ModelConfig* m = &c.model;
     CHECK(m->vocab_size == 256 && m->n_layer == 3 && m->d_model == 96 && m->n_head == 3);
-    CHECK(m->pos == POS_LEARNED && m->norm == NORM_LAYERNORM && m->qk_norm == 1 && m->tie_embeddings == 0);
+    CHECK(m->pos == POS_ROPE && m->norm == NORM_LAYERNORM && m->qk_norm == 1 && m->tie_embeddings == 0);
     CHECK(m->mlp == MLP_GELU && m->attn_gate == GATE_HEADWISE && m->gate_position == GATEPOS_VALUE);
     CHECK(m->gate_act == GATEACT_NS_SIGMOID && m->rope_base == 1e6f && m->norm_eps == 1e-6f && m->init_std == 0.01f);
     CHECK(m->max_seq_len == 32);
@@ -495,16 +495,17 @@ static void test_roundtrip(void) {
     roundtrip(&c, "rt_defaults.ini");
     finalize_ok(&c, NULL);
     roundtrip(&c, "rt_defaults_final.ini");
-    // every key away from its default, awkward floats and strings
+    // every key away from its default (but pos and schedule, below: pos = learned leaves the rope
+    // keys without effect, and the wsd schedule uses both min_lr_frac and wsd_decay_frac),
+    // awkward floats and strings
     config_defaults(&c);
     const char* args[] = {
         "model.vocab_size=1000", "model.n_layer=3", "model.d_model=120", "model.n_head=6", "model.n_kv_head=2",
-        "model.head_dim=22", "model.d_ff=333", "model.max_seq_len=77", "model.pos=learned", "model.rope_base=500000",
+        "model.head_dim=22", "model.d_ff=333", "model.max_seq_len=77", "model.pos=rope", "model.rope_base=500000",
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
         "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
-        // rope_scaling stays none: any other value is refused with pos = learned (rope_scaling_learned)
-        "model.rope_scaling=none", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
+        "model.rope_scaling=yarn", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
         "model.yarn_beta_slow=2", "model.yarn_attn_factor=1.25",
         "model.layer_pattern=LAL", "model.linear_n_k_head=1", "model.linear_n_v_head=3", "model.linear_k_head_dim=5",
         "model.linear_v_head_dim=7", "model.linear_conv_kernel=3", "model.linear_gate_act=sigmoid",
@@ -514,8 +515,8 @@ static void test_roundtrip(void) {
         "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25",
         "train.seed=9876543210123", "train.batch_size=3", "train.seq_len=7", "train.tokens_per_step=84",
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
-        "train.schedule=linear", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
-        "train.beta2=0.999", "train.eps=1e-30", "train.grad_clip=2.5", "train.threads=5", "train.zero_stage=1",
+        "train.schedule=wsd", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
+        "train.beta2=0.999", "train.eps=1.2345678e-15", "train.grad_clip=2.5", "train.threads=5", "train.zero_stage=1",
         "train.attn_impl=cudnn",
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",
@@ -545,12 +546,20 @@ static void test_roundtrip(void) {
         snprintf(pat, sizeof pat, "\n%s = ", key);
         CHECKM(strstr(text, pat) != NULL, "written config lacks %s", key);
     }
-    CHECK(strstr(text, "\npos = learned") && strstr(text, "\nqk_norm = true") &&
-          strstr(text, "\ntie_embeddings = false") && strstr(text, "\nschedule = linear"));
+    CHECK(strstr(text, "\nrope_scaling = yarn") && strstr(text, "\nqk_norm = true") &&
+          strstr(text, "\ntie_embeddings = false") && strstr(text, "\nschedule = wsd"));
     CHECK(strstr(text, "\n[model]\n") || strncmp(text, "[model]\n", 8) == 0);
     CHECK(strstr(text, "\n[moe]\n") && strstr(text, "\nrouter = sigmoid_topk") && strstr(text, "\nshared_expert_gate = true"));
     CHECK(strstr(text, "\n[train]\n") && strstr(text, "\n[data]\n") && strstr(text, "\n[log]\n") &&
           strstr(text, "\n[checkpoint]\n"));
+    // the two values the config above leaves at (or near) their defaults: pos = learned, schedule = linear
+    config_defaults(&c);
+    override_ok(&c, "model.pos=learned");
+    override_ok(&c, "train.schedule=linear");
+    override_ok(&c, "train.min_lr_frac=0.25");
+    CHECK(finalize_ok(&c, NULL) == 0);
+    text = roundtrip(&c, "rt_learned.ini");
+    CHECK(strstr(text, "\npos = learned") && strstr(text, "\nschedule = linear"));
     // short float spellings, whole numbers without an exponent
     config_defaults(&c);
     text = roundtrip(&c, "rt_floats.ini");
@@ -688,6 +697,213 @@ static void test_shipped_configs(void) {
     }
 }
 
+// Finalize defaults + overrides (NULL-terminated); returns finalize's result, stderr in *err.
+static int finalize_with(const char* const* args, const char** err) {
+    Config c;
+    config_defaults(&c);
+    for (int i = 0; args[i]; i++)
+        if (override_ok(&c, args[i]) != 0) return -2;
+    capture_begin();
+    int r = config_finalize(&c, "nx.ini");
+    *err = capture_end();
+    return r;
+}
+
+// Keys without effect (docs/config.md "Keys without effect"), from the docs' list: each key set
+// away from its default under a setting that does not use it is refused, naming the setting; the
+// same key under a setting that uses it is accepted; at its default it is accepted either way.
+static void test_no_effect(void) {
+    g_test = "no effect";
+    // key=value, settings that leave it without effect, expected message, settings that use it
+    struct { const char* key; const char* off[3]; const char* expect; const char* on[3]; } cases[] = {
+        {"model.rope_base=500000", {"model.pos=learned"}, "[model] rope_base = 500000: has no effect with pos = learned (command line)", {"model.pos=rope"}},
+        {"model.rope_base=500000", {"model.n_layer=2", "model.layer_pattern=L"}, "[model] rope_base = 500000: has no effect with layer_pattern = 'L' (command line): no layer is full attention", {"model.n_layer=2", "model.layer_pattern=LA"}},
+        {"model.rope_scaling=linear", {"model.pos=learned"}, "[model] rope_scaling = linear: has no effect with pos = learned", {"model.pos=rope"}},
+        {"model.rope_factor=2", {"model.rope_scaling=none"}, "[model] rope_factor = 2: has no effect with rope_scaling = none (command line)", {"model.rope_scaling=ntk"}},
+        {"model.rope_factor=2", {NULL}, "[model] rope_factor = 2: has no effect with rope_scaling = none (default)", {"model.rope_scaling=linear"}},
+        {"model.yarn_beta_fast=16", {"model.rope_scaling=linear"}, "[model] yarn_beta_fast = 16: has no effect with rope_scaling = linear", {"model.rope_scaling=yarn"}},
+        {"model.yarn_beta_slow=2", {"model.rope_scaling=ntk"}, "[model] yarn_beta_slow = 2: has no effect with rope_scaling = ntk", {"model.rope_scaling=yarn"}},
+        {"model.yarn_attn_factor=1.5", {NULL}, "[model] yarn_attn_factor = 1.5: has no effect with rope_scaling = none (default)", {"model.rope_scaling=yarn"}},
+        {"model.yarn_attn_factor=1.5", {"model.pos=learned"}, "[model] yarn_attn_factor = 1.5: has no effect with pos = learned", {"model.rope_scaling=yarn", "model.pos=rope"}},
+        {"model.qk_norm=true", {"model.n_layer=2", "model.layer_pattern=LL"}, "[model] qk_norm = true: has no effect with layer_pattern = 'LL'", {"model.n_layer=2", "model.layer_pattern=AL"}},
+        {"model.attn_gate=elementwise", {"model.n_layer=2", "model.layer_pattern=L"}, "[model] attn_gate = elementwise: has no effect with layer_pattern = 'L'", {"model.n_layer=2", "model.layer_pattern=LA"}},
+        {"model.gate_position=value", {NULL}, "[model] gate_position = value: has no effect with attn_gate = none (default)", {"model.attn_gate=headwise"}},
+        {"model.gate_act=ns_sigmoid", {"model.attn_gate=none"}, "[model] gate_act = ns_sigmoid: has no effect with attn_gate = none (command line)", {"model.attn_gate=elementwise"}},
+        {"model.linear_n_k_head=2", {NULL}, "[model] linear_n_k_head = 2: has no effect with layer_pattern = '' (default)", {"model.n_layer=2", "model.layer_pattern=LA"}},
+        {"model.linear_n_v_head=4", {"model.n_layer=2", "model.layer_pattern=AA"}, "[model] linear_n_v_head = 4: has no effect with layer_pattern = 'AA'", {"model.n_layer=2", "model.layer_pattern=LA"}},
+        {"model.linear_k_head_dim=32", {NULL}, "[model] linear_k_head_dim = 32: has no effect", {"model.layer_pattern=L"}},
+        {"model.linear_v_head_dim=32", {NULL}, "[model] linear_v_head_dim = 32: has no effect", {"model.layer_pattern=L"}},
+        {"model.linear_conv_kernel=2", {NULL}, "[model] linear_conv_kernel = 2: has no effect", {"model.layer_pattern=L"}},
+        {"model.linear_gate_act=sigmoid", {NULL}, "[model] linear_gate_act = sigmoid: has no effect", {"model.layer_pattern=L"}},
+        {"model.linear_chunk=0", {NULL}, "[model] linear_chunk = 0: has no effect", {"model.layer_pattern=L"}},
+        {"moe.top_k=1", {NULL}, "[moe] top_k = 1: has no effect with n_expert = 0 (default): a dense model", {"moe.n_expert=4"}},
+        {"moe.d_expert=64", {"moe.n_expert=0"}, "[moe] d_expert = 64: has no effect with n_expert = 0 (command line)", {"moe.n_expert=4"}},
+        {"moe.n_shared_expert=1", {NULL}, "[moe] n_shared_expert = 1: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        {"moe.moe_every=2", {NULL}, "[moe] moe_every = 2: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        {"moe.router=sigmoid_topk", {NULL}, "[moe] router = sigmoid_topk: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        {"moe.aux_loss_coef=0.1", {NULL}, "[moe] aux_loss_coef = 0.1: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        {"moe.z_loss_coef=0.01", {NULL}, "[moe] z_loss_coef = 0.01: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        {"moe.capacity_factor=1", {NULL}, "[moe] capacity_factor = 1: has no effect with n_expert = 0", {"moe.n_expert=4"}},
+        // the first condition that fails is named: no experts before no shared expert
+        {"moe.d_shared_expert=64", {NULL}, "[moe] d_shared_expert = 64: has no effect with n_expert = 0 (default)", {"moe.n_expert=4", "moe.n_shared_expert=1"}},
+        {"moe.d_shared_expert=64", {"moe.n_expert=4"}, "[moe] d_shared_expert = 64: has no effect with n_shared_expert = 0 (default): no shared expert", {"moe.n_expert=4", "moe.n_shared_expert=1"}},
+        {"moe.shared_expert_gate=true", {"moe.n_expert=4"}, "[moe] shared_expert_gate = true: has no effect with n_shared_expert = 0", {"moe.n_expert=4", "moe.n_shared_expert=1"}},
+        {"train.min_lr_frac=0.5", {"train.schedule=constant"}, "[train] min_lr_frac = 0.5: has no effect with schedule = constant (command line)", {"train.schedule=linear"}},
+        {"train.min_lr_frac=0.5", {"train.schedule=constant"}, "has no effect with schedule = constant", {"train.schedule=wsd"}},
+        {"train.wsd_decay_frac=0.5", {NULL}, "[train] wsd_decay_frac = 0.5: has no effect with schedule = cosine (default)", {"train.schedule=wsd"}},
+        {"train.wsd_decay_frac=0.5", {"train.schedule=constant"}, "[train] wsd_decay_frac = 0.5: has no effect with schedule = constant", {"train.schedule=wsd"}},
+        {"data.bos_token=5", {NULL}, "[data] bos_token = 5: has no effect with bos = false (default): no BOS token is inserted", {"data.bos=true"}},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const char* args[8];
+        int a = 0;
+        for (int j = 0; j < 3 && cases[i].off[j]; j++) args[a++] = cases[i].off[j];
+        args[a++] = cases[i].key;
+        args[a] = NULL;
+        const char* err = "";
+        int r = finalize_with(args, &err);
+        CHECKM(r == -1 && strstr(err, cases[i].expect) && count_lines(err) == 1 &&
+               strncmp(err, "config error: command line: ", 28) == 0,
+               "%s: expected \"%s\", got (%d): %s", cases[i].key, cases[i].expect, r, err);
+        // the fix the message offers, a setting that uses the key, is accepted
+        a = 0;
+        for (int j = 0; j < 3 && cases[i].on[j]; j++) args[a++] = cases[i].on[j];
+        args[a++] = cases[i].key;
+        args[a] = NULL;
+        r = finalize_with(args, &err);
+        CHECKM(r == 0, "%s with %s: %s", cases[i].key, cases[i].on[0], err);
+    }
+    // at its default a key passes whatever the setting (a written config names every key)
+    const char* at_default[][4] = {
+        {"model.pos=learned", "model.rope_base=10000", "model.rope_scaling=none", "model.yarn_attn_factor=0"},
+        {"model.attn_gate=none", "model.gate_act=sigmoid", "model.gate_position=sdpa", NULL},
+        {"moe.n_expert=0", "moe.top_k=2", "moe.capacity_factor=0", "moe.aux_loss_coef=0.01"},
+        {"train.schedule=constant", "train.min_lr_frac=0.1", "train.wsd_decay_frac=0.2", NULL},
+        {"data.bos=false", "data.bos_token=-1", "model.linear_chunk=64", NULL},
+    };
+    for (int i = 0; i < 5; i++) {
+        const char* args[5] = {at_default[i][0], at_default[i][1], at_default[i][2], at_default[i][3], NULL};
+        const char* err = "";
+        CHECKM(finalize_with(args, &err) == 0, "%s with its keys at their defaults: %s", args[0], err);
+    }
+    // finalized configs that derive values (MoE with a shared expert, hybrid, yarn) write, load
+    // and finalize again to the same config: derived values only fill keys that are in use
+    const char* variants[][5] = {
+        {"moe.n_expert=4", "moe.n_shared_expert=1", "moe.shared_expert_gate=true", NULL, NULL},
+        {"model.n_layer=4", "model.layer_pattern=LLLA", "model.attn_gate=elementwise", NULL, NULL},
+        {"model.rope_scaling=yarn", "model.rope_factor=4", "model.yarn_beta_fast=16", "model.yarn_attn_factor=1.2", NULL},
+        {"model.pos=learned", "train.schedule=constant", "data.bos=true", "data.bos_token=3", NULL},
+    };
+    for (int i = 0; i < 4; i++) {
+        Config c, back;
+        config_defaults(&c);
+        for (int j = 0; variants[i][j]; j++) override_ok(&c, variants[i][j]);
+        if (finalize_ok(&c, NULL) != 0) continue;
+        roundtrip(&c, "rt_no_effect.ini");
+        config_defaults(&back);
+        if (load_ok(&back, tmp_path("rt_no_effect.ini")) != 0) continue;
+        CHECKM(finalize_ok(&back, NULL) == 0 && config_equal(&c, &back), "%s: write/load/finalize", variants[i][0]);
+    }
+}
+
+// NaN, infinities and float32 overflow are refused for every key that is not a string (floats:
+// "not a finite number" / "out of range"); the float keys, from the docs' tables.
+static void test_nonfinite_values(void) {
+    g_test = "nan and inf";
+    static const char* const FLOATS[] = {
+        "model.rope_base", "model.rope_factor", "model.yarn_beta_fast", "model.yarn_beta_slow",
+        "model.yarn_attn_factor", "model.norm_eps", "model.init_std", "moe.aux_loss_coef", "moe.z_loss_coef",
+        "moe.capacity_factor", "train.lr", "train.min_lr_frac", "train.wsd_decay_frac", "train.weight_decay",
+        "train.beta1", "train.beta2", "train.eps", "train.grad_clip", "log.sample_temperature", "metrics.spike_z",
+        "metrics.skip_loss_z", "metrics.skip_grad_z"};
+    static const char* const STRINGS[] = {"layer_pattern", "train_glob", "val_glob", "tokenizer", "run_dir",
+                                          "sample_prompt", "dir"};
+    const int nf = (int)(sizeof FLOATS / sizeof FLOATS[0]);
+    const char* bad[] = {"nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e39", "-1e39"};
+    int n_float = 0;
+    for (int i = 0; i < config_key_count(); i++) {
+        const char* sec;
+        const char* key = config_key(i, &sec);
+        int is_string = 0, is_float = 0;
+        for (int j = 0; j < 7; j++) is_string |= strcmp(key, STRINGS[j]) == 0;
+        char full[128];
+        snprintf(full, sizeof full, "%s.%s", sec, key);
+        for (int j = 0; j < nf; j++) is_float |= strcmp(full, FLOATS[j]) == 0;
+        n_float += is_float;
+        // the list is complete: a non-string key that takes "0.5" is a float key
+        Config c;
+        config_defaults(&c);
+        char arg[160];
+        snprintf(arg, sizeof arg, "%s=0.5", full);
+        capture_begin();
+        int r = config_apply_override(&c, arg);
+        capture_end();
+        CHECKM(is_string || (r == 0) == is_float, "%s: takes 0.5: %d, in the float list: %d", full, r == 0, is_float);
+        if (is_string) continue;
+        for (int b = 0; b < 8; b++) {
+            snprintf(arg, sizeof arg, "%s=%s", full, bad[b]);
+            config_defaults(&c);
+            capture_begin();
+            r = config_apply_override(&c, arg);
+            const char* err = capture_end();
+            int msg_ok = !is_float || strstr(err, b < 6 ? "not a finite number" : "out of range");
+            CHECKM(r == -1 && msg_ok && count_lines(err) == 1, "%s accepted or unclear: %s", arg, err);
+        }
+    }
+    CHECKM(n_float == nf, "%d of the %d float keys found", n_float, nf);
+}
+
+// The bounds of docs/config.md "Bounds of the float keys", at both sides of each edge (values
+// chosen exact in binary where the bound is a product).
+static void test_bounds(void) {
+    g_test = "bounds";
+    struct { const char* args[5]; int ok; } cases[] = {
+        {{"model.rope_base=1"}, 0}, {{"model.rope_base=1.001"}, 1}, {{"model.rope_base=0.5"}, 0},
+        {{"model.rope_scaling=linear", "model.rope_factor=1e6"}, 1},
+        {{"model.rope_scaling=linear", "model.rope_factor=1.0001e6"}, 0},
+        {{"model.rope_scaling=linear", "model.rope_factor=0.999"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=4"}, 1},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=4.001"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=0.25"}, 1},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=0.2499"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=0"}, 1},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=-1"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=1e30"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_attn_factor=2147483648"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_beta_fast=2", "model.yarn_beta_slow=2"}, 0},
+        {{"model.rope_scaling=yarn", "model.yarn_beta_fast=2.001", "model.yarn_beta_slow=2"}, 1},
+        // init_std <= 4/sqrt(d_model): d_model 64 -> 0.5
+        {{"model.d_model=64", "model.n_head=2", "model.init_std=0.5", "model.norm_eps=1e-5"}, 1},
+        {{"model.d_model=64", "model.n_head=2", "model.init_std=0.5001"}, 0},
+        // FLT_MIN <= norm_eps <= init_std^2: init_std 0.125 -> 0.015625
+        {{"model.init_std=0.125", "model.norm_eps=0.015625"}, 1},
+        {{"model.init_std=0.125", "model.norm_eps=0.0157"}, 0},
+        {{"model.norm_eps=1.1754944e-38"}, 1}, {{"model.norm_eps=1.1754942e-38"}, 0},
+        // capacity_factor <= n_expert/top_k
+        {{"moe.n_expert=8", "moe.top_k=2", "moe.capacity_factor=4"}, 1},
+        {{"moe.n_expert=8", "moe.top_k=2", "moe.capacity_factor=4.001"}, 0},
+        {{"moe.n_expert=8", "moe.aux_loss_coef=1", "moe.z_loss_coef=1"}, 1},
+        {{"moe.n_expert=8", "moe.aux_loss_coef=1.001"}, 0}, {{"moe.n_expert=8", "moe.z_loss_coef=1.001"}, 0},
+        // beta1 = 0 or beta1^2 < beta2
+        {{"train.beta1=0.5", "train.beta2=0.25"}, 0}, {{"train.beta1=0.4999", "train.beta2=0.25"}, 1},
+        {{"train.beta1=0", "train.beta2=0"}, 1}, {{"train.beta1=0.1", "train.beta2=0"}, 0},
+        // AdamW eps >= 2^-63
+        {{"train.eps=1.0842022e-19"}, 1}, {{"train.eps=1.0842e-19"}, 0},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const char* args[6];
+        int a = 0;
+        for (int j = 0; j < 5 && cases[i].args[j]; j++) args[a++] = cases[i].args[j];
+        args[a] = NULL;
+        const char* err = "";
+        int r = finalize_with(args, &err);
+        if (cases[i].ok) CHECKM(r == 0, "%s ... should pass: %s", args[a - 1], err);
+        else CHECKM(r == -1 && count_lines(err) == 1, "%s ... should be refused (%d): %s", args[a - 1], r, err);
+    }
+}
+
 static void test_docs(void) {
     g_test = "docs";
     char p[1024];
@@ -801,19 +1017,19 @@ static void test_errors(void) {
          "warmup_too_long.ini:3: [train] warmup_steps = 11: warmup_steps (11) is larger than steps (10, set at "},
         {"min_lr_frac_big", "[train]\nmin_lr_frac = 1.01\n", STAGE_FINALIZE, "[train] min_lr_frac = 1.01: outside [0, 1]"},
         {"min_lr_frac_negative", "[train]\nmin_lr_frac = -0.01\n", STAGE_FINALIZE, "[train] min_lr_frac = -0.01: outside [0, 1]"},
-        {"wsd_decay_frac_zero", "[train]\nwsd_decay_frac = 0\n", STAGE_FINALIZE, "[train] wsd_decay_frac = 0: outside (0, 1]"},
-        {"wsd_decay_frac_big", "[train]\nwsd_decay_frac = 1.5\n", STAGE_FINALIZE, "[train] wsd_decay_frac = 1.5: outside (0, 1]"},
+        {"wsd_decay_frac_zero", "[train]\nschedule = wsd\nwsd_decay_frac = 0\n", STAGE_FINALIZE, "[train] wsd_decay_frac = 0: outside (0, 1]"},
+        {"wsd_decay_frac_big", "[train]\nschedule = wsd\nwsd_decay_frac = 1.5\n", STAGE_FINALIZE, "[train] wsd_decay_frac = 1.5: outside (0, 1]"},
         {"threads_negative", "[train]\nthreads = -1\n", STAGE_FINALIZE, "[train] threads = -1: must not be negative"},
-        {"rope_base_zero", "[model]\nrope_base = 0\n", STAGE_FINALIZE, "[model] rope_base = 0: must be positive"},
-        {"rope_factor_small", "[model]\nrope_factor = 0.5\n", STAGE_FINALIZE, "[model] rope_factor = 0.5: must be >= 1"},
+        {"rope_base_zero", "[model]\nrope_base = 0\n", STAGE_FINALIZE, "[model] rope_base = 0: must be > 1"},
+        {"rope_factor_small", "[model]\nrope_scaling = linear\nrope_factor = 0.5\n", STAGE_FINALIZE, "[model] rope_factor = 0.5: outside 1 .. 1e6"},
         {"rope_scaling_learned", "[model]\npos = learned\nrope_scaling = yarn\n", STAGE_FINALIZE,
-         "rope_scaling_learned.ini:3: [model] rope_scaling = yarn: yarn with pos = learned (set at "},
+         "rope_scaling_learned.ini:3: [model] rope_scaling = yarn: has no effect with pos = learned (set at "},
         {"rope_scaling_unknown", "[model]\nrope_scaling = ntk-by-parts\n", STAGE_LOAD, "rope_scaling = ntk-by-parts"},
-        {"yarn_betas_swapped", "[model]\nyarn_beta_fast = 1\nyarn_beta_slow = 32\n", STAGE_FINALIZE,
+        {"yarn_betas_swapped", "[model]\nrope_scaling = yarn\nyarn_beta_fast = 1\nyarn_beta_slow = 32\n", STAGE_FINALIZE,
          "yarn_beta_fast = 1, yarn_beta_slow = 32 (accepted: 0 < yarn_beta_slow < yarn_beta_fast"},
         {"rope_original_len_negative", "[model]\nrope_original_len = -8\n", STAGE_FINALIZE, "[model] rope_original_len = -8: must not be negative"},
-        {"norm_eps_zero", "[model]\nnorm_eps = 0\n", STAGE_FINALIZE, "[model] norm_eps = 0: must be positive"},
-        {"init_std_zero", "[model]\ninit_std = 0\n", STAGE_FINALIZE, "[model] init_std = 0: must be positive"},
+        {"norm_eps_zero", "[model]\nnorm_eps = 0\n", STAGE_FINALIZE, "[model] norm_eps = 0: below the smallest normal float"},
+        {"init_std_zero", "[model]\ninit_std = 0\n", STAGE_FINALIZE, "[model] init_std = 0: outside (0, 4/sqrt(d_model)]"},
         {"d_model_huge", "[model]\nd_model = 1000000000\nn_head = 1\n", STAGE_FINALIZE, "too large"},
         {"vocab_huge", "[model]\nvocab_size = 2147483600\n", STAGE_FINALIZE, "[model] vocab_size = 2147483600: too large"},
         {"run_dir_empty", "[log]\nrun_dir =\n", STAGE_FINALIZE, "[log] run_dir = \"\": empty"},
@@ -832,21 +1048,21 @@ static void test_errors(void) {
          "top_k_too_big.ini:3: [moe] top_k = 9: each token goes to top_k of the n_expert = 8 experts (set at "},
         {"top_k_zero", "[moe]\nn_expert = 8\ntop_k = 0\n", STAGE_FINALIZE, "[moe] top_k = 0: each token goes to top_k"},
         {"moe_without_experts", "[moe]\ntop_k = 4\n", STAGE_FINALIZE,
-         "moe_without_experts.ini:2: [moe] top_k = 4: has no effect: n_expert = 0 (default) makes a dense model "
-         "(accepted: n_expert >= 1 for MoE layers, or top_k = 2)"},
+         "moe_without_experts.ini:2: [moe] top_k = 4: has no effect with n_expert = 0 (default): a dense model "
+         "(accepted: n_expert >= 1 for MoE layers, or leave top_k at its default 2)"},
         {"moe_coef_without_experts", "[moe]\nn_expert = 0\naux_loss_coef = 0.1\n", STAGE_FINALIZE,
-         "[moe] aux_loss_coef = 0.1: has no effect: n_expert = 0 (set at "},
+         "[moe] aux_loss_coef = 0.1: has no effect with n_expert = 0 (set at "},
         {"d_expert_negative", "[moe]\nn_expert = 4\nd_expert = -1\n", STAGE_FINALIZE, "[moe] d_expert = -1: must not be negative"},
         {"n_shared_two", "[moe]\nn_expert = 4\nn_shared_expert = 2\n", STAGE_FINALIZE, "[moe] n_shared_expert = 2: outside {0, 1}"},
         {"shared_gate_alone", "[moe]\nn_expert = 4\nshared_expert_gate = true\n", STAGE_FINALIZE,
-         "[moe] shared_expert_gate = true: gates the shared expert, but n_shared_expert = 0 (default)"},
+         "[moe] shared_expert_gate = true: has no effect with n_shared_expert = 0 (default): no shared expert"},
         {"d_shared_alone", "[moe]\nn_expert = 4\nd_shared_expert = 64\n", STAGE_FINALIZE,
-         "[moe] d_shared_expert = 64: set without a shared expert"},
+         "[moe] d_shared_expert = 64: has no effect with n_shared_expert = 0 (default)"},
         {"moe_every_zero", "[moe]\nn_expert = 4\nmoe_every = 0\n", STAGE_FINALIZE, "[moe] moe_every = 0: no layer would be an MoE layer"},
         {"moe_every_too_big", "[model]\nn_layer = 4\n[moe]\nn_expert = 4\nmoe_every = 5\n", STAGE_FINALIZE,
          "[moe] moe_every = 5: no layer would be an MoE layer: layer l is one when (l + 1) % moe_every == 0, l < n_layer = 4 (set at "},
-        {"aux_negative", "[moe]\nn_expert = 4\naux_loss_coef = -0.01\n", STAGE_FINALIZE, "[moe] aux_loss_coef = -0.01: must not be negative"},
-        {"z_negative", "[moe]\nn_expert = 4\nz_loss_coef = -1\n", STAGE_FINALIZE, "[moe] z_loss_coef = -1: must not be negative"},
+        {"aux_negative", "[moe]\nn_expert = 4\naux_loss_coef = -0.01\n", STAGE_FINALIZE, "[moe] aux_loss_coef = -0.01: outside [0, 1]"},
+        {"z_negative", "[moe]\nn_expert = 4\nz_loss_coef = -1\n", STAGE_FINALIZE, "[moe] z_loss_coef = -1: outside [0, 1]"},
         {"capacity_negative", "[moe]\nn_expert = 4\ncapacity_factor = -1\n", STAGE_FINALIZE, "[moe] capacity_factor = -1: must not be negative"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -960,6 +1176,9 @@ int main(int argc, char** argv) {
     test_derivations();
     test_roundtrip();
     test_shipped_configs();
+    test_no_effect();
+    test_nonfinite_values();
+    test_bounds();
     test_docs();
     test_errors();
 

@@ -4,8 +4,9 @@
 # For each tests/config_errors/*.ini (first line "# expect: <substring>") runs
 #   BIN --config FILE --check
 # and checks that it exits non-zero and that stderr contains the substring (fixed string).
-# Also checks an unknown command-line override, a malformed override, a missing config file,
-# and that every config in configs/ passes --check.
+# Also checks an unknown command-line override, a malformed override, a key without effect and an
+# out-of-bounds value on the command line, a missing config file, and that every config in
+# configs/ passes --check.
 set -u
 if [ $# -ne 1 ]; then
     echo "usage: $0 path/to/train_gpt" >&2
@@ -98,6 +99,15 @@ expect_fail "override bad value" "command line: [train] steps = ten: not an inte
     --config "$good" --check --train.steps=ten
 expect_fail "override breaks a rule" "command line: [model] n_kv_head = 3: n_head (4, set at" \
     --config "$good" --check --model.n_kv_head=3
+# a key without effect set on the command line is refused like one in a file; the setting that
+# uses it makes it count
+expect_fail "override without effect" \
+    "command line: [model] yarn_attn_factor = 2: has no effect with rope_scaling = none (default): only yarn uses it" \
+    --config "$good" --check --model.yarn_attn_factor=2
+expect_ok "override with its setting" --config "$good" --check --model.rope_scaling=yarn --model.rope_factor=2 \
+    --model.yarn_attn_factor=2
+expect_fail "override out of bounds" "command line: [model] yarn_attn_factor = 1e+30: outside 0.25 .. 4" \
+    --config "$good" --check --model.rope_scaling=yarn --model.rope_factor=2 --model.yarn_attn_factor=1e30
 expect_fail "missing config file" "$TMP/no_such.ini: cannot open config file" --config "$TMP/no_such.ini" --check
 
 for f in "$ROOT"/configs/*.ini "$ROOT"/configs/*/*.ini; do
