@@ -2,7 +2,7 @@
 // validation and derived fields. Every key lives in one table (KEYS below): its section, name,
 // type, field and default. Defaults, parsing, writing and comparison all walk that table, so a
 // new key is one line there plus its validation rule in config_finalize and a row in
-// docs/config.md.
+// docs/config.md (and, when it only matters under another setting, a line in NO_EFFECT_RULES).
 //
 // Errors are one line on stderr:
 //   config error: WHERE: [section] key = value: what is wrong (accepted: what would be)

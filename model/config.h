@@ -73,7 +73,7 @@ typedef struct {
     int rope_original_len;   // L_train for YaRN's ramp; 0 = [train] seq_len (filled in by finalize)
     float yarn_beta_fast;    // 32
     float yarn_beta_slow;    // 1
-    float yarn_attn_factor;  // 0 = 0.1 ln(s) + 1
+    float yarn_attn_factor;  // 0 = 0.1 ln(s) + 1; else 0.25 .. 4 (the logits scale by its square)
     NormKind norm;
     float norm_eps;
     int qk_norm;         // bool: RMSNorm over head_dim on q and k (weights of size head_dim)

@@ -1063,6 +1063,12 @@ static void test_errors(void) {
          "[moe] moe_every = 5: no layer would be an MoE layer: layer l is one when (l + 1) % moe_every == 0, l < n_layer = 4 (set at "},
         {"aux_negative", "[moe]\nn_expert = 4\naux_loss_coef = -0.01\n", STAGE_FINALIZE, "[moe] aux_loss_coef = -0.01: outside [0, 1]"},
         {"z_negative", "[moe]\nn_expert = 4\nz_loss_coef = -1\n", STAGE_FINALIZE, "[moe] z_loss_coef = -1: outside [0, 1]"},
+        // a key without effect under an invalid setting: the setting's own error, not "no effect"
+        {"no_effect_bad_n_expert", "[moe]\nn_expert = -1\ntop_k = 4\n", STAGE_FINALIZE, "[moe] n_expert = -1: must not be negative"},
+        {"no_effect_bad_pattern", "[model]\nlayer_pattern = AX\nlinear_chunk = 32\n", STAGE_FINALIZE,
+         "[model] layer_pattern = AX: 'AX' has 'X' at 1"},
+        {"no_effect_bad_shared", "[moe]\nn_expert = 4\nn_shared_expert = 2\nd_shared_expert = 8\n", STAGE_FINALIZE,
+         "[moe] n_shared_expert = 2: outside {0, 1}"},
         {"capacity_negative", "[moe]\nn_expert = 4\ncapacity_factor = -1\n", STAGE_FINALIZE, "[moe] capacity_factor = -1: must not be negative"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
