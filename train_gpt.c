@@ -341,6 +341,8 @@ static int setup_data(Run* r) {
     const Config* cfg = &r->cfg;
     const int vocab = cfg->model.vocab_size;
     if (dataloader_init(&r->train_dl, cfg->data.train_glob, r->B, r->T, r->comm->rank, r->P, vocab) != 0) return 1;
+    // whole optimizer steps per shard: the tokens read do not depend on the process count
+    if (dataloader_set_accum(&r->train_dl, r->grad_accum) != 0) return 1;
     if (cfg->data.shuffle) dataloader_shuffle(&r->train_dl, cfg->train.seed);
     if (cfg->data.val_glob[0] && cfg->log.val_every > 0) {
         if (dataloader_init(&r->val_dl, cfg->data.val_glob, r->B, r->T, 0, 1, vocab) != 0) return 1;

@@ -56,7 +56,7 @@ static int dataloader_load(DataLoader* loader, int idx) {
     if (shard_open(&loader->shard, loader->shard_paths[idx], loader->vocab_size) != 0) return -1;
     // the header was validated at init; a file replaced since then must still hold its batches
     int64_t G = (int64_t)loader->nproc * loader->B * loader->T;
-    if ((loader->shard.header.num_tokens - 1) / G != loader->shard_batches[idx]) {
+    if ((loader->shard.header.num_tokens - 1) / G / loader->accum * loader->accum != loader->shard_batches[idx]) {
         fprintf(stderr, "error: dataloader: shard '%s' changed size since the loader started (%lld tokens now)\n",
                 loader->shard_paths[idx], (long long)loader->shard.header.num_tokens);
         shard_close(&loader->shard);
@@ -73,6 +73,7 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
     loader->order_epoch = -1;
     loader->perm_epoch = -1;
     loader->bos = -1;
+    loader->accum = 1;
     if (B <= 0 || T <= 0 || nproc <= 0 || rank < 0 || rank >= nproc) {
         fprintf(stderr, "error: dataloader: bad arguments B=%d T=%d rank=%d nproc=%d (need B,T,nproc > 0, 0 <= rank < nproc)\n",
                 B, T, rank, nproc);
@@ -203,6 +204,30 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
             loader->epoch++;
         }
     }
+    return 0;
+}
+
+int dataloader_set_accum(DataLoader* loader, int accum) {
+    if (accum < 1) {
+        fprintf(stderr, "error: dataloader: bad accum %d (need >= 1)\n", accum);
+        return -1;
+    }
+    const int64_t G = (int64_t)loader->nproc * loader->B * loader->T, step = G * accum;
+    loader->accum = accum;
+    loader->batches_per_epoch = 0;
+    for (int i = 0; i < loader->num_shards; i++) {
+        ShardHeader h;
+        if (shard_read_header(loader->shard_paths[i], &h) != 0) return -1;
+        if (h.num_tokens < step + 1) {
+            fprintf(stderr, "error: dataloader: shard '%s' has %lld tokens, fewer than one optimizer step: [train] tokens_per_step + 1 "
+                            "= %lld; lower tokens_per_step or use larger shards\n",
+                    loader->shard_paths[i], (long long)h.num_tokens, (long long)(step + 1));
+            return -1;
+        }
+        loader->shard_batches[i] = (h.num_tokens - 1) / step * accum;   // = floor((n-1)/G) rounded down to whole steps
+        loader->batches_per_epoch += loader->shard_batches[i];
+    }
+    dataloader_reset(loader);
     return 0;
 }
 

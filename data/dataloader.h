@@ -5,8 +5,9 @@
 // window of B*T+1 tokens starting at k*G + r*B*T: inputs are its first B*T tokens, targets the
 // same shifted by one. So the ranks' inputs are disjoint and, concatenated in rank order, are
 // exactly what 1 process with batch nproc*B gets. A shard holds (num_tokens-1)/G global
-// batches; the tail that does not fill one is skipped. After the last batch of the last shard
-// the loader wraps to the first shard and counts an epoch.
+// batches, rounded down to whole optimizer steps after dataloader_set_accum (the trainer's:
+// then the tokens a shard gives do not depend on nproc); the tail is skipped. After the last
+// batch of the last shard the loader wraps to the first shard and counts an epoch.
 //
 // A sample is a window of T+1 tokens starting at a multiple of T; a shard holds
 // (num_tokens-1)/T samples. Unshuffled, global batch k of a shard is samples k*nproc*B ..
@@ -34,6 +35,7 @@ typedef struct {
     char** shard_paths;        // [num_shards] sorted glob matches (owned)
     int64_t* shard_batches;    // [num_shards] global batches in each shard
     int64_t batches_per_epoch; // sum of shard_batches: global batches (= steps) per pass
+    int accum;                 // global batches per optimizer step (dataloader_set_accum; 1 by default)
     // position: the next batch to return
     int64_t epoch;             // completed passes over all shards
     int shard_idx;             // shard of the next batch
@@ -64,6 +66,16 @@ typedef struct {
 // for one global batch of nproc*B*T+1 tokens. On failure *loader needs no dataloader_free.
 int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
                     int rank, int nproc, int vocab_size);
+
+// Whole optimizer steps per shard: rounds every shard's global batches down to a multiple of
+// accum (the micro-steps of one optimizer step, so accum x nproc x B x T = tokens_per_step).
+// A shard of n tokens then gives floor((n - 1) / tokens_per_step) steps, the same tokens for
+// every process count and micro-batch with this tokens_per_step: N processes and M processes
+// read one global token order, which is what resuming on another process count needs
+// (docs/distributed.md). A step never spans two shards. Call after init, before the first
+// batch (it resets the position). Fails (-1, one line naming the shard) when a shard holds
+// less than one step.
+int dataloader_set_accum(DataLoader* loader, int accum);
 
 // Writes this process's next batch: inputs[B*T], targets[B*T] (targets[i] = the token after
 // inputs[i]). Moves to the next shard (mapping and checking it) when needed.

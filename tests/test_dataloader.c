@@ -472,6 +472,69 @@ static void test_shuffle_unequal_shards(void) {
     dataloader_free(&dl);
 }
 
+// Whole optimizer steps per shard (dataloader_set_accum): with tokens_per_step fixed, every
+// process count reads the same samples in each optimizer step, across shard ends and epochs, so
+// a run can resume on another process count. Shards of 203, 150 and 97 tokens (50, 37 and 24
+// samples of T = 4), B = 1, tokens_per_step = 48 (12 samples): 4, 3 and 2 steps (the tails
+// skipped are 10, 5 and 0 samples, the same for every N); N = 1, 2, 3, 4, 6, 12 processes with
+// 12/N micro-steps. Contiguous: step k of shard i is its samples 12k .. 12k+11 (arithmetic
+// here); shuffled: each step's set of samples equals 1 process's. Two passes (18 steps).
+static int cmp_int(const void* a, const void* b) { return *(const int*)a - *(const int*)b; }
+static void test_steps_any_nproc(void) {
+    const int B = 1, T = 4, V = 60000, SPS = 12;   // samples per optimizer step
+    const int sizes[3] = {203, 150, 97}, steps_in[3] = {4, 3, 2};
+    write_shard(tmp_path("st_a.bin"), sizes[0], 0, V);
+    write_shard(tmp_path("st_b.bin"), sizes[1], 1000, V);
+    write_shard(tmp_path("st_c.bin"), sizes[2], 2000, V);
+    const int nps[6] = {1, 2, 3, 4, 6, 12}, nsteps = 18;
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        static int got[6][18][12];   // [process count][step] the steps' sample first tokens, sorted
+        int ok_init = 1;
+        for (int c = 0; c < 6; c++) {
+            const int N = nps[c], accum = SPS / N;
+            DataLoader dl[12];
+            for (int r = 0; r < N; r++) {
+                if (dataloader_init(&dl[r], tmp_path("st_*.bin"), B, T, r, N, V) != 0 || dataloader_set_accum(&dl[r], accum) != 0)
+                    ok_init = 0;
+                if (shuffled) dataloader_shuffle(&dl[r], 5);
+            }
+            if (!ok_init) { CHECK(0, "init N=%d", N); return; }
+            CHECK(dl[0].batches_per_epoch == 9 * accum, "N=%d: %lld global batches a pass, want 9 steps x %d", N,
+                  (long long)dl[0].batches_per_epoch, accum);
+            for (int k = 0; k < nsteps; k++) {
+                int n = 0, in[4], tg[4];
+                for (int micro = 0; micro < accum; micro++)
+                    for (int r = 0; r < N; r++) {
+                        dataloader_next(&dl[r], in, tg);
+                        got[c][k][n++] = in[0];
+                    }
+                qsort(got[c][k], SPS, sizeof(int), cmp_int);
+            }
+            for (int r = 0; r < N; r++) dataloader_free(&dl[r]);
+        }
+        int same = 1, expected = 1;
+        for (int c = 1; c < 6; c++)
+            for (int k = 0; k < nsteps; k++)
+                if (memcmp(got[c][k], got[0][k], sizeof got[0][k]) != 0) same = 0;
+        for (int k = 0; k < nsteps && !shuffled; k++) {
+            int q = k % 9, shard = 0;   // step q of the pass: shard and step within it
+            while (q >= steps_in[shard]) q -= steps_in[shard++];
+            for (int j = 0; j < SPS; j++) if (got[0][k][j] != shard * 1000 + (q * SPS + j) * T) expected = 0;
+        }
+        CHECK(same, "%s: every optimizer step reads the same samples under 1, 2, 3, 4, 6 and 12 processes (2 passes, 3 shard ends each)",
+              shuffled ? "shuffled" : "contiguous");
+        if (!shuffled) CHECK(expected, "contiguous: step k of shard i reads its samples 12k..12k+11 (4, 3, 2 steps a shard)");
+    }
+    // a shard shorter than one step is refused, naming it
+    DataLoader dl;
+    CHECK(dataloader_init(&dl, tmp_path("st_*.bin"), B, T, 0, 1, V) == 0, "init");
+    capture_begin();
+    int rc = dataloader_set_accum(&dl, 25);   // 100 tokens a step: st_c.bin (97) holds none
+    const char* msg = capture_end();
+    CHECK(rc == -1 && strstr(msg, "st_c.bin") && strstr(msg, "tokens_per_step"), "a shard shorter than a step is refused: %s", msg);
+    dataloader_free(&dl);
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -489,6 +552,7 @@ int main(void) {
     test_shuffle_and_state();
     test_bos();
     test_shuffle_unequal_shards();
+    test_steps_any_nproc();
 
     // clean up the temp dir
     char cmd[400];
