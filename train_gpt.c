@@ -315,11 +315,12 @@ static int setup_run(Run* r) {
                 r->where);
         return 1;
     }
-    if (config_finalize_processes(&r->cfg, r->where, r->comm->size) != 0) return 1;
-    // which checkpoint to continue from, and whether this config may continue it
+    // which checkpoint to continue from, and whether this config may continue it (on any process
+    // count: a derived tokens_per_step becomes the checkpoint's global batch, which must divide)
     checkpoint_dir_of(r->ckpt_dir, sizeof r->ckpt_dir, &r->cfg);
     r->resuming = resume_resolve(r->comm, r->args.resume_spec, r->ckpt_dir, &r->cfg, r->resume_path, sizeof r->resume_path);
     if (r->resuming < 0) return 1;
+    if (config_finalize_processes(&r->cfg, r->where, r->comm->size) != 0) return 1;
     ops_init(tc->threads);
     if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
         fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
@@ -434,6 +435,7 @@ static int setup_state(Run* r) {
     r->cs.grad_win = &r->grad_win;
     if (r->resuming) {
         if (resume_restore(r->resume_path, &r->model, &r->opt, &r->train_dl, &r->cs) != 0) return 1;
+        if (resume_resave(r->comm, &r->cfg, &r->model, &r->opt, &r->cs, &r->train_dl) != 0) return 1;
         r->start_step = r->cs.step;
         r->nonfinite_run = r->cs.nonfinite_run;
         if (r->start_step >= tc->steps) {

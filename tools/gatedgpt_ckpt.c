@@ -24,7 +24,6 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/optim.h"
-#include "train/dist.h"
 #include "model/sample.h"
 #include "tools/export_hf.h"
 #include "tools/export_tokenizer.h"
@@ -127,11 +126,9 @@ static int cmd_inspect(Loaded* L) {
     printf("checkpoint %s: verified (%d files, %llu bytes, crc32 ok)\n", L->path, L->info.n_files,
            (unsigned long long)L->info.bytes);
     checkpoint_verify(L->path, NULL, stdout);
-    // the trainer state of rank 0
-    Optim o;   // rank 0's AdamW state: the whole arena, or its ZeRO-1 shard
-    size_t lo = 0, hi = L->model.table.total;
-    if (L->cfg.train.zero_stage == 1) dist_shard(hi, L->info.nproc, 0, &lo, &hi);
-    optim_init_range(&o, &L->model, lo, hi);
+    // the trainer state, and the AdamW moments of the whole arena (ZeRO-1 shards joined by offset)
+    Optim o;
+    optim_init(&o, &L->model);
     SpikeWindow lw, gw;
     spike_init(&lw, L->cfg.metrics.spike_window);
     spike_init(&gw, L->cfg.metrics.spike_window);
@@ -141,6 +138,16 @@ static int cmd_inspect(Loaded* L) {
     if (checkpoint_load(L->path, &L->model, &o, &st, 0, L->info.nproc) != 0) return 1;
     printf("step %d of [train] steps %d | processes %d | AdamW t %d | lr of the last step %.6e\n", st.step,
            L->cfg.train.steps, L->info.nproc, o.t, (double)st.lr);
+    printf("written by %d process%s, zero_stage %d (AdamW state in %s)\n", st.ckpt_nproc, st.ckpt_nproc == 1 ? "" : "es",
+           st.ckpt_zero_stage, st.ckpt_zero_stage ? "one shard per rank file" : (st.ckpt_nproc == 1 ? "one full copy" : "a full copy per rank file"));
+    // the process counts it resumes on with its batch_size: those that divide the global batch
+    const long tps = L->cfg.train.tokens_per_step, bt = (long)L->cfg.train.batch_size * L->cfg.train.seq_len;
+    printf("resumes on (batch_size %d): ", L->cfg.train.batch_size);
+    int listed = 0;
+    for (long p = 1; bt > 0 && p <= tps / bt && listed < 16; p++)
+        if (tps % (bt * p) == 0) printf("%s%ld", listed++ ? ", " : "", p);
+    printf("%s processes (those that divide [train] tokens_per_step = %ld into micro-batches of %ld tokens)\n",
+           listed == 16 ? ", ..." : "", tps, bt);
     printf("data: epoch %lld, shard %lld, batch %lld (next) | shuffle %s, seed %llu\n", (long long)st.data.epoch,
            (long long)st.data.shard_idx, (long long)st.data.batch_idx, st.data_shuffle ? "on" : "off",
            (unsigned long long)st.data_seed);

@@ -682,6 +682,162 @@ static int r_spike(Reader* r, SpikeWindow* s) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------------------------
+// the AdamW state from the rank files, whatever process count and zero_stage wrote them
+
+// The fixed fields at the start of a rank file's payload (docs/formats.md), in file order.
+typedef struct {
+    int32_t rank, nproc;
+    int64_t step;
+    int32_t t, nonfinite;
+    float lr;
+    int32_t shuffle;
+    uint64_t seed;
+    int64_t pos[3];            // the data position: epoch, shard_idx, batch_idx
+    uint64_t off, cnt;         // the slice [off, off + cnt) of the arena its m and v cover
+} RankHead;
+
+// Reads n bytes of the payload for the checksum only.
+static int r_skip(Reader* r, uint64_t n) {
+    char buf[1 << 16];
+    while (n > 0) {
+        size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
+        if (r_get(r, buf, k) != 0) return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+// Opens rank file f of the checkpoint at path and reads its fixed fields into h; checks that
+// it is rank f's file of a checkpoint of nproc processes (nproc 0: any) and that its slice lies
+// in the arena of total floats. file (n bytes) holds the path while r is open.
+static int open_rank_file(Reader* r, char* file, size_t n, const char* path, int f, int nproc, size_t total,
+                          RankHead* h) {
+    snprintf(file, n, "%s/rank_%05d.bin", path, f);
+    if (r_open(r, file, CKPT_KIND_RANK) != 0) return -1;
+    if (r_get(r, &h->rank, 4) || r_get(r, &h->nproc, 4) || r_get(r, &h->step, 8) || r_get(r, &h->t, 4) ||
+        r_get(r, &h->nonfinite, 4) || r_get(r, &h->lr, 4) || r_get(r, &h->shuffle, 4) || r_get(r, &h->seed, 8) ||
+        r_get(r, h->pos, 24) || r_get(r, &h->off, 8) || r_get(r, &h->cnt, 8)) {
+        fclose(r->f);
+        return -1;
+    }
+    if (h->rank != f || h->nproc < 1 || f >= h->nproc || (nproc > 0 && h->nproc != nproc)) {
+        fclose(r->f);
+        return ck_error(file, "says it was written by rank %d of %d processes, but it is rank file %d of a checkpoint of %d "
+                        "(a file from another checkpoint?)", h->rank, h->nproc, f, nproc > 0 ? nproc : h->nproc);
+    }
+    if (h->off > total || h->cnt > total - h->off) {
+        fclose(r->f);
+        return ck_error(file, "holds AdamW state for floats [%llu, %llu), outside the arena of %zu floats (damaged?)",
+                        (unsigned long long)h->off, (unsigned long long)(h->off + h->cnt), total);
+    }
+    return 0;
+}
+
+// The rest of an open rank file (its fixed fields h read): the spike windows (restored into st's
+// when st is set), then m and v, of which the arena's floats [a, b) (inside h's slice) go to
+// dst_m and dst_v at a - base; the others pass through the checksum only. Closes the file.
+static int read_rank_rest(Reader* r, const RankHead* h, CkptTrainState* st, size_t a, size_t b, size_t base,
+                          float* dst_m, float* dst_v) {
+    if (r_spike(r, st ? st->loss_win : NULL) != 0 || r_spike(r, st ? st->grad_win : NULL) != 0) goto fail;
+    // m[cnt] then v[cnt], each: pre floats before a, keep in [a, b), post after b
+    size_t pre = a < b ? a - h->off : h->cnt, keep = a < b ? b - a : 0;
+    size_t post = h->cnt - pre - keep;
+    for (int which = 0; which < 2; which++) {
+        float* dst = which == 0 ? dst_m : dst_v;
+        if (r_skip(r, (uint64_t)pre * sizeof(float)) != 0) goto fail;
+        if (keep > 0 && r_get(r, dst + (a - base), keep * sizeof(float)) != 0) goto fail;
+        if (r_skip(r, (uint64_t)post * sizeof(float)) != 0) goto fail;
+    }
+    return r_close(r);
+fail:
+    fclose(r->f);
+    return -1;
+}
+
+// The AdamW state of o's range [o->lo, o->hi) and the global state st (checkpoint_load).
+static int load_rank_state(const char* path, Optim* o, CkptTrainState* st, int rank, size_t total) {
+    char file[CKPT_PATH_MAX + 32];
+    Reader r;
+    RankHead h0;
+    // the writer's process count (rank_00000.bin), then every file's slice
+    if (open_rank_file(&r, file, sizeof file, path, 0, 0, total, &h0) != 0) return -1;
+    fclose(r.f);
+    const int nproc = h0.nproc;
+    RankHead* heads = malloc((size_t)nproc * sizeof(RankHead));
+    int* src = malloc((size_t)nproc * sizeof(int));
+    const size_t lo = o->lo, hi = o->hi, cnt = hi - lo;
+    float* host_m = calloc(cnt ? cnt : 1, sizeof(float));
+    float* host_v = calloc(cnt ? cnt : 1, sizeof(float));
+    int rc = -1, nsrc = 0, zero_stage = 0;
+    if (!heads || !src || !host_m || !host_v) { ck_error(path, "out of memory for the AdamW state (%zu floats)", cnt); goto done; }
+    for (int f = 0; f < nproc; f++) {
+        if (open_rank_file(&r, file, sizeof file, path, f, nproc, total, &heads[f]) != 0) goto done;
+        fclose(r.f);
+        if (heads[f].cnt != total) zero_stage = 1;   // a shard: ZeRO-1 (zero_stage 0 writes full copies)
+    }
+    // the files to read: this rank's own when it covers the range (the writer's layout), else in
+    // rank order each file that continues the range where the ones before it end
+    if (rank < nproc && heads[rank].off <= lo && hi <= heads[rank].off + heads[rank].cnt) {
+        src[nsrc++] = rank;
+    } else {
+        size_t covered = lo;
+        for (int f = 0; f < nproc && covered < hi; f++) {
+            size_t a = heads[f].off, b = heads[f].off + heads[f].cnt;
+            if (a <= covered && covered < b) { src[nsrc++] = f; covered = b < hi ? b : hi; }
+        }
+        if (covered < hi) {
+            ck_error(path, "floats [%zu, %zu) of the AdamW state are in none of its %d rank files (damaged or incomplete checkpoint)",
+                     covered, hi, nproc);
+            goto done;
+        }
+        if (nsrc == 0) src[nsrc++] = rank < nproc ? rank : 0;   // an empty range: the global state only
+    }
+    for (int i = 0; i < nsrc; i++) {
+        const int f = src[i];
+        RankHead h;
+        if (open_rank_file(&r, file, sizeof file, path, f, nproc, total, &h) != 0) goto done;
+        if (h.off != heads[f].off || h.cnt != heads[f].cnt) {
+            fclose(r.f);
+            ck_error(file, "changed while it was read");
+            goto done;
+        }
+        // the global state is the same in every rank's file (the trainer's counters, the loss and
+        // norm windows and the data position are global): take it from the first, compare the others
+        if (i > 0 && (h.step != h0.step || h.t != h0.t || h.nonfinite != h0.nonfinite || h.shuffle != h0.shuffle ||
+                      h.seed != h0.seed || memcmp(h.pos, h0.pos, sizeof h.pos) != 0)) {
+            fclose(r.f);
+            ck_error(file, "step %lld, AdamW t %d, data position (%lld, %lld, %lld), but %s/rank_%05d.bin has step %lld, t %d, "
+                     "position (%lld, %lld, %lld) (files of different checkpoints?)", (long long)h.step, h.t, (long long)h.pos[0],
+                     (long long)h.pos[1], (long long)h.pos[2], path, src[0], (long long)h0.step, h0.t, (long long)h0.pos[0],
+                     (long long)h0.pos[1], (long long)h0.pos[2]);
+            goto done;
+        }
+        if (i == 0) h0 = h;
+        size_t a = h.off > lo ? h.off : lo, b = h.off + h.cnt < hi ? h.off + h.cnt : hi;
+        if (read_rank_rest(&r, &h, i == 0 ? st : NULL, a, b > a ? b : a, lo, host_m, host_v) != 0) goto done;
+    }
+    ops_from_host(o->m, host_m, cnt * sizeof(float));
+    ops_from_host(o->v, host_v, cnt * sizeof(float));
+    o->t = h0.t;
+    if (st) {
+        st->step = (int)h0.step;
+        st->nonfinite_run = h0.nonfinite;
+        st->lr = h0.lr;
+        st->data_shuffle = h0.shuffle;
+        st->data_seed = h0.seed;
+        st->data.epoch = h0.pos[0];
+        st->data.shard_idx = h0.pos[1];
+        st->data.batch_idx = h0.pos[2];
+        st->ckpt_nproc = nproc;
+        st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
+    }
+    rc = 0;
+done:
+    free(heads); free(src); free(host_m); free(host_v);
+    return rc;
+}
+
 int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, int nproc) {
     char file[CKPT_PATH_MAX + 32];
     const ParamTable* t = &m->table;
@@ -722,52 +878,10 @@ int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int 
     gpt_params_changed(m, 0);   // the compute copy of the weights follows (again below, with t)
     if (!o) { free(host); return 0; }
 
-    snprintf(file, sizeof file, "%s/rank_%05d.bin", path, rank);
-    if (r_open(&r, file, CKPT_KIND_RANK) != 0) { free(host); return -1; }
-    int32_t hdr[8];
-    int64_t step, pos[3];
-    uint64_t seed, slice[2];
-    float lr;
-    if (r_get(&r, hdr, 8) || r_get(&r, &step, 8) || r_get(&r, hdr + 2, 8) || r_get(&r, &lr, 4) ||
-        r_get(&r, hdr + 4, 4) || r_get(&r, &seed, 8) || r_get(&r, pos, 24) || r_get(&r, slice, 16)) { free(host); goto fail; }
-    if (hdr[0] != rank || hdr[1] != nproc) {
-        ck_error(file, "written by rank %d of %d, read by rank %d of %d (resume with the process count the checkpoint was written with)",
-                 hdr[0], hdr[1], rank, nproc);
-        free(host);
-        goto fail;
-    }
-    if (slice[0] != o->lo || slice[1] != o->hi - o->lo) {   // ZeRO-1: this rank's shard
-        ck_error(file, "holds AdamW state for floats [%llu, %llu) of %zu, but this process updates [%zu, %zu) "
-                 "(resume with the checkpoint's process count and [train] zero_stage)",
-                 (unsigned long long)slice[0], (unsigned long long)(slice[0] + slice[1]), t->total, o->lo, o->hi);
-        free(host);
-        goto fail;
-    }
-    if (r_spike(&r, st ? st->loss_win : NULL) != 0 || r_spike(&r, st ? st->grad_win : NULL) != 0) { free(host); goto fail; }
-    // m and v: read both (checksum), then copy
-    size_t cnt = o->hi - o->lo;
-    float* host_v = malloc((cnt ? cnt : 1) * sizeof(float));
-    if (!host_v) { ck_error(file, "out of memory"); free(host); goto fail; }
-    if (r_get(&r, host, cnt * sizeof(float)) || r_get(&r, host_v, cnt * sizeof(float))) {
-        free(host); free(host_v); goto fail;
-    }
-    if (r_close(&r) != 0) { free(host); free(host_v); return -1; }
-    ops_from_host(o->m, host, cnt * sizeof(float));
-    ops_from_host(o->v, host_v, cnt * sizeof(float));
     free(host);
-    free(host_v);
-    o->t = hdr[2];
+    (void)nproc;   // the reader's process count: any count may read any checkpoint (elastic resume)
+    if (load_rank_state(path, o, st, rank, t->total) != 0) return -1;
     gpt_params_changed(m, o->t);   // round as the uninterrupted run did after update t
-    if (st) {
-        st->step = (int)step;
-        st->nonfinite_run = hdr[3];
-        st->lr = lr;
-        st->data_shuffle = hdr[4];
-        st->data_seed = seed;
-        st->data.epoch = pos[0];
-        st->data.shard_idx = pos[1];
-        st->data.batch_idx = pos[2];
-    }
     return 0;
 fail:
     fclose(r.f);

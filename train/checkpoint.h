@@ -46,6 +46,10 @@ typedef struct {
     float lr;                  // learning rate of the last step (informational: lr is a function of step)
     SpikeWindow* loss_win;     // spike-detector windows (train/spike.h)
     SpikeWindow* grad_win;
+    // filled by checkpoint_load: who wrote the checkpoint (the data position above is in its
+    // units: global batches of nproc x batch_size x seq_len tokens; train/resume.h converts it)
+    int ckpt_nproc;            // processes that wrote it (one rank file each)
+    int ckpt_zero_stage;       // 1: the rank files hold ZeRO-1 shards of m, v; 0: full copies
 } CkptTrainState;
 
 // What checkpoint_verify read from a checkpoint's DONE file.
@@ -68,8 +72,8 @@ void checkpoint_dir_of(char* out, size_t n, const Config* c);
 int checkpoint_begin(const char* dir, int step);
 // Rank 0: model.bin and config.ini into DIR/step_N.tmp/.
 int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m);
-// Every rank: rank_RRRRR.bin (this rank's AdamW slice [offset, offset+count) of the arena,
-// count = the whole arena for now) into DIR/step_N.tmp/.
+// Every rank: rank_RRRRR.bin (this rank's AdamW slice [offset, offset+count) of the arena: the
+// whole arena, or its ZeRO-1 shard) into DIR/step_N.tmp/.
 int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const Optim* o,
                           size_t offset, size_t count, const CkptTrainState* st);
 // Rank 0, after every rank wrote: checks each file's header, fsyncs the directory, renames it
@@ -97,8 +101,16 @@ int checkpoint_verify(const char* path, CkptInfo* info, FILE* report);
 // config_finalize on top of the defaults).
 int checkpoint_load_config(const char* path, Config* c);
 // Loads model.bin into m (the table must match m's: same names, shapes and offsets) and, when o
-// is not NULL, rank_RRRRR.bin into o and st (st may be NULL; its spike windows are restored
-// when set). Checksums are checked as the files are read.
+// is not NULL, the AdamW state of o's range [o->lo, o->hi) and st (st may be NULL; its spike
+// windows are restored when set). Checksums are checked as the files are read.
+//
+// Any process count and zero_stage may read any checkpoint (elastic resume): the moments are
+// assembled by global offset from the rank files whose slices overlap [o->lo, o->hi) (ZeRO-1
+// shards re-cut; a full copy of zero_stage 0 cut into a shard, or shards joined into a full
+// copy); when rank_<rank>.bin covers the range alone (the writer's layout), only it is read. The
+// global state (step, AdamW t, data position, spike windows, counters) comes from the first file
+// read, and every file read must hold the same. rank is this process's (which file to try
+// first); nproc is informational (the reader's count).
 int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, int nproc);
 
 // ---- the directory of checkpoints

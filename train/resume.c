@@ -39,11 +39,55 @@ int resume_find(const char* spec, const char* dir, char* path, size_t n) {
     return 0;
 }
 
-int resume_resolve(Comm* comm, const char* spec, const char* dir, const Config* cfg, char* path, size_t n) {
+// The global batch a resumed run trains with: this run's [train] tokens_per_step, or the
+// checkpoint's when this config leaves it derived (0 = batch_size x seq_len x processes, which
+// would change with the process count): the run continues with the global batch it was written
+// with, whatever the number of processes.
+static long resumed_tokens_per_step(const Config* saved, const Config* now, int* from_ckpt) {
+    const char* o = config_origin(now, "train", "tokens_per_step");
+    *from_ckpt = o && strncmp(o, "derived", 7) == 0;
+    return *from_ckpt ? saved->train.tokens_per_step : now->train.tokens_per_step;
+}
+
+// Rank 0, before the others load anything: the global batch must divide over this run's
+// processes and micro-batch. One error line with the numbers and the nearest process counts and
+// batch sizes that divide it.
+static int check_global_batch(const char* path, const Config* now, int nproc) {
+    Config saved;
+    if (checkpoint_load_config(path, &saved) != 0) return -1;
+    int from_ckpt;
+    const long tps = resumed_tokens_per_step(&saved, now, &from_ckpt);
+    const long B = now->train.batch_size, T = now->train.seq_len, micro = B * T * nproc;
+    if (tps % micro == 0) return 0;
+    // the nearest process counts below and above that divide it (at most tps / (B x T))
+    long below = 0, above = 0;
+    for (long p = nproc - 1; p >= 1 && !below; p--) if (tps % (B * T * p) == 0) below = p;
+    for (long p = nproc + 1; p <= tps / (B * T) && !above; p++) if (tps % (B * T * p) == 0) above = p;
+    char procs[160] = "", batch[200] = "";
+    if (below && above) snprintf(procs, sizeof procs, "resume under %ld or %ld processes (the nearest counts that divide it)", below, above);
+    else if (below || above) snprintf(procs, sizeof procs, "resume under %ld processes (the nearest count that divides it)", below ? below : above);
+    else snprintf(procs, sizeof procs, "no process count divides it with batch_size %ld", B);
+    // the nearest batch_size that divides it under nproc processes
+    long best = 0;
+    for (long b = 1; b <= tps / (T * nproc); b++)
+        if (tps % (b * T * nproc) == 0 && (!best || labs(b - B) < labs(best - B))) best = b;
+    if (best) snprintf(batch, sizeof batch, ", or set [train] batch_size = %ld (the nearest that divides it under %d processes)", best, nproc);
+    else snprintf(batch, sizeof batch, " (no batch_size divides it under %d processes: %ld is not a multiple of %d x seq_len %ld)",
+                  nproc, tps, nproc, T);
+    fprintf(stderr, "error: --resume %s: [train] tokens_per_step = %ld (%s) does not divide over %d processes: "
+            "%d x batch_size %ld x seq_len %ld = %ld tokens per micro-step; %s%s\n", path, tps,
+            from_ckpt ? "the checkpoint's global batch" : "this run's config", nproc, nproc, B, T, micro, procs, batch);
+    return -1;
+}
+
+int resume_resolve(Comm* comm, const char* spec, const char* dir, Config* cfg, char* path, size_t n) {
     if (!spec) return 0;
     int resuming = 0;
     memset(path, 0, n);
-    if (comm->rank == 0) resuming = resume_find(spec, dir, path, n);
+    if (comm->rank == 0) {
+        resuming = resume_find(spec, dir, path, n);
+        if (resuming == 1 && check_global_batch(path, cfg, comm->size) != 0) resuming = -1;
+    }
     comm_broadcast(comm, &resuming, sizeof resuming);
     comm_broadcast(comm, path, n);
     if (resuming < 0) return -1;
@@ -53,6 +97,19 @@ int resume_resolve(Comm* comm, const char* spec, const char* dir, const Config* 
     }
     Config saved;
     if (checkpoint_load_config(path, &saved) != 0) return -1;
+    int from_ckpt;
+    long tps = resumed_tokens_per_step(&saved, cfg, &from_ckpt);
+    if (from_ckpt) {   // keep the checkpoint's global batch (no longer derived: finalize keeps it)
+        for (int i = 0; i < config_key_count(); i++) {
+            const char* sec;
+            const char* key = config_key(i, &sec);
+            if (strcmp(sec, "train") == 0 && strcmp(key, "tokens_per_step") == 0)
+                snprintf(cfg->origin[i], sizeof cfg->origin[i], "the checkpoint's global batch (%s)", path);
+        }
+        cfg->train.tokens_per_step = tps;
+        if (tps != (long)cfg->train.batch_size * cfg->train.seq_len * comm->size)   // what deriving would have given
+            printf("resume: [train] tokens_per_step = %ld: the checkpoint's global batch, over %d processes\n", tps, comm->size);
+    }
     if (resume_check_config(&saved, cfg, path) != 0) return -1;
     return 1;
 }
@@ -63,6 +120,8 @@ static const char* const ARCH_SECTIONS[] = {"model", "moe"};
 static int key_is_free(const char* section, const char* key) {
     if (strcmp(section, "log") == 0 || strcmp(section, "checkpoint") == 0) return 1;
     if (strcmp(section, "train") == 0 && strcmp(key, "steps") == 0) return 1;
+    // ZeRO-0 and ZeRO-1 train bit for bit alike (docs/distributed.md); the AdamW state is re-cut on load
+    if (strcmp(section, "train") == 0 && strcmp(key, "zero_stage") == 0) return 1;
     if (strcmp(section, "metrics") == 0 && strcmp(key, "probe_every") == 0) return 1;
     if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "tokenizer") == 0)) return 1;
     return 0;
@@ -173,8 +232,37 @@ int resume_trim_log(const char* log_path, int step) {
     return 0;
 }
 
+// The checkpoint's data position in this run's units. The loader's position counts global
+// batches of nproc x batch_size x seq_len tokens into the current shard (data/dataloader.h), and
+// the tokens before it do not depend on the process count or the micro-batch (the global batch
+// order is the same for all of them), so a checkpoint of N processes of batch B continues under
+// M processes of batch B' at the same token: batch_idx' = batch_idx x N x B x T / (M x B' x T').
+static int convert_position(const char* path, CkptTrainState* cs, const DataLoader* dl) {
+    Config saved;
+    if (checkpoint_load_config(path, &saved) != 0) return -1;
+    const int64_t Bs = saved.train.batch_size, Ts = saved.train.seq_len, Ns = cs->ckpt_nproc;
+    if (Ns == dl->nproc && Bs == dl->B && Ts == dl->T) return 0;   // the writer's units
+    const int64_t tokens = cs->data.batch_idx * Ns * Bs * Ts;    // into the shard
+    const int64_t G = (int64_t)dl->nproc * dl->B * dl->T;
+    if (tokens % G != 0) {
+        fprintf(stderr, "error: --resume %s: the saved data position, batch %lld of %lld x %lld x %lld tokens (token %lld of shard %lld), "
+                "is not a whole number of this run's global batches of %d x %d x %d = %lld tokens; resume with the checkpoint's "
+                "[train] tokens_per_step and seq_len\n", path, (long long)cs->data.batch_idx, (long long)Ns, (long long)Bs,
+                (long long)Ts, (long long)tokens, (long long)cs->data.shard_idx, dl->nproc, dl->B, dl->T, (long long)G);
+        return -1;
+    }
+    const int64_t nb = tokens / G;
+    printf("resume: written by %lld process%s (zero_stage %d), continuing on %d: data position batch %lld of %lld x %lld x %lld "
+           "tokens = batch %lld of %d x %d x %d (token %lld of the shard)\n", (long long)Ns, Ns == 1 ? "" : "es", cs->ckpt_zero_stage, dl->nproc,
+           (long long)cs->data.batch_idx, (long long)Ns, (long long)Bs, (long long)Ts, (long long)nb, dl->nproc, dl->B, dl->T,
+           (long long)tokens);
+    cs->data.batch_idx = nb;
+    return 0;
+}
+
 int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs) {
     if (checkpoint_load(path, m, o, cs, train_dl->rank, train_dl->nproc) != 0) return -1;
+    if (convert_position(path, cs, train_dl) != 0) return -1;
     if (dataloader_set_state(train_dl, &cs->data) != 0) {
         fprintf(stderr, "error: --resume %s: the saved data position does not fit [data] train_glob (above); resume with "
                 "the checkpoint's data and batch shape\n", path);
@@ -186,5 +274,25 @@ int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, Ckp
                 (unsigned long long)train_dl->seed);
     printf("resume: continuing from %s: step %d, AdamW t %d, data epoch %lld shard %lld batch %lld\n", path, cs->step,
            o->t, (long long)cs->data.epoch, (long long)cs->data.shard_idx, (long long)cs->data.batch_idx);
+    return 0;
+}
+
+static int agree_max(void* ctx, int failed) {
+    double f = failed ? 1.0 : 0.0;
+    comm_allreduce_max_f64((Comm*)ctx, &f, 1);
+    return f != 0.0;
+}
+
+int resume_resave(Comm* comm, const Config* cfg, const GPT* m, const Optim* o, CkptTrainState* cs, const DataLoader* train_dl) {
+    const char* dir = getenv("GATEDGPT_RESAVE_DIR");
+    if (!dir || !dir[0]) return 0;
+    dataloader_get_state(train_dl, &cs->data);
+    cs->data_seed = train_dl->seed;
+    cs->data_shuffle = train_dl->shuffle;
+    if (checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, agree_max, comm) != 0) {
+        fprintf(stderr, "error: GATEDGPT_RESAVE_DIR=%s: writing the loaded state failed (above)\n", dir);
+        return -1;
+    }
+    printf("resume: the loaded state written to %s/step_%08d (GATEDGPT_RESAVE_DIR)\n", dir, cs->step);
     return 0;
 }

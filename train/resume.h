@@ -21,7 +21,13 @@ int resume_find(const char* spec, const char* dir, char* path, size_t n);
 // its choice (path: n bytes, broadcast), and the checkpoint's config must accept this run's cfg
 // (resume_check_config). Returns 1 with path filled, 0 to start fresh (spec NULL, or "auto" over
 // a directory without checkpoints: said on stdout), -1 after an error line.
-int resume_resolve(Comm* comm, const char* spec, const char* dir, const Config* cfg, char* path, size_t n);
+//
+// Any process count may resume any checkpoint (docs/distributed.md, "Resume on another process
+// count"). The global batch is the run's: when cfg leaves [train] tokens_per_step derived (0),
+// it becomes the checkpoint's (cfg changed, its origin says so); it must divide over comm->size
+// processes of batch_size x seq_len, else one error line (rank 0) gives the numbers and the
+// nearest process counts and batch_size that divide it. Call before config_finalize_processes.
+int resume_resolve(Comm* comm, const char* spec, const char* dir, Config* cfg, char* path, size_t n);
 
 // Compares this run's config with the checkpoint's. Any difference in an architecture section
 // ([model], and [moe] once it exists: whole sections, key by key) is refused: returns -1 after
@@ -43,5 +49,15 @@ int resume_trim_log(const char* log_path, int step);
 
 // Loads the checkpoint at path into the model, the optimizer, the training loader's position and
 // cs (step, counters, spike windows restored in place), and prints what it resumed. Returns 0,
-// or -1 after an error line (a damaged file, a position that does not fit the data).
+// or -1 after an error line (a damaged file, a position that does not fit the data). A
+// checkpoint of another process count (or batch_size): the AdamW state is re-cut to o's range
+// (checkpoint_load) and the data position, global batches of the writer's nproc x batch_size x
+// seq_len tokens, is converted to this loader's (the same token of the same shard).
 int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs);
+
+// Testing hook (docs/formats.md): with GATEDGPT_RESAVE_DIR=DIR in the environment, every rank
+// writes the state it has just loaded (resume_restore) as a checkpoint into DIR, at the same
+// step, before training goes on; tests/test_elastic_resume.sh compares it with the checkpoint it
+// was loaded from. Without it, does nothing. Returns 0, or -1 after an error line.
+int resume_resave(Comm* comm, const Config* cfg, const GPT* m, const Optim* o, CkptTrainState* cs,
+                  const DataLoader* train_dl);
