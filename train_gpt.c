@@ -384,6 +384,7 @@ static int setup_model(Run* r) {
     const int T = r->T, P = r->P;
     gpt_build(&r->model, mc, tc->seed);   // the same seed on every rank: the same initial weights
     r->model.attn_impl = (OpsAttnImpl)tc->attn_impl;
+    r->model.recompute = tc->recompute;
     gpt_alloc_acts(&r->model, r->B, T);
     if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
     optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
@@ -403,6 +404,11 @@ static int setup_model(Run* r) {
                mc->moe.top_k, gpt_matmul_params(mc) / 1e6, r->model.table.total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            r->B, T, r->grad_accum, P, r->tokens_per_step, r->model.acts_bytes / (double)(1 << 20), r->cfg.log.run_dir);
+    // the whole activation arena in bytes (gpt_acts_bytes: fp32/act_t/int tensors and the token
+    // ids), with what the recompute mode saves
+    printf("activations: %zu bytes (%.0f per token) | recompute %s\n", gpt_acts_bytes(mc, r->B, T, tc->recompute),
+           (double)gpt_acts_bytes(mc, r->B, T, tc->recompute) / ((double)r->B * T),
+           config_enum_name("recompute", tc->recompute));
     if (P > 1)
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,

@@ -13,6 +13,7 @@ static double layer_matmul_params(const ModelConfig* c) {
 int gate_costs(const Bench* bs, int n, GateCost* out) {
     int ng = 0;
     for (int i = 0; i < n; i++) {
+        if (bs[i].recompute != RECOMPUTE_NONE) continue;   // the gates compared without recomputation
         int k;
         for (k = 0; k < ng; k++) if (strcmp(out[k].shape, bs[i].shape) == 0) break;
         if (k == ng) {
@@ -66,7 +67,8 @@ static int moe_twin(const Bench* bs, int n, int i) {
     if (pre > 0 && bs[i].shape[pre - 1] == '_') sfmt(b, sizeof(b), "%.*s%s", (int)(pre - 1), bs[i].shape, at + 3);
     for (int pass = 0; pass < 2; pass++)
         for (int j = 0; j < n; j++)
-            if (j != i && bs[j].gate == bs[i].gate && bs[j].cfg.model.moe.n_expert == 0 &&
+            if (j != i && bs[j].gate == bs[i].gate && bs[j].recompute == bs[i].recompute &&
+                bs[j].cfg.model.moe.n_expert == 0 &&
                 strcmp(bs[j].shape, pass == 0 ? a : b) == 0)
                 return j;
     return -1;

@@ -679,8 +679,8 @@ int main(int argc, char** argv) {
             fprintf(stderr, "error: the configuration at T = %d is not valid (above)\n", T);
             return 1;
         }
-        r->arena_full = (double)gpt_acts_bytes(&r->full.cfg.model, r->B, T);
-        r->arena_hyb = (double)gpt_acts_bytes(&r->hyb.cfg.model, r->B, T);
+        r->arena_full = (double)gpt_acts_bytes(&r->full.cfg.model, r->B, T, RECOMPUTE_NONE);
+        r->arena_hyb = (double)gpt_acts_bytes(&r->hyb.cfg.model, r->B, T, RECOMPUTE_NONE);
         nr++;
     }
 

@@ -23,6 +23,7 @@ size_t acts_probe(const Config* cfg) {
         static GPT m;
         memset(&m, 0, sizeof(m));
         m.cfg = cfg->model;
+        m.recompute = cfg->train.recompute;
         gpt_alloc_acts(&m, cfg->train.batch_size, cfg->train.seq_len);
         size_t f = m.acts_floats;
         write_full(p[1], &f, sizeof(f));

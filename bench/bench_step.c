@@ -61,6 +61,7 @@ static void worker_main(const Config* cfg, int threads, int cmd_fd, int out_fd) 
     double t0 = now_s();
     GPT m;
     gpt_build(&m, mc, tc->seed);
+    m.recompute = tc->recompute;
     gpt_alloc_acts(&m, tc->batch_size, tc->seq_len);
     Optim opt;
     optim_init(&opt, &m);

@@ -34,6 +34,11 @@ static const char* gate_name(int g) {
     return s ? s : "?";
 }
 
+static const char* rc_name(int r) {
+    const char* s = config_enum_name("recompute", r);
+    return s ? s : "?";
+}
+
 static const char* SMOKE_KEYS[] = {
     "model.vocab_size=256", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
     "model.n_kv_head=2", "model.head_dim=16", "model.d_ff=128", "model.max_seq_len=64",
@@ -69,6 +74,11 @@ static int resolve_config(Bench* b, const Opts* o) {
     gate_overrides(b->gate, g);
     for (int i = 0; i < 3; i++)
         if (config_apply_override(c, g[i]) != 0) return -1;
+    if (o->rc_list) {   // --recompute: this entry's mode (a --set below may still override it)
+        char r[64];
+        sfmt(r, sizeof(r), "train.recompute=%s", rc_name(b->recompute));
+        if (config_apply_override(c, r) != 0) return -1;
+    }
     for (int i = 0; i < o->n_sets; i++)
         if (config_apply_override(c, o->sets[i]) != 0) return -1;
     // one micro-batch per step: the benchmark times B x T tokens per optimizer step
@@ -82,6 +92,8 @@ static int resolve_config(Bench* b, const Opts* o) {
     param_table_free(&t);
     b->flops_tok = gpt_flops_per_token(&c->model, c->train.seq_len);
     b->matmul_params = gpt_matmul_params(&c->model);
+    b->recompute = c->train.recompute;
+    b->acts_bytes = gpt_acts_bytes(&c->model, c->train.batch_size, c->train.seq_len, c->train.recompute);
     return 0;
 }
 
@@ -168,6 +180,27 @@ static void print_tables(const Bench* bs, int n, const GateCost* gc, int ng, con
             printf("%-30s %-30s | %10.4f | %10s %10s\n", bs[mc[k].moe].name, bs[mc[k].dense].name, mc[k].flops_ratio, a, b);
         }
     }
+    if (o->rc_list) {
+        // each mode against recompute = none of the same shape and gate
+        printf("\nactivation recomputation ([train] recompute): the activation arena (gpt_acts_bytes: every layer's\n"
+               "kept tensors, the shared recompute set, logits, backward scratch) per token, and the step time,\n"
+               "against none of the same shape and gate (\"one rotation\": stepped in turn, side by side)\n");
+        printf("%-40s %-10s | %12s %9s | %10s %9s | %s\n", "config", "recompute", "act B/token", "vs none",
+               "ms/step", "vs none", "");
+        for (int i = 0; i < n; i++) {
+            const Bench* b = &bs[i];
+            int j0 = -1;
+            for (int j = 0; j < n; j++)
+                if (bs[j].recompute == RECOMPUTE_NONE && bs[j].gate == b->gate && strcmp(bs[j].shape, b->shape) == 0) j0 = j;
+            double tok = (double)b->cfg.train.batch_size * b->cfg.train.seq_len;
+            char c1[32], c2[32], c3[32];
+            fmt_num(c1, 32, "%.3f", j0 >= 0 ? (double)b->acts_bytes / bs[j0].acts_bytes : NAN);
+            fmt_num(c2, 32, "%.1f", b->ok ? b->med_ms : NAN);
+            fmt_num(c3, 32, "%.3f", j0 >= 0 && b->ok && bs[j0].ok ? b->med_ms / bs[j0].med_ms : NAN);
+            printf("%-40s %-10s | %12.0f %9s | %10s %9s | %s\n", b->name, rc_name(b->recompute), b->acts_bytes / tok,
+                   c1, c2, c3, b->group_size > 1 ? "one rotation" : "separate runs");
+        }
+    }
     fflush(stdout);
 }
 
@@ -198,10 +231,11 @@ static int write_json(const char* path, const Bench* bs, int n, const GateCost* 
         json_escape(f, b->shape);
         fprintf(f, ", \"ini\": ");
         json_escape(f, b->ini);
-        fprintf(f, ", \"attn_gate\": \"%s\", \"B\": %d, \"T\": %d, \"params\": %zu, \"arena_floats\": %zu,\n",
-                gate_name(b->gate), b->cfg.train.batch_size, b->cfg.train.seq_len, b->n_params, b->table_total);
-        fprintf(f, "     \"flops_per_token\": %.0f, \"matmul_params\": %.0f, \"acts_floats\": %zu,\n",
-                b->flops_tok, b->matmul_params, b->acts_floats);
+        fprintf(f, ", \"attn_gate\": \"%s\", \"recompute\": \"%s\", \"B\": %d, \"T\": %d, \"params\": %zu, \"arena_floats\": %zu,\n",
+                gate_name(b->gate), rc_name(b->recompute), b->cfg.train.batch_size, b->cfg.train.seq_len, b->n_params,
+                b->table_total);
+        fprintf(f, "     \"flops_per_token\": %.0f, \"matmul_params\": %.0f, \"acts_floats\": %zu, \"acts_bytes\": %zu,\n",
+                b->flops_tok, b->matmul_params, b->acts_floats, b->acts_bytes);
         fprintf(f, "     \"ours\": {\"ok\": %s, \"median_ms\": ", b->ok ? "true" : "false");
         json_num_or_null(f, b->med_ms, "%.3f");
         fprintf(f, ", \"tokens_per_s\": ");
@@ -289,6 +323,9 @@ static void usage(FILE* f) {
         "  --warmup N         untimed steps first (default 2)\n"
         "  --only S[,S...]    run the configs whose name (SHAPE/GATE) contains one of the substrings\n"
         "  --gates LIST       gate variants, comma-separated (default none,headwise,elementwise)\n"
+        "  --recompute LIST   [train] recompute modes, comma-separated (none,selective,full): each\n"
+        "                     config runs once per mode (named SHAPE/GATE/MODE, one rotation per\n"
+        "                     shape), and a table compares each with none; turns the torch side off\n"
         "  --threads N        OpenMP threads, and torch.set_num_threads (default 0 = OpenMP default)\n"
         "  --busy-max PCT     a timed step counts only if other processes used at most PCT%% of the\n"
         "                     CPUs while it ran (default 5); busy steps are retaken ...\n"
@@ -331,6 +368,7 @@ int main(int argc, char** argv) {
     o.steps = 5; o.warmup = 2;
     o.max_tries = 3; o.busy_max = 0.05; o.wait_idle_s = 300; o.group_shape = 1;
     o.gate_on[GATE_NONE] = o.gate_on[GATE_HEADWISE] = o.gate_on[GATE_ELEMENTWISE] = 1;
+    o.rc_on[RECOMPUTE_NONE] = 1;
     char root[PATH_LEN], exe_dir[PATH_LEN];
     find_root(root, sizeof(root), exe_dir, sizeof(exe_dir));
     int steps_set = 0, warmup_set = 0, json_set = 0, configs_set = 0, script_set = 0, tries_set = 0, wait_set = 0;
@@ -376,6 +414,18 @@ int main(int argc, char** argv) {
                 else { fprintf(stderr, "error: --gates: unknown gate '%s' (accepted: none, headwise, elementwise)\n", t); return 1; }
             }
             i++;
+        } else if (!strcmp(a, "--recompute") && v) {
+            o.rc_on[0] = o.rc_on[1] = o.rc_on[2] = 0;
+            o.rc_list = 1;
+            char buf[256];
+            sfmt(buf, sizeof(buf), "%s", v);
+            for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                int r = 0;
+                while (r < 3 && strcmp(t, rc_name(r)) != 0) r++;
+                if (r == 3) { fprintf(stderr, "error: --recompute: unknown mode '%s' (accepted: none, selective, full)\n", t); return 1; }
+                o.rc_on[r] = 1;
+            }
+            i++;
         } else {
             fprintf(stderr, "error: unknown or incomplete argument '%s' (see --help)\n", a);
             return 1;
@@ -388,6 +438,7 @@ int main(int argc, char** argv) {
         if (!wait_set) o.wait_idle_s = 0;
         o.no_torch = 1;
     }
+    if (o.rc_list) o.no_torch = 1;   // torch has no recomputation to compare: its steps would repeat per mode
     if (!json_set) sfmt(o.json_path, PATH_LEN, "%s/%s", exe_dir, o.smoke ? "bench_smoke.json" : "bench.json");
     if (!configs_set) sfmt(o.configs_dir, PATH_LEN, "%s/bench/configs", root);
     if (!script_set) sfmt(o.torch_script, PATH_LEN, "%s/bench/bench_torch.py", root);
@@ -427,19 +478,24 @@ int main(int argc, char** argv) {
         for (int gi = 0; gi < 3; gi++) {
             int gate = gate_order[gi];
             if (!o.gate_on[gate]) continue;
-            char name[160];
-            sfmt(name, sizeof(name), "%s/%s", stem, gate_name(gate));
-            if (!only_match(o.only, name)) continue;
-            if (n >= MAX_CONFIGS) break;
-            Bench* b = &bs[n];
-            memset(b, 0, sizeof(*b));
-            sfmt(b->name, sizeof(b->name), "%s", name);
-            sfmt(b->shape, sizeof(b->shape), "%s", stem);
-            sfmt(b->ini, sizeof(b->ini), "%s", smoke_moe ? "" : shapes[s]);
-            b->smoke_moe = smoke_moe;
-            b->gate = gate;
-            if (resolve_config(b, &o) != 0) return 1;
-            n++;
+            for (int rc = 0; rc < 3; rc++) {
+                if (!o.rc_on[rc]) continue;
+                char name[160];
+                if (o.rc_list) sfmt(name, sizeof(name), "%s/%s/%s", stem, gate_name(gate), rc_name(rc));
+                else sfmt(name, sizeof(name), "%s/%s", stem, gate_name(gate));
+                if (!only_match(o.only, name)) continue;
+                if (n >= MAX_CONFIGS) break;
+                Bench* b = &bs[n];
+                memset(b, 0, sizeof(*b));
+                sfmt(b->name, sizeof(b->name), "%s", name);
+                sfmt(b->shape, sizeof(b->shape), "%s", stem);
+                sfmt(b->ini, sizeof(b->ini), "%s", smoke_moe ? "" : shapes[s]);
+                b->smoke_moe = smoke_moe;
+                b->gate = gate;
+                b->recompute = rc;
+                if (resolve_config(b, &o) != 0) return 1;
+                n++;
+            }
         }
     }
     if (n == 0) { fprintf(stderr, "error: no config matches --only '%s' and --gates\n", o.only ? o.only : ""); return 1; }

@@ -51,6 +51,7 @@ typedef struct {
     char ini[PATH_LEN];  // "" for the built-in smoke configs
     int smoke_moe;       // the built-in MoE smoke config (ini "")
     int gate;            // GateKind
+    int recompute;       // RecomputeKind ([train] recompute, --recompute)
     Config cfg;          // resolved
     size_t table_total;  // floats in the parameter arena (with 64-byte padding)
     size_t n_params;     // real parameters (no padding)
@@ -66,6 +67,7 @@ typedef struct {
     double med_ms;
     float loss0;
     size_t acts_floats;
+    size_t acts_bytes;   // gpt_acts_bytes: the whole activation arena (every tensor type)
     long rss_kb;
     double build_s;
     // results: torch
@@ -94,6 +96,8 @@ typedef struct {
     int torch_hybrid;        // also run torch on configs with Gated DeltaNet layers (slow: off by default)
     const char* only;
     int gate_on[3];          // indexed by GateKind
+    int rc_on[3];            // indexed by RecomputeKind (--recompute; none only by default)
+    int rc_list;             // --recompute given: names carry the mode, the recompute table is printed
     char configs_dir[PATH_LEN];
     char json_path[PATH_LEN];
     char python[PATH_LEN];

@@ -52,6 +52,7 @@ static const char* const ATTN_IMPL_NAMES[] = {"fused", "cudnn", "flash"};
 static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"};
 static const char* const ONERROR_NAMES[] = {"continue", "exit"};
 static const char* const ROUTER_NAMES[] = {"softmax_topk", "sigmoid_topk"};
+static const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
 
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FIELD(f) offsetof(Config, f), sizeof(((Config*)0)->f)
@@ -128,6 +129,7 @@ static const KeyDef KEYS[] = {
     K_INT("train", "threads", train.threads, "0"),
     K_INT("train", "zero_stage", train.zero_stage, "0"),
     K_ENUM("train", "attn_impl", train.attn_impl, ATTN_IMPL_NAMES, "fused"),
+    K_ENUM("train", "recompute", train.recompute, RECOMPUTE_NAMES, "none"),
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
@@ -165,7 +167,7 @@ _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_
 _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
                sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
-               sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
+               sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(RecomputeKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
 
 static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics"};
 #define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics"

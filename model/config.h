@@ -13,6 +13,7 @@ typedef enum { GATE_NONE = 0, GATE_ELEMENTWISE = 1, GATE_HEADWISE = 2 } GateKind
 typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" | "value"
 typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
 typedef enum { ATTN_IMPL_FUSED = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_FLASH = 2 } AttnImpl;   // "fused" | "cudnn" | "flash" (= OpsAttnImpl)
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } RecomputeKind; // "none" | "selective" | "full"
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
 typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
 typedef enum { ROUTER_SOFTMAX_TOPK = 0, ROUTER_SIGMOID_TOPK = 1 } RouterKind; // "softmax_topk" | "sigmoid_topk"
@@ -154,6 +155,7 @@ typedef struct {
     int threads;         // OpenMP threads; 0 = library default
     int zero_stage;      // data parallelism: 0 = all-reduce gradients, 1 = ZeRO-1 (sharded AdamW state)
     AttnImpl attn_impl;  // attention kernel: the backend's own, or cuDNN's fused SDPA (CUDA backend)
+    RecomputeKind recompute; // activation recomputation in the backward (GPT.recompute, model/gpt.c)
 } TrainConfig;
 
 // [data]

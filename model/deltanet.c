@@ -17,39 +17,46 @@
 // and transformers keep it in fp32 too); the GEMMs read the act_t copies of their inputs.
 #include "gpt.h"
 
-void deltanet_forward(GPT* m, int l) {
+void deltanet_forward(GPT* m, int l, RecomputeKind redo) {
     const ModelConfig* c = &m->cfg;
     const LayerWeights* w = &m->w.layer[l];
     LayerActs* a = &m->layer[l];
     OpsGdnShape s = m->gdn;
     const int B = m->B, T = m->T, N = B * T, d = c->d_model, K = c->linear_conv_kernel;
     const int Kd = s.Hk * s.dk, Vd = s.Hv * s.dv, Cc = 2 * Kd + Vd;
+    // recompute = selective keeps everything up to the delta rule's output and recomputes only
+    // the gated norm (its output and statistics); the forward pass and full run it all
+    const int all = redo != RECOMPUTE_SELECTIVE;
 
-    // the three projections of X (one for the conv, the output gate, the delta rule's gates)
-    ops_matmul_forward_f32(a->g_xqkv, a->ln1, gpt_act_w(m, w->gdn_w_qkv), N, d, Cc, 0);
-    ops_matmul_forward_f32(a->g_z, a->ln1, gpt_act_w(m, w->gdn_w_z), N, d, Vd, 0);
-    ops_matmul_forward_f32(a->g_ba, a->ln1, gpt_act_w(m, w->gdn_w_ba), N, d, 2 * s.Hv, 0);
-    // decoding (m->kv): the conv's last K-1 inputs and the delta rule's state carry over from
-    // the sequence's earlier tokens, and the recurrent form runs (kv_cache.h)
-    const float *conv_in = NULL, *state_in = NULL;
-    float *conv_out = NULL, *state_out = NULL;
-    if (m->kv) {
-        kv_cache_linear(m->kv, l, &conv_in, &conv_out, &state_in, &state_out);
-        s.chunk = 0;
+    if (all) {
+        // the three projections of X (one for the conv, the output gate, the delta rule's gates)
+        ops_matmul_forward_f32(a->g_xqkv, a->ln1, gpt_act_w(m, w->gdn_w_qkv), N, d, Cc, 0);
+        ops_matmul_forward_f32(a->g_z, a->ln1, gpt_act_w(m, w->gdn_w_z), N, d, Vd, 0);
+        ops_matmul_forward_f32(a->g_ba, a->ln1, gpt_act_w(m, w->gdn_w_ba), N, d, 2 * s.Hv, 0);
+        // decoding (m->kv): the conv's last K-1 inputs and the delta rule's state carry over from
+        // the sequence's earlier tokens, and the recurrent form runs (kv_cache.h)
+        const float *conv_in = NULL, *state_in = NULL;
+        float *conv_out = NULL, *state_out = NULL;
+        if (m->kv) {
+            kv_cache_linear(m->kv, l, &conv_in, &conv_out, &state_in, &state_out);
+            s.chunk = 0;
+        }
+        ops_conv1d_silu_forward(a->g_xc, a->g_pre, conv_out, a->g_xqkv, w->gdn_conv_w, conv_in, B, T, Cc, K);
+        ops_l2norm_forward(a->g_qk, a->g_rinv, a->g_xc, N, 2 * s.Hk, s.dk, Cc, 2 * Kd, 1e-6f);
+        ops_gdn_gates_forward(a->g_g, a->g_beta, a->g_ba, w->gdn_A_log, w->gdn_dt_bias, N, s.Hv);
+        // q, k from the normed [q | k] rows, v from the conv's rows
+        s.ld_qk = 2 * Kd;
+        s.ld_v = Cc;
+        ops_gdn_forward(a->g_o, state_out, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, state_in, &s);
     }
-    ops_conv1d_silu_forward(a->g_xc, a->g_pre, conv_out, a->g_xqkv, w->gdn_conv_w, conv_in, B, T, Cc, K);
-    ops_l2norm_forward(a->g_qk, a->g_rinv, a->g_xc, N, 2 * s.Hk, s.dk, Cc, 2 * Kd, 1e-6f);
-    ops_gdn_gates_forward(a->g_g, a->g_beta, a->g_ba, w->gdn_A_log, w->gdn_dt_bias, N, s.Hv);
-    // q, k from the normed [q | k] rows, v from the conv's rows
-    s.ld_qk = 2 * Kd;
-    s.ld_v = Cc;
-    ops_gdn_forward(a->g_o, state_out, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, state_in, &s);
     ops_rmsnorm_gated_forward(a->g_on, a->g_rstd, a->g_o, a->g_z, w->gdn_norm_w, N * s.Hv, s.dv, c->norm_eps,
                               (OpsGateAct)c->linear_gate_act);
     ops_act_from_float(a->g_on_act, a->g_on, (size_t)N * Vd);
-    // x_mid = x + on W_out^T
-    ops_copy(a->res_mid, a->res_in, (size_t)N * d);
-    ops_matmul_forward_f32(a->res_mid, a->g_on_act, gpt_act_w(m, w->gdn_w_out), N, Vd, d, 1);
+    if (all) {
+        // x_mid = x + on W_out^T
+        ops_copy(a->res_mid, a->res_in, (size_t)N * d);
+        ops_matmul_forward_f32(a->res_mid, a->g_on_act, gpt_act_w(m, w->gdn_w_out), N, Vd, d, 1);
+    }
 }
 
 void deltanet_backward(GPT* m, int l) {

@@ -56,11 +56,29 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate);
 
 void gpt_alloc_acts(GPT* m, int B, int T) { acts_plan(m, B, T, 1); }
 
-size_t gpt_acts_bytes(const ModelConfig* c, int B, int T) {
+size_t gpt_acts_bytes(const ModelConfig* c, int B, int T, RecomputeKind recompute) {
     GPT tmp;
     memset(&tmp, 0, sizeof tmp);
     tmp.cfg = *c;
+    tmp.recompute = recompute;
     return acts_plan(&tmp, B, T, 0);
+}
+
+// Activation recomputation ([train] recompute; docs/architecture.md "Activation recomputation").
+// Each tensor of a layer's LayerActs has a class:
+//   ACT_ROUTE  an MoE layer's routing: the router's outputs and the dispatch plan. Always kept:
+//              recomputing them would run the router's reduction over processes and its
+//              statistics again; they are small (2E + k + 1 floats and 3k ints a token).
+//   ACT_HEAVY  outputs of the GEMMs, the attention and the delta rule (and the tensors the probe
+//              reads). Kept unless recompute = full.
+//   ACT_CHEAP  norm outputs and their statistics, SwiGLU's output, the experts' activations and
+//              their gathered input: one elementwise pass each. Kept only when recompute = none.
+// A tensor that is not kept lives in ONE set of buffers shared by all layers; gpt_backward
+// recomputes it there (gpt_layer_forward) just before the layer's backward. Always kept besides:
+// each layer's input m->res[l] (the residual stream) and everything outside the layers.
+enum { ACT_ROUTE, ACT_HEAVY, ACT_CHEAP };
+static int acts_kept(RecomputeKind rc, int cls) {
+    return cls == ACT_ROUTE || rc == RECOMPUTE_NONE || (rc == RECOMPUTE_SELECTIVE && cls == ACT_HEAVY);
 }
 
 static size_t acts_plan(GPT* m, int B, int T, int allocate) {
@@ -72,6 +90,7 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
     OpsAttnShape shape = config_attn_shape(c, B, T, m->attn_impl);
     const OpsAttnShape* s = &shape;
     if (allocate) { m->B = B; m->T = T; m->attn = shape; }
+    const RecomputeKind rc = m->recompute;
 
     size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
     size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;
@@ -116,38 +135,62 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
             m->layer = calloc(L, sizeof(LayerActs));
         }
         for (size_t l = 0; l <= L; l++) { float* p; TAKE(p, N * d); if (pass) m->res[l] = p; }
-        for (size_t l = 0; l < L; l++) {
+        // The layers' tensors, each with its class (acts_kept): a layer's own buffer where the
+        // recompute mode keeps it, else the shared set's. l = -1 lays out the shared set: the
+        // tensors some layer does not keep, for every kind of layer the model has (a hybrid or
+        // interleaved MoE model shares one set between its kinds of layer, each its own fields).
+        LayerActs sh = {0};
+#define LT(cls, f, count) do { if (acts_kept(rc, cls) == (l >= 0)) TAKE(a.f, count); else if (l >= 0) a.f = sh.f; } while (0)
+#define LTA(cls, f, count) do { if (acts_kept(rc, cls) == (l >= 0)) TAKEA(a.f, count); else if (l >= 0) a.f = sh.f; } while (0)
+#define LTI(cls, f, count) do { if (acts_kept(rc, cls) == (l >= 0)) TAKEI(a.f, count); else if (l >= 0) a.f = sh.f; } while (0)
+        for (long l = -1; l < (long)L; l++) {
             LayerActs a = {0};
-            const int linear = config_layer_is_linear(c, (int)l);
-            TAKEA(a.ln1, N * d); if (ln) TAKE(a.ln1_mean, N); TAKE(a.ln1_rstd, N);
+            const int linear = l < 0 ? any_linear : config_layer_is_linear(c, (int)l);
+            const int attn = l < 0 ? any_attn : !linear;
+            const int moe = l < 0 ? any_moe : config_layer_is_moe(c, (int)l);
+            const int dense = l < 0 ? any_dense : !moe;
+            LTA(ACT_CHEAP, ln1, N * d); if (ln) LT(ACT_CHEAP, ln1_mean, N); LT(ACT_CHEAP, ln1_rstd, N);
             if (linear) {
-                TAKE(a.g_xqkv, N * Cc); TAKE(a.g_pre, N * Cc); TAKE(a.g_xc, N * Cc);
-                TAKE(a.g_qk, N * 2 * Kd); TAKE(a.g_rinv, N * 2 * Hk);
-                TAKE(a.g_z, N * Vd); TAKE(a.g_ba, N * 2 * Hv); TAKE(a.g_g, N * Hv); TAKE(a.g_beta, N * Hv);
-                TAKE(a.g_o, N * Vd); TAKE(a.g_rstd, N * Hv); TAKE(a.g_on, N * Vd);
-                ACT_OF(a.g_on_act, a.g_on, N * Vd);
-            } else {
-                TAKEA(a.qkv, N * QKVG); TAKEA(a.q, N * Hd); TAKEA(a.k, N * KVd); TAKEA(a.v, N * KVd);
-                if (c->qk_norm) TAKE(a.qk_rstd, N * (c->n_head + c->n_kv_head));
-                TAKEA(a.y, N * Hd);
-                if (sgate) TAKEA(a.yg, N * Hd);
-                TAKE(a.lse, N * c->n_head);
+                LT(ACT_HEAVY, g_xqkv, N * Cc); LT(ACT_HEAVY, g_pre, N * Cc); LT(ACT_HEAVY, g_xc, N * Cc);
+                LT(ACT_HEAVY, g_qk, N * 2 * Kd); LT(ACT_HEAVY, g_rinv, N * 2 * Hk);
+                LT(ACT_HEAVY, g_z, N * Vd); LT(ACT_HEAVY, g_ba, N * 2 * Hv); LT(ACT_HEAVY, g_g, N * Hv);
+                LT(ACT_HEAVY, g_beta, N * Hv); LT(ACT_HEAVY, g_o, N * Vd);
+                LT(ACT_CHEAP, g_rstd, N * Hv); LT(ACT_CHEAP, g_on, N * Vd);
+                if (split) LTA(ACT_CHEAP, g_on_act, N * Vd); else a.g_on_act = (act_t*)a.g_on;
             }
-            TAKE(a.res_mid, N * d);
-            TAKEA(a.ln2, N * d); if (ln) TAKE(a.ln2_mean, N); TAKE(a.ln2_rstd, N);
-            if (!config_layer_is_moe(c, (int)l)) {
-                TAKEA(a.mlp_pre, N * Fin); TAKEA(a.mlp_act, N * F);
-            } else {
-                TAKE(a.router_logits, N * E); TAKE(a.router_probs, N * E); TAKE(a.router_lse, N);
-                TAKE(a.topk_w, N * K);
-                TAKEI(a.topk_idx, N * K); TAKEI(a.counts, E); TAKEI(a.offsets, E + 1);
-                TAKEI(a.row_slot, S); TAKEI(a.slot_row, S);
-                TAKEA(a.xp, S * d); TAKEA(a.ep_pre, S * sw * Fe); TAKEA(a.ep_act, S * Fe); TAKEA(a.yp, S * d);
-                if (mc->n_shared_expert) { TAKEA(a.sh_pre, N * sw * Fs); TAKEA(a.sh_act, N * Fs); }
-                if (mc->shared_expert_gate) { TAKEA(a.sh_out, N * d); TAKE(a.sh_z, N); }
+            if (attn) {
+                LTA(ACT_HEAVY, qkv, N * QKVG); LTA(ACT_HEAVY, q, N * Hd); LTA(ACT_HEAVY, k, N * KVd);
+                LTA(ACT_HEAVY, v, N * KVd);
+                if (c->qk_norm) LT(ACT_HEAVY, qk_rstd, N * (c->n_head + c->n_kv_head));
+                LTA(ACT_HEAVY, y, N * Hd);
+                if (sgate) LTA(ACT_HEAVY, yg, N * Hd); else a.yg = a.y;
+                LT(ACT_HEAVY, lse, N * c->n_head);
             }
-            if (pass) { a.res_in = m->res[l]; if (!sgate && !linear) a.yg = a.y; m->layer[l] = a; }
+            LT(ACT_HEAVY, res_mid, N * d);
+            LTA(ACT_CHEAP, ln2, N * d); if (ln) LT(ACT_CHEAP, ln2_mean, N); LT(ACT_CHEAP, ln2_rstd, N);
+            if (dense) {
+                // GELU's output comes from the GEMM's fused epilogue (ops_matmul_gelu_forward):
+                // no separate op gives its bits (bf16: rounded once from the fp32 product), so it
+                // is kept like the GEMM's output; SwiGLU's is recomputed by ops_swiglu_forward
+                LTA(ACT_HEAVY, mlp_pre, N * Fin);
+                LTA(c->mlp == MLP_SWIGLU ? ACT_CHEAP : ACT_HEAVY, mlp_act, N * F);
+            }
+            if (moe) {
+                LT(ACT_ROUTE, router_logits, N * E); LT(ACT_ROUTE, router_probs, N * E);
+                LT(ACT_ROUTE, router_lse, N); LT(ACT_ROUTE, topk_w, N * K);
+                LTI(ACT_ROUTE, topk_idx, N * K); LTI(ACT_ROUTE, counts, E); LTI(ACT_ROUTE, offsets, E + 1);
+                LTI(ACT_ROUTE, row_slot, S); LTI(ACT_ROUTE, slot_row, S);
+                LTA(ACT_CHEAP, xp, S * d); LTA(ACT_HEAVY, ep_pre, S * sw * Fe);
+                LTA(ACT_CHEAP, ep_act, S * Fe); LTA(ACT_HEAVY, yp, S * d);
+                if (mc->n_shared_expert) { LTA(ACT_HEAVY, sh_pre, N * sw * Fs); LTA(ACT_CHEAP, sh_act, N * Fs); }
+                if (mc->shared_expert_gate) { LTA(ACT_HEAVY, sh_out, N * d); LT(ACT_HEAVY, sh_z, N); }
+            }
+            if (l < 0) sh = a;
+            else if (pass) { a.res_in = m->res[l]; m->layer[l] = a; }
         }
+#undef LT
+#undef LTA
+#undef LTI
         TAKEA(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
         TAKEA(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
         size_t dmax = d > Hd ? d : Hd;
@@ -277,7 +320,7 @@ static MoeLayerIO moe_io(GPT* m, int l) {
 
 double moe_forward(GPT* m, int l, float* out) {
     MoeLayerIO io = moe_io(m, l);
-    return moe_layer_forward(&io, out);
+    return moe_layer_forward(&io, out, RECOMPUTE_NONE);
 }
 
 void moe_backward(GPT* m, int l, float dloss) {
@@ -294,16 +337,76 @@ void gpt_zero_grad(GPT* m) {
     for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_reset_step(&m->moe_stats[l]);
 }
 
-float gpt_forward(GPT* m, const int* idx, const int* targets) {
+// Layer l: x_{l+1} = x_l + mixer(norm1(x_l)) + ffn(norm2(...)) over N = B*T tokens, x_l =
+// m->res[l]. The one copy of the layer's forward, run in two ways:
+//   redo = RECOMPUTE_NONE: the forward pass. Every tensor of m->layer[l], x_{l+1} = m->res[l+1],
+//     and in an MoE layer the routing, its statistics and losses (returned: the layer's weighted
+//     aux + z losses; 0 for a dense layer).
+//   redo = RECOMPUTE_SELECTIVE / RECOMPUTE_FULL: the backward's recomputation (gpt_backward,
+//     gpt_layer_recompute): the tensors that mode does not keep (acts_kept), from those it keeps,
+//     by the same ops on the same inputs in the same order: the same bits as the forward pass.
+//     Nothing else is written: not x_{l+1}, not the routing (the saved one is used), no
+//     statistics and no reduction over processes (m->moe_reduce); returns 0.
+static double gpt_layer_forward(GPT* m, int l, RecomputeKind redo) {
     const ModelConfig* c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, d = c->d_model, F = c->d_ff;
+    const int N = m->B * m->T, d = c->d_model, F = c->d_ff;
     const int Hd = c->n_head * c->head_dim, QKVG = ops_attn_qkv_cols(&m->attn);
     const int Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
     const OpsNormKind nk = norm_kind(c);
     const float eps = c->norm_eps;
-
-    gpt_refresh_act_weights(m);   // the GEMMs read act_t weights: AW(w)
+    const int fwd = redo == RECOMPUTE_NONE;        // the forward pass: outputs, routing, statistics
+    const int all = redo != RECOMPUTE_SELECTIVE;   // ACT_HEAVY too (the forward pass, or full)
+    LayerWeights* w = &m->w.layer[l];
+    LayerActs* a = &m->layer[l];
 #define AW(w) gpt_act_w(m, (w))
+    // X = norm1(x)
+    ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
+    if (config_layer_is_linear(c, l)) {
+        // Gated DeltaNet: x_mid = x + GDN(X) (model/deltanet.c)
+        deltanet_forward(m, l, redo);
+    } else if (all) {
+        // attention: [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x_mid = x + yg Wo^T
+        ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
+        ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
+        if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+        else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
+        ops_copy(a->res_mid, a->res_in, (size_t)N * d);
+        ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
+    }
+    // MLP: M = norm2(x_mid); x_{l+1} = x_mid + act(M W_in^T) W_out^T
+    ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
+    float* out = m->res[l + 1];
+    if (config_layer_is_moe(c, l)) {
+        // MoE: x_{l+1} = x_mid + routed experts (+ shared expert) of M (model/moe.c)
+        if (fwd) ops_copy(out, a->res_mid, (size_t)N * d);
+        MoeLayerIO io = moe_io(m, l);
+        return moe_layer_forward(&io, fwd ? out : NULL, redo);
+    }
+    if (c->mlp == MLP_SWIGLU) {
+        if (all) ops_matmul_forward(a->mlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
+        ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
+    } else if (all) {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA): both ACT_HEAVY
+        ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, AW(w->w_in), N, d, F);
+    }
+    if (fwd) {
+        ops_copy(out, a->res_mid, (size_t)N * d);
+        ops_matmul_forward_f32(out, a->mlp_act, AW(w->w_out), N, F, d, 1);
+    }
+#undef AW
+    return 0.0;
+}
+
+void gpt_layer_recompute(GPT* m, int l) {
+    if (m->recompute != RECOMPUTE_NONE) gpt_layer_forward(m, l, m->recompute);
+}
+
+float gpt_forward(GPT* m, const int* idx, const int* targets) {
+    const ModelConfig* c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, d = c->d_model;
+    const OpsNormKind nk = norm_kind(c);
+    const float eps = c->norm_eps;
+
+    gpt_refresh_act_weights(m);   // the GEMMs read act_t weights: gpt_act_w
     ops_from_host(m->idx, idx, (size_t)N * sizeof(int));
     if (targets) ops_from_host(m->targets, targets, (size_t)N * sizeof(int));
     // with a KV cache these are tokens pos0 .. pos0 + T - 1 of their sequences
@@ -313,43 +416,9 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     // x = wte[idx] (+ wpe[pos0 + t])
     ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe ? m->w.wpe + (size_t)pos0 * d : NULL, B, T, d);
     m->moe_loss = 0.0;
-    for (int l = 0; l < c->n_layer; l++) {
-        LayerWeights* w = &m->w.layer[l];
-        LayerActs* a = &m->layer[l];
-        ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
-        if (config_layer_is_linear(c, l)) {
-            // Gated DeltaNet: x += GDN(X) (model/deltanet.c)
-            deltanet_forward(m, l);
-        } else {
-            // attention: X = norm1(x); [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x += yg Wo^T
-            ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
-            ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
-            if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
-            else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
-            ops_copy(a->res_mid, a->res_in, (size_t)N * d);
-            ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
-        }
-        // MLP: M = norm2(x); x += act(M W_in^T) W_out^T
-        ops_norm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2_w, w->ln2_b, N, d, eps, nk);
-        float* out = m->res[l + 1];
-        if (config_layer_is_moe(c, l)) {
-            // MoE: x += routed experts (+ shared expert) of M (model/moe.c)
-            ops_copy(out, a->res_mid, (size_t)N * d);
-            m->moe_loss += moe_forward(m, l, out);
-            continue;
-        }
-        if (c->mlp == MLP_SWIGLU) {
-            ops_matmul_forward(a->mlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
-            ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
-        } else {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA)
-            ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, AW(w->w_in), N, d, F);
-        }
-        ops_copy(out, a->res_mid, (size_t)N * d);
-        ops_matmul_forward_f32(out, a->mlp_act, AW(w->w_out), N, F, d, 1);
-    }
+    for (int l = 0; l < c->n_layer; l++) m->moe_loss += gpt_layer_forward(m, l, RECOMPUTE_NONE);
     ops_norm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[c->n_layer], m->w.lnf_w, m->w.lnf_b, N, d, eps, nk);
-    ops_matmul_forward(m->logits, m->lnf, AW(m->w.lm_head), N, d, c->padded_vocab);
-#undef AW
+    ops_matmul_forward(m->logits, m->lnf, gpt_act_w(m, m->w.lm_head), N, d, c->padded_vocab);
     if (m->kv) kv_cache_end(m->kv, T);
     if (!targets) return 0.0f;
 
@@ -383,6 +452,9 @@ void gpt_backward(GPT* m, float dloss) {
         LayerWeights* w = &m->w.layer[l];
         LayerWeights* g = &m->g.layer[l];
         LayerActs* a = &m->layer[l];
+        // recomputation: what [train] recompute did not keep of this layer, back into its
+        // buffers (the shared set holds another layer's until now)
+        if (m->recompute != RECOMPUTE_NONE) gpt_layer_forward(m, l, m->recompute);
         // MLP (or MoE) branch: m->dnorm = dL/d norm2 output
         ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
         if (config_layer_is_moe(c, l)) {

@@ -9,6 +9,9 @@
 // Activations of one layer for one micro-batch (N = B*T tokens), kept for the backward pass.
 // act_t: the build's activation storage type (kernels/ops_types.h: fp32, or bf16); float:
 // fp32 in every build (the residual stream, statistics, the router).
+// With [train] recompute = selective or full, the tensors that mode does not keep point into
+// one set of buffers shared by all layers (model/gpt.c, acts_kept): they hold layer l's values
+// after its forward until the next layer's, and again after gpt_layer_recompute(m, l).
 typedef struct {
     float* res_in;     // [N, d]   residual stream entering the layer (owned by GPT.res)
     act_t* ln1;        // [N, d]   normed input X that feeds q, k, v and the gate
@@ -81,6 +84,9 @@ typedef struct GPT {
     ModelWeights g;      // pointers into grads
     OpsAttnShape attn;   // attention shape for the current B, T
     OpsAttnImpl attn_impl; // which attention kernel ([train] attn_impl); set before gpt_alloc_acts
+    // which activations the backward recomputes instead of keeping them ([train] recompute:
+    // none, selective, full); set before gpt_alloc_acts, which lays the arena out for it
+    RecomputeKind recompute;
 
     // activations, sized for B x T at gpt_alloc_acts
     int B, T;
@@ -146,6 +152,10 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed);
 // (Re)allocate the activation arena for micro-batch B x T (T <= max_seq_len).
 void gpt_alloc_acts(GPT* m, int B, int T);
 void gpt_free(GPT* m);
+// Layer l's activations of the last forward that [train] recompute did not keep, recomputed
+// into their buffers (bit for bit; nothing when recompute = none). gpt_backward does it before
+// each layer's backward; a reader of m->layer[l] after a forward (the probe) calls it first.
+void gpt_layer_recompute(GPT* m, int l);
 // Forward on host tokens idx[B*T]; with targets (host, [B*T]) returns the mean cross-entropy
 // loss, else 0 and only the logits are computed. An MoE model also sets m->moe_loss and its
 // routing statistics (m->moe_stats).
@@ -169,8 +179,9 @@ void gpt_refresh_act_weights(GPT* m);
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 // Host copy of the per-token losses [B*T] of the last forward with targets.
 void gpt_losses_to_host(const GPT* m, float* dst);
-// Backend bytes gpt_alloc_acts(B, T) would allocate for this config (errors before allocating).
-size_t gpt_acts_bytes(const ModelConfig* c, int B, int T);
+// Backend bytes gpt_alloc_acts(B, T) would allocate for this config with this recompute mode
+// (errors before allocating).
+size_t gpt_acts_bytes(const ModelConfig* c, int B, int T, RecomputeKind recompute);
 
 // MoE layer l of the model (model/moe.c's moe_layer_forward/_backward over this model's tensors):
 // the forward adds the layer's output for the normed input m->layer[l].ln2 into out[N, d],
@@ -180,10 +191,11 @@ size_t gpt_acts_bytes(const ModelConfig* c, int B, int T);
 double moe_forward(GPT* m, int l, float* out);
 void moe_backward(GPT* m, int l, float dloss);
 // Gated DeltaNet layer l (model/deltanet.c; config_layer_is_linear): the forward reads the normed
-// input m->layer[l].ln1 and writes the residual after the layer's token mixer into res_mid; the
-// backward, from dL/d res_mid = m->dres, writes m->dnorm (=, dL/d ln1) and adds the layer's
-// parameter gradients.
-void deltanet_forward(GPT* m, int l);
+// input m->layer[l].ln1 and writes the residual after the layer's token mixer into res_mid
+// (redo: RECOMPUTE_NONE in the forward pass; SELECTIVE / FULL recompute only what that mode did
+// not keep, as gpt_layer_forward in model/gpt.c); the backward, from dL/d res_mid = m->dres,
+// writes m->dnorm (=, dL/d ln1) and adds the layer's parameter gradients.
+void deltanet_forward(GPT* m, int l, RecomputeKind redo);
 void deltanet_backward(GPT* m, int l);
 // The step record's MoE fields over the model's MoE layers (moe_summarize_step).
 void moe_step_summary(const GPT* m, MoeStepSummary* s);

@@ -121,7 +121,7 @@ static void ffn_act_backward(const ModelConfig* c, act_t* dpre, const act_t* dac
     else ops_gelu_backward(dpre, dact, pre, (size_t)rows * F);
 }
 
-double moe_layer_forward(const MoeLayerIO* io, float* out) {
+double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
     const ModelConfig* c = io->cfg;
     const MoeConfig* mc = &c->moe;
     const MoeWeightsAct* w = &io->w;   // the GEMMs read the act_t compute copies
@@ -130,35 +130,42 @@ double moe_layer_forward(const MoeLayerIO* io, float* out) {
     const int N = io->N, d = c->d_model, E = mc->n_expert, k = mc->top_k, S = N * k;
     const int sw = c->mlp == MLP_SWIGLU ? 2 : 1;
     const int Fe = mc->d_expert, Fs = mc->d_shared_expert;
+    const int fwd = redo == RECOMPUTE_NONE;        // the forward pass: routing, output, statistics
+    const int all = redo != RECOMPUTE_SELECTIVE;   // the GEMMs' outputs too (forward, or full)
 
-    // router: logits = X W_r^T [N, E]; p, the top-k experts and their renormalised weights
-    ops_matmul_forward_f32(a->router_logits, a->ln2, w->router, N, d, E, 0);
-    ops_moe_router_forward(a->router_probs, a->topk_idx, a->topk_w, a->router_lse, a->router_logits,
-                           N, E, k, router_kind(mc));
-    // dispatch: sort the slots by expert (kept slots only, when a capacity is set)
     const int capacity = moe_capacity(mc, N);
-    ops_moe_dispatch_plan(a->counts, a->offsets, a->row_slot, a->slot_row, a->topk_idx, N, E, k, capacity);
+    if (fwd) {
+        // router: logits = X W_r^T [N, E]; p, the top-k experts and their renormalised weights
+        ops_matmul_forward_f32(a->router_logits, a->ln2, w->router, N, d, E, 0);
+        ops_moe_router_forward(a->router_probs, a->topk_idx, a->topk_w, a->router_lse, a->router_logits,
+                               N, E, k, router_kind(mc));
+        // dispatch: sort the slots by expert (kept slots only, when a capacity is set)
+        ops_moe_dispatch_plan(a->counts, a->offsets, a->row_slot, a->slot_row, a->topk_idx, N, E, k, capacity);
+    }
     int R = 0;
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
-    ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    if (all) ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
     ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    if (all) ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
     // scale by the routing weights and add back to each token (no atomics)
-    ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
+    if (fwd) ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
     // shared expert: every token, optionally gated by sigmoid(X w_g)
     if (mc->n_shared_expert) {
-        ops_matmul_forward(a->sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
+        if (all) ops_matmul_forward(a->sh_pre, a->ln2, w->shared_w_in, N, d, sw * Fs);
         ffn_act_forward(c, a->sh_act, a->sh_pre, N, Fs);
         if (mc->shared_expert_gate) {
-            ops_matmul_forward(a->sh_out, a->sh_act, w->shared_w_out, N, Fs, d);
-            ops_matmul_forward_f32(a->sh_z, a->ln2, w->shared_gate, N, d, 1, 0);
-            ops_sigmoid_gate_add_forward(out, a->sh_out, a->sh_z, N, d);
-        } else {
+            if (all) {
+                ops_matmul_forward(a->sh_out, a->sh_act, w->shared_w_out, N, Fs, d);
+                ops_matmul_forward_f32(a->sh_z, a->ln2, w->shared_gate, N, d, 1, 0);
+            }
+            if (fwd) ops_sigmoid_gate_add_forward(out, a->sh_out, a->sh_z, N, d);
+        } else if (fwd) {
             ops_matmul_forward_f32(out, a->sh_act, w->shared_w_out, N, Fs, d, 1);
         }
     }
+    if (!fwd) return 0.0;
 
     // statistics of this micro-batch (host)
     int* cnt = xcalloc((size_t)E, sizeof(int));

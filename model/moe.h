@@ -89,7 +89,12 @@ typedef struct {
 // Forward of one MoE layer: out[N, d] += the layer's output for the normed input io->a.ln2.
 // Returns the layer's weighted losses aux_loss_coef * aux + z_loss_coef * z (they enter the
 // objective the model's backward differentiates) and updates io->stats.
-double moe_layer_forward(const MoeLayerIO* io, float* out);
+// redo = RECOMPUTE_SELECTIVE / RECOMPUTE_FULL ([train] recompute, model/gpt.c): recompute only
+// the activations that mode does not keep (selective: xp, ep_act, sh_act; full: every one but
+// the routing), from the routing this layer's forward pass saved (router outputs, top-k,
+// dispatch plan), with the same ops: the same bits. out is then unused (NULL), and nothing
+// else is done: no router, no statistics, no io->reduce; returns 0.
+double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo);
 // Backward of the layer's last forward, from dL/dout = io->b.dout: io->b.dx[N, d] (=) dL/dX and
 // the layer's parameter gradients io->g (+=). dloss weighs the micro-batch as in gpt_backward
 // (the aux and z terms are scaled by it like the cross-entropy).

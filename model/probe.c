@@ -52,6 +52,7 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
     long gcount_all = 0;
     int n_attn = 0, n_linear = 0;
     for (int l = 0; l < c->n_layer; l++) {
+        gpt_layer_recompute(m, l);   // [train] recompute: the layer's tensors back from the shared set
         LayerActs* a = &m->layer[l];
         ProbeLayer* p = &r->layer[l];
         p->linear = config_layer_is_linear(c, l);

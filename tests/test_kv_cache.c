@@ -12,7 +12,8 @@
 //    a time, on a 1-layer copy of the model: each token's logits equal those of a growing cache
 //    filled with exactly the tokens and positions the window holds (StreamingLLM's definition),
 //    fed as one chunk; and on the whole model a window that never fills equals the full forward;
-// 3. gpt_acts_bytes equals what gpt_alloc_acts allocates; bad cache settings are refused.
+// 3. gpt_acts_bytes equals what gpt_alloc_acts allocates (each [train] recompute mode); bad
+//    cache settings are refused.
 //
 // Bound (both comparisons): max |dlogit| / max |logit| <= 2e-5. The two sides compute the same
 // sums in another order: GEMMs over a different number of rows (the BLAS may block K
@@ -77,11 +78,15 @@ static void test_config(const char* ini) {
     float* full = malloc((size_t)B * T * V * sizeof(float));
     float* got = malloc((size_t)B * T * V * sizeof(float));
 
-    // the uncached forward, and the activation size it allocated
-    gpt_alloc_acts(&m, B, T);
-    size_t want_bytes = m.acts_bytes + m.iacts_ints * sizeof(int) + 2 * (size_t)B * T * sizeof(int);
-    TU_CHECK(gpt_acts_bytes(c, B, T) == want_bytes, "%s: gpt_acts_bytes %zu, allocated %zu", ini,
-             gpt_acts_bytes(c, B, T), want_bytes);
+    // the activation size each recompute mode allocates (none last: the model stays so)
+    for (int rc = RECOMPUTE_FULL; rc >= RECOMPUTE_NONE; rc--) {
+        m.recompute = (RecomputeKind)rc;
+        gpt_alloc_acts(&m, B, T);
+        size_t want_bytes = m.acts_bytes + m.iacts_ints * sizeof(int) + 2 * (size_t)B * T * sizeof(int);
+        TU_CHECK(gpt_acts_bytes(c, B, T, m.recompute) == want_bytes, "%s: recompute %d: gpt_acts_bytes %zu, allocated %zu",
+                 ini, rc, gpt_acts_bytes(c, B, T, m.recompute), want_bytes);
+    }
+    // the uncached forward
     gpt_forward(&m, tok, NULL);
     for (int n = 0; n < B * T; n++) gpt_logits_to_host(&m, full + (size_t)n * V, n, V);
 

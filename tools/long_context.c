@@ -90,7 +90,7 @@ static double gb(size_t bytes) { return (double)bytes / 1e9; }
 static int check_memory(const char* what, const ModelConfig* c, int cap, int n_sink, int chunk, int rolling,
                         KvPositions pos, int len) {
     size_t cache = kv_cache_bytes(c, 1, cap, n_sink, chunk, rolling, pos);
-    size_t acts = gpt_acts_bytes(c, 1, chunk);
+    size_t acts = gpt_acts_bytes(c, 1, chunk, RECOMPUTE_NONE);
     size_t avail = ops_mem_available();
     if (cache + acts > avail) {
         fprintf(stderr, "error: %s: a context of %d tokens needs %.3f GB (KV cache %.3f GB + activations %.3f GB), "
@@ -359,7 +359,7 @@ int lc_stream(GPT* m, const Config* cfg, const LcStream* o, FILE* out) {
     int dense = o->dense;
     if (dense) {
         size_t need = kv_cache_bytes(c, 1, (int)N, 0, cfg->train.seq_len, 0, KV_POS_ORIGINAL) +
-                      gpt_acts_bytes(c, 1, cfg->train.seq_len);
+                      gpt_acts_bytes(c, 1, cfg->train.seq_len, RECOMPUTE_NONE);
         if (need > ops_mem_available()) {
             printf("stream: the dense reference over %ld tokens needs %.3f GB, more than the %.3f GB available: skipped\n",
                    N, gb(need), gb(ops_mem_available()));
