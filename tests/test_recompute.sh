@@ -29,7 +29,9 @@
 #   hybrid_moe the hybrid with MoE every 2nd layer: four kinds of layer in one model
 # cpu: every variant on train_gpt (fp32), gpt2 and moe_cap also on train_gpt_bf16emu (bf16
 # storage, the CPU emulation of the CUDA bf16 build), and a run resumed across modes (none's
-# step-2 checkpoint continued under full: its step 4 equals none's byte for byte). ~15-25 s.
+# step-2 checkpoint continued under full: its step 4 equals none's byte for byte), and moe_cap
+# under mpirun with 2 processes and ZeRO-1, none against full (the expert counts' reduction over
+# processes is not run again). ~30 s.
 # cudaemu: the CUDA backend's kernels on the CUDA emulator (tests/cudaemu): moe_cap and
 # hybrid_moe on train_gpt_cudaemu (fp32), gpt2 and moe on train_gpt_cudaemu_bf16 (bf16 storage:
 # the GELU epilogue, the gate from the unrounded y), 2 steps each without probe, evaluation or
@@ -139,6 +141,29 @@ if [ "$where" = cpu ]; then
         done
     else
         bad "resume of moe_cap's step-2 checkpoint under recompute = full failed"; tail -n 5 "$tmp/resumed.out"
+    fi
+
+    # 2 processes (MPI, ZeRO-1): each MoE layer's expert counts are summed over the processes in
+    # the forward (moe_reduce, a collective); the recomputation must not run it again. none and
+    # full: the same step records (comm_ms, a timing, removed) and every checkpoint file
+    if command -v mpirun > /dev/null 2>&1; then
+        for mode in none full; do
+            env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+                mpirun -np 2 --oversubscribe "$build/train_gpt" --config configs/tiny_moe_gated.ini "${COMMON[@]}" \
+                "${MOE_CAP[@]}" --train.tokens_per_step=256 --train.zero_stage=1 --train.recompute=$mode \
+                --log.run_dir="$tmp/mpi.$mode" > "$tmp/mpi.$mode.out" 2>&1 || { bad "mpirun, recompute = $mode, failed"; tail -n 5 "$tmp/mpi.$mode.out"; }
+        done
+        mpi_steps() { steps_of "$1" | sed 's/,"comm_ms":[^,}]*//'; }
+        if [ "$(mpi_steps "$tmp/mpi.none/log.jsonl" | wc -l)" = "$S" ] &&
+           [ "$(mpi_steps "$tmp/mpi.full/log.jsonl")" = "$(mpi_steps "$tmp/mpi.none/log.jsonl")" ]; then ok
+        else bad "2 processes: full's step records differ from none's (or are missing)"; fi
+        for f in model.bin rank_00000.bin rank_00001.bin; do
+            if [ -s "$tmp/mpi.none/checkpoints/$CK/$f" ] && cmp -s "$tmp/mpi.none/checkpoints/$CK/$f" "$tmp/mpi.full/checkpoints/$CK/$f"; then ok
+            else bad "2 processes: full's $CK/$f differs from none's"; fi
+        done
+        echo "  2 processes (mpirun, ZeRO-1), moe_cap: none and full identical"
+    else
+        echo "  (no mpirun: the 2-process comparison is skipped)"
     fi
 else
     variant moe_cap train_gpt_cudaemu configs/tiny_moe_gated.ini "${MOE_CAP[@]}"
