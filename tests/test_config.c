@@ -518,10 +518,6 @@ static void test_roundtrip(void) {
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
         "train.schedule=wsd", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
         "train.beta2=0.999", "train.eps=1.2345678e-15", "train.grad_clip=2.5", "train.threads=5", "train.zero_stage=1",
-        "train.attn_impl=cudnn",
-
-        "train.schedule=linear", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
-        "train.beta2=0.999", "train.eps=1e-30", "train.grad_clip=2.5", "train.threads=5", "train.zero_stage=1",
         "train.attn_impl=cudnn", "train.recompute=full",
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",

@@ -122,7 +122,6 @@ static int key_is_free(const char* section, const char* key) {
     if (strcmp(section, "train") == 0 && strcmp(key, "steps") == 0) return 1;
     // ZeRO-0 and ZeRO-1 train bit for bit alike (docs/distributed.md); the AdamW state is re-cut on load
     if (strcmp(section, "train") == 0 && strcmp(key, "zero_stage") == 0) return 1;
-
     // activation recomputation changes memory, never a bit of the numbers (tests/test_recompute.sh)
     if (strcmp(section, "train") == 0 && strcmp(key, "recompute") == 0) return 1;
     if (strcmp(section, "metrics") == 0 && strcmp(key, "probe_every") == 0) return 1;
