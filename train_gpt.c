@@ -25,9 +25,11 @@
 #include "train/resume.h"
 #include "train/comm.h"
 #include "train/dist.h"
+#include "train/plan.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "kernels/scratch.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -273,6 +275,9 @@ typedef struct {
     Dist dist;
     Optim opt;
     double peak, flops_tok;           // the summed peak FLOP/s (MFU), training FLOPs per token
+    // bytes ops_malloc holds, by what allocated them (counted around each allocation: the
+    // figures the memory plan of --check predicts, docs/config.md "Memory plan")
+    size_t mem_params, mem_adamw, mem_acts, mem_scratch;
     int *in, *tg;                     // a batch
     int *probe_in, *probe_tg;         // the probe batch, fixed for the whole run
     SpikeWindow loss_win, grad_win;
@@ -306,6 +311,49 @@ static void print_param_counts(const Config* cfg) {
     printf("\nparams: total=%zu active=%zu (%.3fB total, %.3fB active per token)\n", total, active, total / 1e9, active / 1e9);
 }
 
+// --check: the memory plan (train/plan.h) for --nproc processes (the real count by default)
+// on --device (this machine's RAM, or this GPU, by default) in --layout (this binary's, or the
+// CUDA bf16 build's for a named GPU).
+static int check_memory_plan(Run* r) {
+    const TrainArgs* a = &r->args;
+    Config* cfg = &r->cfg;
+    PlanOptions o;
+    memset(&o, 0, sizeof o);
+    o.nproc = a->nproc > 0 ? a->nproc : r->comm->size;
+    if (config_finalize_processes(cfg, r->where, o.nproc) != 0) return 1;
+    // this binary's layout: the CUDA backend allocates in 256-byte units, the CPU in 64
+    const PlanLayout own = ops_alloc_align() == SCRATCH_CUDA_ALLOC_ALIGN
+                               ? (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CUDA_FP32 : PLAN_LAYOUT_CUDA_BF16) : PLAN_LAYOUT_CPU;
+    int gpu = 0;
+    o.smem_optin = CUDA_SMEM_OPTIN_SM90;
+    if (a->device && plan_parse_device(a->device, &o.device_bytes, o.device_name, sizeof o.device_name, &gpu, &o.smem_optin) != 0)
+        return 1;   // train_args_parse checked it
+    o.layout = a->layout >= 0 ? (PlanLayout)a->layout : gpu ? PLAN_LAYOUT_CUDA_BF16 : own;
+    o.this_backend = o.layout == own;
+    if (o.this_backend) ops_init(cfg->train.threads);   // the backend's own scratch rule (CUDA: CUB, this GPU)
+    o.threads = o.this_backend ? ops_num_threads() : (cfg->train.threads > 0 ? cfg->train.threads : 1);
+    if (!a->device) {
+        if (o.layout == PLAN_LAYOUT_CPU) {
+            o.device_bytes = plan_mem_available();
+            snprintf(o.device_name, sizeof o.device_name, "this machine's RAM (MemAvailable, /proc/meminfo)");
+        } else if (o.this_backend) {
+            // what this GPU can still allocate, plus what the backend holds already (cuBLASLt's workspace)
+            o.device_bytes = ops_mem_available() + ops_allocated_bytes();
+            snprintf(o.device_name, sizeof o.device_name, "this GPU (free memory now + what the backend holds)");
+        } else {
+            fprintf(stderr, "error: --layout %s: name the GPU to plan against: --device h100, h200, a100-80g or a byte count\n",
+                    plan_layout_name(o.layout));
+            return 1;
+        }
+    }
+    o.device_shared = o.layout == PLAN_LAYOUT_CPU;
+    o.runtime_rss = plan_self_rss();
+    Plan p;
+    if (plan_build(cfg, cfg->train.batch_size, &o, &p) != 0) return 1;
+    plan_print(cfg, &p, &o, stdout);
+    return 0;
+}
+
 // What the config needs beyond config_finalize to train here: data, the batch over P processes,
 // a checkpoint to continue from (--resume) that accepts this config, and the kernels' backend.
 static int setup_run(Run* r) {
@@ -321,7 +369,9 @@ static int setup_run(Run* r) {
     r->resuming = resume_resolve(r->comm, r->args.resume_spec, r->ckpt_dir, &r->cfg, r->resume_path, sizeof r->resume_path);
     if (r->resuming < 0) return 1;
     if (config_finalize_processes(&r->cfg, r->where, r->comm->size) != 0) return 1;
+    size_t held0 = ops_allocated_bytes();
     ops_init(tc->threads);
+    r->mem_scratch = ops_allocated_bytes() - held0;   // CUDA: cuBLASLt's workspace
     if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
         fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
                 "set attn_impl = fused\n", r->args.config_path ? r->args.config_path : "--train.attn_impl",
@@ -382,12 +432,24 @@ static int setup_model(Run* r) {
     const ModelConfig* mc = &r->cfg.model;
     const TrainConfig* tc = &r->cfg.train;
     const int T = r->T, P = r->P;
+    size_t held = ops_allocated_bytes();
     gpt_build(&r->model, mc, tc->seed);   // the same seed on every rank: the same initial weights
+    r->mem_params = ops_allocated_bytes() - held;
     r->model.attn_impl = (OpsAttnImpl)tc->attn_impl;
     r->model.recompute = tc->recompute;
+    held = ops_allocated_bytes();
     gpt_alloc_acts(&r->model, r->B, T);
+    r->mem_acts = ops_allocated_bytes() - held;
     if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
+    held = ops_allocated_bytes();
     optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
+    r->mem_adamw = ops_allocated_bytes() - held;
+    // the backend's scratch at this step's sizes, now (CUDA: no op of a step grows a slot)
+    OpsStepShape ss;
+    gpt_step_shape(mc, r->B, T, (OpsAttnImpl)tc->attn_impl, r->model.table.total, ops_num_threads(), &ss);
+    held = ops_allocated_bytes();
+    ops_scratch_reserve(&ss);
+    r->mem_scratch += ops_allocated_bytes() - held;
 
     r->peak = ops_peak_flops();   // this process's share of the machine; summed over ranks
     comm_allreduce_sum_f64(r->comm, &r->peak, 1);
@@ -409,6 +471,10 @@ static int setup_model(Run* r) {
     printf("activations: %zu bytes (%.0f per token) | recompute %s\n", gpt_acts_bytes(mc, r->B, T, tc->recompute),
            (double)gpt_acts_bytes(mc, r->B, T, tc->recompute) / ((double)r->B * T),
            config_enum_name("recompute", tc->recompute));
+    printf("memory: the backend holds params %zu + adamw %zu + activations %zu + scratch %zu = %zu bytes (%.1f MiB; "
+           "train_gpt --check plans them)\n", r->mem_params, r->mem_adamw, r->mem_acts, r->mem_scratch,
+           r->mem_params + r->mem_adamw + r->mem_acts + r->mem_scratch,
+           (r->mem_params + r->mem_adamw + r->mem_acts + r->mem_scratch) / 1048576.0);
     if (P > 1)
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,
@@ -652,6 +718,11 @@ static void finish_run(Run* r) {
     if (r->end_step < tc->steps)
         printf("stopped after step %d of %d (--stop-after)%s\n", r->end_step, tc->steps, r->cfg.ckpt.checkpoint_every > 0 ?
                "; continue with --resume auto" : "; no checkpoint was written ([checkpoint] checkpoint_every = 0)");
+    // the peaks, the largest over the processes: what the memory plan's total predicts
+    double pk[2] = {(double)plan_self_peak_rss(), (double)ops_allocated_peak_bytes()};
+    comm_allreduce_max_f64(r->comm, pk, 2);
+    printf("memory: peak RSS %.0f bytes (%.1f MiB, VmHWM) | backend peak %.0f bytes (ops_malloc)%s\n", pk[0], pk[0] / 1048576.0,
+           pk[1], r->P > 1 ? " | the largest over the processes" : "");
     printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(r->in); free(r->tg); free(r->probe_in); free(r->probe_tg);
     spike_free(&r->loss_win); spike_free(&r->grad_win);
@@ -676,7 +747,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     config_write(&r->cfg, stdout);
     if (r->args.check_only) {
         print_param_counts(&r->cfg);
-        return 0;
+        return check_memory_plan(r);
     }
 
     // setup: the run's terms (data, batch over the processes, --resume), data, model, state

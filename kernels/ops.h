@@ -26,6 +26,18 @@ const char* ops_backend_name(void);          // e.g. "cpu (oneDNN sgemm, 2 threa
 int   ops_num_threads(void);
 void* ops_malloc(size_t bytes);              // zero-filled; aborts with a message on failure
 void  ops_free(void* p);
+// The bytes ops_malloc holds now (each allocation counted as the backend holds it: rounded up
+// to its granularity, kernels/scratch.h), and the most held at once since the start. The
+// trainer reports its arenas from these; the planner (train/plan.h) predicts them.
+size_t ops_allocated_bytes(void);
+size_t ops_allocated_peak_bytes(void);
+size_t ops_alloc_align(void);                // the granularity: SCRATCH_CPU/CUDA_ALLOC_ALIGN
+// The backend's scratch for a training step of shape s (kernels/scratch.h), bytes: CPU, the
+// largest temporaries one op mallocs (freed when it returns); CUDA, every scratch slot and the
+// cuBLASLt workspace, held for the run. ops_scratch_reserve allocates them now (CUDA: at those
+// sizes, so that no op of a step of this shape grows a slot; CPU: nothing to hold).
+size_t ops_scratch_bytes(const OpsStepShape* s);
+void  ops_scratch_reserve(const OpsStepShape* s);
 void  ops_zero(float* x, size_t n);          // x[n] = 0
 void  ops_copy(float* dst, const float* src, size_t n);              // device to device
 void  ops_accumulate(act_t* y, const act_t* x, size_t n);            // y[n] += x[n]

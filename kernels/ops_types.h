@@ -91,3 +91,17 @@ typedef struct {
                          // dv); 0 = dense (Hk*dk, Hv*dv). The layer reads v from the conv output.
 } OpsGdnShape;
 
+// One training step's shape, for the backends' scratch (kernels/scratch.h: ops_scratch_bytes,
+// ops_scratch_reserve) and the memory planner (train/plan.h). model/gpt.h fills it from the
+// config (gpt_step_shape).
+typedef struct {
+    int B, T;            // the micro-batch: B sequences of T tokens
+    int d_model;
+    int n_attn, n_linear, n_moe;   // attention, Gated DeltaNet and MoE layers
+    OpsAttnShape attn;   // the attention layers' shape (when n_attn > 0)
+    OpsGdnShape gdn;     // the Gated DeltaNet layers' (when n_linear > 0)
+    int conv_kernel;     // the Gated DeltaNet's causal conv width
+    int n_expert;        // experts of an MoE layer
+    size_t n_params;     // floats of the parameter arena (the gradient norm's chunks)
+    int threads;         // CPU: the OpenMP threads of the run
+} OpsStepShape;

@@ -2,6 +2,7 @@
 // No backend code here: every computation is an ops_* call.
 #include "gpt.h"
 #include "../kernels/attn_gate.h"   // attn_gate_at_sdpa
+#include "../kernels/scratch.h"     // scratch_alloc_bytes: what the backend holds of an allocation
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,18 +51,67 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
         moe_stats_init(&m->moe_stats[l], config_layer_is_moe(cfg, l) ? cfg->moe.n_expert : 0);
 }
 
-// The activation arenas of gpt_alloc_acts: with allocate = 0 only their sizes are counted and
-// returned (bytes), and m is left as it was.
-static size_t acts_plan(GPT* m, int B, int T, int allocate);
+// The activation arenas of gpt_alloc_acts. With allocate = 0 only their sizes are counted, for
+// the layout `lay` (which may be another build's: the planner's), into *out, and m is left as
+// it was; with allocate = 1 (lay: this build's layout) they are allocated and handed out.
+static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* out, int allocate);
 
-void gpt_alloc_acts(GPT* m, int B, int T) { acts_plan(m, B, T, 1); }
+void gpt_layout_this_build(GptLayout* lay, OpsAttnImpl attn_impl) {
+    memset(lay, 0, sizeof *lay);
+    lay->act_bytes = (int)sizeof(act_t);
+    lay->alloc_align = ops_alloc_align();
+    lay->attn_impl = attn_impl;
+    lay->recompute = RECOMPUTE_NONE;
+}
 
-size_t gpt_acts_bytes(const ModelConfig* c, int B, int T, RecomputeKind recompute) {
+void gpt_alloc_acts(GPT* m, int B, int T) {
+    GptLayout lay;
+    GptActsBytes ab;
+    gpt_layout_this_build(&lay, m->attn_impl);
+    lay.recompute = m->recompute;
+    acts_plan(m, B, T, &lay, &ab, 1);
+}
+
+void gpt_activation_bytes(const ModelConfig* c, int B, int T, const GptLayout* lay, GptActsBytes* out) {
     GPT tmp;
     memset(&tmp, 0, sizeof tmp);
     tmp.cfg = *c;
-    tmp.recompute = recompute;
-    return acts_plan(&tmp, B, T, 0);
+    tmp.attn_impl = lay->attn_impl;
+    acts_plan(&tmp, B, T, lay, out, 0);
+}
+
+size_t gpt_acts_bytes(const ModelConfig* c, int B, int T, RecomputeKind recompute) {
+    GptLayout lay;
+    GptActsBytes ab;
+    gpt_layout_this_build(&lay, OPS_ATTN_FUSED);
+    lay.recompute = recompute;
+    gpt_activation_bytes(c, B, T, &lay, &ab);
+    return ab.requested;
+}
+
+void gpt_step_shape(const ModelConfig* c, int B, int T, OpsAttnImpl attn_impl, size_t n_params, int threads,
+                    OpsStepShape* s) {
+    memset(s, 0, sizeof *s);
+    s->B = B;
+    s->T = T;
+    s->d_model = c->d_model;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (config_layer_is_linear(c, l)) s->n_linear++; else s->n_attn++;
+        if (config_layer_is_moe(c, l)) s->n_moe++;
+    }
+    s->attn = config_attn_shape(c, B, T, attn_impl);
+    if (s->n_linear) s->gdn = config_gdn_shape(c, B, T);
+    s->conv_kernel = c->linear_conv_kernel;
+    s->n_expert = c->moe.n_expert;
+    s->n_params = n_params;
+    s->threads = threads;
+}
+
+void gpt_param_allocs(size_t n_params, int act_bytes, size_t req[GPT_PARAM_ALLOCS]) {
+    req[GPT_ALLOC_MASTER] = n_params * sizeof(float);
+    req[GPT_ALLOC_GRADS] = n_params * sizeof(float);
+    // fp32 act_t: the GEMMs read the fp32 parameters themselves
+    req[GPT_ALLOC_WEIGHTS] = act_bytes == (int)sizeof(float) ? 0 : n_params * (size_t)act_bytes;
 }
 
 // Activation recomputation ([train] recompute; docs/architecture.md "Activation recomputation").
@@ -81,20 +131,25 @@ static int acts_kept(RecomputeKind rc, int cls) {
     return cls == ACT_ROUTE || rc == RECOMPUTE_NONE || (rc == RECOMPUTE_SELECTIVE && cls == ACT_HEAVY);
 }
 
-static size_t acts_plan(GPT* m, int B, int T, int allocate) {
+static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* out, int allocate) {
     const ModelConfig* c = &m->cfg;
+    memset(out, 0, sizeof *out);
+    if (allocate && (lay->act_bytes != (int)sizeof(act_t) || lay->alloc_align != ops_alloc_align())) {
+        fprintf(stderr, "error: gpt_alloc_acts: a layout of %d-byte act_t, not this build's %d\n", lay->act_bytes, (int)sizeof(act_t));
+        exit(1);
+    }
     if (allocate && m->acts) {
         ops_free(m->acts); if (!OPS_ACT_IS_FLOAT) ops_free(m->aacts);
         ops_free(m->iacts); ops_free(m->idx); free(m->res); free(m->layer);
     }
-    OpsAttnShape shape = config_attn_shape(c, B, T, m->attn_impl);
+    OpsAttnShape shape = config_attn_shape(c, B, T, lay->attn_impl);
     const OpsAttnShape* s = &shape;
     if (allocate) { m->B = B; m->T = T; m->attn = shape; }
-    const RecomputeKind rc = m->recompute;
+    const RecomputeKind rc = lay->recompute;
 
     size_t N = (size_t)B * T, d = c->d_model, L = c->n_layer, F = c->d_ff;
     size_t Hd = (size_t)c->n_head * c->head_dim, KVd = (size_t)c->n_kv_head * c->head_dim;
-    size_t QKVG = ops_attn_qkv_cols(s), Vp = c->padded_vocab;
+    size_t QKVG = attn_shape_qkv_cols(s), Vp = c->padded_vocab;
     size_t Fin = c->mlp == MLP_SWIGLU ? 2 * F : F;
     int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
     int ln = c->norm == NORM_LAYERNORM;
@@ -115,25 +170,36 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
     // Two passes over the same list: the first counts elements, the second hands out pointers.
     // TAKE: fp32 tensors; TAKEA: act_t tensors (their own arena when act_t is bf16, else the
     // fp32 arena); ACT_OF: the act_t copy of an fp32 tensor for a GEMM (the tensor itself when
-    // act_t is fp32); TAKEI: integers. Every tensor starts 64-byte aligned (16 elements).
+    // act_t is fp32); TAKEI: integers. Every tensor starts 64-byte aligned (16 fp32 elements,
+    // 32 bf16). Each adds its aligned bytes to out->by[cat], the category being filled (the
+    // planner's lines: saved for the backward, logits and loss, the backward's buffers).
     float* base = NULL;
     act_t* abase = NULL;
     int* ibase = NULL;
-    const int split = !OPS_ACT_IS_FLOAT;
+    const size_t ab = (size_t)lay->act_bytes, aalign = 64 / ab;
+    const int split = ab != sizeof(float);
     size_t off = 0, aoff = 0, ioff = 0;
+    int cat = GPT_ACTS_SAVED;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && !allocate) break;   // counted: nothing to hand out
         off = 0; aoff = 0; ioff = 0;
-#define TAKE(ptr, count) do { size_t n_ = (count); (ptr) = base ? base + off : NULL; off += (n_ + 15) & ~(size_t)15; } while (0)
-#define TAKEA(ptr, count) do { size_t n_ = (count); \
-        if (split) { (ptr) = abase ? abase + aoff : NULL; aoff += (n_ + 31) & ~(size_t)31; } \
-        else { (ptr) = base ? (act_t*)(base + off) : NULL; off += (n_ + 15) & ~(size_t)15; } } while (0)
+        memset(out->by, 0, sizeof out->by);
+#define TAKE(ptr, count) do { size_t n_ = ((count) + 15) & ~(size_t)15; (ptr) = base ? base + off : NULL; off += n_; \
+        out->by[cat] += n_ * sizeof(float); } while (0)
+#define TAKEA(ptr, count) do { \
+        if (split) { size_t n_ = ((count) + aalign - 1) / aalign * aalign; (ptr) = abase ? abase + aoff : NULL; aoff += n_; \
+                     out->by[cat] += n_ * ab; } \
+        else { size_t n_ = ((count) + 15) & ~(size_t)15; (ptr) = base ? (act_t*)(base + off) : NULL; off += n_; \
+               out->by[cat] += n_ * sizeof(float); } } while (0)
 #define ACT_OF(aptr, fptr, count) do { if (split) TAKEA(aptr, count); else (aptr) = (act_t*)(fptr); } while (0)
-#define TAKEI(ptr, count) do { size_t n_ = (count); (ptr) = ibase ? ibase + ioff : NULL; ioff += (n_ + 15) & ~(size_t)15; } while (0)
+#define TAKEI(ptr, count) do { size_t n_ = ((count) + 15) & ~(size_t)15; (ptr) = ibase ? ibase + ioff : NULL; ioff += n_; \
+        out->by[cat] += n_ * sizeof(int); } while (0)
         if (pass == 1) {
             m->res = calloc(L + 1, sizeof(float*));
             m->layer = calloc(L, sizeof(LayerActs));
         }
+        // ---- what the backward reads, kept from the forward (GPT_ACTS_SAVED) ----
+        cat = GPT_ACTS_SAVED;
         for (size_t l = 0; l <= L; l++) { float* p; TAKE(p, N * d); if (pass) m->res[l] = p; }
         // The layers' tensors, each with its class (acts_kept): a layer's own buffer where the
         // recompute mode keeps it, else the shared set's. l = -1 lays out the shared set: the
@@ -192,7 +258,11 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
 #undef LTA
 #undef LTI
         TAKEA(m->lnf, N * d); if (ln) TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
+        // ---- the logits and the loss (GPT_ACTS_LOGITS; the token ids are added below) ----
+        cat = GPT_ACTS_LOGITS;
         TAKEA(m->logits, N * Vp); TAKE(m->losses, N); TAKE(m->lse, N);
+        // ---- the backward's buffers, one set reused by every layer (GPT_ACTS_BACKWARD) ----
+        cat = GPT_ACTS_BACKWARD;
         size_t dmax = d > Hd ? d : Hd;
         TAKE(m->dres, N * d); ACT_OF(m->dres_act, m->dres, N * d);
         TAKEA(m->dnorm, N * dmax);
@@ -229,8 +299,24 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
             ibase = ops_malloc((ioff ? ioff : 1) * sizeof(int));
         }
     }
-    size_t bytes = off * sizeof(float) + aoff * sizeof(act_t) + ioff * sizeof(int) + 2 * N * sizeof(int);
-    if (!allocate) return bytes;
+    // the allocations, as ops_malloc is asked for them: the fp32 arena, the act_t arena (bf16
+    // layouts), the integer arena, the token ids and targets [2N]
+    out->n_allocs = 0;
+    out->alloc[out->n_allocs++] = off * sizeof(float);
+    if (split) out->alloc[out->n_allocs++] = (aoff ? aoff : 1) * ab;
+    out->alloc[out->n_allocs++] = (ioff ? ioff : 1) * sizeof(int);
+    out->alloc[out->n_allocs++] = 2 * N * sizeof(int);
+    out->by[GPT_ACTS_LOGITS] += 2 * N * sizeof(int);
+    out->requested = off * sizeof(float) + aoff * ab + ioff * sizeof(int) + 2 * N * sizeof(int);
+    // what the backend holds: each allocation rounded to its granularity; the rounding (and the
+    // 1-element floor of an empty arena) is put on the backward's line, so that the lines add
+    // up to the held bytes exactly
+    out->held = 0;
+    size_t lines = 0;
+    for (int i = 0; i < out->n_allocs; i++) out->held += scratch_alloc_bytes(out->alloc[i], lay->alloc_align);
+    for (int i = 0; i < GPT_ACTS_CATS; i++) lines += out->by[i];
+    out->by[GPT_ACTS_BACKWARD] += out->held - lines;
+    if (!allocate) return;
     m->acts = base;
     m->acts_floats = off;
     m->aacts = split ? abase : (act_t*)base;
@@ -240,7 +326,6 @@ static size_t acts_plan(GPT* m, int B, int T, int allocate) {
     m->iacts_ints = ioff;
     m->idx = ops_malloc(2 * N * sizeof(int));
     m->targets = m->idx + N;
-    return bytes;
 }
 
 void gpt_free(GPT* m) {

@@ -179,9 +179,46 @@ void gpt_refresh_act_weights(GPT* m);
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 // Host copy of the per-token losses [B*T] of the last forward with targets.
 void gpt_losses_to_host(const GPT* m, float* dst);
-// Backend bytes gpt_alloc_acts(B, T) would allocate for this config with this recompute mode
-// (errors before allocating).
+// Backend bytes gpt_alloc_acts(B, T) asks ops_malloc for with this config and recompute mode
+// (errors before allocating): the arenas' elements, before the backend's rounding.
 size_t gpt_acts_bytes(const ModelConfig* c, int B, int T, RecomputeKind recompute);
+
+// ---- memory plan (train/plan.h): the size functions the allocations above use ----
+// The memory layout of a build: this one's (gpt_layout_this_build), or another's that the
+// planner sizes (the CPU binary planning the CUDA bf16 build).
+typedef struct {
+    int act_bytes;           // sizeof(act_t): 4 (fp32) or 2 (bf16)
+    size_t alloc_align;      // ops_malloc's granularity (kernels/scratch.h): 64 CPU, 256 CUDA
+    OpsAttnImpl attn_impl;   // [train] attn_impl
+    RecomputeKind recompute; // [train] recompute: what the backward recomputes instead of keeping
+} GptLayout;
+void gpt_layout_this_build(GptLayout* lay, OpsAttnImpl attn_impl);
+// The parameter-side allocations of gpt_build, bytes asked of ops_malloc: the fp32 parameters
+// (the master weights), the fp32 gradients, the act_t compute copy of the weights (0 when
+// act_t is fp32: the GEMMs read the parameters themselves). n_params: ParamTable.total.
+enum { GPT_ALLOC_MASTER = 0, GPT_ALLOC_GRADS, GPT_ALLOC_WEIGHTS, GPT_PARAM_ALLOCS };
+void gpt_param_allocs(size_t n_params, int act_bytes, size_t req[GPT_PARAM_ALLOCS]);
+// The activation arenas of one micro-batch of B x T tokens (gpt_alloc_acts allocates with the
+// same function), by what they hold:
+//   SAVED     the tensors the backward reads, kept from the forward (every layer's, the
+//             residual streams, the final norm; MoE dispatch indices)
+//   LOGITS    the logits [N, padded_vocab] (their gradient overwrites them), the per-token
+//             losses and logsumexp, the token ids and targets
+//   BACKWARD  the backward's buffers, one set shared by the layers (and the allocations'
+//             rounding to the backend's granularity, so that the three add up to `held`)
+enum { GPT_ACTS_SAVED = 0, GPT_ACTS_LOGITS, GPT_ACTS_BACKWARD, GPT_ACTS_CATS };
+typedef struct {
+    size_t by[GPT_ACTS_CATS];   // bytes of each category
+    size_t alloc[4];            // the ops_malloc requests (fp32 arena, act_t arena, ints, ids)
+    int n_allocs;
+    size_t requested;           // gpt_acts_bytes: the elements' bytes before any rounding
+    size_t held;                // what the backend holds for them: sum of by[]
+} GptActsBytes;
+void gpt_activation_bytes(const ModelConfig* c, int B, int T, const GptLayout* lay, GptActsBytes* out);
+// A training step's shape for the backend's scratch (kernels/scratch.h) with n_params floats
+// of parameters and `threads` CPU threads.
+void gpt_step_shape(const ModelConfig* c, int B, int T, OpsAttnImpl attn_impl, size_t n_params, int threads,
+                    OpsStepShape* s);
 
 // MoE layer l of the model (model/moe.c's moe_layer_forward/_backward over this model's tensors):
 // the forward adds the layer's output for the normed input m->layer[l].ln2 into out[N, d],

@@ -9,9 +9,11 @@ void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi) {
     if (lo > hi) lo = hi;
     o->lo = lo;
     o->hi = hi;
-    o->m = ops_malloc((hi - lo) * sizeof(float));
-    o->v = ops_malloc((hi - lo) * sizeof(float));
+    o->m = ops_malloc(optim_moment_bytes(lo, hi));
+    o->v = ops_malloc(optim_moment_bytes(lo, hi));
 }
+
+size_t optim_moment_bytes(size_t lo, size_t hi) { return (hi - lo) * sizeof(float); }
 
 void optim_init(Optim* o, const GPT* model) { optim_init_range(o, model, 0, model->table.total); }
 

@@ -11,6 +11,9 @@ typedef struct {
                      // [0, table.total) unless ZeRO-1 gives it one shard (train/dist.h)
 } Optim;
 
+// Bytes optim_init_range asks ops_malloc for each of m and v (fp32) over the range [lo, hi)
+// (the memory planner, train/plan.h, sizes the AdamW line with it).
+size_t optim_moment_bytes(size_t lo, size_t hi);
 // AdamW state for the whole arena.
 void optim_init(Optim* o, const GPT* model);
 // AdamW state for the arena range [lo, hi) only (ZeRO-1: this process's shard).

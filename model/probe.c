@@ -6,6 +6,11 @@
 
 #define SINK_THRESHOLD 0.3f
 
+void probe_gdn_allocs(const OpsGdnShape* s, size_t req[2]) {
+    req[0] = (size_t)s->B * s->Hv * s->dk * s->dv * sizeof(float);   // the final states
+    req[1] = (size_t)s->B * s->T * s->Hv * s->dv * sizeof(float);    // the outputs (discarded)
+}
+
 // The delta rule's final state of linear layer l over the probe batch, recomputed from the
 // forward's saved q, k, v, g, beta (the training forward keeps no state): the mean and the max
 // over (sequence, value head) of ||S||_F.
@@ -16,8 +21,10 @@ static void probe_gdn_state(GPT* m, int l, float* mean, float* max) {
     const size_t SS = (size_t)s.dk * s.dv, n = (size_t)s.B * s.Hv * SS;
     s.ld_qk = 2 * Kd;
     s.ld_v = Cc;
-    float* state = ops_malloc(n * sizeof(float));
-    float* o = ops_malloc((size_t)s.B * s.T * s.Hv * s.dv * sizeof(float));
+    size_t req[2];
+    probe_gdn_allocs(&s, req);
+    float* state = ops_malloc(req[0]);
+    float* o = ops_malloc(req[1]);
     ops_gdn_forward(o, state, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, NULL, &s);
     float* host = malloc(n * sizeof(float));
     ops_to_host(host, state, n * sizeof(float));

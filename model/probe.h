@@ -53,5 +53,9 @@ typedef struct {
 
 // Runs the forward pass on idx/targets ([B*T], host; the model's current B, T) and measures.
 void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult* r);
+// What probe_run allocates per Gated DeltaNet layer of delta-rule shape s (one layer at a time,
+// freed after it), bytes asked of ops_malloc: the final states, the recomputed outputs (the
+// memory planner, train/plan.h).
+void probe_gdn_allocs(const OpsGdnShape* s, size_t req[2]);
 void probe_free(ProbeResult* r);
 // its log record: train/probe_record.h (model/ computes, train/ writes)

@@ -8,7 +8,10 @@ typedef struct {
     const char* config_path;   // --config FILE; the checkpoint's config.ini for --resume PATH alone
     const char* resume_spec;   // --resume: "auto" or a checkpoint directory (NULL: none)
     int stop_after;            // --stop-after N: end the run after step N (0 = at [train] steps)
-    int check_only;            // --check: validate, print the resolved config, exit
+    int check_only;            // --check: validate, print the resolved config and the memory plan, exit
+    int nproc;                 // --nproc N: processes the plan is for (0: the real count)
+    const char* device;        // --device NAME|BYTES: the memory the plan is held against (NULL: default)
+    int layout;                // --layout: a PlanLayout (train/plan.h), -1: this binary's (or the device's)
     int help;                  // --help / -h: print the usage and exit
     int n_overrides;
     char** overrides;          // the --section.key=value arguments, in order, the "--" included

@@ -118,6 +118,13 @@ static void int_counts(const Comm* c, const size_t* off, const size_t* cnt, int*
     }
 }
 
+// The receive buffer of this process's shard, and Open MPI's temporaries (comm.h)
+#define COMM_MPI_RS_TEMP_FACTOR 2
+void comm_reduce_scatter_bytes(int size, size_t floats, size_t shard, size_t* held, size_t* temp) {
+    *held = size > 1 ? shard * sizeof(float) : 0;
+    *temp = size > 1 ? COMM_MPI_RS_TEMP_FACTOR * floats * sizeof(float) : 0;
+}
+
 void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
     if (c->size == 1) return;
     double t = now_s();
@@ -130,7 +137,9 @@ void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const siz
     if (cnt[c->rank] > g_recv_n) {
         free(g_recv);
         g_recv_n = cnt[c->rank];
-        g_recv = malloc(g_recv_n * sizeof(float));
+        size_t held, temp;
+        comm_reduce_scatter_bytes(c->size, 0, g_recv_n, &held, &temp);   // what the planner counts
+        g_recv = malloc(held);
         if (!g_recv) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
     }
     float* mine = g_recv;

@@ -20,6 +20,11 @@ void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi) {
     *hi = b < total ? b : total;
 }
 
+size_t dist_host_bytes(size_t total, int size) {
+    size_t nchunks = (total + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    return 2 * (size_t)size * sizeof(size_t) + (nchunks ? nchunks : 1) * sizeof(double);
+}
+
 int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
     memset(d, 0, sizeof(*d));
     d->comm = c;

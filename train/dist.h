@@ -45,6 +45,9 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
 // above; what a ZeRO-1 checkpoint's rank file holds).
 void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi);
 void dist_free(Dist* d);
+// Host bytes dist_init allocates for `size` processes over `total` floats (the shard tables and
+// the per-chunk norm sums), for the memory planner (train/plan.h).
+size_t dist_host_bytes(size_t total, int size);
 // After the micro-steps: the sum over processes of grads[total] (every process called backward
 // with dloss = 1 / (grad_accum * size), so the sum is the global-batch mean). zero_stage 0: all
 // of grads; 1: only [lo, hi) is valid afterwards. Both stages add each element's values in

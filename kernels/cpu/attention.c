@@ -7,6 +7,7 @@
 #include "../attn_gate.h"
 #include "../rope.h"
 #include "cpu_common.h"
+#include "../scratch.h"
 #include <string.h>
 
 int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); }
@@ -170,7 +171,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
 // (the tasks are parallel): S = scale * Q_tile K[0:t1]^T, causal softmax in place (P), then
 // Y_tile = P V[0:t1]. Keys past the tile's last query are never computed; inside the tile the
 // upper triangle is masked to 0. q/k/v rows of one head are strided views ([N, H*hd] layout).
-#define ATT_TILE 128
+#define ATT_TILE CPU_ATT_TILE   // kernels/scratch.h (the planner counts its tiles)
 
 static inline int att_tile_end(int t0, int T) { return t0 + ATT_TILE < T ? t0 + ATT_TILE : T; }
 
@@ -260,8 +261,9 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
     }
     #pragma omp parallel
     {
-        float* P = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
-        float* dS = cpu_calloc((size_t)ATT_TILE * T, sizeof(float));
+        // P and dS [ATT_TILE, T]: cpu_att_bwd_thread_floats (kernels/scratch.h)
+        float* P = cpu_calloc(cpu_att_bwd_thread_floats((size_t)T), sizeof(float));
+        float* dS = P + (size_t)ATT_TILE * T;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
@@ -305,7 +307,6 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                 }
             }
         free(P);
-        free(dS);
     }
 }
 

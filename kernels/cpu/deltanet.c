@@ -15,9 +15,10 @@
 #include "../ops.h"
 #include "../attn_gate.h"
 #include "cpu_common.h"
+#include "../scratch.h"
 #include <string.h>
 
-#define GDN_CKPT 64
+#define GDN_CKPT CPU_GDN_CKPT   // kernels/scratch.h (the planner counts the states)
 
 // flush-to-zero and denormals-are-zero on this thread (x86 MXCSR); returns the previous mode
 #if defined(__SSE__)
@@ -147,9 +148,10 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
     const size_t ldqk = s->ld_qk ? (size_t)s->ld_qk : (size_t)Hk * dk, ldv = s->ld_v ? (size_t)s->ld_v : (size_t)Hv * dv;
     #pragma omp parallel
     {
-        float* S = cpu_calloc(SS, sizeof(float));
-        // scratch: the chunked form's (gdn_chunked_head), or the recurrent step's u and d [dv]
-        float* work = cpu_calloc(C > 0 ? (size_t)C * (2 * dv + 2 * dk + C + 1) : 2 * (size_t)dv, sizeof(float));
+        // the state, then the chunked form's scratch (gdn_chunked_head) or the recurrent step's u
+        // and d [dv]: cpu_gdn_fwd_thread_floats (kernels/scratch.h)
+        float* S = cpu_calloc(cpu_gdn_fwd_thread_floats((size_t)C, (size_t)dk, (size_t)dv), sizeof(float));
+        float* work = S + SS;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < Hv; h++) {
@@ -174,7 +176,7 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
                 }
                 if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
             }
-        free(S); free(work);
+        free(S);   // and work, in the same block
     }
 }
 
@@ -190,11 +192,13 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
     const size_t ldqk = s->ld_qk ? (size_t)s->ld_qk : (size_t)Hk * dk, ldv = s->ld_v ? (size_t)s->ld_v : (size_t)Hv * dv;
     #pragma omp parallel
     {
-        float* ck = cpu_calloc((size_t)nck * SS, sizeof(float));   // the state before each chunk
-        float* prev = cpu_calloc((size_t)GDN_CKPT * SS, sizeof(float));   // the state before each token of a chunk
-        float *S = cpu_calloc(SS, sizeof(float)), *dS = cpu_calloc(SS, sizeof(float)), *dSp = cpu_calloc(SS, sizeof(float));
-        float *u = cpu_calloc((size_t)dv, sizeof(float)), *d = cpu_calloc((size_t)dv, sizeof(float));
-        float *dd = cpu_calloc((size_t)dv, sizeof(float)), *du = cpu_calloc((size_t)dv, sizeof(float));
+        // one block of cpu_gdn_bwd_thread_floats (kernels/scratch.h): the state before each chunk
+        // ck [nck, dk, dv], before each token of a chunk prev [GDN_CKPT, dk, dv], S, dS, dS', and
+        // the vectors u, d, dd, du [dv]
+        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, (size_t)dk, (size_t)dv), sizeof(float));
+        float* prev = ck + (size_t)nck * SS;
+        float *S = prev + (size_t)GDN_CKPT * SS, *dS = S + SS, *dSp = dS + SS;
+        float *u = dSp + SS, *d = u + dv, *dd = d + dv, *du = dd + dv;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hk; kh++) {
@@ -281,7 +285,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                     }
                 }
             }
-        free(ck); free(prev); free(S); free(dS); free(dSp); free(u); free(d); free(dd); free(du);
+        free(ck);   // and prev, S, dS, dS', the vectors: one block
     }
 }
 

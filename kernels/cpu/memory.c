@@ -1,6 +1,7 @@
 // kernels/cpu/memory.c: CPU backend lifetime, memory, and the measured fp32 peak.
 #include "../ops.h"
 #include "cpu_common.h"
+#include "../scratch.h"
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,19 +31,38 @@ void ops_init(int threads) {
 const char* ops_backend_name(void) { return cpu_name[0] ? cpu_name : "cpu fp32"; }
 int ops_num_threads(void) { return cpu_threads; }
 
+// Each allocation carries a 64-byte header in front of it with its size, so that ops_free can
+// count what is released (ops_allocated_bytes). The pointer handed out stays 64-byte aligned
+// (AVX-512 lines).
+#define CPU_ALLOC_HEADER 64
+static size_t cpu_live, cpu_peak;   // bytes held by ops_malloc (the host thread allocates)
+
 void* ops_malloc(size_t bytes) {
-    // 64-byte aligned (AVX-512 lines), zero-filled
+    // zero-filled, 64-byte aligned, the size rounded to 64 (kernels/scratch.h)
     void* p = NULL;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded == 0) rounded = 64;
-    if (posix_memalign(&p, 64, rounded) != 0 || !p) {
+    size_t rounded = scratch_alloc_bytes(bytes, SCRATCH_CPU_ALLOC_ALIGN);
+    if (posix_memalign(&p, 64, rounded + CPU_ALLOC_HEADER) != 0 || !p) {
         fprintf(stderr, "error: out of host memory allocating %zu bytes (reduce batch_size, seq_len or model size)\n", bytes);
         exit(1);
     }
-    memset(p, 0, rounded);
-    return p;
+    memset(p, 0, rounded + CPU_ALLOC_HEADER);
+    *(size_t*)p = rounded;
+    cpu_live += rounded;
+    if (cpu_live > cpu_peak) cpu_peak = cpu_live;
+    return (char*)p + CPU_ALLOC_HEADER;
 }
-void ops_free(void* p) { free(p); }
+void ops_free(void* p) {
+    if (!p) return;
+    char* base = (char*)p - CPU_ALLOC_HEADER;
+    cpu_live -= *(size_t*)base;
+    free(base);
+}
+size_t ops_allocated_bytes(void) { return cpu_live; }
+size_t ops_allocated_peak_bytes(void) { return cpu_peak; }
+size_t ops_alloc_align(void) { return SCRATCH_CPU_ALLOC_ALIGN; }
+// the kernels' temporaries of the largest op (kernels/scratch.h); nothing is held between ops
+size_t ops_scratch_bytes(const OpsStepShape* s) { return cpu_scratch_bytes(s); }
+void ops_scratch_reserve(const OpsStepShape* s) { (void)s; }
 void ops_zero(float* x, size_t n) { memset(x, 0, n * sizeof(float)); }
 void ops_copy(float* dst, const float* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 void ops_accumulate(float* y, const float* x, size_t n) {

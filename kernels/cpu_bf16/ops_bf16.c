@@ -60,6 +60,13 @@ const char* ops_backend_name(void) {
 int ops_num_threads(void) { return ref_ops_num_threads(); }
 void* ops_malloc(size_t bytes) { return ref_ops_malloc(bytes); }
 void ops_free(void* p) { ref_ops_free(p); }
+size_t ops_allocated_bytes(void) { return ref_ops_allocated_bytes(); }
+size_t ops_allocated_peak_bytes(void) { return ref_ops_allocated_peak_bytes(); }
+size_t ops_alloc_align(void) { return ref_ops_alloc_align(); }
+// the fp32 kernels' temporaries (each op's fp32 copies of its act_t tensors come on top: this
+// build is a test tool, not planned)
+size_t ops_scratch_bytes(const OpsStepShape* s) { return ref_ops_scratch_bytes(s); }
+void ops_scratch_reserve(const OpsStepShape* s) { ref_ops_scratch_reserve(s); }
 void ops_zero(float* x, size_t n) { ref_ops_zero(x, n); }
 void ops_copy(float* dst, const float* src, size_t n) { ref_ops_copy(dst, src, n); }
 void ops_accumulate(act_t* y, const act_t* x, size_t n) {

@@ -37,6 +37,8 @@ int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 static int rope_T = -1, rope_pos0 = 0;
 static OpsAttnShape rope_key;        // hd, rope_base and rope_scale of the cached table
 static float* rope_dev = NULL;
+// memory.cu reallocated the slot (a reservation): the cached table is gone
+void cuda_rope_invalidate(void) { rope_dev = NULL; rope_T = -1; }
 
 static int rope_key_same(const OpsAttnShape* a, const OpsAttnShape* b) {
     const OpsRope *x = &a->rope_scale, *y = &b->rope_scale;
@@ -54,7 +56,7 @@ static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
     if (!host) { fprintf(stderr, "error: out of host memory for the RoPE tables\n"); exit(1); }
     // row t: cos at host[t * 2 * half], sin half floats further (row stride 2 * half)
     rope_table_rows(host, host + half, 2 * half, T, pos0, s);
-    rope_dev = (float*)cuda_scratch(CUDA_SCRATCH_ROPE, n * sizeof(float) + 4);
+    rope_dev = (float*)cuda_scratch(CUDA_SCRATCH_ROPE, cuda_scratch_rope_bytes((size_t)T, (size_t)s->hd));
     ops_from_host(rope_dev, host, n * sizeof(float));   // a cudaMemcpy: ordered after queued kernels
     free(host);
     rope_T = T; rope_pos0 = pos0; rope_key = *s;
@@ -212,7 +214,7 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
 // (in order) and its q heads (or k heads, in order) of buf[i] * x[i] * r; one thread per
 // (block, i) with i < hd for q_norm.w, hd <= i < 2hd for k_norm.w. The CPU backend uses the
 // same blocks and order.
-#define ATTN_RED_BLOCK 64
+#define ATTN_RED_BLOCK CUDA_ATTN_RED_BLOCK   // kernels/scratch.h
 __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const cact_t* dk,
                                            const cact_t* qkv, const float* qk_rstd,
                                            const float* rope, AttnDims d) {
@@ -260,7 +262,7 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
     CUDA_LAUNCH_CHECK("attn_prep_backward_kernel");
     if (s->qk_norm) {
         int nb = (d.N + ATTN_RED_BLOCK - 1) / ATTN_RED_BLOCK;
-        float* part = (float*)cuda_scratch(CUDA_SCRATCH_QKNORM, (size_t)nb * 2 * d.hd * sizeof(float));
+        float* part = (float*)cuda_scratch(CUDA_SCRATCH_QKNORM, cuda_scratch_qknorm_bytes((size_t)d.N, (size_t)d.hd));
         dim3 grid(nb, cuda_blocks(2 * d.hd, 64));
         attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, CCACT(dq), CCACT(dk), CCACT(qkv), qk_rstd, rope, d);
         CUDA_LAUNCH_CHECK("attn_qknorm_partial_kernel");
@@ -732,7 +734,7 @@ void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act
     AttnDims d = attn_dims(s);
     const float scale = 1.0f / sqrtf((float)s->hd);
     const int sgate = attn_gate_at_sdpa(s->gate, s->gate_pos);
-    float* D = (float*)cuda_scratch(CUDA_SCRATCH_ATTN_D, (size_t)d.N * d.H * sizeof(float));
+    float* D = (float*)cuda_scratch(CUDA_SCRATCH_ATTN_D, cuda_scratch_attn_d_bytes((size_t)d.N, (size_t)d.H));
     size_t warps = (size_t)d.N * d.H;
     attention_backward_pre_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
         CACT(scratch_), D, CACT(dqkv), CCACT(dyg_), CCACT(y_), CCACT(qkv), d);

@@ -13,6 +13,7 @@ extern "C" {
 #include "../ops.h"
 #include "../attn_gate.h"
 #include "cuda_backend.h"
+#include "../scratch.h"
 }
 
 // ---- error checks ---------------------------------------------------------------------------
@@ -41,22 +42,17 @@ void cuda_cublas_check(int status, const char* what, const char* file, int line,
 int cuda_env_is(const char* name, const char* value);
 
 // ---- scratch --------------------------------------------------------------------------------
-// Device buffers owned by the backend, one per slot, grown on demand (a grow frees and
-// reallocates, which synchronises; after the first step of a run no op allocates). Slots keep
+// Device buffers owned by the backend, one per slot (kernels/scratch.h lists them and gives
+// their sizes for a training step). The trainer reserves them at a step's sizes before the
+// first step (ops_scratch_reserve); a request beyond a slot's size (another shape: a test, the
+// sampler, the probe) grows it (a grow frees and reallocates, which synchronises). Slots keep
 // ops from overwriting each other's scratch while both are queued.
-enum {
-    CUDA_SCRATCH_NORM = 0,     // norm weight-gradient partials
-    CUDA_SCRATCH_ATTN_D,       // attention backward: D = dy . y per (b, h, t)
-    CUDA_SCRATCH_QKNORM,       // qk-norm weight-gradient partials
-    CUDA_SCRATCH_ROPE,         // RoPE cos/sin tables
-    CUDA_SCRATCH_EMB,          // embedding backward: tokens grouped by id
-    CUDA_SCRATCH_REDUCE,       // sums of squares, probe partials
-    CUDA_SCRATCH_MOE,          // MoE router statistics partials
-    CUDA_SCRATCH_CUDNN,        // cuDNN attention: bf16 copies of q, k, v, o (and gradients)
-    CUDA_SCRATCH_CUDNN_WS,     // cuDNN attention: the plan's workspace
-    CUDA_SCRATCH_COUNT
-};
 void* cuda_scratch(int slot, size_t bytes);
+// embedding.cu: the bytes CUB's radix sort asks for N (int key, int value) pairs (the
+// CUDA_SCRATCH_EMB slot's second part)
+size_t cuda_emb_cub_temp_bytes(size_t N);
+// attention.cu: forget the cached RoPE table (its slot was reallocated)
+void cuda_rope_invalidate(void);
 
 // ---- per-op profile (memory.cu; GATEDGPT_CUDA_PROFILE=1) ------------------------------------
 // CUDA_OP_TIMER("name") at the top of an op: with profiling on, the device is synchronised

@@ -23,13 +23,13 @@
 #include "cuda_common.h"
 
 // The backward recomputes the states from checkpoints every GDN_CKPT tokens (as the CPU does).
-#define GDN_CKPT 64
+#define GDN_CKPT CUDA_GDN_CKPT   // kernels/scratch.h
 // Rows of the token-sum partials (the weight gradients of the conv, the gated norm and the
 // gates): the CPU's CPU_RED_BLOCK, summed in block order.
-#define GDN_RED_BLOCK 64
+#define GDN_RED_BLOCK CUDA_GDN_RED_BLOCK
 // The forward's columns of S per block (one thread each): a block holds a dk x 64 slice of the
 // state (32 KiB at dk = 128), and a head's dv columns spread over dv / 64 blocks.
-#define GDN_FWD_COLS 64
+#define GDN_FWD_COLS CUDA_GDN_FWD_COLS
 // The backward's threads per block: one per column of S (phases A, C) or per row (phase B) at
 // Qwen3-Next's dk = dv = 128; larger heads loop. The kernel takes 112 (sm_90) to 142 (sm_80)
 // registers (scripts/gpu_report.py). (No __launch_bounds__ on these kernels: with one, ptxas
@@ -56,19 +56,8 @@ static GdnDims gdn_dims(const OpsGdnShape* s) {
 }
 
 // ---- scratch and shared memory ----------------------------------------------------------------
-// Device buffers owned by this file, grown on demand as cuda_scratch (memory.cu) grows its slots:
-// ops_free waits for the queued work that may still use the old buffer (cudaFree synchronises).
-enum { GDN_SCRATCH_STATE = 0, GDN_SCRATCH_PART, GDN_SCRATCH_COUNT };
-static struct { void* p; size_t bytes; } gdn_scratch_buf[GDN_SCRATCH_COUNT];
-static void* gdn_scratch(int slot, size_t bytes) {
-    if (gdn_scratch_buf[slot].bytes < bytes) {
-        ops_free(gdn_scratch_buf[slot].p);
-        size_t grow = bytes + bytes / 4;
-        gdn_scratch_buf[slot].p = ops_malloc(grow);
-        gdn_scratch_buf[slot].bytes = grow;
-    }
-    return gdn_scratch_buf[slot].p;
-}
+// The backend's scratch slots CUDA_SCRATCH_GDN_STATE and CUDA_SCRATCH_GDN_PART (memory.cu), sized
+// by kernels/scratch.h's functions, which the planner uses too.
 
 // The most dynamic shared memory a block may opt in to on this device (227 KiB on H100/H200,
 // 163 KiB on A100)
@@ -176,12 +165,12 @@ extern "C" void ops_gdn_forward(float* o, float* state_out, const float* q, cons
     }
     // s->chunk > 0: the recurrent kernel computes the same (see the top of this file)
     const int cols = GDN_FWD_COLS;
-    const size_t smem_state = ((size_t)4 * d.dk + (size_t)d.dk * cols) * sizeof(float);
+    const size_t smem_state = cuda_gdn_fwd_smem_state((size_t)d.dk);   // kernels/scratch.h: 4 dk + dk x cols
     size_t smem = smem_state;
     float* gstate = NULL;
     if (!gdn_state_in_smem(smem_state)) {   // the state in global scratch; shared memory: q, k only
         smem = (size_t)4 * d.dk * sizeof(float);
-        gstate = (float*)gdn_scratch(GDN_SCRATCH_STATE, (size_t)d.B * d.Hv * d.dk * d.dv * sizeof(float));
+        gstate = (float*)cuda_scratch(CUDA_SCRATCH_GDN_STATE, cuda_gdn_fwd_state_bytes(s));
     }
     if (smem > gdn_smem_limit())
         cuda_fail(__FILE__, __LINE__, "gated delta rule forward: q and k of a token do not fit in shared memory",
@@ -365,19 +354,17 @@ extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, flo
     CUDA_OP_TIMER("ops_gdn_backward");
     const GdnDims d = gdn_dims(s);
     if (d.B <= 0 || d.T <= 0) return;
-    const int nck = (d.T + GDN_CKPT - 1) / GDN_CKPT;
     const int threads = GDN_BWD_THREADS;
     // dynamic shared memory (the kernel's 128 static bytes, red[32], count against the limit)
-    const size_t red = 32 * sizeof(float);
-    const size_t vec = ((size_t)4 * d.dk + 3 * (size_t)d.dv) * sizeof(float);
-    const size_t state = (size_t)2 * d.dk * (d.dv + 1) * sizeof(float);
+    const size_t red = cuda_gdn_bwd_smem_red();   // kernels/scratch.h
+    const size_t vec = cuda_gdn_bwd_smem_vec((size_t)d.dk, (size_t)d.dv);
+    const size_t state = cuda_gdn_bwd_smem_state((size_t)d.dk, (size_t)d.dv);
     const int smem_state = gdn_state_in_smem(red + vec + state);
     const size_t smem = vec + (smem_state ? state : 0);
     if (red + smem > gdn_smem_limit())
         cuda_fail(__FILE__, __LINE__, "gated delta rule backward: the vectors of a token do not fit in shared memory",
                   "linear_k_head_dim / linear_v_head_dim are too large for this GPU");
-    const size_t per_block = (size_t)(nck + GDN_CKPT + (smem_state ? 0 : 2)) * d.dk * d.dv;
-    float* scratch = (float*)gdn_scratch(GDN_SCRATCH_STATE, (size_t)d.B * d.Hk * per_block * sizeof(float));
+    float* scratch = (float*)cuda_scratch(CUDA_SCRATCH_GDN_STATE, cuda_gdn_bwd_state_bytes(s, smem_state));
     GdnBwdPtrs p = {dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta};
     gdn_smem_optin(gdn_backward_kernel, smem);
     dim3 grid(d.Hk, d.B);
@@ -442,7 +429,7 @@ extern "C" void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bia
     CUDA_OP_TIMER("ops_gdn_gates_backward");
     if (N <= 0 || Hv <= 0) return;
     const int nb = (N + GDN_RED_BLOCK - 1) / GDN_RED_BLOCK;
-    float* part = (float*)gdn_scratch(GDN_SCRATCH_PART, (size_t)nb * 2 * Hv * sizeof(float));
+    float* part = (float*)cuda_scratch(CUDA_SCRATCH_GDN_PART, cuda_gdn_part_bytes((size_t)N, 2 * (size_t)Hv));
     dim3 grid(nb, cuda_blocks((size_t)Hv, 64));
     gdn_gates_backward_kernel<<<grid, 64, 0, cuda_stream>>>(dba, part, dg, dbeta, ba, A_log, dt_bias, N, Hv);
     CUDA_LAUNCH_CHECK("gdn_gates_backward_kernel");
@@ -552,7 +539,7 @@ extern "C" void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout
     gdn_conv_backward_dx_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(dx, dout, pre, w, B, T, C, K);
     CUDA_LAUNCH_CHECK("gdn_conv_backward_dx_kernel");
     const int nb = (B * T + GDN_RED_BLOCK - 1) / GDN_RED_BLOCK, CK = C * K;
-    float* part = (float*)gdn_scratch(GDN_SCRATCH_PART, (size_t)nb * CK * sizeof(float));
+    float* part = (float*)cuda_scratch(CUDA_SCRATCH_GDN_PART, cuda_gdn_part_bytes((size_t)B * T, (size_t)CK));
     dim3 grid(nb, cuda_blocks((size_t)CK, 128));
     gdn_conv_backward_dw_kernel<<<grid, 128, 0, cuda_stream>>>(part, dout, pre, x, B, T, C, K);
     CUDA_LAUNCH_CHECK("gdn_conv_backward_dw_kernel");
@@ -680,7 +667,7 @@ extern "C" void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, cons
         dx, dz, dy, x, z, w, rstd, rows, n, (int)act);
     CUDA_LAUNCH_CHECK("gdn_rmsnorm_gated_backward_kernel");
     const int nb = (rows + GDN_RED_BLOCK - 1) / GDN_RED_BLOCK;
-    float* part = (float*)gdn_scratch(GDN_SCRATCH_PART, (size_t)nb * n * sizeof(float));
+    float* part = (float*)cuda_scratch(CUDA_SCRATCH_GDN_PART, cuda_gdn_part_bytes((size_t)rows, (size_t)n));
     dim3 grid(nb, cuda_blocks((size_t)n, 128));
     gdn_rmsnorm_gated_dw_kernel<<<grid, 128, 0, cuda_stream>>>(part, dy, x, z, rstd, rows, n, (int)act);
     CUDA_LAUNCH_CHECK("gdn_rmsnorm_gated_dw_kernel");

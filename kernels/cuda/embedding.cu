@@ -57,18 +57,24 @@ __global__ void embedding_iota_kernel(int* x, int n) {
     if (i < n) x[i] = i;
 }
 
+// What CUB's radix sort of N (int key, int value) pairs asks for (its size query touches no
+// data); memory.cu plans the embedding's scratch slot with it
+size_t cuda_emb_cub_temp_bytes(size_t N) {
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int*)NULL, (int*)NULL, (const int*)NULL, (int*)NULL,
+                                               (int)N, 0, 32, cuda_stream));
+    return temp_bytes;
+}
+
 void ops_embedding_backward(float* dwte, float* dwpe, const float* dout, const int* idx,
                             int B, int T, int C) {
     CUDA_OP_TIMER("ops_embedding_backward");
     const int N = B * T;
     if (N <= 0) return;
     // scratch: positions [N] | sorted ids [N] | sorted positions [N] | CUB's temporary storage
-    size_t temp_bytes = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, idx, (int*)NULL, (const int*)NULL, (int*)NULL, N, 0,
-                                               32, cuda_stream));
-    const size_t ints = 3 * (size_t)N;
-    const size_t off = (ints * sizeof(int) + 255) / 256 * 256;
-    char* scratch = (char*)cuda_scratch(CUDA_SCRATCH_EMB, off + temp_bytes);
+    size_t temp_bytes = cuda_emb_cub_temp_bytes((size_t)N);
+    const size_t off = cuda_scratch_emb_offset((size_t)N);
+    char* scratch = (char*)cuda_scratch(CUDA_SCRATCH_EMB, cuda_scratch_emb_bytes((size_t)N, temp_bytes));
     int* pos = (int*)scratch;
     int* sorted_id = pos + N;
     int* sorted_pos = sorted_id + N;

@@ -44,7 +44,7 @@ void cuda_cublas_check(int status, const char* what, const char* file, int line,
 
 static cublasLtHandle_t lt_handle;
 static void* lt_workspace;
-static const size_t LT_WORKSPACE_BYTES = 32u << 20;   // 32 MiB, what cuBLAS asks for on Hopper
+static const size_t LT_WORKSPACE_BYTES = CUDA_LT_WORKSPACE_BYTES;   // 32 MiB, what cuBLAS asks for on Hopper (kernels/scratch.h)
 static cublasComputeType_t lt_compute = CUBLAS_COMPUTE_32F;   // for fp32 A/B (the environment's mode)
 
 void cuda_matmul_init(int math) {

@@ -141,8 +141,7 @@ static size_t cuda_live = 0, cuda_peak = 0;
 
 static void* cuda_alloc_zeroed(size_t bytes) {
     void* p = NULL;
-    size_t rounded = (bytes + 255) & ~(size_t)255;
-    if (rounded == 0) rounded = 256;
+    size_t rounded = scratch_alloc_bytes(bytes, SCRATCH_CUDA_ALLOC_ALIGN);   // kernels/scratch.h
     cudaError_t e = cudaMalloc(&p, rounded);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
@@ -277,14 +276,53 @@ size_t ops_mem_available(void) {
 }
 
 static struct { void* p; size_t bytes; } cuda_scratch_buf[CUDA_SCRATCH_COUNT];
+// grow: 1.25x the request, so that slowly growing requests (a sampler's growing context) do not
+// reallocate every time; a reservation (ops_scratch_reserve) is the exact size
+static void scratch_resize(int slot, size_t bytes) {
+    cuda_release(cuda_scratch_buf[slot].p);   // cudaFree waits for queued work that may use it
+    cuda_scratch_buf[slot].p = bytes ? cuda_alloc_zeroed(bytes) : NULL;
+    cuda_scratch_buf[slot].bytes = bytes;
+    if (slot == CUDA_SCRATCH_ROPE) cuda_rope_invalidate();   // attention.cu keeps a pointer into it
+}
 void* cuda_scratch(int slot, size_t bytes) {
-    if (cuda_scratch_buf[slot].bytes < bytes) {
-        cuda_release(cuda_scratch_buf[slot].p);   // cudaFree waits for queued work that may use it
-        size_t grow = bytes + bytes / 4;
-        cuda_scratch_buf[slot].p = cuda_alloc_zeroed(grow);
-        cuda_scratch_buf[slot].bytes = grow;
-    }
+    if (cuda_scratch_buf[slot].bytes < bytes) scratch_resize(slot, bytes + bytes / 4);
     return cuda_scratch_buf[slot].p;
+}
+
+size_t ops_allocated_bytes(void) { return cuda_live; }
+size_t ops_allocated_peak_bytes(void) { return cuda_peak; }
+size_t ops_alloc_align(void) { return SCRATCH_CUDA_ALLOC_ALIGN; }
+
+// This device's facts for kernels/scratch.h: CUB's storage, the shared memory a block may opt in
+// to (the delta rule's kernels keep their state there when it fits), GATEDGPT_GDN_STATE
+static CudaDeviceFacts device_facts(const OpsStepShape* s) {
+    CudaDeviceFacts f;
+    int smem = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda_dev < 0 ? 0 : cuda_dev));
+    f.smem_optin = (size_t)smem;
+    f.gdn_state_global = cuda_env_is("GATEDGPT_GDN_STATE", "global");
+    f.cub_temp = cuda_emb_cub_temp_bytes((size_t)s->B * s->T);
+    return f;
+}
+
+// the slots of a step of shape s and the cuBLASLt workspace, as cudaMalloc holds them
+size_t ops_scratch_bytes(const OpsStepShape* s) {
+    CudaDeviceFacts f = device_facts(s);
+    size_t slot[CUDA_SCRATCH_COUNT], total = scratch_alloc_bytes(CUDA_LT_WORKSPACE_BYTES, SCRATCH_CUDA_ALLOC_ALIGN);
+    cuda_scratch_plan(s, &f, slot);
+    for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
+        if (slot[i]) total += scratch_alloc_bytes(slot[i], SCRATCH_CUDA_ALLOC_ALIGN);
+    return total;
+}
+
+// Every slot at exactly the step's size (a slot holding more keeps it: a reservation never
+// shrinks what an op may be using)
+void ops_scratch_reserve(const OpsStepShape* s) {
+    CudaDeviceFacts f = device_facts(s);
+    size_t slot[CUDA_SCRATCH_COUNT];
+    cuda_scratch_plan(s, &f, slot);
+    for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
+        if (slot[i] > cuda_scratch_buf[i].bytes) scratch_resize(i, slot[i]);
 }
 
 // ---- peak FLOP/s ----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ extern "C" void ops_moe_router_backward(float* dlogits, const float* dtopk_w, co
 // and of the per-token entropy (MOE_STAT_BLOCKS blocks over strided tokens); all in double,
 // each thread in token order, blocks reduced in warp order, block partials added on the host in
 // block order.
-#define MOE_STAT_BLOCKS 128
+#define MOE_STAT_BLOCKS CUDA_MOE_STAT_BLOCKS   // kernels/scratch.h
 
 __global__ static void router_psum_kernel(double* p_sum, const float* probs, int N, int E) {
     __shared__ double sh[32];
@@ -115,7 +115,7 @@ extern "C" void ops_moe_router_stats(double* p_sum, double* lse_sq, double* entr
                                      const float* lse, int N, int E) {
     CUDA_OP_TIMER("ops_moe_router_stats");
     if (E <= 0) return;
-    double* dev = (double*)cuda_scratch(CUDA_SCRATCH_MOE, ((size_t)E + 2 * MOE_STAT_BLOCKS) * sizeof(double));
+    double* dev = (double*)cuda_scratch(CUDA_SCRATCH_MOE, cuda_scratch_moe_bytes((size_t)E));
     double* part = dev + E;
     router_psum_kernel<<<E, 256, 0, cuda_stream>>>(dev, probs, N, E);
     CUDA_LAUNCH_CHECK("router_psum_kernel");

@@ -7,7 +7,7 @@
 
 // Rows of the weight-gradient partial sums: the same 64-row blocks as the CPU backend
 // (CPU_RED_BLOCK), summed in block order, so the reduction does not depend on the launch shape.
-#define NORM_RED_BLOCK 64
+#define NORM_RED_BLOCK CUDA_NORM_RED_BLOCK   // kernels/scratch.h
 
 // One warp per row; lanes stride over the channels; deterministic warp sums.
 __global__ void norm_forward_kernel(cact_t* out, float* mean, float* rstd, const float* inp,
@@ -105,7 +105,7 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, con
         dinp, CCACT(dout), inp, w, ln ? mean : NULL, rstd, N, C, ln);
     CUDA_LAUNCH_CHECK("norm_backward_dx_kernel");
     int nb = (N + NORM_RED_BLOCK - 1) / NORM_RED_BLOCK;
-    float* pdw = (float*)cuda_scratch(CUDA_SCRATCH_NORM, (size_t)2 * nb * C * sizeof(float));
+    float* pdw = (float*)cuda_scratch(CUDA_SCRATCH_NORM, cuda_scratch_norm_bytes((size_t)N, (size_t)C));
     float* pdb = db ? pdw + (size_t)nb * C : NULL;
     dim3 grid(nb, cuda_blocks(C, 128));
     norm_backward_partial_kernel<<<grid, 128, 0, cuda_stream>>>(pdw, pdb, CCACT(dout), inp, ln ? mean : NULL, rstd, N, C, ln);

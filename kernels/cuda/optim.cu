@@ -20,7 +20,7 @@ void ops_sumsq_chunks(double* part, const float* x, size_t n) {
     CUDA_OP_TIMER("ops_sumsq_chunks");
     size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (nc == 0) return;
-    double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, nc * sizeof(double));
+    double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, cuda_scratch_reduce_bytes(n, OPS_SUMSQ_CHUNK));
     sumsq_chunks_kernel<<<(unsigned)nc, 256, 0, cuda_stream>>>(dpart, x, n);
     CUDA_LAUNCH_CHECK("sumsq_chunks_kernel");
     ops_to_host(part, dpart, nc * sizeof(double));
