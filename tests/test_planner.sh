@@ -3,8 +3,8 @@
 # docs/config.md "Memory plan") against what training holds.
 #
 # CPU (default), a dense (tiny_gated with d_ff 1536), an MoE (tiny_moe_gated) and a hybrid
-# (tiny_hybrid_gated) model at 1, 2 and 3 processes, zero_stage 0 and 1, 2 training steps each
-# (one thread per process):
+# (tiny_hybrid_gated) model at 1, 2 and 3 processes, zero_stage 0 and 1, [train] recompute none,
+# selective and full (9 combinations a model), 2 training steps each (one thread per process):
 #   - the trainer's peak RSS (VmHWM, the largest over the processes) within 10% of the plan's
 #     total (`--check --nproc N`): the acceptance bound; the plan's runtime line is this
 #     process's RSS, measured, and its scratch and MPI lines are allowances (docs/config.md);
@@ -105,13 +105,14 @@ for cfg in $CONFIGS; do
         moe) C=(--config configs/tiny_moe_gated.ini) ;;
         hybrid) C=(--config configs/tiny_hybrid_gated.ini) ;;
     esac
-    for run in 1:0 2:0 2:1 3:0 3:1; do
-        np=${run%:*} z=${run#*:}
+    # processes:zero_stage:recompute; every recompute mode at 1, 2 and 3 processes
+    for run in 1:0:none 2:0:none 2:1:none 3:0:none 3:1:none 1:0:full 2:1:selective 3:0:full 3:1:selective; do
+        IFS=: read -r np z rc <<< "$run"
         if [ "$np" -gt 1 ] && [ "$have_mpi" = 0 ]; then echo "skipped: $cfg x $np: mpirun not installed"; continue; fi
-        name="$cfg.np$np.z$z"
-        "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --check --nproc "$np" > "$TMP/$name.plan" 2>&1
+        name="$cfg.np$np.z$z.$rc"
+        "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --train.recompute="$rc" --check --nproc "$np" > "$TMP/$name.plan" 2>&1
         check "$name: --check --nproc $np prints a plan" grep -q "^  total " "$TMP/$name.plan"
-        launch "$np" "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
+        launch "$np" "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --train.recompute="$rc" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
         check "$name: trains (rc $?)" grep -q "^memory: peak RSS" "$TMP/$name.out"
         plan=$(field total "$TMP/$name.plan"); rss=$(peak "peak RSS" "$TMP/$name.out")
         ratio=$("$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / max(int(sys.argv[2] or 0), 1)))" "$plan" "${rss:-0}")
