@@ -142,20 +142,33 @@ static inline void cuda_scratch_plan(const OpsStepShape* s, const CudaDeviceFact
 
 // ---- the CPU kernels' temporaries --------------------------------------------------------------
 #define CPU_ATT_TILE 128   // attention (kernels/cpu/attention.c): query rows per tile
-#define CPU_GDN_CKPT 64    // the delta rule's backward (kernels/cpu/deltanet.c): a checkpoint every 64 tokens
+#define CPU_GDN_CKPT 64    // the delta rule's recurrent backward (kernels/cpu/deltanet.c): a checkpoint every 64 tokens
 // attention backward, per thread: P and dS [CPU_ATT_TILE, T]
 static inline size_t cpu_att_bwd_thread_floats(size_t T) { return 2 * CPU_ATT_TILE * T; }
-// the delta rule's forward, per thread: the state [dk, dv] and the chunked form's work space
-// [C, 2 dv + 2 dk + C + 1] (the recurrent form's u, d [dv] with C = 0)
-static inline size_t cpu_gdn_fwd_work_floats(size_t C, size_t dk, size_t dv) {
-    return C > 0 ? C * (2 * dv + 2 * dk + C + 1) : 2 * dv;
+// The delta rule's chunked form (kernels/cpu/deltanet_chunk.c), chunks of C tokens, per thread.
+// Forward: the state [dk, dv], 3 vectors [C], K^T [dk, C], 5 [C, C] (K K^T, Q K^T, P, Ak, Tinv),
+// 5 [C, dk] (beta e^c K, Kc, Qd, Kd and K^T's) and 3 [C, dv] (beta V, W, Vn).
+static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv) {
+    return dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
 }
+// Backward, kept per chunk for the reverse pass: S [dk, dv], Ak and Tinv [C, C], W, Vn [C, dv], Kc [C, dk]
+static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t dv) {
+    return dk * dv + 2 * C * C + C * (dk + 2 * dv);
+}
+// Backward: ceil(T / C) chunks' stored floats, then one chunk's temporaries: 5 [dk, dv], 5 [C],
+// 8 [C, C], 9 [C, dk], 5 [C, dv]
+static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv) {
+    const size_t nck = (T + C - 1) / C;
+    return nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + 5 * dk * dv + 5 * C + 8 * C * C + C * (9 * dk + 5 * dv);
+}
+// The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
+// Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'
+// and 4 vectors of dv.
 static inline size_t cpu_gdn_fwd_thread_floats(size_t C, size_t dk, size_t dv) {
-    return dk * dv + cpu_gdn_fwd_work_floats(C, dk, dv);
+    return C > 0 ? cpu_gdn_chunk_fwd_floats(C, dk, dv) : dk * dv + 2 * dv;
 }
-// the delta rule's backward, per thread: the checkpoints [ceil(T / 64), dk, dv], one chunk's
-// states [64, dk, dv], S, dS, dS' and 4 vectors of dv
-static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t dk, size_t dv) {
+static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, size_t dv) {
+    if (C > 0) return cpu_gdn_chunk_bwd_floats(T, C, dk, dv);
     const size_t nck = (T + CPU_GDN_CKPT - 1) / CPU_GDN_CKPT;
     return (nck + CPU_GDN_CKPT + 3) * dk * dv + 4 * dv;
 }
@@ -174,7 +187,7 @@ static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
     if (s->n_linear > 0) {
         const OpsGdnShape* g = &s->gdn;
         size_t f = th * cpu_gdn_fwd_thread_floats((size_t)g->chunk, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
-        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
+        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
         if (f > best) best = f;
         if (b > best) best = b;
     }

@@ -9,6 +9,7 @@ PACKAGES=(
   zlib1g-dev                    # crc32 checksums of checkpoint files
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
+  libxsmm-dev                   # LIBXSMM: JIT kernels for the delta rule's small GEMMs (kernels/cpu/gemm_small.c)
   libopenmpi-dev openmpi-bin    # data-parallel training under mpirun (train/comm_mpi.c)
   bible-kjv                     # the demo corpus (King James Bible), no download needed
   python3-numpy python3-matplotlib   # scripts/report.py (ablation reports)

@@ -1,6 +1,8 @@
 // kernels/cpu/deltanet.c: the gated delta rule on the CPU (kernels/ops.h, "Gated delta rule").
-// The recurrent form, one task per (sequence, value head); the backward walks the tokens in
-// reverse with the states recomputed chunk by chunk from checkpoints (GDN_CKPT tokens apart).
+// With s->chunk > 0 (training) both ops run the chunked form of kernels/cpu/deltanet_chunk.c.
+// Here, the recurrent form (decoding, and the reference of the tests): one task per (sequence,
+// value head); the backward walks the tokens in reverse with the states recomputed chunk by
+// chunk from checkpoints (GDN_CKPT tokens apart).
 //
 // Forward, per token (S [dk, dv], a = exp(g), scale = 1/sqrt(dk)):
 //   Sp = a S;  u = Sp^T k;  d = beta (v - u);  S' = Sp + k d^T;  o = scale S'^T q
@@ -16,23 +18,10 @@
 #include "../attn_gate.h"
 #include "cpu_common.h"
 #include "../scratch.h"
+#include "deltanet_chunk.h"
 #include <string.h>
 
 #define GDN_CKPT CPU_GDN_CKPT   // kernels/scratch.h (the planner counts the states)
-
-// flush-to-zero and denormals-are-zero on this thread (x86 MXCSR); returns the previous mode
-#if defined(__SSE__)
-#include <xmmintrin.h>
-static inline unsigned int gdn_flush_subnormals(void) {
-    unsigned int csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);   // FTZ (bit 15) | DAZ (bit 6)
-    return csr;
-}
-static inline void gdn_restore_fp_mode(unsigned int csr) { _mm_setcsr(csr); }
-#else
-static inline unsigned int gdn_flush_subnormals(void) { return 0; }
-static inline void gdn_restore_fp_mode(unsigned int csr) { (void)csr; }
-#endif
 
 // one token's update of S [dk, dv] in place; u and d [dv] are scratch (their values kept for
 // the backward); o [dv] (when not NULL) = scale S'^T q
@@ -53,104 +42,20 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
     for (int j = 0; j < dv; j++) o[j] *= scale;
 }
 
-// The chunked form for one (sequence b, value head h), chunks of C tokens (the last may be
-// shorter), following transformers' torch_chunk_gated_delta_rule. Within a chunk, with
-// c_i = sum_{j<=i} g_j (the cumulative log decay from the chunk's start) and D_ij = exp(c_i - c_j)
-// for j <= i:
-//   A = I + strictly_lower(beta_i k_i.k_j D_ij)                    (unit lower triangular)
-//   W = A^-1 (beta v);   Kc = A^-1 (beta k exp(c))                  (forward substitution)
-//   v' = W - Kc S;       o_i = scale (exp(c_i) q_i S + sum_{j<=i} D_ij (q_i.k_j) v'_j)
-//   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j v'_j^T
-// S [dk, dv] in and out; work [C*(2*dv + 2*dk + C + 1)] scratch.
-static void gdn_chunked_head(float* o, float* S, const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, int T, size_t ldqk, size_t ldv, int Hv, int dk, int dv, int C, int kh,
-                             int h, size_t n0, float scale, float* work) {
-    float *W = work, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk, *Qd = Vn + (size_t)C * dv;
-    float *Aij = Qd + (size_t)C * dk, *cum = Aij + (size_t)C * C;
-    for (int c0 = 0; c0 < T; c0 += C) {
-        const int L = T - c0 < C ? T - c0 : C;
-#define QR(i) (q + (n0 + c0 + (i)) * ldqk + (size_t)kh * dk)
-#define KR(i) (k + (n0 + c0 + (i)) * ldqk + (size_t)kh * dk)
-#define VR(i) (v + (n0 + c0 + (i)) * ldv + (size_t)h * dv)
-#define GI(i) (g[(n0 + c0 + (i)) * Hv + h])
-#define BI(i) (beta[(n0 + c0 + (i)) * Hv + h])
-        float acc = 0.0f;
-        for (int i = 0; i < L; i++) { acc += GI(i); cum[i] = acc; }
-        // A's strictly lower part (the coefficients of the forward substitution)
-        for (int i = 0; i < L; i++)
-            for (int j = 0; j < i; j++) {
-                float dot = 0.0f;
-                #pragma omp simd reduction(+:dot)
-                for (int e = 0; e < dk; e++) dot += KR(i)[e] * KR(j)[e];
-                Aij[i * C + j] = BI(i) * dot * expf(cum[i] - cum[j]);
-            }
-        // forward substitution: row i = rhs_i - sum_{j<i} A_ij row_j
-        for (int i = 0; i < L; i++) {
-            const float ec = expf(cum[i]);
-            for (int e = 0; e < dv; e++) W[(size_t)i * dv + e] = BI(i) * VR(i)[e];
-            for (int e = 0; e < dk; e++) Kc[(size_t)i * dk + e] = BI(i) * KR(i)[e] * ec;
-            for (int j = 0; j < i; j++) {
-                const float a = Aij[i * C + j];
-                for (int e = 0; e < dv; e++) W[(size_t)i * dv + e] -= a * W[(size_t)j * dv + e];
-                for (int e = 0; e < dk; e++) Kc[(size_t)i * dk + e] -= a * Kc[(size_t)j * dk + e];
-            }
-        }
-        // v' = W - Kc S;  the queries' read of the chunk's initial state: exp(c_i) q_i S
-        // (rows of S in the inner loop: contiguous, so it vectorises)
-        for (int i = 0; i < L; i++) {
-            const float ec = expf(cum[i]);
-            float* vi = Vn + (size_t)i * dv;
-            float* oi = o + ((n0 + c0 + i) * Hv + h) * dv;
-            for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = QR(i)[e] * ec;
-            for (int f = 0; f < dv; f++) { vi[f] = W[(size_t)i * dv + f]; oi[f] = 0.0f; }
-            for (int e = 0; e < dk; e++) {
-                const float kc = Kc[(size_t)i * dk + e], qd = Qd[(size_t)i * dk + e];
-                const float* Se = S + (size_t)e * dv;
-                for (int f = 0; f < dv; f++) { vi[f] -= kc * Se[f]; oi[f] += qd * Se[f]; }
-            }
-        }
-        // within the chunk: o_i += sum_{j<=i} D_ij (q_i.k_j) v'_j, then scale
-        for (int i = 0; i < L; i++) {
-            float* oi = o + ((n0 + c0 + i) * Hv + h) * dv;
-            for (int j = 0; j <= i; j++) {
-                float dot = 0.0f;
-                #pragma omp simd reduction(+:dot)
-                for (int e = 0; e < dk; e++) dot += QR(i)[e] * KR(j)[e];
-                const float a = dot * expf(cum[i] - cum[j]);
-                for (int f = 0; f < dv; f++) oi[f] += a * Vn[(size_t)j * dv + f];
-            }
-            for (int f = 0; f < dv; f++) oi[f] *= scale;
-        }
-        // the state after the chunk
-        const float last = cum[L - 1], el = expf(last);
-        for (int e = 0; e < dk * dv; e++) S[e] *= el;
-        for (int j = 0; j < L; j++) {
-            const float w = expf(last - cum[j]);
-            for (int e = 0; e < dk; e++) {
-                const float ke = KR(j)[e] * w;
-                for (int f = 0; f < dv; f++) S[e * dv + f] += ke * Vn[(size_t)j * dv + f];
-            }
-        }
-#undef QR
-#undef KR
-#undef VR
-#undef GI
-#undef BI
-    }
-}
-
 void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
+    if (s->chunk > 0) {   // training: the chunked form (kernels/cpu/deltanet_chunk.c)
+        cpu_gdn_chunk_forward(o, state_out, q, k, v, g, beta, state_in, s);
+        return;
+    }
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)dk);
-    const int C = s->chunk;
     const size_t SS = (size_t)dk * dv;
     const size_t ldqk = s->ld_qk ? (size_t)s->ld_qk : (size_t)Hk * dk, ldv = s->ld_v ? (size_t)s->ld_v : (size_t)Hv * dv;
     #pragma omp parallel
     {
-        // the state, then the chunked form's scratch (gdn_chunked_head) or the recurrent step's u
-        // and d [dv]: cpu_gdn_fwd_thread_floats (kernels/scratch.h)
-        float* S = cpu_calloc(cpu_gdn_fwd_thread_floats((size_t)C, (size_t)dk, (size_t)dv), sizeof(float));
+        // the state, then the step's u and d [dv]: cpu_gdn_fwd_thread_floats (kernels/scratch.h)
+        float* S = cpu_calloc(cpu_gdn_fwd_thread_floats(0, (size_t)dk, (size_t)dv), sizeof(float));
         float* work = S + SS;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -158,21 +63,11 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
                 const size_t sb = ((size_t)b * Hv + h) * SS;
                 if (state_in) memcpy(S, state_in + sb, SS * sizeof(float));
                 else memset(S, 0, SS * sizeof(float));
-                if (C > 0) {
-                    // Within a chunk exp(c_i) of a fast-decaying head (g ~ -10 per token at
-                    // initialisation) falls below fp32's normal range after a few tokens, and
-                    // x86 computes with subnormals ~10x slower: flush them to zero here (values
-                    // below 1.2e-38 against O(1) outputs; the recurrent form never meets them).
-                    const unsigned int csr = gdn_flush_subnormals();
-                    gdn_chunked_head(o, S, q, k, v, g, beta, T, ldqk, ldv, Hv, dk, dv, C, h / rep, h, (size_t)b * T, scale, work);
-                    gdn_restore_fp_mode(csr);
-                } else {
-                    for (int t = 0; t < T; t++) {
-                        size_t n = (size_t)b * T + t;
-                        gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + n * ldqk + (size_t)(h / rep) * dk,
-                                 k + n * ldqk + (size_t)(h / rep) * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
-                                 beta[n * Hv + h], dk, dv, scale);
-                    }
+                for (int t = 0; t < T; t++) {
+                    size_t n = (size_t)b * T + t;
+                    gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + n * ldqk + (size_t)(h / rep) * dk,
+                             k + n * ldqk + (size_t)(h / rep) * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
+                             beta[n * Hv + h], dk, dv, scale);
                 }
                 if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
             }
@@ -185,6 +80,10 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
 void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const OpsGdnShape* s) {
+    if (s->chunk > 0) {   // training: the chunked form (kernels/cpu/deltanet_chunk.c)
+        cpu_gdn_chunk_backward(dq, dk_, dv_, dg, dbeta, dout, q, k, v, g, beta, s);
+        return;
+    }
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)dk);
     const int nck = (T + GDN_CKPT - 1) / GDN_CKPT;
@@ -195,7 +94,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
         // one block of cpu_gdn_bwd_thread_floats (kernels/scratch.h): the state before each chunk
         // ck [nck, dk, dv], before each token of a chunk prev [GDN_CKPT, dk, dv], S, dS, dS', and
         // the vectors u, d, dd, du [dv]
-        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, (size_t)dk, (size_t)dv), sizeof(float));
+        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, 0, (size_t)dk, (size_t)dv), sizeof(float));
         float* prev = ck + (size_t)nck * SS;
         float *S = prev + (size_t)GDN_CKPT * SS, *dS = S + SS, *dSp = dS + SS;
         float *u = dSp + SS, *d = u + dv, *dd = d + dv, *du = dd + dv;

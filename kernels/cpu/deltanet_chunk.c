@@ -1,0 +1,355 @@
+// kernels/cpu/deltanet_chunk.c: the gated delta rule in its chunked (WY / UT) form on the CPU,
+// forward and backward (kernels/ops.h, "Gated delta rule", with s->chunk = C > 0). Almost every
+// FLOP is a product of [C, dk], [C, dv], [C, C] or [dk, dv] operands: cpu_gemm_small's JIT
+// kernels (kernels/cpu/gemm_small.h). kernels/cpu/deltanet.c keeps the recurrent form (decoding,
+// and the reference the tests compare with).
+//
+// Per (sequence b, value head h) and chunk of L <= C tokens, with the state S [dk, dv] at the
+// chunk's start, scale = 1/sqrt(dk), c_i = g_0 + ... + g_i (the cumulative log decay within the
+// chunk, c_L its last), Gam_ij = exp(c_i - c_j) for j <= i:
+//   Ak_ij = (k_i . k_j) Gam_ij,  A_ij = beta_i Ak_ij (j < i);   Tinv = (I + A)^-1  (unit lower)
+//   W  = Tinv diag(beta) V                         [L, dv]
+//   Kc = Tinv diag(beta e^c) K                     [L, dk]
+//   Vn = W - Kc S                                   [L, dv]  (the delta rule's corrected values)
+//   O  = Qd S + P Vn,  Qd = scale diag(e^c) Q,  P_ij = scale (q_i . k_j) Gam_ij (j <= i)
+//   S <- e^{c_L} S + Kd^T Vn,  Kd = diag(e^{c_L - c}) K
+// which is the recurrence S <- e^g S; S += k (beta (v - S^T k))^T; o = scale S^T q token by
+// token (the row i of M = I + A collects what the tokens j < i of the chunk wrote where k_i
+// reads). The backward first walks the chunks forward again (storing, per chunk, S, Ak, Tinv,
+// W, Kc and Vn), then walks them in reverse with dSn = dL/d(the state after the chunk):
+//   dVn = P^T dO + Kd dSn;   dP = dO Vn^T;   dKd = Vn dSn^T
+//   dQd = dO S^T;   dKc = -dVn S^T;   dS = e^{c_L} dSn + Qd^T dO - Kc^T dVn   (the next dSn)
+//   dRv = Tinv^T dVn;  dRk = Tinv^T dKc;   dA = -(dRv W^T + dRk Kc^T)  (strictly lower part)
+//   G_ij = dA_ij beta_i Gam_ij:  dK += G K + G^T K;   H_ij = scale dP_ij Gam_ij:  dQ += H K, dK += H^T Q
+//   dV = diag(beta) dRv;  dK += diag(beta e^c) dRk + diag(e^{c_L - c}) dKd;  dQ += scale diag(e^c) dQd
+//   dbeta_i = dRv_i.v_i + e^{c_i} dRk_i.k_i + sum_{j<i} dA_ij Ak_ij
+//   dc_i = sum_j (dA_ij A_ij - dA_ji A_ji + dP_ij P_ij - dP_ji P_ji) + beta_i e^{c_i} dRk_i.k_i
+//          + Qd_i.dQd_i - Kd_i.dKd_i;   dc_L += sum_i Kd_i.dKd_i + e^{c_L} <S, dSn>
+//   dg_j = sum_{i >= j} dc_i
+// (each line is the chain rule through one line of the forward above; tests/test_deltanet.c
+// checks the whole against the recurrent backward and finite differences).
+//
+// Determinism: one task per (sequence, value head) forward and per (sequence, key head)
+// backward (its value heads in order, so dq and dk of the key head have one writer), fixed
+// products and loop orders: the same bits for any thread count.
+#include "../ops.h"
+#include "../scratch.h"
+#include "cpu_common.h"
+#include "deltanet_chunk.h"
+#include "gemm_small.h"
+#include <string.h>
+
+// The chunked form's exp(c_i) of a fast-decaying head (g ~ -10 per token at initialisation)
+// falls below fp32's normal range after a few tokens, and x86 computes with subnormals ~10x
+// slower: flush them to zero in these loops (values below 1.2e-38 against O(1) outputs).
+#if defined(__SSE__)
+#include <xmmintrin.h>
+static inline unsigned int gdn_flush_subnormals(void) {
+    unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);   // FTZ (bit 15) | DAZ (bit 6)
+    return csr;
+}
+static inline void gdn_restore_fp_mode(unsigned int csr) { _mm_setcsr(csr); }
+#else
+static inline unsigned int gdn_flush_subnormals(void) { return 0; }
+static inline void gdn_restore_fp_mode(unsigned int csr) { (void)csr; }
+#endif
+
+// One (sequence, head)'s inputs: rows of q, k (stride ldqk, already at the key head's columns),
+// v (stride ldv, at the value head's), g and beta (stride Hv, at the head); row 0 = the sequence's
+// first token.
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    int ldqk, ldv, Hv;
+} GdnHead;
+
+// c_i (cumulative log decay), ec_i = e^{c_i}, edec_i = e^{c_L - c_i} of the chunk's L tokens at t0
+static void gdn_chunk_decays(float* cum, float* ec, float* edec, const GdnHead* x, int t0, int L) {
+    float acc = 0.0f;
+    for (int i = 0; i < L; i++) { acc += x->g[(size_t)(t0 + i) * x->Hv]; cum[i] = acc; }
+    for (int i = 0; i < L; i++) { ec[i] = cpu_expf(cum[i]); edec[i] = cpu_expf(cum[L - 1] - cum[i]); }
+}
+
+// Tinv [L, L] (ld C) = (I + A)^-1 for A_ij = beta_i Ak_ij (j < i): by forward substitution,
+// row i = e_i - sum_{j<i} A_ij row_j (row j is zero beyond column j)
+static void gdn_tril_inverse(float* Tinv, const float* Ak, const float* beta, int Hv, int L, int C) {
+    for (int i = 0; i < L; i++) {
+        float* ri = Tinv + (size_t)i * C;
+        memset(ri, 0, (size_t)C * sizeof(float));
+        ri[i] = 1.0f;
+        const float b = beta[(size_t)i * Hv];
+        for (int j = 0; j < i; j++) {
+            const float a = b * Ak[(size_t)i * C + j];
+            const float* rj = Tinv + (size_t)j * C;
+            #pragma omp simd
+            for (int m = 0; m <= j; m++) ri[m] -= a * rj[m];
+        }
+    }
+}
+
+// Ak (when not NULL; j < i, else 0) = (K K^T o Gam), and when P != NULL, P (j <= i; else 0) = scale (Q K^T o Gam);
+// Gam (j <= i; else 0) stored when not NULL. KK, QK [L, L] (ld C): the raw products.
+static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, const float* QK, const float* cum,
+                            int L, int C, float scale) {
+    for (int i = 0; i < L; i++) {
+        float e[i + 1];
+        #pragma omp simd
+        for (int j = 0; j <= i; j++) e[j] = cpu_expf(cum[i] - cum[j]);
+        float *ak = Ak ? Ak + (size_t)i * C : NULL, *p = P ? P + (size_t)i * C : NULL, *gm = Gam ? Gam + (size_t)i * C : NULL;
+        if (ak) {
+            for (int j = 0; j < i; j++) ak[j] = KK[(size_t)i * C + j] * e[j];
+            for (int j = i; j < L; j++) ak[j] = 0.0f;
+        }
+        if (p) {
+            for (int j = 0; j <= i; j++) p[j] = scale * QK[(size_t)i * C + j] * e[j];
+            for (int j = i + 1; j < L; j++) p[j] = 0.0f;
+        }
+        if (gm) {
+            for (int j = 0; j <= i; j++) gm[j] = e[j];
+            for (int j = i + 1; j < L; j++) gm[j] = 0.0f;
+        }
+    }
+}
+
+// The forward of one chunk shared by the training forward and the backward's first pass:
+// from K, V, beta and the decays, Tinv (=), W and Kc (=), Vn (=) = W - Kc S, and S advanced
+// to the state after the chunk. Kt [dk, L], KK [L, L], Rv [L, dv], Rk [L, dk], Kd [L, dk]:
+// scratch. Ak [L, L] (=) as gdn_chunk_masks (without P).
+static void gdn_chunk_state(float* S, float* Ak, float* Tinv, float* W, float* Kc, float* Vn, float* Kt, float* KK,
+                            float* Rv, float* Rk, float* Kd, const GdnHead* x, int t0, int L, int C, int dk, int dv,
+                            const float* cum, const float* ec, const float* edec) {
+    const float* K = x->k + (size_t)t0 * x->ldqk;
+    const float* V = x->v + (size_t)t0 * x->ldv;
+    const float* beta = x->beta + (size_t)t0 * x->Hv;
+    cpu_transpose(Kt, C, K, x->ldqk, L, dk);
+    cpu_gemm_small('N', L, L, dk, K, x->ldqk, Kt, C, 0, KK, C);   // K K^T
+    gdn_chunk_masks(Ak, NULL, NULL, KK, NULL, cum, L, C, 0.0f);
+    gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
+    for (int i = 0; i < L; i++) {
+        const float b = beta[(size_t)i * x->Hv], bk = b * ec[i];
+        for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * V[(size_t)i * x->ldv + e];
+        for (int e = 0; e < dk; e++) Rk[(size_t)i * dk + e] = bk * K[(size_t)i * x->ldqk + e];
+        for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * x->ldqk + e];
+    }
+    cpu_gemm_small('N', L, dv, L, Tinv, C, Rv, dv, 0, W, dv);    // W = Tinv diag(beta) V
+    cpu_gemm_small('N', L, dk, L, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = Tinv diag(beta e^c) K
+    cpu_gemm_small('N', L, dv, dk, Kc, dk, S, dv, 0, Vn, dv);    // Kc S
+    for (size_t e = 0; e < (size_t)L * dv; e++) Vn[e] = W[e] - Vn[e];
+    const float el = ec[L - 1];
+    for (size_t e = 0; e < (size_t)dk * dv; e++) S[e] *= el;
+    cpu_gemm_small('T', dk, dv, L, Kd, dk, Vn, dv, 1, S, dv);    // S = e^{c_L} S + Kd^T Vn
+}
+
+// ---------------------------------------------------------------------------------------------
+// forward: per thread, cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order
+
+void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+                           const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
+    const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk, C = s->chunk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const size_t SS = (size_t)dk * dv;
+    const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv;
+    const size_t nfl = cpu_gdn_chunk_fwd_floats((size_t)C, (size_t)dk, (size_t)dv);
+    #pragma omp parallel
+    {
+        float* base = cpu_calloc(nfl, sizeof(float));
+        float *S = base, *cum = S + SS, *ec = cum + C, *edec = ec + C;
+        float *Kt = edec + C, *KK = Kt + (size_t)dk * C, *QK = KK + (size_t)C * C, *P = QK + (size_t)C * C;
+        float *Ak = P + (size_t)C * C, *Tinv = Ak + (size_t)C * C;
+        float *Rv = Tinv + (size_t)C * C, *Rk = Rv + (size_t)C * dv, *W = Rk + (size_t)C * dk, *Kc = W + (size_t)C * dv;
+        float *Qd = Kc + (size_t)C * dk, *Vn = Qd + (size_t)C * dk, *Kd = Vn + (size_t)C * dv;
+        if (Kd + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk forward scratch\n"); exit(1); }
+        const unsigned int csr = gdn_flush_subnormals();
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < Hv; h++) {
+                const size_t n0 = (size_t)b * T, kh = (size_t)(h / rep);
+                const GdnHead x = {q + n0 * ldqk + kh * dk, k + n0 * ldqk + kh * dk, v + n0 * ldv + (size_t)h * dv,
+                                   g + n0 * Hv + h, beta + n0 * Hv + h, ldqk, ldv, Hv};
+                const size_t sb = ((size_t)b * Hv + h) * SS;
+                if (state_in) memcpy(S, state_in + sb, SS * sizeof(float));
+                else memset(S, 0, SS * sizeof(float));
+                for (int t0 = 0; t0 < T; t0 += C) {
+                    const int L = T - t0 < C ? T - t0 : C;
+                    const float* Q = x.q + (size_t)t0 * ldqk;
+                    float* O = o + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
+                    gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                    // the queries' products first (they need the state before the chunk)
+                    for (int i = 0; i < L; i++)
+                        for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
+                    cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
+                    gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec, edec);
+                    // within the chunk: O += P Vn (Kt still holds K^T)
+                    cpu_gemm_small('N', L, L, dk, Q, ldqk, Kt, C, 0, QK, C);
+                    gdn_chunk_masks(NULL, P, NULL, NULL, QK, cum, L, C, scale);
+                    cpu_gemm_small('N', L, dv, L, P, C, Vn, dv, 1, O, Hv * dv);
+                }
+                if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
+            }
+        gdn_restore_fp_mode(csr);
+        free(base);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// backward: per thread, cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per chunk [S | Ak | Tinv |
+// W | Kc | Vn] for the reverse pass, then one chunk's temporaries
+
+void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
+                            const float* q, const float* k, const float* v, const float* g, const float* beta,
+                            const OpsGdnShape* s) {
+    const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk, C = s->chunk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const size_t SS = (size_t)dk * dv, CC = (size_t)C * C;
+    const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv, ldo = Hv * dv;
+    const int nck = (T + C - 1) / C;
+    const size_t per_chunk = cpu_gdn_chunk_bwd_stored_floats((size_t)C, (size_t)dk, (size_t)dv);
+    const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv);
+    #pragma omp parallel
+    {
+        float* base = cpu_calloc(nfl, sizeof(float));
+        float* t = base + (size_t)nck * per_chunk;   // one chunk's temporaries
+        float *S = t, *dSn = S + SS, *dSnt = dSn + SS, *St = dSnt + SS, *tmp = St + SS;
+        float *cum = tmp + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
+        float *KK = dbm + C, *P = KK + CC, *Gam = P + CC, *dP = Gam + CC, *D1 = dP + CC, *D2 = D1 + CC;
+        float *H = D2 + CC, *G = H + CC;
+        float *Kt = G + CC, *Rk = Kt + (size_t)C * dk, *Qd = Rk + (size_t)C * dk, *Kd = Qd + (size_t)C * dk;
+        float *dKd = Kd + (size_t)C * dk, *dQd = dKd + (size_t)C * dk, *dKcn = dQd + (size_t)C * dk;
+        float *dRkn = dKcn + (size_t)C * dk, *Kct = dRkn + (size_t)C * dk;
+        float *Rv = Kct + (size_t)C * dk, *dVn = Rv + (size_t)C * dv, *Vnt = dVn + (size_t)C * dv;
+        float *dRv = Vnt + (size_t)C * dv, *Wt = dRv + (size_t)C * dv;
+        if (Wt + (size_t)C * dv != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
+        const unsigned int csr = gdn_flush_subnormals();
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < Hk; kh++) {
+                const size_t n0 = (size_t)b * T;
+                float* dQ = dq + n0 * ldqk + (size_t)kh * dk;
+                float* dK = dk_ + n0 * ldqk + (size_t)kh * dk;
+                for (int tt = 0; tt < T; tt++) {
+                    memset(dQ + (size_t)tt * ldqk, 0, (size_t)dk * sizeof(float));
+                    memset(dK + (size_t)tt * ldqk, 0, (size_t)dk * sizeof(float));
+                }
+                for (int h = kh * rep; h < (kh + 1) * rep; h++) {
+                    const GdnHead x = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk,
+                                       v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h, ldqk, ldv, Hv};
+                    // pass 1: the chunks forward again, keeping what the reverse pass reads
+                    memset(S, 0, SS * sizeof(float));
+                    for (int c = 0; c < nck; c++) {
+                        const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+                        float* st = base + (size_t)c * per_chunk;
+                        float *Sc = st, *Ak = Sc + SS, *Tinv = Ak + CC, *W = Tinv + CC, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk;
+                        memcpy(Sc, S, SS * sizeof(float));
+                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec, edec);
+                    }
+                    // pass 2: the chunks in reverse
+                    memset(dSn, 0, SS * sizeof(float));
+                    for (int c = nck - 1; c >= 0; c--) {
+                        const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+                        const float* st = base + (size_t)c * per_chunk;
+                        const float *Sc = st, *Ak = Sc + SS, *Tinv = Ak + CC, *W = Tinv + CC, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk;
+                        const float *Q = x.q + (size_t)t0 * ldqk, *K = x.k + (size_t)t0 * ldqk, *V = x.v + (size_t)t0 * ldv;
+                        const float* bt = x.beta + (size_t)t0 * Hv;
+                        const float* dO = dout + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
+                        float *dQc = dQ + (size_t)t0 * ldqk, *dKc = dK + (size_t)t0 * ldqk;
+                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        const float el = ec[L - 1];
+                        cpu_transpose(Kt, C, K, ldqk, L, dk);
+                        cpu_gemm_small('N', L, L, dk, Q, ldqk, Kt, C, 0, KK, C);   // Q K^T (KK's buffer)
+                        gdn_chunk_masks(NULL, P, Gam, NULL, KK, cum, L, C, scale);
+                        for (int i = 0; i < L; i++)
+                            for (int e = 0; e < dk; e++) {
+                                Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
+                                Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
+                            }
+                        // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>
+                        cpu_gemm_small('T', L, dv, L, P, C, dO, ldo, 0, dVn, dv);
+                        cpu_gemm_small('N', L, dv, dk, Kd, dk, dSn, dv, 1, dVn, dv);
+                        cpu_transpose(Vnt, C, Vn, dv, L, dv);
+                        cpu_gemm_small('N', L, L, dv, dO, ldo, Vnt, C, 0, dP, C);
+                        cpu_transpose(dSnt, dk, dSn, dv, dk, dv);
+                        cpu_gemm_small('N', L, dk, dv, Vn, dv, dSnt, dk, 0, dKd, dk);
+                        float sdot = 0.0f;
+                        for (size_t e = 0; e < SS; e++) sdot += Sc[e] * dSn[e];
+                        // dQd = dO S^T;  dKcn = dVn S^T (= -dKc)
+                        cpu_transpose(St, dk, Sc, dv, dk, dv);
+                        cpu_gemm_small('N', L, dk, dv, dO, ldo, St, dk, 0, dQd, dk);
+                        cpu_gemm_small('N', L, dk, dv, dVn, dv, St, dk, 0, dKcn, dk);
+                        // the gradient w.r.t. the state before the chunk: e^{c_L} dSn + Qd^T dO - Kc^T dVn
+                        for (size_t e = 0; e < SS; e++) dSn[e] *= el;
+                        cpu_gemm_small('T', dk, dv, L, Qd, dk, dO, ldo, 1, dSn, dv);
+                        cpu_gemm_small('T', dk, dv, L, Kc, dk, dVn, dv, 0, tmp, dv);
+                        for (size_t e = 0; e < SS; e++) dSn[e] -= tmp[e];
+                        // through the triangular solve: dRv = Tinv^T dVn;  dRkn = Tinv^T dKcn (= -dRk);
+                        // dA = -(dRv W^T + dRk Kc^T) = D2 - D1 with D1 = dRv W^T, D2 = dRkn Kc^T
+                        cpu_gemm_small('T', L, dv, L, Tinv, C, dVn, dv, 0, dRv, dv);
+                        cpu_gemm_small('T', L, dk, L, Tinv, C, dKcn, dk, 0, dRkn, dk);
+                        cpu_transpose(Wt, C, W, dv, L, dv);
+                        cpu_transpose(Kct, C, Kc, dk, L, dk);
+                        cpu_gemm_small('N', L, L, dv, dRv, dv, Wt, C, 0, D1, C);
+                        cpu_gemm_small('N', L, L, dk, dRkn, dk, Kct, C, 0, D2, C);
+                        // the masks' gradients: G (through A), H (through P), and their dc terms
+                        memset(dc, 0, (size_t)C * sizeof(float));
+                        for (int i = 0; i < L; i++) {
+                            const float bi = bt[(size_t)i * Hv];
+                            float db = 0.0f, dci = 0.0f;
+                            float *Gi = G + (size_t)i * C, *Hi = H + (size_t)i * C;
+                            for (int j = 0; j < i; j++) {
+                                const float dA = D2[(size_t)i * C + j] - D1[(size_t)i * C + j];
+                                const float ak = Ak[(size_t)i * C + j], da = dA * bi * ak;
+                                Gi[j] = dA * bi * Gam[(size_t)i * C + j];
+                                db += dA * ak;
+                                dci += da;
+                                dc[j] -= da;
+                            }
+                            for (int j = i; j < L; j++) Gi[j] = 0.0f;
+                            for (int j = 0; j <= i; j++) {
+                                const float d = dP[(size_t)i * C + j];
+                                const float dp = d * P[(size_t)i * C + j];
+                                Hi[j] = scale * d * Gam[(size_t)i * C + j];
+                                dci += dp;
+                                dc[j] -= dp;
+                            }
+                            for (int j = i + 1; j < L; j++) Hi[j] = 0.0f;
+                            dc[i] += dci;
+                            dbm[i] = db;
+                        }
+                        // dQ += H K + scale diag(e^c) dQd;  dK += G K + G^T K + H^T Q + ...
+                        cpu_gemm_small('N', L, dk, L, H, C, K, ldqk, 1, dQc, ldqk);
+                        cpu_gemm_small('N', L, dk, L, G, C, K, ldqk, 1, dKc, ldqk);
+                        cpu_gemm_small('T', L, dk, L, G, C, K, ldqk, 1, dKc, ldqk);
+                        cpu_gemm_small('T', L, dk, L, H, C, Q, ldqk, 1, dKc, ldqk);
+                        float dcl = el * sdot;
+                        for (int i = 0; i < L; i++) {
+                            const float bi = bt[(size_t)i * Hv];
+                            const float *ki = K + (size_t)i * ldqk, *vi = V + (size_t)i * ldv;
+                            const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * dk;
+                            const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * dv;
+                            float* dqi = dQc + (size_t)i * ldqk;
+                            float* dki = dKc + (size_t)i * ldqk;
+                            float rk = 0.0f, qq = 0.0f, kk = 0.0f, rv = 0.0f;
+                            for (int e = 0; e < dk; e++) {
+                                dqi[e] += scale * ec[i] * dqd[e];
+                                dki[e] += -bi * ec[i] * drk[e] + edec[i] * dkd[e];
+                                rk += drk[e] * ki[e];
+                                qq += qd[e] * dqd[e];
+                                kk += kd[e] * dkd[e];
+                            }
+                            float* dvi = dv_ + (n0 + t0 + i) * ldv + (size_t)h * dv;
+                            for (int e = 0; e < dv; e++) { dvi[e] = bi * drv[e]; rv += drv[e] * vi[e]; }
+                            // rk = -dRk_i . k_i
+                            dbeta[(n0 + t0 + i) * Hv + h] = rv - ec[i] * rk + dbm[i];
+                            dc[i] += -bi * ec[i] * rk + qq - kk;
+                            dcl += kk;
+                        }
+                        dc[L - 1] += dcl;
+                        float acc = 0.0f;
+                        for (int i = L - 1; i >= 0; i--) { acc += dc[i]; dg[(n0 + t0 + i) * Hv + h] = acc; }
+                    }
+                }
+            }
+        gdn_restore_fp_mode(csr);
+        free(base);
+    }
+}
