@@ -122,24 +122,6 @@ static int ours_step(OursProc* p, StepMsg* s) {
     return read_full(p->out_fd, s, sizeof(*s));
 }
 
-// Ends a worker (ours or torch) and returns its peak RSS in KiB (-1 if it failed).
-long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok) {
-    if (*cmd_fd >= 0) {   // 'Q' (ours; torch got "quit" already), then EOF: either one ends it
-        write_full(*cmd_fd, "Q", 1);
-        close(*cmd_fd);
-        *cmd_fd = -1;
-    }
-    if (*out_fd >= 0) { close(*out_fd); *out_fd = -1; }
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof(ru));
-    pid_t r;
-    do { r = wait4(pid, &status, 0, &ru); } while (r < 0 && errno == EINTR);
-    *exit_ok = r == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (r != pid) return -1;
-    return ru.ru_maxrss;   // KiB on Linux
-}
-
 // ---- other processes' share of the CPUs during one step ----
 // /proc/stat's busy time over the step minus the worker's own CPU time (/proc/PID/stat, all its
 // threads), over the machine's total: what the rest of the machine used while the step ran.

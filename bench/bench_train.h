@@ -8,7 +8,7 @@
 //                   rotation group
 //   bench_gate.c    derived costs: the attention gates against their baseline, MoE against its
 //                   dense twin
-//   bench_util.c    small utilities (time, pipes, /proc/stat, JSON)
+//   bench_util.c    small utilities (time, pipes, ending a worker, /proc/stat, JSON)
 // bench_hybrid.c (hybrid layers against full attention over T) reuses the step, memory, torch
 // and utility parts.
 #pragma once
@@ -114,7 +114,6 @@ void gate_overrides(int gate, char out[3][64]);   // the gate variant's --set ke
 typedef struct { double peak; int threads; char backend[128], peak_source[256]; } ProbeMsg;
 
 int run_probe(int threads, ProbeMsg* probe);     // peak FLOP/s and thread count, from a child
-long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok);   // peak RSS in KiB, or -1
 double wait_idle(const Opts* o, double max_s);
 void run_group(Bench** g, int k, const Opts* o, int threads, int use_torch);
 // other processes' share of the CPUs while process pid ran a timed piece of work: begin before
@@ -191,3 +190,6 @@ int json_num(const char* line, const char* key, double* out);
 int json_str(const char* line, const char* key, char* out, size_t cap);
 void json_escape(FILE* f, const char* s);
 void json_num_or_null(FILE* f, double v, const char* fmt);
+// end a worker: its command pipe closed (after "Q"), its output pipe closed, waited for;
+// returns its peak RSS in KiB, or -1
+long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok);

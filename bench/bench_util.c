@@ -127,6 +127,26 @@ double cpu_busy_fraction(double seconds) {
     return (double)(b1 - b0) / (double)(t1 - t0);
 }
 
+// Ends a worker process (bench_step.c's own or bench_torch.c's PyTorch one) and returns its peak
+// RSS in KiB (-1 if it failed). Here, not in bench_step.c, so that bench_torch.c calls no
+// function of bench_step.c (bench_step.c calls bench_torch.c's: the dependency points one way).
+long proc_finish(pid_t pid, int* cmd_fd, int* out_fd, int* exit_ok) {
+    if (*cmd_fd >= 0) {   // 'Q' (ours; torch got "quit" already), then EOF: either one ends it
+        write_full(*cmd_fd, "Q", 1);
+        close(*cmd_fd);
+        *cmd_fd = -1;
+    }
+    if (*out_fd >= 0) { close(*out_fd); *out_fd = -1; }
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+    pid_t r;
+    do { r = wait4(pid, &status, 0, &ru); } while (r < 0 && errno == EINTR);
+    *exit_ok = r == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (r != pid) return -1;
+    return ru.ru_maxrss;   // KiB on Linux
+}
+
 // value of "key": NUMBER in a one-line JSON object (no nesting needed here); 0 if absent
 int json_num(const char* line, const char* key, double* out) {
     char pat[64];
