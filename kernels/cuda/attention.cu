@@ -31,14 +31,14 @@ int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 // double, rounded to fp32 once), the same function the CPU backend calls, so the tables are
 // bit-identical to the CPU's. Uploaded when anything they depend on changes (hd, base, pos0,
 // any OpsRope field) or a longer T is asked for (a table for T rows from pos0 serves every
-// shorter T from the same pos0) and kept in a scratch slot. KV-cache decoding moves pos0 every
-// step: a rebuild of T (usually 1) rows. The upload is a cudaMemcpy, ordered after the queued
-// kernels that may still read the previous table.
+// shorter T from the same pos0) and kept in a scratch slot, or when the slot was reallocated
+// since (a reservation, ops_scratch_reserve: the table is gone). KV-cache decoding moves pos0
+// every step: a rebuild of T (usually 1) rows. The upload is a cudaMemcpy, ordered after the
+// queued kernels that may still read the previous table.
 static int rope_T = -1, rope_pos0 = 0;
 static OpsAttnShape rope_key;        // hd, rope_base and rope_scale of the cached table
 static float* rope_dev = NULL;
-// memory.cu reallocated the slot (a reservation): the cached table is gone
-void cuda_rope_invalidate(void) { rope_dev = NULL; rope_T = -1; }
+static unsigned rope_gen;            // the slot's cuda_scratch_generation when the table was written
 
 static int rope_key_same(const OpsAttnShape* a, const OpsAttnShape* b) {
     const OpsRope *x = &a->rope_scale, *y = &b->rope_scale;
@@ -50,7 +50,9 @@ static int rope_key_same(const OpsAttnShape* a, const OpsAttnShape* b) {
 // the table for rows at positions pos0 .. pos0 + T - 1 under s's hd, base and scaling
 static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
     const int half = s->hd / 2;
-    if (rope_dev && T <= rope_T && pos0 == rope_pos0 && rope_key_same(s, &rope_key)) return rope_dev;
+    if (rope_dev && rope_gen == cuda_scratch_generation(CUDA_SCRATCH_ROPE) && T <= rope_T && pos0 == rope_pos0 &&
+        rope_key_same(s, &rope_key))
+        return rope_dev;
     size_t n = (size_t)T * 2 * half;
     float* host = (float*)malloc(n * sizeof(float) + 4);
     if (!host) { fprintf(stderr, "error: out of host memory for the RoPE tables\n"); exit(1); }
@@ -59,7 +61,7 @@ static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
     rope_dev = (float*)cuda_scratch(CUDA_SCRATCH_ROPE, cuda_scratch_rope_bytes((size_t)T, (size_t)s->hd));
     ops_from_host(rope_dev, host, n * sizeof(float));   // a cudaMemcpy: ordered after queued kernels
     free(host);
-    rope_T = T; rope_pos0 = pos0; rope_key = *s;
+    rope_T = T; rope_pos0 = pos0; rope_key = *s; rope_gen = cuda_scratch_generation(CUDA_SCRATCH_ROPE);
     return rope_dev;
 }
 

@@ -30,6 +30,11 @@ void cuda_launch_check(const char* kernel, const char* file, int line);
 // for errors that are not CUDA return codes (bad shapes): prints and exits
 void cuda_fail(const char* file, int line, const char* msg, const char* hint);
 
+// ---- the device (memory.cu) -----------------------------------------------------------------
+// ops_init's first half (setup.cu): the device by the process's local rank, its properties,
+// the environment's switches (GATEDGPT_CUDA_SYNC, _PROFILE, the GEMM precision: cuda_gemm_math)
+void cuda_device_open(void);
+
 // All work is queued on this stream (the legacy default stream, 0, for now: every op is
 // ordered after the previous one, and cudaMemcpy to the host waits for all of them).
 extern cudaStream_t cuda_stream;
@@ -48,11 +53,16 @@ int cuda_env_is(const char* name, const char* value);
 // sampler, the probe) grows it (a grow frees and reallocates, which synchronises). Slots keep
 // ops from overwriting each other's scratch while both are queued.
 void* cuda_scratch(int slot, size_t bytes);
+// the slot at least `bytes` exactly (not the grow's 1.25x); one holding more keeps it
+// (ops_scratch_reserve, setup.cu)
+void cuda_scratch_reserve(int slot, size_t bytes);
+// how many times the slot was (re)allocated: its contents are lost each time, so a file that
+// keeps data in a slot across calls (attention.cu's RoPE tables) notes this when it writes
+// them and writes them again when it has changed
+unsigned cuda_scratch_generation(int slot);
 // embedding.cu: the bytes CUB's radix sort asks for N (int key, int value) pairs (the
-// CUDA_SCRATCH_EMB slot's second part)
+// CUDA_SCRATCH_EMB slot's second part; setup.cu plans the slot with it)
 size_t cuda_emb_cub_temp_bytes(size_t N);
-// attention.cu: forget the cached RoPE table (its slot was reallocated)
-void cuda_rope_invalidate(void);
 
 // ---- per-op profile (memory.cu; GATEDGPT_CUDA_PROFILE=1) ------------------------------------
 // CUDA_OP_TIMER("name") at the top of an op: with profiling on, the device is synchronised
@@ -89,6 +99,9 @@ __device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) { *p = __float
 #endif
 
 // ---- GEMM (matmul.cu) -----------------------------------------------------------------------
+// ops_init's second half (setup.cu): the cuBLASLt handle and workspace (once), and the compute
+// type for fp32 inputs from math (CUDA_MATH_*, cuda_backend.h)
+void cuda_matmul_init(int math);
 // cuBLASLt, column-major: D[m, n] (leading dim ldd) = op(A)[m, k] op(B)[k, n] + beta * D, op =
 // transpose when ta / tb; A stored (ta ? k x m : m x k) with leading dim lda, B likewise.
 // A and B have type ab (CUDA_R_32F or CUDA_R_16BF), D type dt (fp32 for weight gradients and

@@ -58,7 +58,7 @@ __global__ void embedding_iota_kernel(int* x, int n) {
 }
 
 // What CUB's radix sort of N (int key, int value) pairs asks for (its size query touches no
-// data); memory.cu plans the embedding's scratch slot with it
+// data); setup.cu plans the embedding's scratch slot with it
 size_t cuda_emb_cub_temp_bytes(size_t N) {
     size_t temp_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int*)NULL, (int*)NULL, (const int*)NULL, (int*)NULL,

@@ -1,6 +1,7 @@
-// kernels/cuda/memory.cu: CUDA backend lifetime, device choice, memory, copies, the conversions
-// to act_t (activations, the weights' compute copy), error checks, scratch buffers and the peak
-// FLOP/s table.
+// kernels/cuda/memory.cu: the bottom of the CUDA backend: device choice, memory, copies, the
+// conversions to act_t (activations, the weights' compute copy), error checks, scratch buffers,
+// the peak FLOP/s table and the per-op profile. Every other file of kernels/cuda calls into it;
+// it calls none of them (setup.cu, on top, is ops_init and the step's scratch reservation).
 #include "cuda_common.h"
 #include <string.h>
 #include <time.h>
@@ -12,9 +13,6 @@ static int cuda_profiling = 0;     // GATEDGPT_CUDA_PROFILE=1: per-op wall times
 static int cuda_math = CUDA_MATH_FP32;   // GEMM inputs: fp32, or rounded to TF32 / bf16 (environment)
 static char cuda_name[512];
 static cudaDeviceProp cuda_prop;
-
-// matmul.cu: creates the cuBLASLt handle and workspace
-void cuda_matmul_init(int math);
 
 // ---- errors ---------------------------------------------------------------------------------
 static const char* cuda_hint(cudaError_t e) {
@@ -101,8 +99,7 @@ static int local_rank_from_env(void) {
     return 0;
 }
 
-void ops_init(int threads) {
-    (void)threads;   // host threads do not matter here: the GPU does the work
+void cuda_device_open(void) {
     int n = 0;
     CUDA_CHECK(cudaGetDeviceCount(&n));
     if (n == 0) cuda_fail(__FILE__, __LINE__, "no CUDA device", "check nvidia-smi and CUDA_VISIBLE_DEVICES");
@@ -116,7 +113,6 @@ void ops_init(int threads) {
 #ifdef GATEDGPT_ACT_BF16
     cuda_math = CUDA_MATH_BF16;   // bf16 storage: every GEMM reads bf16 (the switches do not apply)
 #endif
-    cuda_matmul_init(cuda_math);
     snprintf(cuda_name, sizeof(cuda_name), "cuda " OPS_ACT_NAME " (%s, sm_%d%d, %d SMs, cuBLASLt %s%s)",
              cuda_prop.name, cuda_prop.major, cuda_prop.minor, cuda_prop.multiProcessorCount,
              cuda_gemm_math_name(), cuda_sync_each ? ", sync after every kernel" : "");
@@ -275,55 +271,28 @@ size_t ops_mem_available(void) {
     return fr;
 }
 
-static struct { void* p; size_t bytes; } cuda_scratch_buf[CUDA_SCRATCH_COUNT];
+// gen: how many times the slot was (re)allocated (a reallocation loses its contents)
+static struct { void* p; size_t bytes; unsigned gen; } cuda_scratch_buf[CUDA_SCRATCH_COUNT];
 // grow: 1.25x the request, so that slowly growing requests (a sampler's growing context) do not
-// reallocate every time; a reservation (ops_scratch_reserve) is the exact size
+// reallocate every time; a reservation (cuda_scratch_reserve) is the exact size
 static void scratch_resize(int slot, size_t bytes) {
     cuda_release(cuda_scratch_buf[slot].p);   // cudaFree waits for queued work that may use it
     cuda_scratch_buf[slot].p = bytes ? cuda_alloc_zeroed(bytes) : NULL;
     cuda_scratch_buf[slot].bytes = bytes;
-    if (slot == CUDA_SCRATCH_ROPE) cuda_rope_invalidate();   // attention.cu keeps a pointer into it
+    cuda_scratch_buf[slot].gen++;
 }
 void* cuda_scratch(int slot, size_t bytes) {
     if (cuda_scratch_buf[slot].bytes < bytes) scratch_resize(slot, bytes + bytes / 4);
     return cuda_scratch_buf[slot].p;
 }
+void cuda_scratch_reserve(int slot, size_t bytes) {
+    if (bytes > cuda_scratch_buf[slot].bytes) scratch_resize(slot, bytes);
+}
+unsigned cuda_scratch_generation(int slot) { return cuda_scratch_buf[slot].gen; }
 
 size_t ops_allocated_bytes(void) { return cuda_live; }
 size_t ops_allocated_peak_bytes(void) { return cuda_peak; }
 size_t ops_alloc_align(void) { return SCRATCH_CUDA_ALLOC_ALIGN; }
-
-// This device's facts for kernels/scratch.h: CUB's storage, the shared memory a block may opt in
-// to (the delta rule's kernels keep their state there when it fits), GATEDGPT_GDN_STATE
-static CudaDeviceFacts device_facts(const OpsStepShape* s) {
-    CudaDeviceFacts f;
-    int smem = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda_dev < 0 ? 0 : cuda_dev));
-    f.smem_optin = (size_t)smem;
-    f.gdn_state_global = cuda_env_is("GATEDGPT_GDN_STATE", "global");
-    f.cub_temp = cuda_emb_cub_temp_bytes((size_t)s->B * s->T);
-    return f;
-}
-
-// the slots of a step of shape s and the cuBLASLt workspace, as cudaMalloc holds them
-size_t ops_scratch_bytes(const OpsStepShape* s) {
-    CudaDeviceFacts f = device_facts(s);
-    size_t slot[CUDA_SCRATCH_COUNT], total = scratch_alloc_bytes(CUDA_LT_WORKSPACE_BYTES, SCRATCH_CUDA_ALLOC_ALIGN);
-    cuda_scratch_plan(s, &f, slot);
-    for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
-        if (slot[i]) total += scratch_alloc_bytes(slot[i], SCRATCH_CUDA_ALLOC_ALIGN);
-    return total;
-}
-
-// Every slot at exactly the step's size (a slot holding more keeps it: a reservation never
-// shrinks what an op may be using)
-void ops_scratch_reserve(const OpsStepShape* s) {
-    CudaDeviceFacts f = device_facts(s);
-    size_t slot[CUDA_SCRATCH_COUNT];
-    cuda_scratch_plan(s, &f, slot);
-    for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
-        if (slot[i] > cuda_scratch_buf[i].bytes) scratch_resize(i, slot[i]);
-}
 
 // ---- peak FLOP/s ----------------------------------------------------------------------------
 // Dense peaks from NVIDIA's data sheets (SXM parts; no sparsity):
