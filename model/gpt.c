@@ -1,6 +1,7 @@
 // model/gpt.c: forward and backward orchestration of the whole network over kernels/ops.h.
 // No backend code here: every computation is an ops_* call.
 #include "gpt.h"
+#include "deltanet.h"
 #include "../kernels/attn_gate.h"   // attn_gate_at_sdpa
 #include "../kernels/scratch.h"     // scratch_alloc_bytes: what the backend holds of an allocation
 #include <stdio.h>
@@ -413,6 +414,44 @@ void moe_backward(GPT* m, int l, float dloss) {
     moe_layer_backward(&io, dloss);
 }
 
+// Gated DeltaNet layer l over this model's tensors: the DeltaNetLayerIO that model/deltanet.c
+// computes with (the weights' act_t copies resolved here; with a KV cache, the states the
+// sequence's earlier tokens left and where this forward's go)
+static DeltaNetLayerIO deltanet_io(GPT* m, int l) {
+    const ModelConfig* c = &m->cfg;
+    const LayerWeights* w = &m->w.layer[l];
+    const LayerWeights* g = &m->g.layer[l];
+    const LayerActs* a = &m->layer[l];
+    DeltaNetLayerIO io;
+    memset(&io, 0, sizeof io);
+    io.B = m->B;
+    io.T = m->T;
+    io.d = c->d_model;
+    io.K = c->linear_conv_kernel;
+    io.norm_eps = c->norm_eps;
+    io.gate_act = (OpsGateAct)c->linear_gate_act;
+    io.gdn = m->gdn;
+    io.w = (DeltaNetWeights){ .w_qkv = gpt_act_w(m, w->gdn_w_qkv), .w_z = gpt_act_w(m, w->gdn_w_z),
+                              .w_ba = gpt_act_w(m, w->gdn_w_ba), .w_out = gpt_act_w(m, w->gdn_w_out),
+                              .conv_w = w->gdn_conv_w, .A_log = w->gdn_A_log, .dt_bias = w->gdn_dt_bias,
+                              .norm_w = w->gdn_norm_w };
+    io.g = (DeltaNetGrads){ .w_qkv = g->gdn_w_qkv, .w_z = g->gdn_w_z, .w_ba = g->gdn_w_ba, .w_out = g->gdn_w_out,
+                            .conv_w = g->gdn_conv_w, .A_log = g->gdn_A_log, .dt_bias = g->gdn_dt_bias,
+                            .norm_w = g->gdn_norm_w };
+    io.a = (DeltaNetActs){ .x = a->ln1, .xqkv = a->g_xqkv, .pre = a->g_pre, .xc = a->g_xc, .qk = a->g_qk,
+                           .rinv = a->g_rinv, .z = a->g_z, .ba = a->g_ba, .g = a->g_g, .beta = a->g_beta,
+                           .o = a->g_o, .rstd = a->g_rstd, .on = a->g_on, .on_act = a->g_on_act };
+    io.b = (DeltaNetBackwardBufs){ .dout = m->dres, .dout_act = m->dres_act, .dx = m->dnorm, .d_on = m->gd_on,
+                                   .d_o = m->gd_o, .d_z = m->gd_z, .d_qk = m->gd_qk, .d_xc = m->gd_xc,
+                                   .d_xqkv = m->gd_xqkv, .d_g = m->gd_g, .d_beta = m->gd_beta, .d_ba = m->gd_ba,
+                                   .d_on_act = m->gd_on_act, .d_z_act = m->gd_z_act, .d_xqkv_act = m->gd_xqkv_act,
+                                   .d_ba_act = m->gd_ba_act, .d_tmp = m->gd_tmp };
+    io.res_in = a->res_in;
+    io.res_mid = a->res_mid;
+    if (m->kv) kv_cache_linear(m->kv, l, &io.conv_in, &io.conv_out, &io.state_in, &io.state_out);
+    return io;
+}
+
 void moe_step_summary(const GPT* m, MoeStepSummary* s) {
     moe_summarize_step(m->moe_stats, m->cfg.n_layer, s);
 }
@@ -448,7 +487,8 @@ static double gpt_layer_forward(GPT* m, int l, RecomputeKind redo) {
     ops_norm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1_w, w->ln1_b, N, d, eps, nk);
     if (config_layer_is_linear(c, l)) {
         // Gated DeltaNet: x_mid = x + GDN(X) (model/deltanet.c)
-        deltanet_forward(m, l, redo);
+        DeltaNetLayerIO io = deltanet_io(m, l);
+        deltanet_forward(&io, redo);
     } else if (all) {
         // attention: [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x_mid = x + yg Wo^T
         ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
@@ -557,7 +597,8 @@ void gpt_backward(GPT* m, float dloss) {
                           a->ln2_rstd, N, d, nk);
         // token-mixer branch: m->dnorm = dL/d norm1 output
         if (config_layer_is_linear(c, l)) {
-            deltanet_backward(m, l);
+            DeltaNetLayerIO io = deltanet_io(m, l);
+            deltanet_backward(&io);
         } else {   // attention
             ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
             ops_matmul_backward(m->dyg, g->wo, m->dres_act, a->yg, AW(w->wo), N, Hd, d);

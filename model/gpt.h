@@ -227,13 +227,6 @@ void gpt_step_shape(const ModelConfig* c, int B, int T, OpsAttnImpl attn_impl, s
 // m->dnorm (=) and adds the layer's parameter gradients. dloss as in gpt_backward.
 double moe_forward(GPT* m, int l, float* out);
 void moe_backward(GPT* m, int l, float dloss);
-// Gated DeltaNet layer l (model/deltanet.c; config_layer_is_linear): the forward reads the normed
-// input m->layer[l].ln1 and writes the residual after the layer's token mixer into res_mid
-// (redo: RECOMPUTE_NONE in the forward pass; SELECTIVE / FULL recompute only what that mode did
-// not keep, as gpt_layer_forward in model/gpt.c); the backward, from dL/d res_mid = m->dres,
-// writes m->dnorm (=, dL/d ln1) and adds the layer's parameter gradients.
-void deltanet_forward(GPT* m, int l, RecomputeKind redo);
-void deltanet_backward(GPT* m, int l);
 // The step record's MoE fields over the model's MoE layers (moe_summarize_step).
 void moe_step_summary(const GPT* m, MoeStepSummary* s);
 
