@@ -98,11 +98,77 @@ static inline size_t cuda_gdn_part_bytes(size_t rows, size_t cols) {
     return cuda_rows_blocks(rows, CUDA_GDN_RED_BLOCK) * cols * sizeof(float);
 }
 
+// ---- the delta rule's chunked kernels (kernels/cuda/deltanet_chunk.cu) -------------------------
+// They run ops_gdn_forward / ops_gdn_backward when s->chunk > 0, dk and dv are 64 or 128 and their
+// shared memory fits the device (every case on sm_80 and sm_90); otherwise the recurrent kernels
+// above run. Chunks of CUDA_GDN_CHUNK tokens (whatever s->chunk says: the function is the same).
+// `opb` is the bytes of one GEMM operand in shared memory and in the scratch: 2 in the bf16 build
+// (bf16 tensor-core operands), 4 in the fp32 build (fp32 products on CUDA cores).
+#define CUDA_GDN_CHUNK 64
+static inline int cuda_gdn_chunk_dims(int dk, int dv) { return (dk == 64 || dk == 128) && (dv == 64 || dv == 128); }
+// a staged operand tile of r rows by c columns (rows padded by 8 elements: conflict-free ldmatrix)
+static inline size_t cuda_gdn_tile(size_t r, size_t c, size_t opb) { return r * (c + 8) * opb; }
+// the six kernels' dynamic shared memory (bytes), as deltanet_chunk.cu's gdn_smem_* compute it
+// (it checks that they agree); 16640 = an fp32 64 x 65 work tile, the 64-float vectors at the end
+static inline size_t cuda_gdn_chunk_smem(size_t dk, size_t dv, size_t opb) {
+    const size_t C = CUDA_GDN_CHUNK, F = C * (C + 1) * 4, mx = dk > dv ? dk : dv;
+    const size_t T1 = cuda_gdn_tile(C, dk, opb), Tv = cuda_gdn_tile(C, dv, opb), Tc = cuda_gdn_tile(C, C, opb);
+    size_t sm[6], best = 0;
+    sm[0] = T1 + Tv + 2 * F + Tc + 3 * C * 4;                                           // wy
+    sm[1] = 2 * T1 + cuda_gdn_tile(dk, C, opb) + Tc + 2 * C * 4;                        // state
+    sm[2] = T1 + cuda_gdn_tile(C, mx, opb) + cuda_gdn_tile(dk, dv, opb) + Tc + 2 * C * 4;   // out
+    sm[3] = 2 * T1 + 3 * Tc + cuda_gdn_tile(dk, C, opb) + 3 * C * 4;                    // dstate
+    const size_t s4a = cuda_gdn_tile(dk, dv, opb) > 2 * T1 ? cuda_gdn_tile(dk, dv, opb) : 2 * T1;
+    sm[4] = s4a + (Tv > F ? Tv : F) + Tv + 5 * C * 4 + 32 * 4;                           // dqk
+    sm[5] = T1 + Tc + Tv + T1 + cuda_gdn_tile(C, mx, opb) + 5 * C * 4;                  // dwy
+    for (int i = 0; i < 6; i++) best = sm[i] > best ? sm[i] : best;
+    return best;
+}
+// whether the chunked kernels run for s on a device of smem_optin bytes of shared memory per block
+// (recurrent: GATEDGPT_GDN_CHUNK=recurrent, a switch for measurements)
+static inline int cuda_gdn_chunked(const OpsGdnShape* s, size_t smem_optin, size_t opb, int recurrent) {
+    return !recurrent && s->chunk > 0 && s->T > 0 && cuda_gdn_chunk_dims(s->dk, s->dv) &&
+           cuda_gdn_chunk_smem((size_t)s->dk, (size_t)s->dv, opb) <= smem_optin;
+}
+// Their global scratch (the slot CUDA_SCRATCH_GDN_STATE), per chunk of each (sequence, value head),
+// nc = B Hv ceil(T / 64) chunks, each region 256-byte aligned (offsets in bytes):
+//   w [nc, 64, dv] (W = T^-1 diag(beta) V);  kc [nc, 64, dk] (Kc = T^-1 diag(beta e^c) K);
+//   vn [nc, 64, dv] (the new values W - Kc S);  sh [nc, dk, dv] (the state before the chunk);
+//   backward only: tinv [nc, 64, 64] (T^-1);  dvn [nc, 64, dv];  dsh [nc, dk, dv] (dL/dS after
+//   the chunk);  dkc [nc, 64, dk];  dc [nc, 64] fp32 (the first kernel's part of dL/dc)
+// (operands: opb bytes each)
+typedef struct { size_t w, kc, vn, sh, tinv, dvn, dsh, dkc, dc, bytes; } CudaGdnChunkLayout;
+static inline CudaGdnChunkLayout cuda_gdn_chunk_layout(const OpsGdnShape* s, size_t opb, int backward) {
+    const size_t C = CUDA_GDN_CHUNK, dk = (size_t)s->dk, dv = (size_t)s->dv;
+    const size_t nc = (size_t)s->B * s->Hv * cuda_rows_blocks((size_t)s->T, C);
+    CudaGdnChunkLayout l;
+    size_t at = 0;
+#define GDN_REGION(field, n) do { l.field = at; at += ((n) + 255) / 256 * 256; } while (0)
+    GDN_REGION(w, nc * C * dv * opb);
+    GDN_REGION(kc, nc * C * dk * opb);
+    GDN_REGION(vn, nc * C * dv * opb);
+    GDN_REGION(sh, nc * dk * dv * opb);
+    if (backward) {
+        GDN_REGION(tinv, nc * C * C * opb);
+        GDN_REGION(dvn, nc * C * dv * opb);
+        GDN_REGION(dsh, nc * dk * dv * opb);
+        GDN_REGION(dkc, nc * C * dk * opb);
+        GDN_REGION(dc, nc * C * 4);
+    } else {
+        l.tinv = l.dvn = l.dsh = l.dkc = l.dc = 0;
+    }
+#undef GDN_REGION
+    l.bytes = at;
+    return l;
+}
+
 // The device-side facts the slot sizes depend on beyond the shapes.
 typedef struct {
     size_t cub_temp;       // CUB's radix-sort storage for the step's N tokens (asked, or estimated)
     size_t smem_optin;     // the most dynamic shared memory a block may use (CUDA_SMEM_OPTIN_*)
     int gdn_state_global;  // GATEDGPT_GDN_STATE=global: the delta rule keeps its state in global memory
+    int gdn_op_bytes;      // the chunked delta rule's operand bytes: 2 (bf16 build), 4 (fp32 build); 0 = 4
+    int gdn_recurrent;     // GATEDGPT_GDN_CHUNK=recurrent: chunk > 0 runs the recurrent kernels too
 } CudaDeviceFacts;
 
 // Every slot's size for a training step of shape s (0: the step does not use the slot). The
@@ -123,12 +189,15 @@ static inline void cuda_scratch_plan(const OpsStepShape* s, const CudaDeviceFact
     if (s->n_linear > 0) {
         const OpsGdnShape* g = &s->gdn;
         const size_t dk = (size_t)g->dk, dv = (size_t)g->dv;
+        const size_t opb = f->gdn_op_bytes ? (size_t)f->gdn_op_bytes : 4;
         size_t st = 0;
         if (f->gdn_state_global || cuda_gdn_fwd_smem_state(dk) > f->smem_optin) st = cuda_gdn_fwd_state_bytes(g);
         const size_t bwd_all = cuda_gdn_bwd_smem_red() + cuda_gdn_bwd_smem_vec(dk, dv) + cuda_gdn_bwd_smem_state(dk, dv);
         const int bwd_smem = !f->gdn_state_global && bwd_all <= f->smem_optin;
         const size_t sb = cuda_gdn_bwd_state_bytes(g, bwd_smem);
         slot[CUDA_SCRATCH_GDN_STATE] = st > sb ? st : sb;
+        if (cuda_gdn_chunked(g, f->smem_optin, opb, f->gdn_recurrent))   // the chunked kernels instead (training: the backward's set)
+            slot[CUDA_SCRATCH_GDN_STATE] = cuda_gdn_chunk_layout(g, opb, 1).bytes;
         // the gates [N, 2 Hv], the conv's weight [Cc K] over B T rows, the gated norm [dv] over N Hv rows
         const size_t Cc = 2 * (size_t)g->Hk * dk + (size_t)g->Hv * dv;
         size_t p = cuda_gdn_part_bytes(N, 2 * (size_t)g->Hv);

@@ -26,8 +26,9 @@ the end) when a check fails:
               and the most bytes it may use; without a disassembler, the ptxas stack frame stands
               in for the SASS
   hmma        every bf16 flash kernel (attention_flash.cu, WMMA; attention_mma.cu, mma.sync)
-              issues bf16 tensor-core instructions (HMMA.*.BF16) inside a loop of its SASS (an
-              HMMA between a backward branch and its target), on every architecture
+              and, in the bf16 build, every chunked delta-rule kernel (deltanet_chunk.cu,
+              mma.sync) issues bf16 tensor-core instructions (HMMA.*.BF16) inside a loop of its
+              SASS (an HMMA between a backward branch and its target), on every architecture
   fits        every kernel's launch configuration fits an SM (at least one block: registers x
               threads <= 64K, shared memory <= the opt-in limit) on sm_90 and sm_80
   found       at least one kernel, and at least one kernel for the hmma check (so that a rename
@@ -85,8 +86,12 @@ CATEGORIES = [   # (category, regex on the kernel's name); a kernel may have sev
     ("optimizer", r"adamw|sumsq|optim|sgd|lion|clip"),
     ("deltanet", r"^gdn_"),
 ]
-# the bf16 tensor-core flash kernels: (file regex, kernel-name regex)
-HMMA_KERNELS = [(r"^attention_flash\.cu$", r"^flash_.*kernel$"), (r"^attention_mma\.cu$", r"^mma_.*kernel$")]
+# the bf16 tensor-core kernels: (file regex, kernel-name regex, the builds in which they use tensor
+# cores). The chunked delta rule's kernels multiply bf16 operands on tensor cores in the bf16 build
+# only (the fp32 build's are fp32 products on CUDA cores: no HMMA there, by design).
+HMMA_KERNELS = [(r"^attention_flash\.cu$", r"^flash_.*kernel$", ("bf16", "fp32")),
+                (r"^attention_mma\.cu$", r"^mma_.*kernel$", ("bf16", "fp32")),
+                (r"^deltanet_chunk\.cu$", r"^gdn_chunk_.*kernel$", ("bf16",))]
 
 # Kernels allowed to use local memory, each with its reason and the most bytes (ptxas stack frame)
 # it may use: (kernel regex on the name with template arguments, arch or None for any, max stack
@@ -220,6 +225,19 @@ def balanced(text, i, open_ch="(", close_ch=")"):
     return len(text)
 
 
+def split_args(s):
+    """split_top at commas, then parts rejoined while one opens more template brackets than it
+    closes: f<DK, DV>() is one argument (a '<' right after a name opens one, each '>' closes one;
+    '<<' and spaced comparisons 'a < b' open none)."""
+    out = []
+    for part in split_top(s):
+        if out and len(re.findall(r"\w<(?!<)", out[-1])) > out[-1].count(">"):
+            out[-1] = out[-1] + ", " + part
+        else:
+            out.append(part)
+    return out
+
+
 def split_top(s, sep=","):
     out, depth, cur = [], 0, ""
     for ch in s:
@@ -234,6 +252,54 @@ def split_top(s, sep=","):
             cur += ch
     out.append(cur)
     return [x.strip() for x in out]
+
+
+def c_conditional(toks):
+    """C's  c ? a : b  (lowest precedence, right-associative) as Python's  (a if c else b), in a
+    token list, inside every pair of parentheses."""
+    out, i = [], 0
+    while i < len(toks):   # the parenthesised groups first (function-call parentheses too)
+        if toks[i] == "(":
+            depth, j = 0, i
+            while j < len(toks):
+                depth += toks[j] == "("
+                depth -= toks[j] == ")"
+                if depth == 0:
+                    break
+                j += 1
+            out += ["("] + c_conditional(toks[i + 1:j]) + [")"]
+            i = j + 1
+        else:
+            out.append(toks[i])
+            i += 1
+    # top level: split at commas (arguments of min/max were handled above), then the first '?'
+    if "?" not in out:
+        return out
+    parts, cur = [], []
+    for t in out:
+        if t == ",":
+            parts.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    parts.append(cur)
+    if len(parts) > 1:
+        res = []
+        for k, p in enumerate(parts):
+            res += ([","] if k else []) + c_conditional(p)
+        return res
+    q = out.index("?")
+    nest, k = 0, q + 1
+    while k < len(out):   # the ':' that matches this '?'
+        if out[k] == "?":
+            nest += 1
+        elif out[k] == ":":
+            if nest == 0:
+                break
+            nest -= 1
+        k += 1
+    cond, yes, no = out[:q], out[q + 1:k], out[k + 1:]
+    return ["("] + c_conditional(yes) + [")", "if", "("] + cond + [")", "else", "("] + c_conditional(no) + [")"]
 
 
 class SourceFile:
@@ -261,15 +327,18 @@ class SourceFile:
             end = t.find(";", m.end())
             if end < 0:
                 continue
-            for decl in split_top(t[m.end():end]):
+            for decl in split_args(t[m.end():end]):
                 dm = re.match(r"(\w+)\s*=\s*(.+)$", decl, flags=re.S)
                 if dm:
                     pos = m.start() if glob_pos is None else -1
                     self.consts.append((pos, dm.group(1), dm.group(2).strip()))
-        for m in re.finditer(r"(?:template\s*<\s*int\s+(\w+)\s*>\s*)?(?:static\s+)?(?:__host__\s+)?"
-                             r"(?:__device__\s+)?constexpr\s+(?:static\s+)?[\w:]+\s+(\w+)\s*\(\s*\)\s*"
+        # constexpr functions without arguments, with int template parameters or none:
+        # template <int A[, int B ...]> [static] [__host__] [__device__] constexpr T name() { return EXPR; }
+        for m in re.finditer(r"(?:template\s*<\s*(int\s+\w+(?:\s*,\s*int\s+\w+)*)\s*>\s*)?(?:static\s+)?"
+                             r"(?:__host__\s+)?(?:__device__\s+)?constexpr\s+(?:static\s+)?[\w:]+\s+(\w+)\s*\(\s*\)\s*"
                              r"\{\s*return\s+(.*?);\s*\}", t, flags=re.S):
-            self.funcs.setdefault(m.group(2), (m.group(1), m.group(3)))
+            params = [x.split()[-1] for x in m.group(1).split(",")] if m.group(1) else []
+            self.funcs.setdefault(m.group(2), (params, m.group(3)))
 
     def _kernels(self):
         out = {}
@@ -306,7 +375,7 @@ class SourceFile:
             e = self.text.find(">>>", m.end())
             if e < 0:
                 continue
-            args = split_top(self.text[m.end():e])
+            args = split_args(self.text[m.end():e])
             targs = split_top(m.group(2)[1:-1]) if m.group(2) else []
             line = self.text.count("\n", 0, m.start()) + 1
             out.setdefault(m.group(1), []).append(dict(
@@ -329,12 +398,14 @@ class SourceFile:
             fname, targ = mm.group(1), mm.group(2)
             if fname not in self.funcs:
                 raise ValueError("unknown function " + fname)
-            param, body = self.funcs[fname]
+            params, body = self.funcs[fname]
             sub = dict(env)
-            if param and targ is not None:
-                sub[param] = self.evaluate(targ, env, pos, notes, depth + 1)
+            if params and targ is not None:
+                for pname, a in zip(params, split_top(targ)):
+                    sub[pname] = self.evaluate(a, env, pos, notes, depth + 1)
             return "(" + str(self.evaluate(body, sub, pos, notes, depth + 1)) + ")"
-        e = re.sub(r"\b(\w+)\s*(?:<([^<>()]*)>)?\s*\(\s*\)", call, e)
+        # template arguments may hold parentheses: DK, (DK > DV ? DK : DV)
+        e = re.sub(r"\b(\w+)\s*(?:<((?:[^<>()]|\([^()]*\))*)>)?\s*\(\s*\)", call, e)
         out = []
         for tok in re.findall(r"[A-Za-z_]\w*(?:(?:\.|->)\w+)*|\d+[uUlL]*|<<|>>|\S", e):
             if re.match(r"\d", tok):
@@ -346,11 +417,11 @@ class SourceFile:
                     out.append("(" + str(self._ident(tok, env, pos, notes, depth)) + ")")
             elif tok == "/":
                 out.append("//")
-            elif tok in "+-*%(),<>" or tok in ("<<", ">>"):
+            elif tok in "+-*%(),<>?:" or tok in ("<<", ">>"):
                 out.append(tok)
             else:
                 raise ValueError("token " + tok)
-        v = eval(" ".join(out), {"__builtins__": {}, "min": min, "max": max})
+        v = eval(" ".join(c_conditional(out)), {"__builtins__": {}, "min": min, "max": max})
         return int(v)
 
     def _sizeof(self, t, env):
@@ -913,9 +984,10 @@ def main():
         detail += " (ptxas stack frames: %s)" % sass_reason
     check("local-mem", "FAIL" if bad else "PASS", detail)
     # hmma
-    hm_rows = [r for r in rows if any(re.search(fr, r["file"]) and re.search(kr, r["base"]) for fr, kr in HMMA_KERNELS)]
+    hm_rows = [r for r in rows if any(re.search(fr, r["file"]) and re.search(kr, r["base"]) and r["variant"] in vs
+                                      for fr, kr, vs in HMMA_KERNELS)]
     if not hm_rows:
-        check("hmma", "FAIL", "no bf16 flash kernels found (patterns %s)" % HMMA_KERNELS)
+        check("hmma", "FAIL", "no bf16 tensor-core kernels found (patterns %s)" % HMMA_KERNELS)
     elif not have_sass:
         check("hmma", "FAIL" if args.require_sass else "SKIP", sass_reason)
     else:
@@ -931,7 +1003,7 @@ def main():
                     ok.append("%s/%s %d/%d" % (r["kernel"], a, s["hmma_in_loop"], s["hmma"]))
         kinds = sorted({k for r in hm_rows for x in r["arch"].values() for k in (x["sass"] or {}).get("hmma_kinds", [])})
         check("hmma", "FAIL" if bad else "PASS", "; ".join(bad) if bad else
-              "all %d (kernel, arch) pairs of the flash kernels issue %s inside loops (%d of %d HMMA in loops; "
+              "all %d (kernel, arch) pairs of the flash and chunked delta-rule kernels issue %s inside loops (%d of %d HMMA in loops; "
               "no HGMMA: mma.sync/WMMA, not wgmma)" % (
                   len(ok), "/".join(kinds), sum(x["sass"]["hmma_in_loop"] for r in hm_rows for x in r["arch"].values()),
                   sum(x["sass"]["hmma"] for r in hm_rows for x in r["arch"].values())))

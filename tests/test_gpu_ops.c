@@ -21,7 +21,8 @@
 //   2e-2, backward 5e-2
 //   GEMMs 1e-5, or 5e-3 with GATEDGPT_CUDA_TF32=1 (inputs rounded to 10 mantissa bits), or 2e-2
 //   with GATEDGPT_CUDA_BF16_GEMM=1 (8 mantissa bits)
-//   the Gated DeltaNet's delta rule 2e-5 forward, 1e-4 backward (a recurrence over T tokens);
+//   the Gated DeltaNet's delta rule 2e-5 forward, 1e-4 backward (a recurrence over T tokens); its
+//   chunked kernels (--gdn-chunk: the ctest cudaemu_gdn_chunk) 5e-5 and 3e-4 (slow decays);
 //   its gates, conv1d, L2 norm and gated RMSNorm 1e-5; ops_float_from_act (fp32: a copy): exact
 //   sums of squares and the router statistics (double partials) 1e-12; the embedding backward,
 //   abs-max, abs-median, the gate histogram, the router's top-k indices, the dispatch plan, the
@@ -64,6 +65,15 @@ static double tol_gemm = 1e-5;
 // dk = dv = 128), the other gradients <= 3.3e-7. The gates, the conv, the L2 norm and the gated
 // RMSNorm are elementwise or n <= 128-term sums: TOL_ELEM (measured max 3.6e-7).
 #define TOL_GDN_BWD 1e-4
+// The chunked kernels (kernels/cuda/deltanet_chunk.cu; this build: fp32 products on CUDA cores)
+// against the CPU: the same sums regrouped, GEMMs of depth <= 128 (sqrt(128) u per sum, as above)
+// and the forward substitution's <= 63-term sums, and the chunk-to-chunk state carries an error
+// on as the recurrence does. With the slow decays (exp(g) >= 0.98) an error lives ~1 / (1 - 0.98)
+// = 50 tokens instead of 20: TOL_GDN_FWD's derivation with 50, sqrt(128) u 50 = 3.4e-5 -> 5e-5;
+// the backward TOL_GDN_BWD x 50 / 20 = 2.5e-4 -> 3e-4. Measured (emulator): forward <= 6.4e-7 (o, the
+// decay regimes and (dk, dv) pairs of test_gdn_chunked), backward <= 4.2e-6 (dg, strong decay).
+#define TOL_GDN_CHUNK_FWD 5e-5
+#define TOL_GDN_CHUNK_BWD 3e-4
 
 // ---- host/device helpers ----------------------------------------------------------------
 static float* hrand(size_t n, double scale) {
@@ -918,17 +928,23 @@ static float* hrand_heads_l2(size_t N, int heads, int dk, size_t ld) {
 // wider than their heads (ld_qk = Hk dk + extra_qk, ld_v = Hv dv + extra_v), as the layer reads
 // them from its conv output. with_state: a random state_in (forward only: the backward starts
 // from zeros, as in training).
-static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
-                     int with_state) {
-    char nm[160];
+// decay: the gates' regime, g per token: GDN_DECAY_MID in [-0.45, -0.05] (exp(g) in [0.64, 0.95],
+// as tests/test_deltanet.c), GDN_DECAY_STRONG in [-12, -2] (a chunk's cumulative decay falls far
+// below fp32's range: exp(c) underflows to 0 within a chunk, while exp(c_i - c_j) stays exact),
+// GDN_DECAY_SLOW in [-0.02, 0] (the state remembers ~50+ tokens: chunk boundaries matter most).
+enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
+static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
+                         int with_state, int decay, double tol_fwd, double tol_bwd) {
+    char nm[200];
     const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
     const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
     OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0};
     float *q = hrand_heads_l2(N, Hk, dk, ldqk), *k = hrand_heads_l2(N, Hk, dk, ldqk), *v = hrand(N * ldv, 1);
     float *g = hzeros(N * Hv), *beta = hzeros(N * Hv);
     for (size_t i = 0; i < N * Hv; i++) {
-        g[i] = (float)(-0.05 - 0.4 * (0.5 + 0.5 * tu_rand()));   // decays exp(g) in [0.64, 0.95]
-        beta[i] = (float)(0.5 + 0.45 * tu_rand());               // as tests/test_deltanet.c
+        const double r = 0.5 + 0.5 * tu_rand();   // [0, 1)
+        g[i] = (float)(decay == GDN_DECAY_STRONG ? -2.0 - 10.0 * r : decay == GDN_DECAY_SLOW ? -0.02 * r : -0.05 - 0.4 * r);
+        beta[i] = (float)(0.5 + 0.45 * tu_rand());   // as tests/test_deltanet.c
     }
     float* st_in = with_state ? hrand(SN, 0.5) : NULL;
     float *ro = hzeros(ON), *rst = hzeros(SN);
@@ -937,10 +953,11 @@ static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk,
     float *d_g = dcopy(g, N * Hv), *d_beta = dcopy(beta, N * Hv), *d_st_in = with_state ? dcopy(st_in, SN) : NULL;
     float *d_o = dpoison(ON), *d_st = dpoison(SN);
     ops_gdn_forward(d_o, d_st, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
-    snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s: o", B, T, Hk, Hv, dk, dv,
-             extra_qk, extra_v, chunk, with_state ? " state_in" : "");
-    cmp(nm, d_o, ro, ON, TOL_GDN_FWD);
-    cmp("gdn forward: state_out", d_st, rst, SN, TOL_GDN_FWD);
+    snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s%s: o", B, T, Hk, Hv, dk,
+             dv, extra_qk, extra_v, chunk, with_state ? " state_in" : "",
+             decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : "");
+    cmp(nm, d_o, ro, ON, tol_fwd);
+    cmp("gdn forward: state_out", d_st, rst, SN, tol_fwd);
 
     // backward: dq, dk in q's layout, dv in v's (gaps untouched), dg, dbeta
     float* dout = hrand(ON, 1);
@@ -950,11 +967,11 @@ static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk,
     float *d_dg = dpoison(N * Hv), *d_db = dpoison(N * Hv), *d_dout = dcopy(dout, ON);
     ref_ops_gdn_backward(rdq, rdk, rdv, rdg, rdb, dout, q, k, v, g, beta, &s);
     ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
-    cmp_rows("gdn backward: dq", d_dq, rdq, N, ldqk, (size_t)Hk * dk, TOL_GDN_BWD);
-    cmp_rows("gdn backward: dk", d_dk, rdk, N, ldqk, (size_t)Hk * dk, TOL_GDN_BWD);
-    cmp_rows("gdn backward: dv", d_dv, rdv, N, ldv, (size_t)Hv * dv, TOL_GDN_BWD);
-    cmp("gdn backward: dg", d_dg, rdg, N * Hv, TOL_GDN_BWD);
-    cmp("gdn backward: dbeta", d_db, rdb, N * Hv, TOL_GDN_BWD);
+    cmp_rows("gdn backward: dq", d_dq, rdq, N, ldqk, (size_t)Hk * dk, tol_bwd);
+    cmp_rows("gdn backward: dk", d_dk, rdk, N, ldqk, (size_t)Hk * dk, tol_bwd);
+    cmp_rows("gdn backward: dv", d_dv, rdv, N, ldv, (size_t)Hv * dv, tol_bwd);
+    cmp("gdn backward: dg", d_dg, rdg, N * Hv, tol_bwd);
+    cmp("gdn backward: dbeta", d_db, rdb, N * Hv, tol_bwd);
     // a rerun: the same bits (fixed orders, no atomics)
     float *d_dq2 = dcopy(rdq, N * ldqk), *d_dk2 = dcopy(rdk, N * ldqk), *d_dv2 = dcopy(rdv, N * ldv);
     float *d_dg2 = dpoison(N * Hv), *d_db2 = dpoison(N * Hv);
@@ -969,6 +986,22 @@ static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk,
     ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_g); ops_free(d_beta); ops_free(d_st_in); ops_free(d_o);
     ops_free(d_st); ops_free(d_dq); ops_free(d_dk); ops_free(d_dv); ops_free(d_dg); ops_free(d_db); ops_free(d_dout);
     ops_free(d_dq2); ops_free(d_dk2); ops_free(d_dv2); ops_free(d_dg2); ops_free(d_db2);
+}
+
+static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
+                     int with_state) {
+    test_gdn_tol(B, T, Hk, Hv, dk, dv, extra_qk, extra_v, chunk, with_state, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD);
+}
+
+// The chunked kernels (kernels/cuda/deltanet_chunk.cu: chunk > 0, dk and dv in {64, 128}), fp32
+// in this build, against the CPU (its chunked forward, its backward): a partial last chunk, Hv > Hk,
+// every (dk, dv) pair, strided rows, a passed-in state, the three decay regimes. Tolerances below.
+static void test_gdn_chunked(void) {
+    printf(" gated delta rule, chunked kernels (fp32 products)\n");
+    test_gdn_tol(1, 130, 1, 2, 64, 64, 5, 3, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
+    test_gdn_tol(2, 100, 1, 2, 128, 128, 0, 0, 64, 0, GDN_DECAY_STRONG, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
+    test_gdn_tol(1, 70, 2, 2, 128, 64, 0, 0, 64, 1, GDN_DECAY_SLOW, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
+    test_gdn_tol(1, 129, 1, 1, 64, 128, 0, 0, 16, 0, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
 }
 
 // beta, g from ba = [b | a]; a few a + dt_bias above softplus's threshold 20 (where it is x)
@@ -1086,6 +1119,10 @@ int main(int argc, char** argv) {
     }
     ops_init(0);
     cpu_ref.init(0);
+    if (argc > 1 && strcmp(argv[1], "--gdn-chunk") == 0) {   // the ctest cudaemu_gdn_chunk: these checks alone
+        test_gdn_chunked();
+        return tu_finish();
+    }
     if (cuda_tf32_enabled()) tol_gemm = 5e-3;
     if (cuda_gemm_math() == CUDA_MATH_BF16) tol_gemm = 2e-2;
     printf("CUDA ops vs CPU ops: %s\n", ops_backend_name());

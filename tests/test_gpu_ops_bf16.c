@@ -32,7 +32,9 @@
 //   the KV cache: y, yg as act_t (8e-3), lse and the sink mass as fp32 (1e-4); RoPE on cached
 //   rows as act_t (8e-3)
 //   the Gated DeltaNet's ops (fp32 tensors only, compiled in this build): 1e-4, as the fp32 outputs
-//   above (test_gpu_ops bounds them at 1e-5 to 1e-4 over more shapes)
+//   above (test_gpu_ops bounds them at 1e-5 to 1e-4 over more shapes); the chunked delta rule
+//   (bf16 products on tensor cores in this build; --gdn-chunk, the ctest cudaemu_gdn_chunk_bf16)
+//   2e-2 forward, 3e-2 backward (derived at TOL_GDN_BF16_FWD)
 //   exact: the conversions (ops_act_from_float vs bf16_from_f32, ops_float_from_act vs
 //   bf16_to_f32 over every bf16 bit pattern, ops_weights_to_act vs
 //   bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i))), ops_accumulate and the MoE gather backward
@@ -56,6 +58,19 @@
 // 5.9e-3 forward (3.4x) and 7.1e-3 backward (7x)
 #define TOL_BF16_FWD 2e-2
 #define TOL_BF16_BWD 5e-2
+// The chunked delta rule's bf16 products (deltanet_chunk.cu in this build). Each GEMM rounds both
+// operands to bf16 (and W, Kc, Vn, the states are stored as bf16 between kernels: operands too): relative errors e_a, e_b, |e| <= u = 2^-8, uniform over a rounding interval,
+// rms sigma = u E[1/m^2]^(1/2) / sqrt(3) = 1.6e-3 (mantissa m uniform in [1, 2)); a product's error
+// a b (e_a + e_b) has rms sqrt(2) sigma |a b|, and over a sum of K random-sign products these add
+// like the products themselves, so the sum's error is ~sqrt(2) sigma = 2.3e-3 of the sum's size,
+// whatever K (the GEMM depth, 64-128 here: the fp32 accumulation adds sqrt(K) 2^-24, nothing). The
+// forward chains 4 such stages (A -> W, Kc -> Vn, S -> O), the backward 7 (Vn -> dVn -> dS ->
+// dKc -> dRk -> dA -> dK), independent errors adding in quadrature: 4.6e-3 and 6.1e-3 rms of the
+// typical element. The check takes max |err| / max |ref| over a tensor, whose tails and
+// cancelling sums (dg, dbeta: sums of +- terms) can reach ~3x that: 1.4e-2 -> 2e-2 forward, 1.8e-2
+// -> 3e-2 backward. Measured (emulator, the 4 shapes below): forward <= 6.6e-3, backward <= 6.1e-3.
+#define TOL_GDN_BF16_FWD 2e-2
+#define TOL_GDN_BF16_BWD 3e-2
 
 // ---- buffers: every allocation of a check is kept and released at its end -------------------
 static void* hkeep[256];
@@ -710,7 +725,80 @@ static void test_gdn_layer(void) {
     release();
 }
 
-int main(void) {
+// The chunked delta rule (kernels/cuda/deltanet_chunk.cu: chunk > 0, dk and dv in {64, 128}): in
+// this build its GEMMs take bf16 operands (tensor cores), fp32 accumulation, fp32 states. Against
+// the fp32 CPU ops (its chunked forward, its backward) on fp32 inputs, at TOL_GDN_BF16_* (below):
+// a partial last chunk, Hv > Hk, every (dk, dv) pair, strided rows, a passed-in state, the decay
+// regimes of test_gpu_ops (mid, strong: g in [-12, -2], slow: g in [-0.02, 0]); and a rerun (the
+// same bits: no atomics).
+enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
+static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int with_state,
+                             int decay) {
+    const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
+    const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
+    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, 64, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0};
+    float *q = hrand(N * ldqk, 1), *k = hrand(N * ldqk, 1), *v = hrand(N * ldv, 1), *g = hbuf(N * Hv), *beta = hbuf(N * Hv);
+    for (size_t n = 0; n < N; n++)   // q, k L2-normalised per head, as the layer does
+        for (int j = 0; j < Hk; j++)
+            for (int w = 0; w < 2; w++) {
+                float* r = (w ? k : q) + n * ldqk + (size_t)j * dk;
+                double ss = 0.0;
+                for (int i = 0; i < dk; i++) ss += (double)r[i] * r[i];
+                for (int i = 0; i < dk; i++) r[i] = (float)(r[i] / sqrt(ss));
+            }
+    for (size_t i = 0; i < N * Hv; i++) {
+        const double r = 0.5 + 0.5 * tu_rand();
+        g[i] = (float)(decay == GDN_DECAY_STRONG ? -2.0 - 10.0 * r : decay == GDN_DECAY_SLOW ? -0.02 * r : -0.05 - 0.4 * r);
+        beta[i] = (float)(0.5 + 0.45 * tu_rand());
+    }
+    float *st = with_state ? hrand(SN, 0.5) : NULL, *o = hbuf(ON), *so = hbuf(SN);
+    ref_ops_gdn_forward(o, so, q, k, v, g, beta, st, &s);
+    float *d_q = up_f32(q, N * ldqk), *d_k = up_f32(k, N * ldqk), *d_v = up_f32(v, N * ldv), *d_g = up_f32(g, N * Hv);
+    float *d_beta = up_f32(beta, N * Hv), *d_o = poison_f32(ON), *d_so = poison_f32(SN);
+    ops_gdn_forward(d_o, d_so, d_q, d_k, d_v, d_g, d_beta, with_state ? up_f32(st, SN) : NULL, &s);
+    cmp_f32(NM("gdn chunked B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d%s%s: o", B, T, Hk, Hv, dk, dv, extra_qk, extra_v,
+               with_state ? " state_in" : "", decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : ""),
+            d_o, o, ON, TOL_GDN_BF16_FWD);
+    cmp_f32("gdn chunked: state_out", d_so, so, SN, TOL_GDN_BF16_FWD);
+    // backward (dq, dk, dv compared over whole rows: the gaps of the strided layout start as 0
+    // on both sides and must stay 0)
+    float *dout = hrand(ON, 1), *dq = hbuf(N * ldqk), *dk_ = hbuf(N * ldqk), *dv_ = hbuf(N * ldv), *dg = hbuf(N * Hv), *db = hbuf(N * Hv);
+    ref_ops_gdn_backward(dq, dk_, dv_, dg, db, dout, q, k, v, g, beta, &s);
+    float *d_dout = up_f32(dout, ON), *d_dq[2], *d_dk[2], *d_dv[2], *d_dg[2], *d_db[2];
+    for (int run = 0; run < 2; run++) {
+        float* z = hbuf(N * (ldqk > ldv ? ldqk : ldv));
+        d_dq[run] = up_f32(z, N * ldqk); d_dk[run] = up_f32(z, N * ldqk); d_dv[run] = up_f32(z, N * ldv);
+        d_dg[run] = poison_f32(N * Hv); d_db[run] = poison_f32(N * Hv);
+        ops_gdn_backward(d_dq[run], d_dk[run], d_dv[run], d_dg[run], d_db[run], d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+    }
+    cmp_f32("gdn chunked backward: dq", d_dq[0], dq, N * ldqk, TOL_GDN_BF16_BWD);
+    cmp_f32("gdn chunked backward: dk", d_dk[0], dk_, N * ldqk, TOL_GDN_BF16_BWD);
+    cmp_f32("gdn chunked backward: dv", d_dv[0], dv_, N * ldv, TOL_GDN_BF16_BWD);
+    cmp_f32("gdn chunked backward: dg", d_dg[0], dg, N * Hv, TOL_GDN_BF16_BWD);
+    cmp_f32("gdn chunked backward: dbeta", d_db[0], db, N * Hv, TOL_GDN_BF16_BWD);
+    const float* outs[5][2] = {{d_dq[0], d_dq[1]}, {d_dk[0], d_dk[1]}, {d_dv[0], d_dv[1]}, {d_dg[0], d_dg[1]}, {d_db[0], d_db[1]}};
+    const size_t ns[5] = {N * ldqk, N * ldqk, N * ldv, N * Hv, N * Hv};
+    int same = 1;
+    for (int i = 0; i < 5; i++) {
+        float *a = hbuf(ns[i]), *b2 = hbuf(ns[i]);
+        ops_to_host(a, outs[i][0], ns[i] * sizeof(float));
+        ops_to_host(b2, outs[i][1], ns[i] * sizeof(float));
+        same &= memcmp(a, b2, ns[i] * sizeof(float)) == 0;
+    }
+    TU_CHECK(same, "gdn chunked backward: a rerun gives other bits");
+    printf("  %-66s %s\n", "gdn chunked backward: dq, dk, dv, dg, dbeta on a rerun", same ? "same bits" : "DIFFERENT");
+    release();
+}
+
+static void test_gdn_chunked_all(void) {
+    printf(" gated delta rule, chunked kernels (bf16 tensor-core products)\n");
+    test_gdn_chunked(1, 130, 1, 2, 64, 64, 5, 3, 1, GDN_DECAY_MID);
+    test_gdn_chunked(2, 100, 1, 2, 128, 128, 0, 0, 0, GDN_DECAY_STRONG);
+    test_gdn_chunked(1, 70, 2, 2, 128, 64, 0, 0, 1, GDN_DECAY_SLOW);
+    test_gdn_chunked(1, 129, 1, 1, 64, 128, 0, 0, 0, GDN_DECAY_MID);
+}
+
+int main(int argc, char** argv) {
     char why[256];
     if (!cuda_device_present(why, sizeof why)) {
         printf("skipped: no CUDA device (%s)\n", why);
@@ -718,6 +806,10 @@ int main(void) {
     }
     ops_init(0);
     ref_ops_init(0);
+    if (argc > 1 && strcmp(argv[1], "--gdn-chunk") == 0) {   // the ctest cudaemu_gdn_chunk_bf16: these checks alone
+        test_gdn_chunked_all();
+        return tu_finish();
+    }
     printf("CUDA bf16 ops (%s) vs the bf16 reference (fp32 CPU ops on bf16 inputs, outputs rounded once)\n",
            ops_backend_name());
     test_conversions(100003);

@@ -187,9 +187,11 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
             slots = ops_scratch_bytes(&ss);
         } else {
             size_t slot[CUDA_SCRATCH_COUNT];
-            CudaDeviceFacts f = {cuda_cub_sort_estimate(N), o->smem_optin, 0};
+            CudaDeviceFacts f = {cuda_cub_sort_estimate(N), o->smem_optin, 0, lay.act_bytes, 0};
             const char* e = getenv("GATEDGPT_GDN_STATE");
             f.gdn_state_global = e && strcmp(e, "global") == 0;
+            e = getenv("GATEDGPT_GDN_CHUNK");
+            f.gdn_recurrent = e && strcmp(e, "recurrent") == 0;
             cuda_scratch_plan(&ss, &f, slot);
             slots = scratch_alloc_bytes(CUDA_LT_WORKSPACE_BYTES, al);
             for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)

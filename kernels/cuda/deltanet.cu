@@ -16,11 +16,12 @@
 // keeps the state in shared memory; the backward needs sums over columns too (dq, dk, dbeta, dg)
 // and keeps one block per (sequence, key head).
 //
-// The chunked form (s->chunk > 0: transformers' torch_chunk_gated_delta_rule, kernels/cpu) runs
-// the recurrent kernel here: the same function of the inputs, equal up to fp32 roundoff
-// (tests/test_deltanet.c measures the chunked CPU form against the recurrent one). A chunked
-// CUDA kernel (GEMM-shaped work within chunks, tensor cores) is the way to go faster.
-#include "cuda_common.h"
+// The chunked form (s->chunk > 0) runs deltanet_chunk.cu's kernels (GEMMs within chunks of 64
+// tokens, bf16 tensor cores in the bf16 build) when dk and dv are 64 or 128; other head sizes
+// (the tests' small heads) and decoding (chunk = 0) run the recurrent kernels below: the same
+// function of the inputs, equal up to roundoff (tests/test_deltanet.c measures the chunked CPU
+// form against the recurrent one).
+#include "deltanet.h"
 
 // The backward recomputes the states from checkpoints every GDN_CKPT tokens (as the CPU does).
 #define GDN_CKPT CUDA_GDN_CKPT   // kernels/scratch.h
@@ -163,7 +164,8 @@ extern "C" void ops_gdn_forward(float* o, float* state_out, const float* q, cons
         }
         return;
     }
-    // s->chunk > 0: the recurrent kernel computes the same (see the top of this file)
+    // s->chunk > 0 with dk, dv in {64, 128}: the chunked kernels; otherwise the recurrent one
+    if (cuda_gdn_chunk_forward(o, state_out, q, k, v, g, beta, state_in, s)) return;
     const int cols = GDN_FWD_COLS;
     const size_t smem_state = cuda_gdn_fwd_smem_state((size_t)d.dk);   // kernels/scratch.h: 4 dk + dk x cols
     size_t smem = smem_state;
@@ -354,6 +356,7 @@ extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, flo
     CUDA_OP_TIMER("ops_gdn_backward");
     const GdnDims d = gdn_dims(s);
     if (d.B <= 0 || d.T <= 0) return;
+    if (cuda_gdn_chunk_backward(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s)) return;   // chunked (dk, dv in {64, 128})
     const int threads = GDN_BWD_THREADS;
     // dynamic shared memory (the kernel's 128 static bytes, red[32], count against the limit)
     const size_t red = cuda_gdn_bwd_smem_red();   // kernels/scratch.h

@@ -22,6 +22,8 @@ static CudaDeviceFacts device_facts(const OpsStepShape* s) {
     CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     f.smem_optin = (size_t)smem;
     f.gdn_state_global = cuda_env_is("GATEDGPT_GDN_STATE", "global");
+    f.gdn_op_bytes = (int)sizeof(cact_t);   // the chunked delta rule's operands (deltanet_chunk.cu)
+    f.gdn_recurrent = cuda_env_is("GATEDGPT_GDN_CHUNK", "recurrent");
     f.cub_temp = cuda_emb_cub_temp_bytes((size_t)s->B * s->T);
     return f;
 }
