@@ -23,6 +23,16 @@
 // The table goes to stdout last; --tsv appends one line per config for scripts. With
 // GATEDGPT_CUDA_PROFILE=1 each config also prints a per-op time table of its timed steps (the
 // device is synchronised around every op then, so those step times are not the benchmark's).
+//
+// The hybrid row: --gdn NAME B,T,Hk,Hv,dk,dv times the Gated DeltaNet's delta rule alone
+// (ops_gdn_forward and ops_gdn_backward, chunk 64, on random L2-normalised q, k, gates in
+// Qwen3-Next's range), the chunked kernels (kernels/cuda/deltanet_chunk.cu) and, for T <= 8192,
+// the recurrent ones (GATEDGPT_GDN_CHUNK=recurrent) of the same build: milliseconds (median of
+// --steps after --warmup), and TFLOP/s of the chunked form's executed FLOPs (docs/gpu.md
+// "Gated DeltaNet on the GPU": the GEMMs and the triangular solve per chunk). Published H200
+// figures for 32K tokens, 32 value heads, d 128 (forward / backward): FlashQLA 0.885 / 2.515 ms,
+// flash-linear-attention 1.885 / 5.697 ms. Builds; not yet run on a GPU.
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,15 +155,119 @@ static void run_config(Result* r, const Shape* s, int gate, int warmup, int step
     gpt_free(&m);
 }
 
+// ---- the delta rule alone (--gdn) -------------------------------------------------------------
+typedef struct {
+    const char* name;
+    int B, T, Hk, Hv, dk, dv;
+} GdnShape;
+
+// FLOPs the chunked kernels execute (C = 64): per chunk and value head the GEMMs 2 M N K of
+// deltanet_chunk.cu (K K^T and Q K^T once per key head) and the triangular solve (C^3 / 3);
+// forward: K K^T / rep, W, Kc, Vn = W - Kc S, the state update, Q K^T / rep, Q S, P Vn;
+// backward: the forward's wy and state passes again, then P^T, P^T dO, Kd dS', Qd^T dO, Kc^T dVn
+// (dstate, per 64-column slice: P^T once per slice), dO S^T, dVn S^T, Vn dS'^T, Q K^T, dO Vn^T,
+// H K, H^T Q (dqk), Tinv^T dVn, Tinv^T dKc, dRv W^T, dRk Kc^T, K K^T, G K, G^T K (dwy; these two
+// recompute Q K^T and K K^T per value head)
+static void gdn_flops(const GdnShape* g, double* fwd, double* bwd) {
+    const double C = 64, dk = g->dk, dv = g->dv, rep = (double)g->Hv / g->Hk;
+    const double chunks = (double)g->B * g->Hv * ((g->T + 63) / 64), slices = dv / 64;
+    const double wy = 2 * C * C * dk / rep + C * C * C / 3 + 2 * C * C * dv + 2 * C * C * dk;
+    const double state = 2 * (2 * C * dk * dv);
+    const double out = 2 * C * C * dk / rep + 2 * C * dk * dv + 2 * C * C * dv;
+    const double dstate = slices * 2 * C * C * dk + 2 * C * C * dv + 3 * (2 * C * dk * dv);
+    const double dqk = 3 * (2 * C * dk * dv) + 2 * C * C * dk + 2 * C * C * dv + 2 * (2 * C * C * dk);
+    const double dwy = 2 * C * C * dv + 2 * C * C * dk + 2 * C * C * dv + 2 * C * C * dk + 2 * C * C * dk + 2 * (2 * C * C * dk);
+    *fwd = chunks * (wy + state + out);
+    *bwd = chunks * (wy + state + dstate + dqk + dwy);
+}
+
+static float* gdn_dev_rand(size_t n, double lo, double hi, uint64_t* st) {
+    float* h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        *st ^= *st << 13; *st ^= *st >> 7; *st ^= *st << 17;
+        h[i] = (float)(lo + (hi - lo) * (double)(*st >> 11) / 9007199254740992.0);
+    }
+    float* d = ops_malloc(n * sizeof(float));
+    ops_from_host(d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static double gdn_time(int fwd, int warmup, int steps, float* o, float* dq, float* dk, float* dv, float* dg, float* db,
+                       const float* q, const float* k, const float* v, const float* g, const float* beta,
+                       const float* dout, const OpsGdnShape* s) {
+    double* ms = malloc((size_t)steps * sizeof(double));
+    for (int i = 0; i < warmup + steps; i++) {
+        cuda_sync();
+        double a = now_s();
+        if (fwd) ops_gdn_forward(o, NULL, q, k, v, g, beta, NULL, s);
+        else ops_gdn_backward(dq, dk, dv, dg, db, dout, q, k, v, g, beta, s);
+        cuda_sync();
+        if (i >= warmup) ms[i - warmup] = (now_s() - a) * 1e3;
+    }
+    qsort(ms, (size_t)steps, sizeof(double), cmp_double);
+    double m = ms[steps / 2];
+    free(ms);
+    return m;
+}
+
+static void run_gdn(const GdnShape* g, int warmup, int steps, FILE* tf) {
+    const size_t N = (size_t)g->B * g->T, nqk = N * g->Hk * g->dk, nv = N * g->Hv * g->dv, ng = N * g->Hv;
+    uint64_t st = 88172645463325252ULL;
+    // q, k: random rows, L2-normalised on the host per head; g in [-1.6, 0] (Qwen3-Next's -A dt
+    // range at initialisation), beta in [0.05, 0.95]
+    float* qk[2];
+    for (int w = 0; w < 2; w++) {
+        float* h = malloc(nqk * sizeof(float));
+        for (size_t i = 0; i < nqk; i++) {
+            st ^= st << 13; st ^= st >> 7; st ^= st << 17;
+            h[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
+        }
+        for (size_t r = 0; r < N * g->Hk; r++) {
+            double ss = 0.0;
+            for (int i = 0; i < g->dk; i++) ss += (double)h[r * g->dk + i] * h[r * g->dk + i];
+            for (int i = 0; i < g->dk; i++) h[r * g->dk + i] = (float)(h[r * g->dk + i] / sqrt(ss));
+        }
+        qk[w] = ops_malloc(nqk * sizeof(float));
+        ops_from_host(qk[w], h, nqk * sizeof(float));
+        free(h);
+    }
+    float *v = gdn_dev_rand(nv, -1, 1, &st), *gg = gdn_dev_rand(ng, -1.6, 0, &st), *beta = gdn_dev_rand(ng, 0.05, 0.95, &st);
+    float* dout = gdn_dev_rand(nv, -1, 1, &st);
+    float *o = ops_malloc(nv * sizeof(float)), *dq = ops_malloc(nqk * sizeof(float)), *dk = ops_malloc(nqk * sizeof(float));
+    float *dv = ops_malloc(nv * sizeof(float)), *dg = ops_malloc(ng * sizeof(float)), *db = ops_malloc(ng * sizeof(float));
+    OpsGdnShape s = {g->B, g->T, g->Hk, g->Hv, g->dk, g->dv, 64, 0, 0};
+    double ff, fb;
+    gdn_flops(g, &ff, &fb);
+    for (int rec = 0; rec <= 1; rec++) {
+        if (rec && g->T > 8192) break;   // the recurrent kernels: serial in T
+        if (rec) setenv("GATEDGPT_GDN_CHUNK", "recurrent", 1);
+        const double tf_ = gdn_time(1, warmup, steps, o, dq, dk, dv, dg, db, qk[0], qk[1], v, gg, beta, dout, &s);
+        const double tb = gdn_time(0, warmup, steps, o, dq, dk, dv, dg, db, qk[0], qk[1], v, gg, beta, dout, &s);
+        if (rec) unsetenv("GATEDGPT_GDN_CHUNK");
+        const char* path = rec ? "recurrent" : "chunked";
+        printf("%-24s %-9s B=%d T=%-6d Hk=%-3d Hv=%-3d dk=%-3d dv=%-3d  fwd %9.3f ms  bwd %9.3f ms  (%.1f / %.1f TFLOP/s of "
+               "the chunked form's %.1f / %.1f GFLOP)\n", g->name, path, g->B, g->T, g->Hk, g->Hv, g->dk, g->dv, tf_, tb,
+               ff / (tf_ * 1e-3) / 1e12, fb / (tb * 1e-3) / 1e12, ff / 1e9, fb / 1e9);
+        if (tf)
+            fprintf(tf, "gdn_%s_%s\t%dx%d\tHk%d Hv%d dk%d dv%d\t-\t%.3f (fwd)\t%.3f (bwd)\t%.1f\t-\t-\t-\t-\t-\n", g->name, path,
+                    g->B, g->T, g->Hk, g->Hv, g->dk, g->dv, tf_, tb, (ff + fb) / ((tf_ + tb) * 1e-3) / 1e12);
+    }
+    ops_free(qk[0]); ops_free(qk[1]); ops_free(v); ops_free(gg); ops_free(beta); ops_free(dout);
+    ops_free(o); ops_free(dq); ops_free(dk); ops_free(dv); ops_free(dg); ops_free(db);
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: bench_gpu [--steps N] [--warmup N] [--gates none,headwise,elementwise] [--tsv PATH]\n"
-            "                 --shape NAME CONFIG.ini [--set section.key=value ...] [--shape ...]\n");
+            "                 --shape NAME CONFIG.ini [--set section.key=value ...] [--shape ...]\n"
+            "                 [--gdn NAME B,T,Hk,Hv,dk,dv ...]   (the delta rule alone, chunked and recurrent)\n");
 }
 
 int main(int argc, char** argv) {
     Shape shapes[MAX_SHAPES];
-    int nshapes = 0, steps = 5, warmup = 2;
+    GdnShape gdns[MAX_SHAPES];
+    int nshapes = 0, ngdn = 0, steps = 5, warmup = 2;
     const char* gates = "none,headwise,elementwise";
     const char* tsv = NULL;
     for (int i = 1; i < argc; i++) {
@@ -167,11 +281,20 @@ int main(int argc, char** argv) {
             memset(s, 0, sizeof(*s));
             s->name = argv[++i];
             s->ini = argv[++i];
+        } else if (!strcmp(a, "--gdn") && i + 2 < argc && ngdn < MAX_SHAPES) {
+            GdnShape* g = &gdns[ngdn++];
+            g->name = argv[++i];
+            if (sscanf(argv[++i], "%d,%d,%d,%d,%d,%d", &g->B, &g->T, &g->Hk, &g->Hv, &g->dk, &g->dv) != 6 || g->B < 1 ||
+                g->T < 1 || g->Hk < 1 || g->Hv < 1 || g->Hv % g->Hk || g->dk < 1 || g->dv < 1) {
+                fprintf(stderr, "bench_gpu: --gdn %s: want B,T,Hk,Hv,dk,dv (positive, Hv a multiple of Hk), got '%s'\n",
+                        g->name, argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "--set") && i + 1 < argc && nshapes > 0 && shapes[nshapes - 1].n_sets < MAX_SETS) {
             shapes[nshapes - 1].sets[shapes[nshapes - 1].n_sets++] = argv[++i];
         } else { usage(); return 2; }
     }
-    if (nshapes == 0 || steps < 1 || warmup < 0) { usage(); return 2; }
+    if ((nshapes == 0 && ngdn == 0) || steps < 1 || warmup < 0) { usage(); return 2; }
     char why[256];
     if (!cuda_device_present(why, sizeof why)) {
         printf("skipped: no CUDA device (%s)\n", why);
@@ -183,6 +306,15 @@ int main(int argc, char** argv) {
     const char* bf16_from = strncmp(ops_peak_source(), "table:", 6) == 0 ? "the same data-sheet entry" : "16 x the fp32 estimate";
     fprintf(stderr, "bench_gpu: %s | peak %.1f TFLOP/s (%s) (%s), bf16 dense %.1f TFLOP/s (%s)\n", ops_backend_name(),
             peak / 1e12, cuda_gemm_math_name(), ops_peak_source(), peak_bf16 / 1e12, bf16_from);
+
+    if (ngdn > 0) {
+        FILE* gf = tsv ? fopen(tsv, "a") : NULL;
+        printf("\n== the Gated DeltaNet's delta rule alone: %s | median of %d calls after %d warm-up ==\n", ops_backend_name(),
+               steps, warmup);
+        for (int i = 0; i < ngdn; i++) run_gdn(&gdns[i], warmup, steps, gf);
+        if (gf) fclose(gf);
+        if (nshapes == 0) return 0;
+    }
 
     Result res[MAX_CONFIGS];
     int n = 0;

@@ -160,6 +160,18 @@ main() {
     row gpt2_124m_b16t1024_fp32 60 5 "${G2[@]}"
     GATEDGPT_CUDA_TF32=1 row gpt2_124m_b16t1024_tf32 60 5 "${G2[@]}"
     GATEDGPT_CUDA_BF16_GEMM=1 row gpt2_124m_b16t1024_bf16gemm 60 5 "${G2[@]}"
+    # the hybrid (issue #30): the delta rule alone at Qwen3-Next's linear-attention shape (32 value
+    # heads on 16 key heads, dk = dv = 128) at T 4096 and 32K, chunked vs recurrent kernels (bf16
+    # build; docs/gpu.md has the roofline and FlashQLA's / fla's H200 times beside it); then a hybrid
+    # training step: the dense 1.7B shape cut to 8 layers laid out LLLA with those linear heads
+    if [ "$(left)" -gt 90 ]; then
+        timeout 80 "$build/bench_gpu_bf16" --steps 3 --warmup 1 --tsv "$TSV" --gdn qwen3next_t4096 1,4096,16,32,128,128 \
+            --gdn qwen3next_t32k 1,32768,16,32,128,128 | tee "$OUTDIR/gdn.txt" || say "bench_gpu --gdn: failed or out of time"
+    fi
+    BENCH=bf16 row hybrid1p7b_8layers_b2t2048_bf16_flash 90 3 configs/paper/dense_1p7b_baseline.ini \
+        --set model.n_layer=8 --set model.layer_pattern=LLLA --set model.linear_n_v_head=32 --set model.linear_n_k_head=16 \
+        --set model.linear_k_head_dim=128 --set model.linear_v_head_dim=128 --set train.batch_size=2 --set train.seq_len=2048 \
+        --set train.attn_impl=flash
 
     say "done in $(( $(date +%s) - start ))s; log: $LOG"
     echo
