@@ -994,14 +994,17 @@ static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk,
 }
 
 // The chunked kernels (kernels/cuda/deltanet_chunk.cu: chunk > 0, dk and dv in {64, 128}), fp32
-// in this build, against the CPU (its chunked forward, its backward): a partial last chunk, Hv > Hk,
-// every (dk, dv) pair, strided rows, a passed-in state, the three decay regimes. Tolerances below.
+// in this build, against the CPU (its chunked forward, its backward): a partial last chunk, one
+// whole chunk, T = 1, Hv > Hk (2 and 4 value heads a key head), every (dk, dv) pair, strided rows,
+// a passed-in state, the three decay regimes. Tolerances above.
 static void test_gdn_chunked(void) {
     printf(" gated delta rule, chunked kernels (fp32 products)\n");
     test_gdn_tol(1, 130, 1, 2, 64, 64, 5, 3, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
     test_gdn_tol(2, 100, 1, 2, 128, 128, 0, 0, 64, 0, GDN_DECAY_STRONG, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
     test_gdn_tol(1, 70, 2, 2, 128, 64, 0, 0, 64, 1, GDN_DECAY_SLOW, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
     test_gdn_tol(1, 129, 1, 1, 64, 128, 0, 0, 16, 0, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
+    test_gdn_tol(2, 64, 1, 4, 64, 64, 0, 0, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);   // one whole chunk, 4 value heads a key head
+    test_gdn_tol(3, 1, 2, 2, 128, 128, 0, 0, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);  // T = 1
 }
 
 // beta, g from ba = [b | a]; a few a + dt_bias above softplus's threshold 20 (where it is x)

@@ -730,9 +730,9 @@ static void test_gdn_layer(void) {
 // The chunked delta rule (kernels/cuda/deltanet_chunk.cu: chunk > 0, dk and dv in {64, 128}): in
 // this build its GEMMs take bf16 operands (tensor cores), fp32 accumulation, fp32 states. Against
 // the fp32 CPU ops (its chunked forward, its backward) on fp32 inputs, at TOL_GDN_BF16_* (below):
-// a partial last chunk, Hv > Hk, every (dk, dv) pair, strided rows, a passed-in state, the decay
-// regimes of test_gpu_ops (mid, strong: g in [-12, -2], slow: g in [-0.02, 0]); and a rerun (the
-// same bits: no atomics).
+// a partial last chunk, one whole chunk, Hv > Hk (2 and 4 value heads a key head), every (dk, dv)
+// pair, strided rows, a passed-in state, the decay regimes of test_gpu_ops (mid, strong: g in
+// [-12, -2], slow: g in [-0.02, 0]); and a rerun (the same bits: no atomics).
 enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
 static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int with_state,
                              int decay) {
@@ -798,6 +798,7 @@ static void test_gdn_chunked_all(void) {
     test_gdn_chunked(2, 100, 1, 2, 128, 128, 0, 0, 0, GDN_DECAY_STRONG);
     test_gdn_chunked(1, 70, 2, 2, 128, 64, 0, 0, 1, GDN_DECAY_SLOW);
     test_gdn_chunked(1, 129, 1, 1, 64, 128, 0, 0, 0, GDN_DECAY_MID);
+    test_gdn_chunked(2, 64, 1, 4, 64, 64, 0, 0, 1, GDN_DECAY_MID);   // one whole chunk, 4 value heads a key head
 }
 
 int main(int argc, char** argv) {
