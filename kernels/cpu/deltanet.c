@@ -191,60 +191,116 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
 // ---------------------------------------------------------------------------------------------
 // The layer's other ops (ops.h): causal depthwise conv + SiLU, L2 norm, gated RMSNorm.
 
-static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
-static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + expf(-x)); return s * (1.0f + x * (1.0f - s)); }
+// SiLU and its derivative through cpu_expf (kernels/cpu/cpu_common.h), which vectorises
+static inline float gdn_silu(float x) { return x / (1.0f + cpu_expf(-x)); }
+static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + cpu_expf(-x)); return s * (1.0f + x * (1.0f - s)); }
 
-// one task per (sequence, channel): the channel's taps walk its own column in time order
+// The conv walks rows of x: a task takes a chunk of GDN_CONV_CB_MAX channels or fewer and walks
+// the tokens in order, reading each token's chunk as contiguous floats (one channel per task,
+// walking its column with a stride of C floats, used 4 bytes of every cache line it loaded).
+// The chunk width depends on the thread count (enough tasks for every thread), which changes
+// only which task computes a channel: each channel's arithmetic, and so every bit of the
+// results, is the same for any width and thread count.
+#define GDN_CONV_CB_MAX 128   // channels per task at most (a multiple of 16: whole AVX-512 vectors)
+#define GDN_CONV_K_MAX 16     // linear_conv_kernel's upper bound (model/config.c): the taps fit the stack
+static int gdn_conv_chunk(int C) {
+    int th = 1;
+#ifdef _OPENMP
+    th = omp_get_max_threads();
+#endif
+    int cb = GDN_CONV_CB_MAX;
+    while (cb > 16 && (C + cb - 1) / cb < 4 * th) cb /= 2;
+    return cb;
+}
+
+// one task per (sequence, chunk of channels): pre[t] = sum_j w[:, j] x[t-K+1+j] over the chunk's
+// channels, taps in order (the sum of the per-channel form, term by term)
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
                              const float* state_in, int B, int T, int C, int K) {
+    const int cb = gdn_conv_chunk(C), nch = (C + cb - 1) / cb;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int c = 0; c < C; c++) {
-            const float* wc = w + (size_t)c * K;
-            const float* st = state_in ? state_in + ((size_t)b * C + c) * (K - 1) : NULL;
+        for (int ch = 0; ch < nch; ch++) {
+            const int c0 = ch * cb, cn = C - c0 < cb ? C - c0 : cb;
+            float wt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];   // the chunk's taps, wt[j][c] = w[c0 + c, j]
+            for (int c = 0; c < cn; c++)
+                for (int j = 0; j < K; j++) wt[j][c] = w[(size_t)(c0 + c) * K + j];
+            // the K-1 inputs before token 0: state_in[b, c, :] oldest first (zeros when NULL)
+            const float* st = state_in ? state_in + ((size_t)b * C + c0) * (K - 1) : NULL;
             for (int t = 0; t < T; t++) {
-                float acc = 0.0f;
+                float acc[GDN_CONV_CB_MAX];
+                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
                 for (int j = 0; j < K; j++) {
-                    int u = t - (K - 1) + j;   // the input this tap reads
-                    float xv = u >= 0 ? x[((size_t)b * T + u) * C + c] : st ? st[K - 1 + u] : 0.0f;
-                    acc += wc[j] * xv;
+                    const int u = t - (K - 1) + j;   // the input this tap reads
+                    if (u >= 0) {
+                        const float* xr = x + ((size_t)b * T + u) * C + c0;
+                        for (int c = 0; c < cn; c++) acc[c] += wt[j][c] * xr[c];
+                    } else if (st) {                 // the first K-1 tokens of a decoded sequence
+                        for (int c = 0; c < cn; c++) acc[c] += wt[j][c] * st[(size_t)c * (K - 1) + (K - 1 + u)];
+                    }                                // (zeros add nothing)
                 }
-                size_t n = ((size_t)b * T + t) * C + c;
-                if (pre) pre[n] = acc;
-                out[n] = gdn_silu(acc);
+                const size_t n = ((size_t)b * T + t) * C + c0;
+                if (pre)
+                    for (int c = 0; c < cn; c++) pre[n + c] = acc[c];
+                for (int c = 0; c < cn; c++) out[n + c] = gdn_silu(acc[c]);
             }
             if (state_out)
-                for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
-                    int u = T - (K - 1) + j;
-                    state_out[((size_t)b * C + c) * (K - 1) + j] =
-                        u >= 0 ? x[((size_t)b * T + u) * C + c] : st ? st[K - 1 + u] : 0.0f;
-                }
+                for (int c = 0; c < cn; c++)
+                    for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
+                        const int u = T - (K - 1) + j;
+                        state_out[((size_t)b * C + c0 + c) * (K - 1) + j] =
+                            u >= 0 ? x[((size_t)b * T + u) * C + c0 + c] : st ? st[(size_t)c * (K - 1) + (K - 1 + u)] : 0.0f;
+                    }
         }
 }
 
-// dw: one task per channel over (b, t) in order (one writer); dx: one task per (b, c)
+// dp = dout silu'(pre), once per element, for rows t .. t+K-1 in a ring of K rows (row t in
+// slot t % K):  dx[u] = sum_{t=u}^{u+K-1} dp[t] w[:, u-t+K-1];  dw[:, j] += sum_{b,t} dp[t] x[t-K+1+j].
+// One task per chunk of channels over every (b, t) in order: dw has one writer and its sums run
+// in token order (the same order for any thread count).
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
                               const float* w, int B, int T, int C, int K) {
+    const int cb = gdn_conv_chunk(C), nch = (C + cb - 1) / cb;
     #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                size_t n = ((size_t)b * T + t) * C + c;
-                float dp = dout[n] * gdn_silu_grad(pre[n]);
+    for (int ch = 0; ch < nch; ch++) {
+        const int c0 = ch * cb, cn = C - c0 < cb ? C - c0 : cb;
+        float wt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX], dwt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];
+        float ring[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];
+        for (int c = 0; c < cn; c++)
+            for (int j = 0; j < K; j++) { wt[j][c] = w[(size_t)(c0 + c) * K + j]; dwt[j][c] = dw[(size_t)(c0 + c) * K + j]; }
+        for (int b = 0; b < B; b++) {
+            const size_t r0 = (size_t)b * T;   // the sequence's first row
+            for (int t = 0; t < K - 1 && t < T; t++) {
+                const float *go = dout + (r0 + t) * C + c0, *pr = pre + (r0 + t) * C + c0;
+                for (int c = 0; c < cn; c++) ring[t % K][c] = go[c] * gdn_silu_grad(pr[c]);
+            }
+            for (int u = 0; u < T; u++) {
+                const int tn = u + K - 1;   // the newest row input u feeds
+                if (tn < T) {
+                    const float *go = dout + (r0 + tn) * C + c0, *pr = pre + (r0 + tn) * C + c0;
+                    for (int c = 0; c < cn; c++) ring[tn % K][c] = go[c] * gdn_silu_grad(pr[c]);
+                }
+                // dw from output u: its taps read inputs u-K+1+j (those before token 0 are zeros)
+                const float* dpu = ring[u % K];
                 for (int j = 0; j < K; j++) {
-                    int u = t - (K - 1) + j;
-                    if (u >= 0) dw[(size_t)c * K + j] += dp * x[((size_t)b * T + u) * C + c];
+                    const int s = u - (K - 1) + j;
+                    if (s < 0) continue;
+                    const float* xr = x + (r0 + s) * C + c0;
+                    for (int c = 0; c < cn; c++) dwt[j][c] += dpu[c] * xr[c];
                 }
-            }
-        for (int b = 0; b < B; b++)
-            for (int u = 0; u < T; u++) {   // input u feeds outputs t = u .. u + K - 1 through tap j = u - t + K - 1
-                float acc = 0.0f;
+                // dx of input u: outputs t = u .. u+K-1 through tap u-t+K-1, in the order of t
+                float acc[GDN_CONV_CB_MAX];
+                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
                 for (int t = u; t < T && t < u + K; t++) {
-                    size_t n = ((size_t)b * T + t) * C + c;
-                    acc += dout[n] * gdn_silu_grad(pre[n]) * w[(size_t)c * K + (u - t + K - 1)];
+                    const float *dp = ring[t % K], *wr = wt[u - t + K - 1];
+                    for (int c = 0; c < cn; c++) acc[c] += dp[c] * wr[c];
                 }
-                dx[((size_t)b * T + u) * C + c] = acc;
+                float* dxr = dx + (r0 + u) * C + c0;
+                for (int c = 0; c < cn; c++) dxr[c] = acc[c];
             }
+        }
+        for (int c = 0; c < cn; c++)
+            for (int j = 0; j < K; j++) dw[(size_t)(c0 + c) * K + j] = dwt[j][c];
     }
 }
 
