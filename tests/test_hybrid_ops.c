@@ -1,7 +1,9 @@
 // tests/test_hybrid_ops.c: the Gated DeltaNet layer's ops around the delta rule on the CPU backend
-// (kernels/cpu/deltanet.c: causal conv1d + SiLU) against a float64 reference written here from
-// ops.h's definitions, at shapes that cross the kernel's work split (channel chunks of 16-128,
-// a ring of K rows over the tokens), and bit for bit equal over 1, 2 and 3 threads.
+// (kernels/cpu/deltanet.c: causal conv1d + SiLU, L2 norm, gated RMSNorm) against a float64
+// reference written here from ops.h's definitions, at shapes that cross the kernels' work split
+// (the conv's channel chunks of 16-128 and its ring of K rows over the tokens; the norms' row
+// sums in 8 lanes and a tail, the gated norm's 64-row blocks and 256-float pieces), and bit for
+// bit equal over 1, 2 and 3 threads.
 // tests/test_deltanet.c checks the same ops against finite differences on a tiny shape; this
 // file checks the values on larger ones, where the split has boundaries.
 //
@@ -16,6 +18,16 @@
 //   dx[u] = sum_{i<K} dp[u+i] w[K-1-i]:  |err| <= sum |w| Dt + K u sum |dp w|
 //   dw[c,j] = dw0 + sum_{b,t} dp[t] x[t-K+1+j] (n = B T terms in a running sum):
 //         |err| <= sum |x| Dt + n u (|dw0| + sum |dp x|)
+// The norms (row sums of n terms in any order: <= n u sum |terms|; sqrt, division, +eps: u each):
+//   l2norm: r = (x.x + eps)^-1/2 to (n/2 + 3) u;  y = x r to (n/2 + 4) u, relative.
+//     backward from the op's r: dx = r g - (r^3 (x.g)) x:  |err| <= 2u r|g| + r^3 |x| ((n + 5) u sum |x g|)
+//   gated: s = act(z) from cpu_sigmoid (6u) and one more operation (silu, ns_sigmoid): 7u;
+//     act'(z):  |err| <= 17u sig(z) (1 + |z|);  forward r = (x.x/n + eps)^-1/2 to (n/2 + 4) u,
+//     y = x r w s:  (n/2 + 4 + 3 + 7 + 1) u |y|.  Backward from the op's rstd, h = g w s:
+//     dz = g x r w a':  4u |g x r w a'| + |g x r w| 17u sig (1 + |z|)
+//     dx = r h - (r^3 (x.h)/n) x:  12u r |h| + r^3 |x| / n (n + 16) u sum |x h|  (+ u |dx|)
+//     dw = dw0 + sum_rows g x r s (64-row blocks, then the blocks, then dw0: R = rows + 2 adds):
+//         (R + 12) u (|dw0| + sum |g x r s|)
 #include "../kernels/ops.h"
 #include "test_util.h"
 #include <string.h>
@@ -139,11 +151,155 @@ static void test_conv(int B, int T, int C, int K, int with_state) {
     free(x); free(w); free(st); free(dout); free(dw0); free(rpre); free(rout); free(bpre); free(bout); free(rst);
 }
 
+// L2 norm of `heads` heads of n per row, rows read with stride ldx and written with ldy
+static void test_l2norm(int N, int heads, int n, int ldx, int ldy) {
+    const size_t nx = (size_t)N * ldx, ny = (size_t)N * ldy, nr = (size_t)N * heads;
+    float *x = malloc(nx * sizeof(float)), *g = malloc(ny * sizeof(float));
+    tu_fill(x, nx, 1.5); tu_fill(g, ny, 1.0);
+    double *ry = calloc(ny, sizeof(double)), *by = calloc(ny, sizeof(double)), *rr = malloc(nr * sizeof(double));
+    double *br = malloc(nr * sizeof(double));
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < heads; j++) {
+            const float* xr = x + (size_t)t * ldx + (size_t)j * n;
+            double ss = 0;
+            for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+            double r = 1.0 / sqrt(ss + 1e-6);
+            rr[(size_t)t * heads + j] = r;
+            br[(size_t)t * heads + j] = (n / 2.0 + 3) * U * r;
+            for (int i = 0; i < n; i++) {
+                ry[(size_t)t * ldy + (size_t)j * n + i] = xr[i] * r;
+                by[(size_t)t * ldy + (size_t)j * n + i] = (n / 2.0 + 4) * U * fabs(xr[i] * r);
+            }
+        }
+    float *y[3], *ri[3], *dx[3];
+    for (int th = 1; th <= 3; th++) {
+        const int i = th - 1;
+        ops_init(th);
+        y[i] = calloc(ny, sizeof(float)); ri[i] = malloc(nr * sizeof(float)); dx[i] = calloc(nx, sizeof(float));
+        ops_l2norm_forward(y[i], ri[i], x, N, heads, n, ldx, ldy, 1e-6f);
+        ops_l2norm_backward(dx[i], g, x, ri[i], N, heads, n, ldx, ldy);
+    }
+    // backward reference from the op's r
+    double *rdx = calloc(nx, sizeof(double)), *bdx = calloc(nx, sizeof(double));
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < heads; j++) {
+            const float *xr = x + (size_t)t * ldx + (size_t)j * n, *gr = g + (size_t)t * ldy + (size_t)j * n;
+            const double r = ri[0][(size_t)t * heads + j];
+            double xg = 0, axg = 0;
+            for (int i = 0; i < n; i++) { xg += (double)xr[i] * gr[i]; axg += fabs((double)xr[i] * gr[i]); }
+            for (int i = 0; i < n; i++) {
+                const size_t k = (size_t)t * ldx + (size_t)j * n + i;
+                rdx[k] = r * gr[i] - r * r * r * xg * xr[i];
+                bdx[k] = 2 * U * r * fabs(gr[i]) + r * r * r * fabs(xr[i]) * (n + 5) * U * axg;
+            }
+        }
+    char nm[128];
+    snprintf(nm, sizeof nm, "l2norm N=%d heads=%d n=%d ld %d/%d", N, heads, n, ldx, ldy);
+    double ey = worst(y[0], ry, by, ny), er = worst(ri[0], rr, br, nr), ex = worst(dx[0], rdx, bdx, nx);
+    TU_CHECK(ey <= 2.0 && er <= 2.0 && ex <= 2.0, "%s vs float64: y %.3f, rinv %.3f, dx %.3f of the bound (limit 2)", nm, ey, er, ex);
+    printf("  %-36s vs float64 (fraction of the bound, limit 2): y %.3f rinv %.3f dx %.3f\n", nm, ey, er, ex);
+    int same = 1;
+    for (int i = 1; i < 3; i++)
+        same &= !memcmp(y[i], y[0], ny * sizeof(float)) && !memcmp(ri[i], ri[0], nr * sizeof(float)) &&
+                !memcmp(dx[i], dx[0], nx * sizeof(float));
+    TU_CHECK(same, "%s: results differ between 1, 2 and 3 threads", nm);
+    printf("  %-36s 1, 2 and 3 threads: %s\n", nm, same ? "bit for bit equal" : "DIFFER");
+    for (int i = 0; i < 3; i++) { free(y[i]); free(ri[i]); free(dx[i]); }
+    free(x); free(g); free(ry); free(by); free(rr); free(br); free(rdx); free(bdx);
+}
+
+static double act_ref(OpsGateAct act, double z, double* grad) {
+    const double s = sigm(z);
+    if (act == OPS_ACT_SILU) { *grad = s + z * s * (1 - s); return z * s; }
+    if (act == OPS_ACT_NS_SIGMOID) { *grad = 0.5 * s * (1 - s); return 0.5 + 0.5 * s; }
+    *grad = s * (1 - s);
+    return s;
+}
+
+// gated RMSNorm over `rows` rows of n
+static void test_rmsnorm_gated(int rows, int n, OpsGateAct act, const char* actname) {
+    const size_t ne = (size_t)rows * n;
+    float *x = malloc(ne * sizeof(float)), *z = malloc(ne * sizeof(float)), *g = malloc(ne * sizeof(float));
+    float *w = malloc(n * sizeof(float)), *dw0 = malloc(n * sizeof(float));
+    tu_fill(x, ne, 1.5); tu_fill(z, ne, 3.0); tu_fill(g, ne, 1.0); tu_fill(w, n, 1.0); tu_fill(dw0, n, 0.5);
+    const double eps = 1e-6;
+    double *ry = malloc(ne * sizeof(double)), *by = malloc(ne * sizeof(double));
+    double *rr = malloc(rows * sizeof(double)), *br = malloc(rows * sizeof(double));
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[(size_t)r * n + i] * x[(size_t)r * n + i];
+        const double rs = 1.0 / sqrt(ss / n + (double)(float)eps);
+        rr[r] = rs; br[r] = (n / 2.0 + 4) * U * rs;
+        for (int i = 0; i < n; i++) {
+            double da, a = act_ref(act, z[(size_t)r * n + i], &da);
+            ry[(size_t)r * n + i] = x[(size_t)r * n + i] * rs * w[i] * a;
+            by[(size_t)r * n + i] = (n / 2.0 + 15) * U * fabs(ry[(size_t)r * n + i]);
+        }
+    }
+    float *y[3], *rs[3], *dx[3], *dz[3], *dw[3];
+    for (int th = 1; th <= 3; th++) {
+        const int i = th - 1;
+        ops_init(th);
+        y[i] = malloc(ne * sizeof(float)); rs[i] = malloc(rows * sizeof(float)); dx[i] = malloc(ne * sizeof(float));
+        dz[i] = malloc(ne * sizeof(float)); dw[i] = malloc(n * sizeof(float));
+        memcpy(dw[i], dw0, n * sizeof(float));
+        ops_rmsnorm_gated_forward(y[i], rs[i], x, z, w, rows, n, (float)eps, act);
+        ops_rmsnorm_gated_backward(dx[i], dz[i], dw[i], g, x, z, w, rs[i], rows, n, act);
+    }
+    // backward reference from the op's rstd
+    double *rdx = malloc(ne * sizeof(double)), *bdx = malloc(ne * sizeof(double));
+    double *rdz = malloc(ne * sizeof(double)), *bdz = malloc(ne * sizeof(double));
+    double *rdw = malloc(n * sizeof(double)), *adw = calloc(n, sizeof(double)), *bdw = malloc(n * sizeof(double));
+    for (int i = 0; i < n; i++) rdw[i] = dw0[i];
+    for (int r = 0; r < rows; r++) {
+        const double q = rs[0][r];
+        double xh = 0, axh = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t k = (size_t)r * n + i;
+            double da, a = act_ref(act, z[k], &da), h = (double)g[k] * w[i] * a;
+            xh += x[k] * h; axh += fabs(x[k] * h);
+        }
+        for (int i = 0; i < n; i++) {
+            const size_t k = (size_t)r * n + i;
+            double da, a = act_ref(act, z[k], &da), h = (double)g[k] * w[i] * a, gxrw = (double)g[k] * x[k] * q * w[i];
+            rdz[k] = gxrw * da;
+            bdz[k] = 4 * U * fabs(rdz[k]) + fabs(gxrw) * 17 * U * sigm(z[k]) * (1 + fabs((double)z[k]));
+            rdx[k] = q * h - q * q * q * xh / n * x[k];
+            bdx[k] = 12 * U * q * fabs(h) + q * q * q * fabs((double)x[k]) / n * (n + 16) * U * axh + U * fabs(rdx[k]);
+            rdw[i] += (double)g[k] * x[k] * q * a;
+            adw[i] += fabs((double)g[k] * x[k] * q * a);
+        }
+    }
+    for (int i = 0; i < n; i++) bdw[i] = (rows + 2 + 12) * U * (fabs((double)dw0[i]) + adw[i]);
+    char nm[128];
+    snprintf(nm, sizeof nm, "rmsnorm_gated(%s) rows=%d n=%d", actname, rows, n);
+    double ey = worst(y[0], ry, by, ne), er = worst(rs[0], rr, br, rows), ex = worst(dx[0], rdx, bdx, ne);
+    double ez = worst(dz[0], rdz, bdz, ne), ew = worst(dw[0], rdw, bdw, n);
+    TU_CHECK(ey <= 2.0 && er <= 2.0 && ex <= 2.0 && ez <= 2.0 && ew <= 2.0,
+             "%s vs float64: y %.3f, rstd %.3f, dx %.3f, dz %.3f, dw %.3f of the bound (limit 2)", nm, ey, er, ex, ez, ew);
+    printf("  %-36s vs float64 (fraction of the bound, limit 2): y %.3f rstd %.3f dx %.3f dz %.3f dw %.3f\n", nm, ey, er, ex, ez, ew);
+    int same = 1;
+    for (int i = 1; i < 3; i++)
+        same &= !memcmp(y[i], y[0], ne * sizeof(float)) && !memcmp(rs[i], rs[0], rows * sizeof(float)) &&
+                !memcmp(dx[i], dx[0], ne * sizeof(float)) && !memcmp(dz[i], dz[0], ne * sizeof(float)) &&
+                !memcmp(dw[i], dw[0], n * sizeof(float));
+    TU_CHECK(same, "%s: results differ between 1, 2 and 3 threads", nm);
+    printf("  %-36s 1, 2 and 3 threads: %s\n", nm, same ? "bit for bit equal" : "DIFFER");
+    for (int i = 0; i < 3; i++) { free(y[i]); free(rs[i]); free(dx[i]); free(dz[i]); free(dw[i]); }
+    free(x); free(z); free(g); free(w); free(dw0); free(ry); free(by); free(rr); free(br);
+    free(rdx); free(bdx); free(rdz); free(bdz); free(rdw); free(adw); free(bdw);
+}
+
 int main(void) {
     test_conv(3, 37, 300, 4, 0);   // 300 channels: chunks of 64 / 32 / 16 with tails; T not a multiple of K
     test_conv(2, 3, 40, 7, 0);     // T < K - 1: every output reads the zeros before token 0
     test_conv(1, 20, 17, 1, 0);    // K = 1: a pointwise SiLU
     test_conv(2, 5, 150, 4, 1);    // decoding's state_in: the first K-1 tokens read it
     test_conv(2, 2, 33, 5, 1);     // T < K - 1 with a state: state_out holds part of state_in
+    test_l2norm(50, 4, 64, 2 * 4 * 64 + 3, 4 * 64 + 5);   // the layer's q, k heads inside wider rows
+    test_l2norm(13, 3, 21, 63, 63);                       // 21 = 2 x 8 lanes + a tail of 5
+    test_rmsnorm_gated(150, 64, OPS_ACT_SILU, "silu");    // 150 rows: 64-row blocks and a short one
+    test_rmsnorm_gated(70, 300, OPS_ACT_SIGMOID, "sigmoid");   // 300 = a piece of 256 and one of 44
+    test_rmsnorm_gated(9, 13, OPS_ACT_NS_SIGMOID, "ns_sigmoid");
     return tu_finish();
 }

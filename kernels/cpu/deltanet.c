@@ -304,6 +304,20 @@ void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const flo
     }
 }
 
+// sum_i a_i b_i over i < n in CPU_LANES fixed lanes (lane j takes i = j, j + 8, ...; the tail,
+// then the lanes, summed in order; as cpu_row_sum_exp): 8 independent chains that vectorise,
+// where one running sum waits on each add, with the same bits on every run and thread count
+static inline float gdn_dot(const float* a, const float* b, int n) {
+    float acc[CPU_LANES] = {0};
+    int i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++) acc[j] += a[i + j] * b[i + j];
+    float s = 0.0f;
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int j = 0; j < CPU_LANES; j++) s += acc[j];
+    return s;
+}
+
 void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads, int n, int ldx, int ldy,
                         float eps) {
     #pragma omp parallel for collapse(2) schedule(static)
@@ -311,9 +325,7 @@ void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads,
         for (int j = 0; j < heads; j++) {
             const float* xr = x + (size_t)t * ldx + (size_t)j * n;
             float* yr = y + (size_t)t * ldy + (size_t)j * n;
-            float ss = 0.0f;
-            for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
-            float ri = 1.0f / sqrtf(ss + eps);
+            float ri = 1.0f / sqrtf(gdn_dot(xr, xr, n) + eps);
             rinv[(size_t)t * heads + j] = ri;
             for (int i = 0; i < n; i++) yr[i] = xr[i] * ri;
         }
@@ -327,53 +339,76 @@ void ops_l2norm_backward(float* dx, const float* dy, const float* x, const float
         for (int j = 0; j < heads; j++) {
             const float *xr = x + (size_t)t * ldx + (size_t)j * n, *g = dy + (size_t)t * ldy + (size_t)j * n;
             float* dxr = dx + (size_t)t * ldx + (size_t)j * n;
-            float ri = rinv[(size_t)t * heads + j], xg = 0.0f;
-            for (int i = 0; i < n; i++) xg += xr[i] * g[i];
-            for (int i = 0; i < n; i++) dxr[i] = ri * g[i] - ri * ri * ri * xg * xr[i];
+            const float ri = rinv[(size_t)t * heads + j], c = ri * ri * ri * gdn_dot(xr, g, n);
+            for (int i = 0; i < n; i++) dxr[i] = ri * g[i] - c * xr[i];
         }
 }
 
-// the output gate's activation act(z) and act'(z) (kernels/attn_gate.h: silu, sigmoid, ns_sigmoid)
+// the output gate's activation act(z) and act'(z) from one sigmoid (kernels/attn_gate.h: silu,
+// sigmoid, ns_sigmoid)
 static inline float gdn_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
-static inline float gdn_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
 
 void ops_rmsnorm_gated_forward(float* y, float* rstd, const float* x, const float* z, const float* w, int rows,
                                int n, float eps, OpsGateAct act) {
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n;
-        float ss = 0.0f;
-        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
-        float rs = 1.0f / sqrtf(ss / n + eps);
+        float* yr = y + (size_t)r * n;
+        const float rs = 1.0f / sqrtf(gdn_dot(xr, xr, n) / n + eps);
         rstd[r] = rs;
-        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * rs * w[i] * gdn_act(act, zr[i]);
+        for (int i = 0; i < n; i++) yr[i] = xr[i] * rs * w[i] * gdn_act(act, zr[i]);
     }
 }
 
 // y_i = x_i r w_i s_i (s = act(z)):  dz_i = dy_i x_i r w_i act'(z_i);
-// with h_i = dy_i w_i s_i:  dx = r h - r^3 (x.h / n) x;  dw_i += dy_i x_i r s_i (rows in fixed blocks)
-void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
-                                const float* w, const float* rstd, int rows, int n, OpsGateAct act) {
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
+// with h_i = dy_i w_i s_i:  dx = r h - r^3 (x.h / n) x;  dw_i += dy_i x_i r s_i.
+// One pass per block of CPU_RED_BLOCK rows (in order): dw's partial of the block, summed over
+// blocks in order (thread-count independent). h [n] per row on the stack in pieces of
+// GDN_NORM_PIECE. Inlined once per activation (act a constant: no branch in the loops), and the
+// outputs restrict (dx, dz, dw's partial never alias the inputs): the loops vectorise.
+#define GDN_NORM_PIECE 256
+static inline __attribute__((always_inline)) void gdn_gated_norm_bwd_block(
+    float* restrict dx, float* restrict dz, float* restrict bdw, const float* dy, const float* x, const float* z,
+    const float* w, const float* rstd, int r0, int r1, int n, OpsGateAct act) {
+    for (int r = r0; r < r1; r++) {
         const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n, *g = dy + (size_t)r * n;
-        float rs = rstd[r], xh = 0.0f;
-        for (int i = 0; i < n; i++) xh += xr[i] * g[i] * w[i] * gdn_act(act, zr[i]);
+        float *dxr = dx + (size_t)r * n, *dzr = dz + (size_t)r * n;
+        const float rs = rstd[r];
+        // x.h in lanes over pieces of the row
+        float acc[CPU_LANES] = {0}, tail = 0.0f;
+        for (int p0 = 0; p0 < n; p0 += GDN_NORM_PIECE) {
+            const int pn = n - p0 < GDN_NORM_PIECE ? n - p0 : GDN_NORM_PIECE;
+            float h[GDN_NORM_PIECE];
+            for (int i = 0; i < pn; i++) h[i] = g[p0 + i] * w[p0 + i] * gdn_act(act, zr[p0 + i]);
+            int i = 0;
+            for (; i + CPU_LANES <= pn; i += CPU_LANES)
+                for (int j = 0; j < CPU_LANES; j++) acc[j] += xr[p0 + i + j] * h[i + j];
+            for (; i < pn; i++) tail += xr[p0 + i] * h[i];
+        }
+        float xh = tail;
+        for (int j = 0; j < CPU_LANES; j++) xh += acc[j];
+        const float c = rs * rs * rs * xh / n;
         for (int i = 0; i < n; i++) {
-            float s = gdn_act(act, zr[i]);
-            dz[(size_t)r * n + i] = g[i] * xr[i] * rs * w[i] * gdn_act_grad(act, zr[i]);
-            dx[(size_t)r * n + i] = rs * g[i] * w[i] * s - rs * rs * rs * xh / n * xr[i];
+            const float sg = cpu_sigmoid(zr[i]);
+            const float s = attn_gate_act_sg(act, zr[i], sg), da = attn_gate_act_grad_sg(act, zr[i], sg);
+            dzr[i] = g[i] * xr[i] * rs * w[i] * da;
+            dxr[i] = rs * g[i] * w[i] * s - c * xr[i];
+            bdw[i] += g[i] * xr[i] * rs * s;
         }
     }
-    // dw in fixed 64-row blocks summed in order (thread-count independent)
-    int nb = cpu_nblocks(rows);
+}
+
+void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                const float* w, const float* rstd, int rows, int n, OpsGateAct act) {
+    const int nb = cpu_nblocks(rows);
     float* part = cpu_calloc((size_t)nb * n, sizeof(float));
     #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nb; blk++) {
-        int r1 = (blk + 1) * CPU_RED_BLOCK < rows ? (blk + 1) * CPU_RED_BLOCK : rows;
-        for (int r = blk * CPU_RED_BLOCK; r < r1; r++)
-            for (int i = 0; i < n; i++)
-                part[(size_t)blk * n + i] += dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r] * gdn_act(act, z[(size_t)r * n + i]);
+        float* bdw = part + (size_t)blk * n;
+        const int r0 = blk * CPU_RED_BLOCK, r1 = r0 + CPU_RED_BLOCK < rows ? r0 + CPU_RED_BLOCK : rows;
+        if (act == OPS_ACT_SILU) gdn_gated_norm_bwd_block(dx, dz, bdw, dy, x, z, w, rstd, r0, r1, n, OPS_ACT_SILU);
+        else if (act == OPS_ACT_NS_SIGMOID) gdn_gated_norm_bwd_block(dx, dz, bdw, dy, x, z, w, rstd, r0, r1, n, OPS_ACT_NS_SIGMOID);
+        else gdn_gated_norm_bwd_block(dx, dz, bdw, dy, x, z, w, rstd, r0, r1, n, act);
     }
     cpu_reduce_blocks(dw, part, nb, n);
     free(part);
