@@ -241,9 +241,18 @@ static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, si
     const size_t nck = (T + CPU_GDN_CKPT - 1) / CPU_GDN_CKPT;
     return (nck + CPU_GDN_CKPT + 3) * dk * dv + 4 * dv;
 }
+// the Gated DeltaNet's causal conv (kernels/cpu/deltanet.c), which walks rows of its C channels:
+// the forward's taps transposed [K, C]; the backward's taps, their weight-gradient sum [K, C],
+// a partial of it per block of CPU_GDN_CONV_RB rows of a sequence [B ceil(T / 64), K, C] and a
+// ring of K rows [K, C] per thread
+#define CPU_GDN_CONV_RB 64
+static inline size_t cpu_gdn_conv_fwd_floats(size_t C, size_t K) { return K * C; }
+static inline size_t cpu_gdn_conv_bwd_floats(size_t B, size_t T, size_t C, size_t K, size_t threads) {
+    return (2 + B * ((T + CPU_GDN_CONV_RB - 1) / CPU_GDN_CONV_RB) + threads) * K * C;
+}
 // The largest set of temporaries one op of a training step of shape s holds at once, bytes,
 // over `threads` threads (each thread of a parallel region allocates its own): attention's
-// backward tiles, the delta rule's per-thread states. The other ops' temporaries (RoPE
+// backward tiles, the delta rule's per-thread states, the conv's backward. The other ops' temporaries (RoPE
 // tables, weight-gradient partials, the router's per-token entropies) are smaller than these
 // for every shape that has them and are covered by the GEMM library allowance below.
 static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
@@ -259,6 +268,9 @@ static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
         size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
         if (f > best) best = f;
         if (b > best) best = b;
+        const size_t Cc = 2 * (size_t)g->Hk * g->dk + (size_t)g->Hv * g->dv;
+        size_t cv = cpu_gdn_conv_bwd_floats((size_t)s->B, (size_t)s->T, Cc, (size_t)s->conv_kernel, th) * sizeof(float);
+        if (cv > best) best = cv;
     }
     return best;
 }

@@ -1,9 +1,9 @@
 // tests/test_hybrid_ops.c: the Gated DeltaNet layer's ops around the delta rule on the CPU backend
 // (kernels/cpu/deltanet.c: causal conv1d + SiLU, L2 norm, gated RMSNorm) against a float64
 // reference written here from ops.h's definitions, at shapes that cross the kernels' work split
-// (the conv's channel chunks of 16-128 and its ring of K rows over the tokens; the norms' row
-// sums in 8 lanes and a tail, the gated norm's 64-row blocks and 256-float pieces), and bit for
-// bit equal over 1, 2 and 3 threads.
+// (the conv's pieces of 128 channels, its backward's blocks of 64 tokens with the ring of K rows
+// reaching into the next block; the norms' row sums in 8 lanes and a tail, the gated norm's
+// 64-row blocks and 256-float pieces), and bit for bit equal over 1, 2 and 3 threads.
 // tests/test_deltanet.c checks the same ops against finite differences on a tiny shape; this
 // file checks the values on larger ones, where the split has boundaries.
 //
@@ -16,7 +16,7 @@
 //   1-s, x(1-s), 1+x(1-s), s(...) add <= 10u:  |err sg| <= 16u s (1+|x|);  dp = dout sg:
 //         Dt = 17u |dout| s (1+|x|)
 //   dx[u] = sum_{i<K} dp[u+i] w[K-1-i]:  |err| <= sum |w| Dt + K u sum |dp w|
-//   dw[c,j] = dw0 + sum_{b,t} dp[t] x[t-K+1+j] (n = B T terms in a running sum):
+//   dw[c,j] = dw0 + sum_{b,t} dp[t] x[t-K+1+j] (B T terms and dw0, in any grouping of sums):
 //         |err| <= sum |x| Dt + n u (|dw0| + sum |dp x|)
 // The norms (row sums of n terms in any order: <= n u sum |terms|; sqrt, division, +eps: u each):
 //   l2norm: r = (x.x + eps)^-1/2 to (n/2 + 3) u;  y = x r to (n/2 + 4) u, relative.
@@ -81,7 +81,7 @@ static void test_conv(int B, int T, int C, int K, int with_state) {
         for (int c = 0; c < C; c++)
             for (int j = 0; j < K - 1; j++) rst[((size_t)b * C + c) * (K - 1) + j] = conv_in(x, st, b, T - 1, j + 1, c, T, C, K);
 
-    // the op at 1, 2 and 3 threads (chunks of 64, 32 and 16 channels for C = 300)
+    // the op at 1, 2 and 3 threads
     float *out[3], *pre[3], *so[3], *dx[3], *dw[3];
     for (int th = 1; th <= 3; th++) {
         const int i = th - 1;
@@ -291,7 +291,8 @@ static void test_rmsnorm_gated(int rows, int n, OpsGateAct act, const char* actn
 }
 
 int main(void) {
-    test_conv(3, 37, 300, 4, 0);   // 300 channels: chunks of 64 / 32 / 16 with tails; T not a multiple of K
+    test_conv(3, 150, 300, 4, 0);  // 300 channels = 128 + 128 + 44; 150 tokens = blocks of 64, 64, 22
+    test_conv(2, 66, 40, 5, 0);    // the first block's ring reaches 3 rows into a 2-row second block
     test_conv(2, 3, 40, 7, 0);     // T < K - 1: every output reads the zeros before token 0
     test_conv(1, 20, 17, 1, 0);    // K = 1: a pointwise SiLU
     test_conv(2, 5, 150, 4, 1);    // decoding's state_in: the first K-1 tokens read it

@@ -195,113 +195,143 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
 static inline float gdn_silu(float x) { return x / (1.0f + cpu_expf(-x)); }
 static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + cpu_expf(-x)); return s * (1.0f + x * (1.0f - s)); }
 
-// The conv walks rows of x: a task takes a chunk of GDN_CONV_CB_MAX channels or fewer and walks
-// the tokens in order, reading each token's chunk as contiguous floats (one channel per task,
-// walking its column with a stride of C floats, used 4 bytes of every cache line it loaded).
-// The chunk width depends on the thread count (enough tasks for every thread), which changes
-// only which task computes a channel: each channel's arithmetic, and so every bit of the
-// results, is the same for any width and thread count.
-#define GDN_CONV_CB_MAX 128   // channels per task at most (a multiple of 16: whole AVX-512 vectors)
-#define GDN_CONV_K_MAX 16     // linear_conv_kernel's upper bound (model/config.c): the taps fit the stack
-static int gdn_conv_chunk(int C) {
+// The conv walks rows of C channels in token order: a thread's rows are contiguous memory, read
+// and written as streams (one task per channel, walking its column with a stride of C floats,
+// used 4 bytes of every cache line it loaded and defeated the prefetchers). The taps are
+// transposed once per call, wt [K, C] (wt[j][c] = w[c, j]), so that a tap is a row of channels.
+// A row is summed over its channels in pieces of GDN_CONV_CB on the stack. The inner loops over
+// channels are elementwise (`omp simd`: vectorised without alias checks, no sum reordered).
+#define GDN_CONV_CB 128
+#define GDN_CONV_K_MAX 16   // linear_conv_kernel's upper bound (model/config.c)
+
+// pre[t] = sum_j w[:, j] x[t-K+1+j], the taps in order (each channel's sum term by term as the
+// per-channel form); rows in parallel. The first K-1 tokens of a sequence read state_in
+// (decoding) or zeros.
+void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
+                             const float* state_in, int B, int T, int C, int K) {
+    float* wt = cpu_calloc(cpu_gdn_conv_fwd_floats((size_t)C, (size_t)K), sizeof(float));   // kernels/scratch.h
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K; j++) wt[(size_t)j * C + c] = w[(size_t)c * K + j];
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const size_t n = ((size_t)b * T + t) * C;
+            // the K-1 inputs before token 0: state_in[b, c, :] oldest first
+            const float* st = state_in ? state_in + (size_t)b * C * (K - 1) : NULL;
+            for (int c0 = 0; c0 < C; c0 += GDN_CONV_CB) {
+                const int cn = C - c0 < GDN_CONV_CB ? C - c0 : GDN_CONV_CB;
+                float acc[GDN_CONV_CB];
+                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
+                for (int j = 0; j < K; j++) {
+                    const int u = t - (K - 1) + j;   // the input this tap reads
+                    const float* wr = wt + (size_t)j * C + c0;
+                    if (u >= 0) {
+                        const float* xr = x + ((size_t)b * T + u) * C + c0;
+                        #pragma omp simd
+                        for (int c = 0; c < cn; c++) acc[c] += wr[c] * xr[c];
+                    } else if (st) {                 // the first K-1 tokens of a decoded sequence
+                        for (int c = 0; c < cn; c++) acc[c] += wr[c] * st[(size_t)(c0 + c) * (K - 1) + (K - 1 + u)];
+                    }                                // (zeros add nothing)
+                }
+                if (pre)
+                    for (int c = 0; c < cn; c++) pre[n + c0 + c] = acc[c];
+                #pragma omp simd
+                for (int c = 0; c < cn; c++) out[n + c0 + c] = gdn_silu(acc[c]);
+            }
+        }
+    free(wt);
+    if (state_out) {
+        #pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++)
+                for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
+                    const int u = T - (K - 1) + j;
+                    state_out[((size_t)b * C + c) * (K - 1) + j] =
+                        u >= 0 ? x[((size_t)b * T + u) * C + c]
+                               : state_in ? state_in[((size_t)b * C + c) * (K - 1) + (K - 1 + u)] : 0.0f;
+                }
+    }
+}
+
+// dp = dout silu'(pre):  dx[u] = sum_{t=u}^{u+K-1} dp[t] w[:, u-t+K-1];  dw[:, j] += sum_{b,t} dp[t] x[t-K+1+j].
+// One task per block of CPU_GDN_CONV_RB rows of a sequence, rows in order: dp once per element
+// in a ring of K rows of C (row t in slot t % K; the K-1 rows after the block, which its last
+// rows need, computed again by the next block), dx row by row, and the block's partial of dw
+// [K, C]; the partials summed over blocks in order (the same bits for any thread count).
+// Scratch (cpu_gdn_conv_bwd_floats, kernels/scratch.h): wt [K, C], the sum [K, C], the
+// partials [blocks, K, C], a ring [K, C] per thread.
+void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
+                              const float* w, int B, int T, int C, int K) {
+    const int nbt = (T + CPU_GDN_CONV_RB - 1) / CPU_GDN_CONV_RB, nblk = B * nbt;
     int th = 1;
 #ifdef _OPENMP
     th = omp_get_max_threads();
 #endif
-    int cb = GDN_CONV_CB_MAX;
-    while (cb > 16 && (C + cb - 1) / cb < 4 * th) cb /= 2;
-    return cb;
-}
-
-// one task per (sequence, chunk of channels): pre[t] = sum_j w[:, j] x[t-K+1+j] over the chunk's
-// channels, taps in order (the sum of the per-channel form, term by term)
-void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
-                             const float* state_in, int B, int T, int C, int K) {
-    const int cb = gdn_conv_chunk(C), nch = (C + cb - 1) / cb;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int ch = 0; ch < nch; ch++) {
-            const int c0 = ch * cb, cn = C - c0 < cb ? C - c0 : cb;
-            float wt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];   // the chunk's taps, wt[j][c] = w[c0 + c, j]
-            for (int c = 0; c < cn; c++)
-                for (int j = 0; j < K; j++) wt[j][c] = w[(size_t)(c0 + c) * K + j];
-            // the K-1 inputs before token 0: state_in[b, c, :] oldest first (zeros when NULL)
-            const float* st = state_in ? state_in + ((size_t)b * C + c0) * (K - 1) : NULL;
-            for (int t = 0; t < T; t++) {
-                float acc[GDN_CONV_CB_MAX];
-                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
-                for (int j = 0; j < K; j++) {
-                    const int u = t - (K - 1) + j;   // the input this tap reads
-                    if (u >= 0) {
-                        const float* xr = x + ((size_t)b * T + u) * C + c0;
-                        for (int c = 0; c < cn; c++) acc[c] += wt[j][c] * xr[c];
-                    } else if (st) {                 // the first K-1 tokens of a decoded sequence
-                        for (int c = 0; c < cn; c++) acc[c] += wt[j][c] * st[(size_t)c * (K - 1) + (K - 1 + u)];
-                    }                                // (zeros add nothing)
-                }
-                const size_t n = ((size_t)b * T + t) * C + c0;
-                if (pre)
-                    for (int c = 0; c < cn; c++) pre[n + c] = acc[c];
-                for (int c = 0; c < cn; c++) out[n + c] = gdn_silu(acc[c]);
-            }
-            if (state_out)
-                for (int c = 0; c < cn; c++)
-                    for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
-                        const int u = T - (K - 1) + j;
-                        state_out[((size_t)b * C + c0 + c) * (K - 1) + j] =
-                            u >= 0 ? x[((size_t)b * T + u) * C + c0 + c] : st ? st[(size_t)c * (K - 1) + (K - 1 + u)] : 0.0f;
-                    }
-        }
-}
-
-// dp = dout silu'(pre), once per element, for rows t .. t+K-1 in a ring of K rows (row t in
-// slot t % K):  dx[u] = sum_{t=u}^{u+K-1} dp[t] w[:, u-t+K-1];  dw[:, j] += sum_{b,t} dp[t] x[t-K+1+j].
-// One task per chunk of channels over every (b, t) in order: dw has one writer and its sums run
-// in token order (the same order for any thread count).
-void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
-                              const float* w, int B, int T, int C, int K) {
-    const int cb = gdn_conv_chunk(C), nch = (C + cb - 1) / cb;
-    #pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < nch; ch++) {
-        const int c0 = ch * cb, cn = C - c0 < cb ? C - c0 : cb;
-        float wt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX], dwt[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];
-        float ring[GDN_CONV_K_MAX][GDN_CONV_CB_MAX];
-        for (int c = 0; c < cn; c++)
-            for (int j = 0; j < K; j++) { wt[j][c] = w[(size_t)(c0 + c) * K + j]; dwt[j][c] = dw[(size_t)(c0 + c) * K + j]; }
-        for (int b = 0; b < B; b++) {
+    const size_t KC = (size_t)K * C;
+    float* wt = cpu_calloc(cpu_gdn_conv_bwd_floats((size_t)B, (size_t)T, (size_t)C, (size_t)K, (size_t)th), sizeof(float));
+    float *sum = wt + KC, *part = sum + KC, *rings = part + (size_t)nblk * KC;
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K; j++) wt[(size_t)j * C + c] = w[(size_t)c * K + j];
+    #pragma omp parallel
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float* ring = rings + (size_t)me * KC;
+        #pragma omp for schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            const int b = blk / nbt, t0 = (blk % nbt) * CPU_GDN_CONV_RB;
+            const int t1 = t0 + CPU_GDN_CONV_RB < T ? t0 + CPU_GDN_CONV_RB : T;
             const size_t r0 = (size_t)b * T;   // the sequence's first row
-            for (int t = 0; t < K - 1 && t < T; t++) {
-                const float *go = dout + (r0 + t) * C + c0, *pr = pre + (r0 + t) * C + c0;
-                for (int c = 0; c < cn; c++) ring[t % K][c] = go[c] * gdn_silu_grad(pr[c]);
+            float* pw = part + (size_t)blk * KC;
+            for (size_t i = 0; i < KC; i++) pw[i] = 0.0f;
+            for (int t = t0; t < t0 + K - 1 && t < T; t++) {
+                const float *go = dout + (r0 + t) * C, *pr = pre + (r0 + t) * C;
+                float* dp = ring + (size_t)(t % K) * C;
+                #pragma omp simd
+                for (int c = 0; c < C; c++) dp[c] = go[c] * gdn_silu_grad(pr[c]);
             }
-            for (int u = 0; u < T; u++) {
-                const int tn = u + K - 1;   // the newest row input u feeds
+            for (int u = t0; u < t1; u++) {
+                const int tn = u + K - 1;   // the newest output input u feeds
                 if (tn < T) {
-                    const float *go = dout + (r0 + tn) * C + c0, *pr = pre + (r0 + tn) * C + c0;
-                    for (int c = 0; c < cn; c++) ring[tn % K][c] = go[c] * gdn_silu_grad(pr[c]);
+                    const float *go = dout + (r0 + tn) * C, *pr = pre + (r0 + tn) * C;
+                    float* dp = ring + (size_t)(tn % K) * C;
+                    #pragma omp simd
+                    for (int c = 0; c < C; c++) dp[c] = go[c] * gdn_silu_grad(pr[c]);
                 }
                 // dw from output u: its taps read inputs u-K+1+j (those before token 0 are zeros)
-                const float* dpu = ring[u % K];
+                const float* dpu = ring + (size_t)(u % K) * C;
                 for (int j = 0; j < K; j++) {
                     const int s = u - (K - 1) + j;
                     if (s < 0) continue;
-                    const float* xr = x + (r0 + s) * C + c0;
-                    for (int c = 0; c < cn; c++) dwt[j][c] += dpu[c] * xr[c];
+                    const float* xr = x + (r0 + s) * C;
+                    float* pj = pw + (size_t)j * C;
+                    #pragma omp simd
+                    for (int c = 0; c < C; c++) pj[c] += dpu[c] * xr[c];
                 }
-                // dx of input u: outputs t = u .. u+K-1 through tap u-t+K-1, in the order of t
-                float acc[GDN_CONV_CB_MAX];
-                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
-                for (int t = u; t < T && t < u + K; t++) {
-                    const float *dp = ring[t % K], *wr = wt[u - t + K - 1];
-                    for (int c = 0; c < cn; c++) acc[c] += dp[c] * wr[c];
+                // dx of input u: outputs t = u .. u+K-1 (< T) through tap u-t+K-1, in the order of t
+                const float *dps[GDN_CONV_K_MAX], *wrs[GDN_CONV_K_MAX];
+                int nt = 0;
+                for (int t = u; t < T && t < u + K; t++, nt++) {
+                    dps[nt] = ring + (size_t)(t % K) * C;
+                    wrs[nt] = wt + (size_t)(u - t + K - 1) * C;
                 }
-                float* dxr = dx + (r0 + u) * C + c0;
-                for (int c = 0; c < cn; c++) dxr[c] = acc[c];
+                float* dxr = dx + (r0 + u) * C;   // the row summed in place, a tap at a time (in L1)
+                #pragma omp simd
+                for (int c = 0; c < C; c++) dxr[c] = 0.0f;
+                for (int i = 0; i < nt; i++) {
+                    const float *dp = dps[i], *wr = wrs[i];
+                    #pragma omp simd
+                    for (int c = 0; c < C; c++) dxr[c] += dp[c] * wr[c];
+                }
             }
         }
-        for (int c = 0; c < cn; c++)
-            for (int j = 0; j < K; j++) dw[(size_t)(c0 + c) * K + j] = dwt[j][c];
     }
+    cpu_reduce_blocks(sum, part, nblk, (int)KC);   // sum [K, C] = the blocks' partials in order
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K; j++) dw[(size_t)c * K + j] += sum[(size_t)j * C + c];
+    free(wt);   // and sum, the partials, the rings: one block
 }
 
 // sum_i a_i b_i over i < n in CPU_LANES fixed lanes (lane j takes i = j, j + 8, ...; the tail,
