@@ -262,6 +262,10 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
 // partials [blocks, K, C], a ring [K, C] per thread.
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
                               const float* w, int B, int T, int C, int K) {
+    if (K < 1 || K > GDN_CONV_K_MAX) {   // the taps of a row live in arrays of GDN_CONV_K_MAX
+        fprintf(stderr, "error: ops_conv1d_silu_backward: conv width %d is outside 1 .. %d ([model] linear_conv_kernel)\n", K, GDN_CONV_K_MAX);
+        exit(1);
+    }
     const int nbt = (T + CPU_GDN_CONV_RB - 1) / CPU_GDN_CONV_RB, nblk = B * nbt;
     int th = 1;
 #ifdef _OPENMP
