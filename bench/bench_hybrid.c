@@ -157,13 +157,22 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     m.bwd = bwd_tok * N;
     m.ids = 2 * N;
     m.floats = m.resid + m.attn + m.linear + m.mlp + m.head + m.bwd;
-    // the delta rule's per-thread scratch (kernels/cpu/deltanet.c), not in the arena: the backward's
-    // state checkpoints every 64 tokens and the 64 states of one chunk (+ 3 working states), or
-    // the chunked forward's [C, 2dv + 2dk + C + 1] and its state, whichever is larger
+    // the delta rule's per-thread scratch, not in the arena. Chunked (kernels/cpu/deltanet_chunk.c,
+    // chunks of C): the backward keeps, per chunk, the state at its start, Ak and Tinv [C, C], W
+    // and Vn [C, dv], Kc [C, dk] for its reverse pass, and one chunk's working set (5 states, 8
+    // [C, C], 9 [C, dk], 5 [C, dv], 5 [C]); the forward the state, 5 [C, C], 5 [C, dk], 3 [C, dv],
+    // 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
+    // (+ 3 working states), the forward one state. Whichever is larger.
     if (n_lin) {
         const double ss = dk * dv, C = c->linear_chunk;
-        const double bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
-        const double fwd_s = ss + (C > 0 ? C * (2 * dv + 2 * dk + C + 1) : 2 * dv);
+        double bwd_s, fwd_s;
+        if (C > 0) {
+            bwd_s = ceil(T / C) * (ss + 2 * C * C + C * dk + 2 * C * dv) + 5 * ss + 8 * C * C + 9 * C * dk + 5 * C * dv + 5 * C;
+            fwd_s = ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
+        } else {
+            bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
+            fwd_s = ss + 2 * dv;
+        }
         m.gdn_scratch = threads * (bwd_s > fwd_s ? bwd_s : fwd_s);
     }
     return m;
@@ -189,21 +198,31 @@ static double analytic_total_bytes(const Bench* b, const MemCount* m) {
 //    layer): 3 matrix-vector products with the state per token in the forward (u = S^T k,
 //    S += k d^T, o = S^T q: 3 dk dv multiply-adds = 6 dk dv FLOPs), twice that in the backward
 //    (12 dk dv), whatever the form.
-//  executed: what kernels/cpu/deltanet.c does as written:
+//  executed: what the CPU kernels do as written (kernels/cpu/deltanet.c, the recurrent form;
+//    kernels/cpu/deltanet_chunk.c, the chunked form):
 //    recurrent forward, per token: the decay S *= a (dk dv multiplies) and the 3 products above
 //      = 7 dk dv;
-//    chunked forward, per chunk of L tokens: A's strictly lower part L(L-1)/2 dot products of dk;
-//      the forward substitution L(L-1)/2 (dk + dv); v' = W - Kc S and the queries' read of the
-//      chunk's initial state 2 L dk dv; the within-chunk outputs L(L+1)/2 (dk + dv) (a q.k dot
-//      and an axpy of v' per pair j <= i); the state update L dk dv; all multiply-adds; plus the
-//      state's decay dk dv multiplies;
-//    backward, per token: the checkpoint pass and the chunk's state recomputation, each one
-//      recurrent step without the output (2 dk dv multiply-adds + dk dv multiplies), then the
+//    recurrent backward, per token: the checkpoint pass and the chunk's state recomputation, each
+//      one recurrent step without the output (2 dk dv multiply-adds + dk dv multiplies), then the
 //      reverse step: Sp = a S_prev (dk dv multiplies), u, S' and the output's gradient (dq, dS:
 //      3 dk dv multiply-adds, u 1), dd and dk (2), du, dSp and da (3), dS = a dSp (dk dv
-//      multiplies): 13 dk dv multiply-adds + 4 dk dv multiplies = 30 dk dv.
-enum { K_FWD_CHUNK = 0, K_FWD_REC = 1, K_BWD = 2, K_OPS = 3 };
-static const char* K_NAME[K_OPS] = {"forward, chunked", "forward, recurrent", "backward"};
+//      multiplies): 13 dk dv multiply-adds + 4 dk dv multiplies = 30 dk dv;
+//    chunked, per chunk of L tokens: the products' multiply-adds, each counted as the code calls
+//      it: a full [M, K] x [K, N] product M N K; a product with a triangular [L, L] operand, split
+//      at h = (L / 2) rounded down to a multiple of 16, h h N + (L - h) L N (the zero block
+//      skipped; tri below); the lower triangle of an [L, L] output, h h K + (L - h) L K (trio);
+//      and the triangular inverse: (L (L - 1) / 2) 64 multiply-adds at C = 64 (whole rows of 64),
+//      sum_i sum_{j<i} (j + 1) otherwise. Forward: K K^T and Q K^T (trio, K = dk), the inverse,
+//      W and Kc (tri, N = dv, dk), Qd S and Kc S (L dk dv each), P Vn (tri, N = dv), the state
+//      update (L dk dv). Backward: the forward's part without Q K^T, Qd S and P Vn (its first
+//      pass), then per chunk Q K^T, dP and D1, D2 (trio: K = dk, dv, dv, dk), P^T dO, Tinv^T dVn,
+//      Tinv^T dKc (tri: N = dv, dv, dk), H K, G K, G^T K, H^T Q (tri, N = dk), and 6 full
+//      L dk dv products (Kd dSn, Vn dSn^T, dO S^T, dVn S^T, Qd^T dO, Kc^T dVn). The elementwise
+//      work (masks, exps, transposes, O(L^2) gradient terms) is not counted.
+enum { K_FWD_CHUNK = 0, K_FWD_REC = 1, K_BWD = 2, K_BWD_REC = 3, K_OPS = 4 };
+static const char* K_NAME[K_OPS] = {"forward, chunked", "forward, recurrent", "backward, chunked", "backward, recurrent"};
+static int gdn_is_bwd(int op) { return op == K_BWD || op == K_BWD_REC; }
+static int gdn_is_chunked(int op) { return op == K_FWD_CHUNK || op == K_BWD; }
 // Two regimes of the gates' values, since the time depends on them (subnormal floats):
 //  init: as the model's initialisation gives them (model/params.c: A = exp(A_log) ~ U(0, 16] per
 //    head, dt_bias 1; a, b = X W_ba^T ~ N(0, (init_std sqrt(d))^2) for X of unit RMS):
@@ -216,21 +235,30 @@ enum { G_INIT = 0, G_SLOW = 1, G_REGIMES = 2, K_ITEMS = G_REGIMES * K_OPS };
 static const char* G_NAME[G_REGIMES] = {"init", "slow"};
 
 static double gdn_model_flops(int op, double T, double dk, double dv) {
-    return (op == K_BWD ? 12.0 : 6.0) * T * dk * dv;
+    return (gdn_is_bwd(op) ? 12.0 : 6.0) * T * dk * dv;
 }
+
+// the chunked form's products (the comment above): tri, trio and the inverse's multiply-adds
+static double gdn_split_h(double L) { return (double)(((int)L / 2) & ~15); }
+static double gdn_tri(double L, double N) { const double h = gdn_split_h(L); return h * h * N + (L - h) * L * N; }
+static double gdn_trio(double L, double K) { const double h = gdn_split_h(L); return h * h * K + (L - h) * L * K; }
+static double gdn_tri_t(double L, double N) { const double h = gdn_split_h(L); return h * L * N + (L - h) * (L - h) * N; }
+static double gdn_inverse(double L, int C) { return C == 64 ? L * (L - 1) / 2 * 64 : (L - 1) * L * (L + 1) / 6; }
 
 static double gdn_exec_flops(int op, int T, int C, double dk, double dv) {
     const double ss = dk * dv;
     if (op == K_FWD_REC || (op == K_FWD_CHUNK && C <= 0)) return 7.0 * T * ss;
-    if (op == K_BWD) return 30.0 * T * ss;
-    double f = 0.0;
+    if (op == K_BWD_REC || (op == K_BWD && C <= 0)) return 30.0 * T * ss;
+    double mac = 0.0;
     for (int c0 = 0; c0 < T; c0 += C) {
-        const double Ln = T - c0 < C ? T - c0 : C;
-        const double mac = Ln * (Ln - 1) / 2 * dk + Ln * (Ln - 1) / 2 * (dk + dv) + 2 * Ln * ss +
-                           Ln * (Ln + 1) / 2 * (dk + dv) + Ln * ss;
-        f += 2.0 * mac + ss;
+        const double L = T - c0 < C ? T - c0 : C;
+        // the state pass (the forward's, and the backward's first pass)
+        mac += gdn_trio(L, dk) + gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk) + 2 * L * ss;
+        if (op == K_FWD_CHUNK) mac += gdn_trio(L, dk) + L * ss + gdn_tri(L, dv);
+        else mac += gdn_trio(L, dk) + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
+                    gdn_tri_t(L, dk) + 2 * gdn_tri(L, dk) + 2 * gdn_tri_t(L, dk) + 6 * L * ss;
     }
-    return f;
+    return 2.0 * mac;
 }
 
 // the timed items: index regime * K_OPS + op
@@ -305,8 +333,8 @@ static void kern_main(const Config* cfg, const Opts* o, int threads, int reps, i
                 }
         }
         OpsGdnShape sk = s;
-        sk.chunk = op == K_FWD_CHUNK ? chunk : 0;
-#define CALL() do { if (op == K_BWD) ops_gdn_backward(dqk, dqk + Kd, dxc + 2 * Kd, dg, dbeta, dout, qk, qk + Kd, xc + 2 * Kd, g, beta, &sk); \
+        sk.chunk = gdn_is_chunked(op) ? chunk : 0;
+#define CALL() do { if (gdn_is_bwd(op)) ops_gdn_backward(dqk, dqk + Kd, dxc + 2 * Kd, dg, dbeta, dout, qk, qk + Kd, xc + 2 * Kd, g, beta, &sk); \
                     else ops_gdn_forward(out, NULL, qk, qk + Kd, xc + 2 * Kd, g, beta, NULL, &sk); } while (0)
         double t0 = now_s();
         CALL();   // warm-up: first touch of the outputs, the threads' scratch
@@ -446,7 +474,7 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
         const double seqheads = (double)r->B * c->linear_n_v_head;
         for (int j = 0; j < K_ITEMS; j++) {
             const int op = j % K_OPS, regime = j / K_OPS;
-            const int C = op == K_FWD_CHUNK ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
+            const int C = gdn_is_chunked(op) ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
             const double fm = seqheads * gdn_model_flops(op, r->T, dk, dv);
             const double fe = seqheads * gdn_exec_flops(op, r->T, C, dk, dv);
             const double ms = r->k.ok ? r->k.med_ms[j] : NAN;
@@ -459,8 +487,8 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
             if (op == K_BWD && regime == G_INIT && r->k.ok && r->hyb.ok) {
                 // the training step (gates as at init) runs the forward in the model's form and
                 // the backward, per linear layer
-                const int fwd = c->linear_chunk > 0 ? K_FWD_CHUNK : K_FWD_REC;
-                const double t = n_lin * (r->k.med_ms[fwd] + r->k.med_ms[K_BWD]);
+                const int fwd = c->linear_chunk > 0 ? K_FWD_CHUNK : K_FWD_REC, bwd = c->linear_chunk > 0 ? K_BWD : K_BWD_REC;
+                const double t = n_lin * (r->k.med_ms[fwd] + r->k.med_ms[bwd]);
                 sfmt(share, sizeof(share), "%d x (fwd + bwd) = %.0f ms = %.0f%% of %.0f ms", n_lin, t,
                      100.0 * t / r->hyb.med_ms, r->hyb.med_ms);
             }
@@ -472,9 +500,9 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
         if (!r->k.ok) printf("    the kernel timing child failed\n");
     }
     printf("(model GFLOP: what gpt_flops_per_token credits, 6 dk dv per token and value head forward, 12 backward;"
-           " exec GFLOP: the multiply-adds (2) and multiplies (1) of kernels/cpu/deltanet.c as written, recurrent"
-           " forward 7 dk dv, backward 30 dk dv per token and value head, chunked forward ~(3 dk dv + C (dk + dv)"
-           " + C dk / 2) x 2; bench/bench_hybrid.c gdn_exec_flops. gates: init = as the model's initialisation gives"
+           " exec GFLOP: the multiply-adds (2) and multiplies (1) of the CPU kernels as written, recurrent"
+           " forward 7 dk dv, backward 30 dk dv per token and value head; chunked: the per-chunk products' multiply-adds"
+           " with triangular zero blocks skipped, elementwise work not counted; bench/bench_hybrid.c gdn_exec_flops. gates: init = as the model's initialisation gives"
            " them, g = -A softplus(a + 1), A ~ U(0, 16] (the state nearly forgotten every token; what the steps above"
            " see), slow = decays exp(g) in [0.73, 0.99])\n");
 
@@ -560,7 +588,7 @@ static int write_json(const char* path, const Row* rows, int nr, const Opts* o, 
         fprintf(f, ",\n     \"gdn_ops\": [");
         for (int j = 0; j < K_ITEMS; j++) {
             const int op = j % K_OPS, regime = j / K_OPS;
-            const int C = op == K_FWD_CHUNK ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
+            const int C = gdn_is_chunked(op) ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
             const double sh = (double)r->B * c->linear_n_v_head;
             const double fm = sh * gdn_model_flops(op, r->T, c->linear_k_head_dim, c->linear_v_head_dim);
             const double fe = sh * gdn_exec_flops(op, r->T, C, c->linear_k_head_dim, c->linear_v_head_dim);

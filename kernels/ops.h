@@ -177,16 +177,18 @@ size_t ops_mem_available(void);
 // floats), of v at v + n*ld_v (Hv*dv floats) (OpsGdnShape: 0 = dense); g, beta [N, Hv]
 // (g <= 0: the log of the decay), o [N, Hv*dv] (=, dense); state_out [B, Hv, dk, dv] (=, may
 // be NULL): the state after the last token, which a decoder passes back as state_in.
-// s->chunk > 0 computes the same by chunks of that many tokens (transformers'
-// torch_chunk_gated_delta_rule: a unit lower-triangular system per chunk, solved by forward
-// substitution; cost linear in T with GEMM-shaped work), equal to the recurrent form up to
-// fp32 roundoff (tests/test_deltanet.c).
+// s->chunk > 0 computes the same by chunks of that many tokens (the WY / UT form of fla and
+// transformers' torch_chunk_gated_delta_rule: per chunk a unit lower-triangular inverse and
+// products of [C, dk], [C, dv], [C, C] and [dk, dv] operands, the recurrence only across
+// chunks; kernels/cpu/deltanet_chunk.c has the math), equal to the recurrent form up to fp32
+// roundoff (tests/test_deltanet.c).
 void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
 // Backward from do [N, Hv*dv] (dense; state_in taken as zeros, as in training): dq, dk (=, the
-// layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). Over the
-// recurrence, with the states recomputed from checkpoints every 64 tokens, so the scratch is
-// (T/64 + 64) states per (sequence, head), not T; cost linear in T like the forward.
+// layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). s->chunk > 0: the
+// chunked form's backward (the chunks' states recomputed, then a reverse pass over the chunks);
+// 0: over the recurrence, with the states recomputed from checkpoints every 64 tokens (the
+// reference). Both cost linear in T.
 void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const OpsGdnShape* s);
