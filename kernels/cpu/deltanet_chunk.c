@@ -175,16 +175,18 @@ static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, co
 // The forward of one chunk shared by the training forward and the backward's first pass:
 // from K, V, beta and the decays, Tinv (=), W and Kc (=), Vn (=) = W - Kc S, and S advanced
 // to the state after the chunk. Kt [dk, L], KK [L, L], Rv [L, dv], Rk [L, dk], Kd [L, dk]:
-// scratch. Ak [L, L] (=) as gdn_chunk_masks (without P).
+// scratch. Ak [L, L] (=) as gdn_chunk_masks. With QK and P (the forward), also P (=) from
+// QK = Q K^T, in the same pass over the decays (one exp per pair for both masks).
 static void gdn_chunk_state(float* S, float* Ak, float* Tinv, float* W, float* Kc, float* Vn, float* Kt, float* KK,
-                            float* Rv, float* Rk, float* Kd, const GdnHead* x, int t0, int L, int C, int dk, int dv,
-                            const float* cum, const float* ec, const float* edec) {
+                            float* QK, float* P, float* Rv, float* Rk, float* Kd, const GdnHead* x, int t0, int L,
+                            int C, int dk, int dv, const float* cum, const float* ec, const float* edec, float scale) {
     const float* K = x->k + (size_t)t0 * x->ldqk;
     const float* V = x->v + (size_t)t0 * x->ldv;
     const float* beta = x->beta + (size_t)t0 * x->Hv;
     cpu_transpose(Kt, C, K, x->ldqk, L, dk);
     gdn_mm_lower_out(L, dk, K, x->ldqk, Kt, C, KK, C);   // K K^T
-    gdn_chunk_masks(Ak, NULL, NULL, KK, NULL, cum, L, C, 0.0f);
+    if (P) gdn_mm_lower_out(L, dk, x->q + (size_t)t0 * x->ldqk, x->ldqk, Kt, C, QK, C);   // Q K^T
+    gdn_chunk_masks(Ak, P, NULL, KK, QK, cum, L, C, scale);
     gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
     for (int i = 0; i < L; i++) {
         const float b = beta[(size_t)i * x->Hv], bk = b * ec[i];
@@ -239,10 +241,9 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const flo
                     for (int i = 0; i < L; i++)
                         for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                     cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
-                    gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec, edec);
-                    // within the chunk: O += P Vn (Kt still holds K^T)
-                    gdn_mm_lower_out(L, dk, Q, ldqk, Kt, C, QK, C);
-                    gdn_chunk_masks(NULL, P, NULL, NULL, QK, cum, L, C, scale);
+                    gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, QK, P, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec,
+                                    edec, scale);
+                    // within the chunk: O += P Vn
                     gdn_mm_lower(L, dv, P, C, Vn, dv, 1, O, Hv * dv);
                 }
                 if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
@@ -302,7 +303,8 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         float *Sc = st, *Ak = Sc + SS, *Tinv = Ak + CC, *W = Tinv + CC, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk;
                         memcpy(Sc, S, SS * sizeof(float));
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
-                        gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec, edec);
+                        gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, NULL, NULL, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum,
+                                        ec, edec, 0.0f);
                     }
                     // pass 2: the chunks in reverse
                     memset(dSn, 0, SS * sizeof(float));
