@@ -25,45 +25,14 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include "mma_ptx.cuh"
 
 #define MM_ROWS 64
 #define MM_COLS 64
 #define MM_THREADS 128
 static_assert(MM_ROWS == 64 && MM_COLS == 64 && MM_THREADS == 128, "mma tiling: 4 warps x 16 rows, 8 n-tiles of 8");
 
-// ---- PTX wrappers ---------------------------------------------------------------------------
-// (under the CPU emulator, tests/cudaemu, the same operations from the PTX ISA's fragment layouts)
-#ifndef GATEDGPT_CUDA_EMU
-__device__ __forceinline__ uint32_t mm_smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-#endif
-// four 8x8 bf16 matrices; lane l gives the address of a row of matrix l / 8
-__device__ __forceinline__ void mm_ldsm4(uint32_t* r, const void* p) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_ldmatrix_x4(r, p, 0);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(mm_smem_addr(p)));
-#endif
-}
-__device__ __forceinline__ void mm_ldsm4_t(uint32_t* r, const void* p) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_ldmatrix_x4(r, p, 1);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(mm_smem_addr(p)));
-#endif
-}
-// d (16x8 fp32) += a (16x16 bf16) b (16x8 bf16)
-__device__ __forceinline__ void mm_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_mma_m16n8k16_bf16(d, a, b0, b1);
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
+// (the PTX wrappers mma_ldsm4, mma_ldsm4_t, mma_m16n8k16: kernels/cuda/mma_ptx.cuh)
 // two floats -> a bf16 pair (lo in the low half: the lower column)
 __device__ __forceinline__ uint32_t mm_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -74,18 +43,18 @@ __device__ __forceinline__ uint32_t mm_pack(float lo, float hi) {
 // A operand: rows r0..r0+15, k columns k0..k0+15
 template <int HD>
 __device__ __forceinline__ void mm_load_a(uint32_t* a, const __nv_bfloat16* X, int r0, int k0, int lane) {
-    mm_ldsm4(a, X + (size_t)(r0 + (lane & 15)) * (HD + 8) + k0 + (lane >> 4) * 8);
+    mma_ldsm4(a, X + (size_t)(r0 + (lane & 15)) * (HD + 8) + k0 + (lane >> 4) * 8);
 }
 // B operands of two n-tiles whose columns are rows n0..n0+15 of X (B = X^T: X[n][k]), k0..k0+15:
 // b[0], b[1] for n0..n0+7 and b[2], b[3] for n0+8..n0+15
 template <int HD>
 __device__ __forceinline__ void mm_load_bt(uint32_t* b, const __nv_bfloat16* X, int n0, int k0, int lane) {
-    mm_ldsm4(b, X + (size_t)(n0 + (lane & 7) + ((lane >> 4) << 3)) * (HD + 8) + k0 + ((lane >> 3) & 1) * 8);
+    mma_ldsm4(b, X + (size_t)(n0 + (lane & 7) + ((lane >> 4) << 3)) * (HD + 8) + k0 + ((lane >> 3) & 1) * 8);
 }
 // B operands of two n-tiles from X[k][n] directly (k = rows k0..k0+15, n = columns n0..n0+15)
 template <int HD>
 __device__ __forceinline__ void mm_load_b(uint32_t* b, const __nv_bfloat16* X, int k0, int n0, int lane) {
-    mm_ldsm4_t(b, X + (size_t)(k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (HD + 8) + n0 + (lane >> 4) * 8);
+    mma_ldsm4_t(b, X + (size_t)(k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (HD + 8) + n0 + (lane >> 4) * 8);
 }
 
 // acc[8][4] (16 rows x 64 columns) = A-rows of X (r0..r0+15) @ Y^T (rows 0..63 of Y), over HD
@@ -102,8 +71,8 @@ __device__ __forceinline__ void mm_abt(float (*acc)[4], const __nv_bfloat16* X, 
         for (int np = 0; np < 4; np++) {
             uint32_t b[4];
             mm_load_bt<HD>(b, Y, np * 16, kk * 16, lane);
-            mm_mma(acc[2 * np], a, b[0], b[1]);
-            mm_mma(acc[2 * np + 1], a, b[2], b[3]);
+            mma_m16n8k16(acc[2 * np], a, b[0], b[1]);
+            mma_m16n8k16(acc[2 * np + 1], a, b[2], b[3]);
         }
     }
 }
@@ -122,8 +91,8 @@ __device__ __forceinline__ void mm_pv(float (*out)[4], const float (*p)[4], cons
         for (int dp = 0; dp < HD / 16; dp++) {
             uint32_t b[4];
             mm_load_b<HD>(b, Y, kk * 16, dp * 16, lane);
-            mm_mma(out[2 * dp], a, b[0], b[1]);
-            mm_mma(out[2 * dp + 1], a, b[2], b[3]);
+            mma_m16n8k16(out[2 * dp], a, b[0], b[1]);
+            mma_m16n8k16(out[2 * dp + 1], a, b[2], b[3]);
         }
     }
 }

@@ -55,6 +55,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include "mma_ptx.cuh"   // the tensor-core wrappers (bf16 build)
 
 #define GC CUDA_GDN_CHUNK   // 64 tokens per chunk (kernels/scratch.h)
 #define GC_THREADS 128
@@ -66,40 +67,6 @@ static_assert(GC == 64 && GC_THREADS == 128 && GC_BV == 64, "chunk tiling: 4 war
 typedef cact_t gop_t;
 #ifdef GATEDGPT_ACT_BF16
 #define GC_MMA 1
-#endif
-
-// ---- PTX wrappers (as attention_mma.cu's; under the CPU emulator the PTX ISA's fragment layouts) --
-#if defined(GC_MMA)
-#ifndef GATEDGPT_CUDA_EMU
-__device__ __forceinline__ uint32_t gc_smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-#endif
-__device__ __forceinline__ void gc_ldsm4(uint32_t* r, const void* p) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_ldmatrix_x4(r, p, 0);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(gc_smem_addr(p)));
-#endif
-}
-__device__ __forceinline__ void gc_ldsm4_t(uint32_t* r, const void* p) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_ldmatrix_x4(r, p, 1);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(gc_smem_addr(p)));
-#endif
-}
-// d (16x8 fp32) += a (16x16 bf16) b (16x8 bf16)
-__device__ __forceinline__ void gc_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-#ifdef GATEDGPT_CUDA_EMU
-    emu_mma_m16n8k16_bf16(d, a, b0, b1);
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
 #endif
 
 // ---- the warp GEMM ----------------------------------------------------------------------------
@@ -119,16 +86,16 @@ __device__ __forceinline__ void gdn_mm(float (*acc)[4], const gop_t* A, int lda,
     #pragma unroll
     for (int kk = 0; kk < KD; kk += 16) {
         uint32_t a[4];
-        if (AT) gc_ldsm4_t(a, A + (size_t)(kk + (lane & 7) + ((lane >> 4) << 3)) * lda + m0 + ((lane >> 3) & 1) * 8);
-        else gc_ldsm4(a, A + (size_t)(m0 + (lane & 15)) * lda + kk + (lane >> 4) * 8);
+        if (AT) mma_ldsm4_t(a, A + (size_t)(kk + (lane & 7) + ((lane >> 4) << 3)) * lda + m0 + ((lane >> 3) & 1) * 8);
+        else mma_ldsm4(a, A + (size_t)(m0 + (lane & 15)) * lda + kk + (lane >> 4) * 8);
         #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
             const int nb = n0 + np * 16;
-            if (BT) gc_ldsm4(b, B + (size_t)(nb + (lane & 7) + ((lane >> 4) << 3)) * ldb + kk + ((lane >> 3) & 1) * 8);
-            else gc_ldsm4_t(b, B + (size_t)(kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ldb + nb + (lane >> 4) * 8);
-            gc_mma(acc[2 * np], a, b[0], b[1]);
-            gc_mma(acc[2 * np + 1], a, b[2], b[3]);
+            if (BT) mma_ldsm4(b, B + (size_t)(nb + (lane & 7) + ((lane >> 4) << 3)) * ldb + kk + ((lane >> 3) & 1) * 8);
+            else mma_ldsm4_t(b, B + (size_t)(kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ldb + nb + (lane >> 4) * 8);
+            mma_m16n8k16(acc[2 * np], a, b[0], b[1]);
+            mma_m16n8k16(acc[2 * np + 1], a, b[2], b[3]);
         }
     }
 #else
