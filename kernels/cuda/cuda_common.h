@@ -45,6 +45,9 @@ extern cudaStream_t cuda_stream;
 void cuda_cublas_check(int status, const char* what, const char* file, int line, const char* not_supported_hint);
 // 1 when the environment variable `name` is set to exactly `value` (memory.cu)
 int cuda_env_is(const char* name, const char* value);
+// The most dynamic shared memory a block of the current device may opt in to (227 KiB on
+// H100/H200, 163 KiB on A100) (memory.cu)
+size_t cuda_smem_optin(void);
 
 // ---- scratch --------------------------------------------------------------------------------
 // Device buffers owned by the backend, one per slot (kernels/scratch.h lists them and gives

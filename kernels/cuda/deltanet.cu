@@ -60,23 +60,11 @@ static GdnDims gdn_dims(const OpsGdnShape* s) {
 // The backend's scratch slots CUDA_SCRATCH_GDN_STATE and CUDA_SCRATCH_GDN_PART (memory.cu), sized
 // by kernels/scratch.h's functions, which the planner uses too.
 
-// The most dynamic shared memory a block may opt in to on this device (227 KiB on H100/H200,
-// 163 KiB on A100)
-static size_t gdn_smem_limit(void) {
-    static int limit = -1;
-    if (limit < 0) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    return (size_t)limit;
-}
-
 // Whether the state of a delta-rule kernel goes to shared memory: when `bytes` fit the device,
 // unless GATEDGPT_GDN_STATE=global (the tests' switch to the other path). Otherwise the state
 // lives in global scratch, read through the same pointers: slower, any size.
 static int gdn_state_in_smem(size_t bytes) {
-    return bytes <= gdn_smem_limit() && !cuda_env_is("GATEDGPT_GDN_STATE", "global");
+    return bytes <= cuda_smem_optin() && !cuda_env_is("GATEDGPT_GDN_STATE", "global");
 }
 
 // Opt in to more than the default 48 KiB of dynamic shared memory when a launch needs it.
@@ -174,7 +162,7 @@ extern "C" void ops_gdn_forward(float* o, float* state_out, const float* q, cons
         smem = (size_t)4 * d.dk * sizeof(float);
         gstate = (float*)cuda_scratch(CUDA_SCRATCH_GDN_STATE, cuda_gdn_fwd_state_bytes(s));
     }
-    if (smem > gdn_smem_limit())
+    if (smem > cuda_smem_optin())
         cuda_fail(__FILE__, __LINE__, "gated delta rule forward: q and k of a token do not fit in shared memory",
                   "linear_k_head_dim is too large for this GPU");
     gdn_smem_optin(gdn_forward_kernel, smem);
@@ -364,7 +352,7 @@ extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, flo
     const size_t state = cuda_gdn_bwd_smem_state((size_t)d.dk, (size_t)d.dv);
     const int smem_state = gdn_state_in_smem(red + vec + state);
     const size_t smem = vec + (smem_state ? state : 0);
-    if (red + smem > gdn_smem_limit())
+    if (red + smem > cuda_smem_optin())
         cuda_fail(__FILE__, __LINE__, "gated delta rule backward: the vectors of a token do not fit in shared memory",
                   "linear_k_head_dim / linear_v_head_dim are too large for this GPU");
     float* scratch = (float*)cuda_scratch(CUDA_SCRATCH_GDN_STATE, cuda_gdn_bwd_state_bytes(s, smem_state));

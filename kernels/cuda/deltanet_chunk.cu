@@ -900,19 +900,9 @@ static GcDims gc_dims(const OpsGdnShape* s) {
     return d;
 }
 
-static size_t gc_smem_limit(void) {
-    static int limit = -1;
-    if (limit < 0) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    return (size_t)limit;
-}
-
 static int gc_use(const OpsGdnShape* s) {
     if (s->Hk < 1 || s->Hv < 1 || s->Hv % s->Hk != 0 || s->B < 1) return 0;   // deltanet.cu reports the shape
-    return cuda_gdn_chunked(s, gc_smem_limit(), sizeof(gop_t), cuda_env_is("GATEDGPT_GDN_CHUNK", "recurrent"));
+    return cuda_gdn_chunked(s, cuda_smem_optin(), sizeof(gop_t), cuda_env_is("GATEDGPT_GDN_CHUNK", "recurrent"));
 }
 
 template <typename K>

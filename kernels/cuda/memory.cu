@@ -88,6 +88,13 @@ int cuda_env_is(const char* name, const char* value) {
     return v && strcmp(v, value) == 0;
 }
 
+size_t cuda_smem_optin(void) {
+    int dev = 0, smem = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));   // ops_init's device (0 before ops_init)
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return (size_t)smem;
+}
+
 // One process per GPU: the device is the process's rank on its node (mpirun sets one of these)
 // modulo the number of visible devices.
 static int local_rank_from_env(void) {

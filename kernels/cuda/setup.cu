@@ -17,10 +17,7 @@ void ops_init(int threads) {
 // to (the delta rule's kernels keep their state there when it fits), GATEDGPT_GDN_STATE
 static CudaDeviceFacts device_facts(const OpsStepShape* s) {
     CudaDeviceFacts f;
-    int dev = 0, smem = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));   // ops_init's device (0 before ops_init)
-    CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    f.smem_optin = (size_t)smem;
+    f.smem_optin = cuda_smem_optin();
     f.gdn_state_global = cuda_env_is("GATEDGPT_GDN_STATE", "global");
     f.gdn_op_bytes = (int)sizeof(cact_t);   // the chunked delta rule's operands (deltanet_chunk.cu)
     f.gdn_recurrent = cuda_env_is("GATEDGPT_GDN_CHUNK", "recurrent");
