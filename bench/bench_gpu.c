@@ -200,8 +200,8 @@ static double gdn_time(int fwd, int warmup, int steps, float* o, float* dq, floa
     for (int i = 0; i < warmup + steps; i++) {
         cuda_sync();
         double a = now_s();
-        if (fwd) ops_gdn_forward(o, NULL, q, k, v, g, beta, NULL, s);
-        else ops_gdn_backward(dq, dk, dv, dg, db, dout, q, k, v, g, beta, s);
+        if (fwd) ops_gdn_forward(o, NULL, NULL, q, k, v, g, beta, NULL, s);
+        else ops_gdn_backward(dq, dk, dv, dg, db, dout, q, k, v, g, beta, NULL, s);
         cuda_sync();
         if (i >= warmup) ms[i - warmup] = (now_s() - a) * 1e3;
     }

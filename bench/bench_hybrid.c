@@ -134,8 +134,10 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     // SiLU (SiLU's), xc = [q | k | v] after SiLU (L2 norm's input; v is the delta rule's), q, k
     // after the L2 norm (delta rule) and their 1/norms, z = X W_z^T (the output gate), ba = X W_ba^T
     // (the decay and beta gates), g and beta (delta rule), o (the gated norm's input) and its rstd,
-    // on = rmsnorm(o) w act(z) (W_out's input)
-    m.linear_tok = norm1 + 3 * Cc + (2 * Kd + 2 * Hk) + Vd + 2 * Hv + 2 * Hv + (Vd + Hv) + Vd;
+    // on = rmsnorm(o) w act(z) (W_out's input); with the chunked form on a backend that keeps it
+    // (ops_gdn_keeps_vn), the delta rule's corrected values Vn for its backward
+    const double vn_kept = c->linear_chunk > 0 && ops_gdn_keeps_vn() ? Vd : 0.0;
+    m.linear_tok = norm1 + 3 * Cc + (2 * Kd + 2 * Hk) + Vd + 2 * Hv + 2 * Hv + (Vd + Hv) + Vd + vn_kept;
     int n_lin = 0;
     for (int l = 0; l < c->n_layer; l++) n_lin += config_layer_is_linear(c, l);
     const int n_attn = c->n_layer - n_lin;
@@ -158,16 +160,16 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     m.ids = 2 * N;
     m.floats = m.resid + m.attn + m.linear + m.mlp + m.head + m.bwd;
     // the delta rule's per-thread scratch, not in the arena. Chunked (kernels/cpu/deltanet_chunk.c,
-    // chunks of C): the backward keeps, per chunk, the state at its start, Ak and Tinv [C, C], W
-    // and Vn [C, dv], Kc [C, dk] for its reverse pass, and one chunk's working set (5 states, 8
-    // [C, C], 9 [C, dk], 5 [C, dv], 5 [C]); the forward the state, 5 [C, C], 5 [C, dk], 3 [C, dv],
+    // chunks of C): the backward keeps, per chunk, the state at its start and a Vn [C, dv] (used
+    // when the forward kept none) for its reverse pass, and one chunk's working set (4 states, 11
+    // [C, C], 13 [C, dk], 8 [C, dv], 5 [C]); the forward the state, 5 [C, C], 5 [C, dk], 3 [C, dv],
     // 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
     // (+ 3 working states), the forward one state. Whichever is larger.
     if (n_lin) {
         const double ss = dk * dv, C = c->linear_chunk;
         double bwd_s, fwd_s;
         if (C > 0) {
-            bwd_s = ceil(T / C) * (ss + 2 * C * C + C * dk + 2 * C * dv) + 5 * ss + 8 * C * C + 9 * C * dk + 5 * C * dv + 5 * C;
+            bwd_s = ceil(T / C) * (ss + C * dv) + 4 * ss + 11 * C * C + 13 * C * dk + 8 * C * dv + 5 * C;
             fwd_s = ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
         } else {
             bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
@@ -214,11 +216,14 @@ static double analytic_total_bytes(const Bench* b, const MemCount* m) {
 //      and the triangular inverse: (L (L - 1) / 2) 64 multiply-adds at C = 64 (whole rows of 64),
 //      sum_i sum_{j<i} (j + 1) otherwise. Forward: K K^T and Q K^T (trio, K = dk), the inverse,
 //      W and Kc (tri, N = dv, dk), Qd S and Kc S (L dk dv each), P Vn (tri, N = dv), the state
-//      update (L dk dv). Backward: the forward's part without Q K^T, Qd S and P Vn (its first
-//      pass), then per chunk Q K^T, dP and D1, D2 (trio: K = dk, dv, dv, dk), P^T dO, Tinv^T dVn,
-//      Tinv^T dKc (tri: N = dv, dv, dk), H K, G K, G^T K, H^T Q (tri, N = dk), and 6 full
-//      L dk dv products (Kd dSn, Vn dSn^T, dO S^T, dVn S^T, Qd^T dO, Kc^T dVn). The elementwise
-//      work (masks, exps, transposes, O(L^2) gradient terms) is not counted.
+//      update (L dk dv). Backward: its first pass the state update alone when the forward kept
+//      Vn (ops_gdn_keeps_vn: the benchmark's chunked forward keeps them, as training does), else
+//      the forward's part without Q K^T, Qd S and P Vn; then per chunk the WY form again (K K^T,
+//      Q K^T: trio, K = dk; the inverse; W, Kc: tri, N = dv, dk), dP and D1, D2 (trio: K = dv,
+//      dv, dk), P^T dO, Tinv^T dVn, Tinv^T dKc (tri_t: N = dv, dv, dk), H K (tri, N = dk),
+//      (G + G^T) K (full: L L dk), H^T Q (tri_t, N = dk), and 6 full L dk dv products (Kd dSn,
+//      Vn dSn^T, dO S^T, dVn S^T, Qd^T dO, Kc^T dVn). The elementwise work (masks, exps,
+//      transposes, O(L^2) gradient terms) is not counted.
 enum { K_FWD_CHUNK = 0, K_FWD_REC = 1, K_BWD = 2, K_BWD_REC = 3, K_OPS = 4 };
 static const char* K_NAME[K_OPS] = {"forward, chunked", "forward, recurrent", "backward, chunked", "backward, recurrent"};
 static int gdn_is_bwd(int op) { return op == K_BWD || op == K_BWD_REC; }
@@ -252,11 +257,12 @@ static double gdn_exec_flops(int op, int T, int C, double dk, double dv) {
     double mac = 0.0;
     for (int c0 = 0; c0 < T; c0 += C) {
         const double L = T - c0 < C ? T - c0 : C;
-        // the state pass (the forward's, and the backward's first pass)
-        mac += gdn_trio(L, dk) + gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk) + 2 * L * ss;
-        if (op == K_FWD_CHUNK) mac += gdn_trio(L, dk) + L * ss + gdn_tri(L, dv);
-        else mac += gdn_trio(L, dk) + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
-                    gdn_tri_t(L, dk) + 2 * gdn_tri(L, dk) + 2 * gdn_tri_t(L, dk) + 6 * L * ss;
+        // the WY form and the state pass: K K^T, the inverse, W, Kc, Kc S and the state update
+        const double wy = gdn_trio(L, dk) + gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk);
+        if (op == K_FWD_CHUNK) { mac += wy + 2 * L * ss + gdn_trio(L, dk) + L * ss + gdn_tri(L, dv); continue; }
+        mac += ops_gdn_keeps_vn() ? L * ss : wy + 2 * L * ss;   // the backward's first pass
+        mac += wy + gdn_trio(L, dk) + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
+               gdn_tri_t(L, dk) + gdn_tri(L, dk) + L * L * dk + gdn_tri_t(L, dk) + 6 * L * ss;
     }
     return 2.0 * mac;
 }
@@ -298,6 +304,9 @@ static void kern_main(const Config* cfg, const Opts* o, int threads, int reps, i
     float *out = ops_malloc(N * Vd * sizeof(float)), *dout = ops_malloc(N * Vd * sizeof(float));
     float *dqk = ops_malloc(N * 2 * Kd * sizeof(float)), *dxc = ops_malloc(N * Cc * sizeof(float));
     float *dg = ops_malloc(N * s.Hv * sizeof(float)), *dbeta = ops_malloc(N * s.Hv * sizeof(float));
+    // what the chunked forward keeps for the backward (ops.h), as training keeps it: the chunked
+    // backward reads the Vn of the chunked forward measured just before it on the same gates
+    float* vn = ops_gdn_keeps_vn() ? ops_malloc(N * Vd * sizeof(float)) : NULL;
     Rng r;
     rng_seed(&r, cfg->train.seed);
     fill_normal(qk, N * 2 * Kd, &r, 1.0f);
@@ -334,8 +343,9 @@ static void kern_main(const Config* cfg, const Opts* o, int threads, int reps, i
         }
         OpsGdnShape sk = s;
         sk.chunk = gdn_is_chunked(op) ? chunk : 0;
-#define CALL() do { if (gdn_is_bwd(op)) ops_gdn_backward(dqk, dqk + Kd, dxc + 2 * Kd, dg, dbeta, dout, qk, qk + Kd, xc + 2 * Kd, g, beta, &sk); \
-                    else ops_gdn_forward(out, NULL, qk, qk + Kd, xc + 2 * Kd, g, beta, NULL, &sk); } while (0)
+        float* kept = sk.chunk > 0 ? vn : NULL;
+#define CALL() do { if (gdn_is_bwd(op)) ops_gdn_backward(dqk, dqk + Kd, dxc + 2 * Kd, dg, dbeta, dout, qk, qk + Kd, xc + 2 * Kd, g, beta, kept, &sk); \
+                    else ops_gdn_forward(out, NULL, kept, qk, qk + Kd, xc + 2 * Kd, g, beta, NULL, &sk); } while (0)
         double t0 = now_s();
         CALL();   // warm-up: first touch of the outputs, the threads' scratch
         double t1 = now_s() - t0;

@@ -182,16 +182,23 @@ size_t ops_mem_available(void);
 // products of [C, dk], [C, dv], [C, C] and [dk, dv] operands, the recurrence only across
 // chunks; kernels/cpu/deltanet_chunk.c has the math), equal to the recurrent form up to fp32
 // roundoff (tests/test_deltanet.c).
-void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+// saved [N, Hv*dv] (may be NULL): what the forward keeps for ops_gdn_backward, written when
+// s->chunk > 0 and ops_gdn_keeps_vn() says so: the chunked form's corrected values
+// Vn = W - Kc S (kernels/cpu/deltanet_chunk.c), o's layout. The backward then reads them instead
+// of recomputing them in a forward pass over the chunks (the same bits either way).
+void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
+// 1 when this backend's chunked forward fills `saved` (the CPU), 0 when it ignores it and the
+// backward recomputes (CUDA, for now): whether the model keeps the [N, Hv*dv] buffer.
+int ops_gdn_keeps_vn(void);
 // Backward from do [N, Hv*dv] (dense; state_in taken as zeros, as in training): dq, dk (=, the
 // layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). s->chunk > 0: the
 // chunked form's backward (the chunks' states recomputed, then a reverse pass over the chunks);
 // 0: over the recurrence, with the states recomputed from checkpoints every 64 tokens (the
-// reference). Both cost linear in T.
+// reference). Both cost linear in T. saved: the forward's (NULL: recomputed).
 void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, const OpsGdnShape* s);
+                      const float* beta, const float* saved, const OpsGdnShape* s);
 // The decay and the write strength from the projection ba [N, 2*Hv], row [b (Hv) | a (Hv)]:
 //   beta[n,h] = sigmoid(b[n,h]);  g[n,h] = -exp(A_log[h]) * softplus(a[n,h] + dt_bias[h])
 // (softplus as torch's: x for x > 20). g, beta [N, Hv] (=).

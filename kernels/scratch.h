@@ -220,15 +220,16 @@ static inline size_t cpu_att_bwd_thread_floats(size_t T) { return 2 * CPU_ATT_TI
 static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv) {
     return dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
 }
-// Backward, kept per chunk for the reverse pass: S [dk, dv], Ak and Tinv [C, C], W, Vn [C, dv], Kc [C, dk]
+// Backward, kept per chunk for the reverse pass: the state at its start S [dk, dv], and Vn [C, dv]
+// (used only when the forward did not keep Vn)
 static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t dv) {
-    return dk * dv + 2 * C * C + C * (dk + 2 * dv);
+    return dk * dv + C * dv;
 }
-// Backward: ceil(T / C) chunks' stored floats, then one chunk's temporaries: 5 [dk, dv], 5 [C],
-// 8 [C, C], 9 [C, dk], 5 [C, dv]
+// Backward: ceil(T / C) chunks' stored floats, then one chunk's temporaries: 4 [dk, dv], 5 [C],
+// 11 [C, C], 13 [C, dk], 8 [C, dv]
 static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv) {
     const size_t nck = (T + C - 1) / C;
-    return nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + 5 * dk * dv + 5 * C + 8 * C * C + C * (9 * dk + 5 * dv);
+    return nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + 4 * dk * dv + 5 * C + 11 * C * C + C * (13 * dk + 8 * dv);
 }
 // The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
 // Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'

@@ -25,7 +25,7 @@ static void probe_gdn_state(GPT* m, int l, float* mean, float* max) {
     probe_gdn_allocs(&s, req);
     float* state = ops_malloc(req[0]);
     float* o = ops_malloc(req[1]);
-    ops_gdn_forward(o, state, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, NULL, &s);
+    ops_gdn_forward(o, state, NULL, a->g_qk, a->g_qk + Kd, a->g_xc + 2 * Kd, a->g_g, a->g_beta, NULL, &s);
     float* host = malloc(n * sizeof(float));
     ops_to_host(host, state, n * sizeof(float));
     double sum = 0.0, mx = 0.0;

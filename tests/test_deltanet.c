@@ -100,11 +100,14 @@ static void check_chunked_gates(const OpsGdnShape* s, const float* q, const floa
         }
         OpsGdnShape r = *s;
         r.chunk = 0;
-        ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g2, b2, &r);
+        ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g2, b2, NULL, &r);
         for (int ci = 0; ci < 2; ci++) {
             OpsGdnShape sc = *s;
             sc.chunk = ci ? 64 : 16;
-            ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g2, b2, &sc);
+            // C = 64 the training path (the forward's Vn kept for the backward), C = 16 recomputed
+            static float vn[N * HV * DV], oc[N * HV * DV];
+            if (ci) ops_gdn_forward(oc, NULL, vn, q, k, v, g2, b2, NULL, &sc);
+            ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g2, b2, ci ? vn : NULL, &sc);
             struct { const char* name; const float *a, *b; int n; } o[] = {
                 {"q", cq, rq, N * HK * DK}, {"k", ck, rk, N * HK * DK}, {"v", cv, rv, N * HV * DV}, {"g", cg, rg, N * HV}, {"beta", cb, rb, N * HV}};
             double worst = 0;
@@ -114,7 +117,8 @@ static void check_chunked_gates(const OpsGdnShape* s, const float* q, const floa
                 TU_CHECK(m > 0 && e / m < 1e-4, "%s gates, C = %d: d%s chunked vs recurrent %.3e", gates ? "slow" : "init", sc.chunk, o[p].name, e / m);
                 worst = fmax(worst, e / m);
             }
-            printf("  chunked (C = %d) backward vs recurrent, %s gates: worst input %.3e (tol 1e-4)\n", sc.chunk, gates ? "slow" : "init", worst);
+            printf("  chunked (C = %d, Vn %s) backward vs recurrent, %s gates: worst input %.3e (tol 1e-4)\n", sc.chunk,
+                   ci ? "kept" : "recomputed", gates ? "slow" : "init", worst);
         }
     }
 }
@@ -261,7 +265,7 @@ int main(void) {
     }
     // 1. forward vs float64
     static float o[N * HV * DV], state[B * HV * DK * DV];
-    ops_gdn_forward(o, state, q, k, v, g, beta, NULL, &s);
+    ops_gdn_forward(o, state, NULL, q, k, v, g, beta, NULL, &s);
     static double dq_[N * HK * DK], dk_[N * HK * DK], dv_[N * HV * DV], dg_[N * HV], db_[N * HV], dw[N * HV * DV], ro[N * HV * DV];
     for (int i = 0; i < N * HK * DK; i++) { dq_[i] = q[i]; dk_[i] = k[i]; }
     for (int i = 0; i < N * HV * DV; i++) { dv_[i] = v[i]; dw[i] = w[i]; }
@@ -275,18 +279,38 @@ int main(void) {
     // 2. backward vs central differences of the float64 recurrence: the recurrent form, then the
     // chunked form (C = 16: 4 chunks and a short last one; 64: one chunk and a 6-token one;
     // 128 > T: one short chunk). Same bound: the chunked backward's fp32 sums are regrouped and
-    // at most C + dk terms deep (measured printed).
+    // at most C + dk terms deep (measured printed). The chunked backward as training runs it,
+    // reading the Vn its forward kept (ops.h: saved); then the one that recomputes them, which
+    // runs the same expressions through GEMM calls of other strides: equal to 1e-6 of the
+    // largest gradient (fp32 roundoff of sums <= C + dk deep regrouped, were a GEMM library to
+    // pick another kernel for another stride; measured printed).
     static float dq[N * HK * DK], dk[N * HK * DK], dv[N * HV * DV], dg[N * HV], dbeta[N * HV];
-    ops_gdn_backward(dq, dk, dv, dg, dbeta, w, q, k, v, g, beta, &s);
+    ops_gdn_backward(dq, dk, dv, dg, dbeta, w, q, k, v, g, beta, NULL, &s);
     check_backward_fd("recurrent", dq, dk, dv, dg, dbeta, dq_, dk_, dv_, dg_, db_, dw);
     for (int ci = 0; ci < 3; ci++) {
         static float cq[N * HK * DK], ck[N * HK * DK], cv[N * HV * DV], cg[N * HV], cb[N * HV];
         OpsGdnShape sc = s;
         sc.chunk = ci == 0 ? 16 : ci == 1 ? 64 : 128;
-        ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, &sc);
+        static float vn[N * HV * DV], oc[N * HV * DV], oc2[N * HV * DV];
+        ops_gdn_forward(oc, NULL, vn, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_forward(oc2, NULL, NULL, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, vn, &sc);
         char name[32];
         snprintf(name, sizeof name, "chunked C=%d", sc.chunk);
         check_backward_fd(name, cq, ck, cv, cg, cb, dq_, dk_, dv_, dg_, db_, dw);
+        static float rq[N * HK * DK], rk[N * HK * DK], rv[N * HV * DV], rg[N * HV], rb[N * HV];
+        ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g, beta, NULL, &sc);
+        struct { const char* name; const float *a, *b; int n; } cmp[] = {
+            {"o", oc2, oc, N * HV * DV}, {"dq", rq, cq, N * HK * DK}, {"dk", rk, ck, N * HK * DK},
+            {"dv", rv, cv, N * HV * DV}, {"dg", rg, cg, N * HV}, {"dbeta", rb, cb, N * HV}};
+        double worst = 0;
+        for (int p = 0; p < 6; p++) {
+            double e = 0, m = 0;
+            for (int i = 0; i < cmp[p].n; i++) { e = fmax(e, fabs(cmp[p].a[i] - cmp[p].b[i])); m = fmax(m, fabs(cmp[p].b[i])); }
+            TU_CHECK(m > 0 && e / m <= 1e-6, "C = %d: %s with Vn recomputed vs kept %.3e", sc.chunk, cmp[p].name, e / m);
+            worst = fmax(worst, e / m);
+        }
+        printf("  chunked C=%d: forward without saved, backward recomputing Vn vs kept: %.3e (tol 1e-6)\n", sc.chunk, worst);
     }
     check_chunked_gates(&s, q, k, v, w);
 
@@ -304,7 +328,7 @@ int main(void) {
             memcpy(gt + b * HV, g + n * HV, sizeof(float) * HV);
             memcpy(bt + b * HV, beta + n * HV, sizeof(float) * HV);
         }
-        ops_gdn_forward(ot, st2, qt, kt, vt, gt, bt, st, &one);
+        ops_gdn_forward(ot, st2, NULL, qt, kt, vt, gt, bt, st, &one);
         memcpy(st, st2, sizeof st);
         for (int b = 0; b < B; b++) memcpy(o1 + (b * T + t) * HV * DV, ot + b * HV * DV, sizeof(float) * HV * DV);
     }
@@ -321,7 +345,7 @@ int main(void) {
         OpsGdnShape sc = s;
         sc.chunk = chunks[ci];
         static float oc[N * HV * DV], stc[B * HV * DK * DV];
-        ops_gdn_forward(oc, stc, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_forward(oc, stc, NULL, q, k, v, g, beta, NULL, &sc);
         double eo = 0, bo = 0, es = 0, bs = 0;
         for (int i = 0; i < N * HV * DV; i++) { eo = fmax(eo, fabs(oc[i] - o[i])); bo = fmax(bo, fabs(o[i])); }
         for (int i = 0; i < B * HV * DK * DV; i++) { es = fmax(es, fabs(stc[i] - state[i])); bs = fmax(bs, fabs(state[i])); }
@@ -344,8 +368,8 @@ int main(void) {
                 memcpy((first ? ga : gb) + m * HV, g + n * HV, sizeof(float) * HV);
                 memcpy((first ? ba : bb) + m * HV, beta + n * HV, sizeof(float) * HV);
             }
-        ops_gdn_forward(oa, sa, qa, ka, va, ga, ba, NULL, &h1);
-        ops_gdn_forward(ob, sb2, qb, kb, vb, gb, bb, sa, &h2);
+        ops_gdn_forward(oa, sa, NULL, qa, ka, va, ga, ba, NULL, &h1);
+        ops_gdn_forward(ob, sb2, NULL, qb, kb, vb, gb, bb, sa, &h2);
         double e = 0, m = 0;
         for (int b = 0; b < B; b++)
             for (int t = 40; t < T; t++)
@@ -369,8 +393,8 @@ int main(void) {
         }
         OpsGdnShape ss = s;
         ss.ld_qk = LQ; ss.ld_v = LV;
-        ops_gdn_forward(os, NULL, qs, ks, vs, g, beta, NULL, &ss);
-        ops_gdn_backward(dqs, dks, dvs, dgs, dbs, w, qs, ks, vs, g, beta, &ss);
+        ops_gdn_forward(os, NULL, NULL, qs, ks, vs, g, beta, NULL, &ss);
+        ops_gdn_backward(dqs, dks, dvs, dgs, dbs, w, qs, ks, vs, g, beta, NULL, &ss);
         int same = memcmp(os, o, sizeof os) == 0 && memcmp(dgs, dg, sizeof dgs) == 0 && memcmp(dbs, dbeta, sizeof dbs) == 0;
         for (int n = 0; n < N; n++)
             same &= memcmp(dqs + n * LQ, dq + n * HK * DK, sizeof(float) * HK * DK) == 0 &&
@@ -378,12 +402,12 @@ int main(void) {
                     memcmp(dvs + n * LV, dv + n * HV * DV, sizeof(float) * HV * DV) == 0;
         OpsGdnShape sc = s, scs = ss;
         sc.chunk = scs.chunk = 16;
-        ops_gdn_forward(oc1, NULL, q, k, v, g, beta, NULL, &sc);
-        ops_gdn_forward(oc2, NULL, qs, ks, vs, g, beta, NULL, &scs);
+        ops_gdn_forward(oc1, NULL, NULL, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_forward(oc2, NULL, NULL, qs, ks, vs, g, beta, NULL, &scs);
         same &= memcmp(oc1, oc2, sizeof oc1) == 0;
         static float cq[N * HK * DK], ck[N * HK * DK], cv[N * HV * DV], cg[N * HV], cb[N * HV];
-        ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, &sc);
-        ops_gdn_backward(dqs, dks, dvs, dgs, dbs, w, qs, ks, vs, g, beta, &scs);
+        ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_backward(dqs, dks, dvs, dgs, dbs, w, qs, ks, vs, g, beta, NULL, &scs);
         same &= memcmp(dgs, cg, sizeof dgs) == 0 && memcmp(dbs, cb, sizeof dbs) == 0;
         for (int n = 0; n < N; n++)
             same &= memcmp(dqs + n * LQ, cq + n * HK * DK, sizeof(float) * HK * DK) == 0 &&

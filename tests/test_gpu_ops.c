@@ -949,11 +949,11 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     }
     float* st_in = with_state ? hrand(SN, 0.5) : NULL;
     float *ro = hzeros(ON), *rst = hzeros(SN);
-    ref_ops_gdn_forward(ro, rst, q, k, v, g, beta, st_in, &s);
+    ref_ops_gdn_forward(ro, rst, NULL, q, k, v, g, beta, st_in, &s);
     float *d_q = dcopy(q, N * ldqk), *d_k = dcopy(k, N * ldqk), *d_v = dcopy(v, N * ldv);
     float *d_g = dcopy(g, N * Hv), *d_beta = dcopy(beta, N * Hv), *d_st_in = with_state ? dcopy(st_in, SN) : NULL;
     float *d_o = dpoison(ON), *d_st = dpoison(SN);
-    ops_gdn_forward(d_o, d_st, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
+    ops_gdn_forward(d_o, d_st, NULL, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
     snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s%s: o", B, T, Hk, Hv, dk,
              dv, extra_qk, extra_v, chunk, with_state ? " state_in" : "",
              decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : "");
@@ -966,8 +966,8 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     float *rdv = hpoison_rows(N, ldv, (size_t)Hv * dv), *rdg = hzeros(N * Hv), *rdb = hzeros(N * Hv);
     float *d_dq = dcopy(rdq, N * ldqk), *d_dk = dcopy(rdk, N * ldqk), *d_dv = dcopy(rdv, N * ldv);
     float *d_dg = dpoison(N * Hv), *d_db = dpoison(N * Hv), *d_dout = dcopy(dout, ON);
-    ref_ops_gdn_backward(rdq, rdk, rdv, rdg, rdb, dout, q, k, v, g, beta, &s);
-    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+    ref_ops_gdn_backward(rdq, rdk, rdv, rdg, rdb, dout, q, k, v, g, beta, NULL, &s);
+    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
     cmp_rows("gdn backward: dq", d_dq, rdq, N, ldqk, (size_t)Hk * dk, tol_bwd);
     cmp_rows("gdn backward: dk", d_dk, rdk, N, ldqk, (size_t)Hk * dk, tol_bwd);
     cmp_rows("gdn backward: dv", d_dv, rdv, N, ldv, (size_t)Hv * dv, tol_bwd);
@@ -976,7 +976,7 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     // a rerun: the same bits (fixed orders, no atomics)
     float *d_dq2 = dcopy(rdq, N * ldqk), *d_dk2 = dcopy(rdk, N * ldqk), *d_dv2 = dcopy(rdv, N * ldv);
     float *d_dg2 = dpoison(N * Hv), *d_db2 = dpoison(N * Hv);
-    ops_gdn_backward(d_dq2, d_dk2, d_dv2, d_dg2, d_db2, d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+    ops_gdn_backward(d_dq2, d_dk2, d_dv2, d_dg2, d_db2, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
     cmp_same_bits("gdn backward: dq on a rerun", d_dq2, d_dq, N * ldqk);
     cmp_same_bits("gdn backward: dk on a rerun", d_dk2, d_dk, N * ldqk);
     cmp_same_bits("gdn backward: dv on a rerun", d_dv2, d_dv, N * ldv);

@@ -660,12 +660,12 @@ static void test_gdn_layer(void) {
     // conv output's rows: ld CC), chunked form (the recurrent kernel on CUDA)
     OpsGdnShape s = {B, T, HK, HV, DK, DV, 16, 2 * HK * DK, CC};
     float *o = hbuf((size_t)N * HV * DV), *so = hbuf(B * HV * DK * DV);
-    ref_ops_gdn_forward(o, so, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, NULL, &s);
+    ref_ops_gdn_forward(o, so, NULL, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, NULL, &s);
     set_f32(d_qk, qk, (size_t)N * 2 * HK * DK);
     set_f32(d_g, g, N * HV);
     set_f32(d_beta, beta, N * HV);
     float *d_xc2 = up_f32(xc, (size_t)N * CC), *d_o = poison_f32((size_t)N * HV * DV), *d_so = poison_f32(B * HV * DK * DV);
-    ops_gdn_forward(d_o, d_so, d_qk, d_qk + HK * DK, d_xc2 + 2 * HK * DK, d_g, d_beta, NULL, &s);
+    ops_gdn_forward(d_o, d_so, NULL, d_qk, d_qk + HK * DK, d_xc2 + 2 * HK * DK, d_g, d_beta, NULL, &s);
     cmp_f32("gdn layer: delta rule o (chunk 16)", d_o, o, (size_t)N * HV * DV, TOL_F32);
     cmp_f32("gdn layer: delta rule state_out", d_so, so, B * HV * DK * DV, TOL_F32);
     // gated RMSNorm (silu, as Qwen3-Next) of o, and its backward
@@ -693,9 +693,9 @@ static void test_gdn_layer(void) {
         for (int c = 2 * HK * DK; c < CC; c++) dxc[n * CC + c] = NAN;
     set_f32(d_dxc, dxc, (size_t)N * CC);
     set_f32(d_dO, dO, (size_t)N * HV * DV);
-    ref_ops_gdn_backward(dqk, dqk + HK * DK, dxc + 2 * HK * DK, dg, dbeta, dO, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, &s);
+    ref_ops_gdn_backward(dqk, dqk + HK * DK, dxc + 2 * HK * DK, dg, dbeta, dO, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, NULL, &s);
     ops_gdn_backward(d_dqk, d_dqk + HK * DK, d_dxc + 2 * HK * DK, d_dg, d_dbeta, d_dO, d_qk, d_qk + HK * DK,
-                     d_xc2 + 2 * HK * DK, d_g, d_beta, &s);
+                     d_xc2 + 2 * HK * DK, d_g, d_beta, NULL, &s);
     cmp_f32("gdn layer: delta rule backward dq | dk", d_dqk, dqk, (size_t)N * 2 * HK * DK, TOL_F32);
     cmp_f32("gdn layer: delta rule backward dv (in the conv gradient's rows)", d_dxc, dxc, (size_t)N * CC, TOL_F32);
     cmp_f32("gdn layer: delta rule backward dg", d_dg, dg, N * HV, TOL_F32);
@@ -754,10 +754,10 @@ static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int e
         beta[i] = (float)(0.5 + 0.45 * tu_rand());
     }
     float *st = with_state ? hrand(SN, 0.5) : NULL, *o = hbuf(ON), *so = hbuf(SN);
-    ref_ops_gdn_forward(o, so, q, k, v, g, beta, st, &s);
+    ref_ops_gdn_forward(o, so, NULL, q, k, v, g, beta, st, &s);
     float *d_q = up_f32(q, N * ldqk), *d_k = up_f32(k, N * ldqk), *d_v = up_f32(v, N * ldv), *d_g = up_f32(g, N * Hv);
     float *d_beta = up_f32(beta, N * Hv), *d_o = poison_f32(ON), *d_so = poison_f32(SN);
-    ops_gdn_forward(d_o, d_so, d_q, d_k, d_v, d_g, d_beta, with_state ? up_f32(st, SN) : NULL, &s);
+    ops_gdn_forward(d_o, d_so, NULL, d_q, d_k, d_v, d_g, d_beta, with_state ? up_f32(st, SN) : NULL, &s);
     cmp_f32(NM("gdn chunked B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d%s%s: o", B, T, Hk, Hv, dk, dv, extra_qk, extra_v,
                with_state ? " state_in" : "", decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : ""),
             d_o, o, ON, TOL_GDN_BF16_FWD);
@@ -765,13 +765,13 @@ static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int e
     // backward (dq, dk, dv compared over whole rows: the gaps of the strided layout start as 0
     // on both sides and must stay 0)
     float *dout = hrand(ON, 1), *dq = hbuf(N * ldqk), *dk_ = hbuf(N * ldqk), *dv_ = hbuf(N * ldv), *dg = hbuf(N * Hv), *db = hbuf(N * Hv);
-    ref_ops_gdn_backward(dq, dk_, dv_, dg, db, dout, q, k, v, g, beta, &s);
+    ref_ops_gdn_backward(dq, dk_, dv_, dg, db, dout, q, k, v, g, beta, NULL, &s);
     float *d_dout = up_f32(dout, ON), *d_dq[2], *d_dk[2], *d_dv[2], *d_dg[2], *d_db[2];
     for (int run = 0; run < 2; run++) {
         float* z = hbuf(N * (ldqk > ldv ? ldqk : ldv));
         d_dq[run] = up_f32(z, N * ldqk); d_dk[run] = up_f32(z, N * ldqk); d_dv[run] = up_f32(z, N * ldv);
         d_dg[run] = poison_f32(N * Hv); d_db[run] = poison_f32(N * Hv);
-        ops_gdn_backward(d_dq[run], d_dk[run], d_dv[run], d_dg[run], d_db[run], d_dout, d_q, d_k, d_v, d_g, d_beta, &s);
+        ops_gdn_backward(d_dq[run], d_dk[run], d_dv[run], d_dg[run], d_db[run], d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
     }
     cmp_f32("gdn chunked backward: dq", d_dq[0], dq, N * ldqk, TOL_GDN_BF16_BWD);
     cmp_f32("gdn chunked backward: dk", d_dk[0], dk_, N * ldqk, TOL_GDN_BF16_BWD);

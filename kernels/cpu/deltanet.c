@@ -42,10 +42,12 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
     for (int j = 0; j < dv; j++) o[j] *= scale;
 }
 
-void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+int ops_gdn_keeps_vn(void) { return 1; }
+
+void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     if (s->chunk > 0) {   // training: the chunked form (kernels/cpu/deltanet_chunk.c)
-        cpu_gdn_chunk_forward(o, state_out, q, k, v, g, beta, state_in, s);
+        cpu_gdn_chunk_forward(o, state_out, saved, q, k, v, g, beta, state_in, s);
         return;
     }
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;
@@ -79,9 +81,9 @@ void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k,
 // head have one writer.
 void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, const OpsGdnShape* s) {
+                      const float* beta, const float* saved, const OpsGdnShape* s) {
     if (s->chunk > 0) {   // training: the chunked form (kernels/cpu/deltanet_chunk.c)
-        cpu_gdn_chunk_backward(dq, dk_, dv_, dg, dbeta, dout, q, k, v, g, beta, s);
+        cpu_gdn_chunk_backward(dq, dk_, dv_, dg, dbeta, dout, q, k, v, g, beta, saved, s);
         return;
     }
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk;

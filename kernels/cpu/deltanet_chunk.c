@@ -15,8 +15,10 @@
 //   S <- e^{c_L} S + Kd^T Vn,  Kd = diag(e^{c_L - c}) K
 // which is the recurrence S <- e^g S; S += k (beta (v - S^T k))^T; o = scale S^T q token by
 // token (the row i of M = I + A collects what the tokens j < i of the chunk wrote where k_i
-// reads). The backward first walks the chunks forward again (storing, per chunk, S, Ak, Tinv,
-// W, Kc and Vn), then walks them in reverse with dSn = dL/d(the state after the chunk):
+// reads). The forward keeps Vn for the backward (`saved`); the backward first walks the chunks
+// forward again with the state update alone (storing S at each chunk's start; without a kept
+// Vn, the whole chunk forward, storing Vn too), then walks them in reverse, recomputing each
+// chunk's Ak, Tinv, W, Kc, with dSn = dL/d(the state after the chunk):
 //   dVn = P^T dO + Kd dSn;   dP = dO Vn^T;   dKd = Vn dSn^T
 //   dQd = dO S^T;   dKc = -dVn S^T;   dS = e^{c_L} dSn + Qd^T dO - Kc^T dVn   (the next dSn)
 //   dRv = Tinv^T dVn;  dRk = Tinv^T dKc;   dA = -(dRv W^T + dRk Kc^T)  (strictly lower part)
@@ -149,64 +151,89 @@ static void gdn_tril_inverse(float* Tinv, const float* Ak, const float* beta, in
 }
 
 // Ak (when not NULL; j < i, else 0) = (K K^T o Gam), and when P != NULL, P (j <= i; else 0) = scale (Q K^T o Gam);
-// Gam (j <= i; else 0) stored when not NULL. KK, QK [L, L] (ld C): the raw products.
+// Gam (j <= i; else 0) stored when not NULL. KK, QK [L, L] (ld C): the raw products (their
+// entries above the diagonal may be anything: gdn_mm_lower_out leaves a block unwritten).
+// Whole rows of L, the entries past the diagonal selected to 0 (vectors without remainders:
+// rows of i + 1 would leave ~half a vector of scalar work per row); the exp of those
+// (c_i - c_j >= 0) is finite, cpu_expf clamps.
 static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, const float* QK, const float* cum,
                             int L, int C, float scale) {
+    float e[L];
     for (int i = 0; i < L; i++) {
-        float e[i + 1];
+        const float ci = cum[i];
         #pragma omp simd
-        for (int j = 0; j <= i; j++) e[j] = cpu_expf(cum[i] - cum[j]);
-        float *ak = Ak ? Ak + (size_t)i * C : NULL, *p = P ? P + (size_t)i * C : NULL, *gm = Gam ? Gam + (size_t)i * C : NULL;
-        if (ak) {
-            for (int j = 0; j < i; j++) ak[j] = KK[(size_t)i * C + j] * e[j];
-            for (int j = i; j < L; j++) ak[j] = 0.0f;
+        for (int j = 0; j < L; j++) e[j] = cpu_expf(ci - cum[j]);
+        // (the outputs never overlap the products or each other: simd without the alias checks)
+        if (Ak) {
+            const float* kk = KK + (size_t)i * C;
+            float* ak = Ak + (size_t)i * C;
+            #pragma omp simd
+            for (int j = 0; j < L; j++) ak[j] = j < i ? kk[j] * e[j] : 0.0f;
         }
-        if (p) {
-            for (int j = 0; j <= i; j++) p[j] = scale * QK[(size_t)i * C + j] * e[j];
-            for (int j = i + 1; j < L; j++) p[j] = 0.0f;
+        if (P) {
+            const float* qk = QK + (size_t)i * C;
+            float* p = P + (size_t)i * C;
+            #pragma omp simd
+            for (int j = 0; j < L; j++) p[j] = j <= i ? scale * qk[j] * e[j] : 0.0f;
         }
-        if (gm) {
-            for (int j = 0; j <= i; j++) gm[j] = e[j];
-            for (int j = i + 1; j < L; j++) gm[j] = 0.0f;
+        if (Gam) {
+            float* gm = Gam + (size_t)i * C;
+            #pragma omp simd
+            for (int j = 0; j < L; j++) gm[j] = j <= i ? e[j] : 0.0f;
         }
     }
 }
 
-// The forward of one chunk shared by the training forward and the backward's first pass:
-// from K, V, beta and the decays, Tinv (=), W and Kc (=), Vn (=) = W - Kc S, and S advanced
-// to the state after the chunk. Kt [dk, L], KK [L, L], Rv [L, dv], Rk [L, dk], Kd [L, dk]:
-// scratch. Ak [L, L] (=) as gdn_chunk_masks. With QK and P (the forward), also P (=) from
-// QK = Q K^T, in the same pass over the decays (one exp per pair for both masks).
-static void gdn_chunk_state(float* S, float* Ak, float* Tinv, float* W, float* Kc, float* Vn, float* Kt, float* KK,
-                            float* QK, float* P, float* Rv, float* Rk, float* Kd, const GdnHead* x, int t0, int L,
-                            int C, int dk, int dv, const float* cum, const float* ec, const float* edec, float scale) {
+// The WY representation of one chunk, shared by the forward and the backward's reverse pass:
+// from K, V, beta and the decays, Ak (=) and, when QK is given, P (=) as gdn_chunk_masks (one
+// exp per pair for both; Gam (=) too when not NULL), Tinv (=), W = Tinv diag(beta) V (=),
+// Kc = Tinv diag(beta e^c) K (=) and Kd = diag(e^{c_L - c}) K (=). Kt [dk, L], KK [L, L],
+// Rv [L, dv], Rk [L, dk]: scratch; QK [L, L]: scratch for Q K^T (used when P is not NULL).
+static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, float* Kt,
+                         float* KK, float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk,
+                         int dv, const float* cum, const float* ec, const float* edec, float scale) {
     const float* K = x->k + (size_t)t0 * x->ldqk;
     const float* V = x->v + (size_t)t0 * x->ldv;
     const float* beta = x->beta + (size_t)t0 * x->Hv;
     cpu_transpose(Kt, C, K, x->ldqk, L, dk);
     gdn_mm_lower_out(L, dk, K, x->ldqk, Kt, C, KK, C);   // K K^T
     if (P) gdn_mm_lower_out(L, dk, x->q + (size_t)t0 * x->ldqk, x->ldqk, Kt, C, QK, C);   // Q K^T
-    gdn_chunk_masks(Ak, P, NULL, KK, QK, cum, L, C, scale);
+    gdn_chunk_masks(Ak, P, Gam, KK, QK, cum, L, C, scale);
     gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
     for (int i = 0; i < L; i++) {
         const float b = beta[(size_t)i * x->Hv], bk = b * ec[i];
-        for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * V[(size_t)i * x->ldv + e];
-        for (int e = 0; e < dk; e++) Rk[(size_t)i * dk + e] = bk * K[(size_t)i * x->ldqk + e];
-        for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * x->ldqk + e];
+        const float *vi = V + (size_t)i * x->ldv, *ki = K + (size_t)i * x->ldqk;
+        for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * vi[e];
+        for (int e = 0; e < dk; e++) {
+            Rk[(size_t)i * dk + e] = bk * ki[e];
+            Kd[(size_t)i * dk + e] = edec[i] * ki[e];
+        }
     }
     gdn_mm_lower(L, dv, Tinv, C, Rv, dv, 0, W, dv);    // W = Tinv diag(beta) V
     gdn_mm_lower(L, dk, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = Tinv diag(beta e^c) K
-    cpu_gemm_small('N', L, dv, dk, Kc, dk, S, dv, 0, Vn, dv);    // Kc S
-    for (size_t e = 0; e < (size_t)L * dv; e++) Vn[e] = W[e] - Vn[e];
-    const float el = ec[L - 1];
+}
+
+// The state's pass over one chunk: Vn [L, dv] (=, row stride ldvn) = W - Kc S, then S advanced
+// to the state after the chunk, e^{c_L} S + Kd^T Vn.
+static void gdn_chunk_advance(float* S, float* Vn, int ldvn, const float* W, const float* Kc, const float* Kd, int L,
+                              int dk, int dv, float el) {
+    cpu_gemm_small('N', L, dv, dk, Kc, dk, S, dv, 0, Vn, ldvn);    // Kc S
+    for (int i = 0; i < L; i++) {
+        float* vn = Vn + (size_t)i * ldvn;
+        const float* w = W + (size_t)i * dv;
+        #pragma omp simd
+        for (int e = 0; e < dv; e++) vn[e] = w[e] - vn[e];
+    }
     for (size_t e = 0; e < (size_t)dk * dv; e++) S[e] *= el;
-    cpu_gemm_small('T', dk, dv, L, Kd, dk, Vn, dv, 1, S, dv);    // S = e^{c_L} S + Kd^T Vn
+    cpu_gemm_small('T', dk, dv, L, Kd, dk, Vn, ldvn, 1, S, dv);    // S = e^{c_L} S + Kd^T Vn
 }
 
 // ---------------------------------------------------------------------------------------------
-// forward: per thread, cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order
+// forward: per thread, cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order. With
+// saved (not NULL) the corrected values Vn are written there ([N, Hv*dv], o's layout) for the
+// backward, which then skips their recomputation.
 
-void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk, C = s->chunk;
     const float scale = 1.0f / sqrtf((float)dk);
@@ -220,7 +247,7 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const flo
         float *Kt = edec + C, *KK = Kt + (size_t)dk * C, *QK = KK + (size_t)C * C, *P = QK + (size_t)C * C;
         float *Ak = P + (size_t)C * C, *Tinv = Ak + (size_t)C * C;
         float *Rv = Tinv + (size_t)C * C, *Rk = Rv + (size_t)C * dv, *W = Rk + (size_t)C * dk, *Kc = W + (size_t)C * dv;
-        float *Qd = Kc + (size_t)C * dk, *Vn = Qd + (size_t)C * dk, *Kd = Vn + (size_t)C * dv;
+        float *Qd = Kc + (size_t)C * dk, *Vnb = Qd + (size_t)C * dk, *Kd = Vnb + (size_t)C * dv;
         if (Kd + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk forward scratch\n"); exit(1); }
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
@@ -241,10 +268,14 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const flo
                     for (int i = 0; i < L; i++)
                         for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                     cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
-                    gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, QK, P, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum, ec,
-                                    edec, scale);
+                    gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, Kt, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec,
+                                 scale);
+                    gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                     // within the chunk: O += P Vn
-                    gdn_mm_lower(L, dv, P, C, Vn, dv, 1, O, Hv * dv);
+                    gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
+                    if (saved)   // kept for the backward (rows of stride Hv dv)
+                        for (int i = 0; i < L; i++)
+                            memcpy(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, (size_t)dv * sizeof(float));
                 }
                 if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
             }
@@ -254,12 +285,12 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const flo
 }
 
 // ---------------------------------------------------------------------------------------------
-// backward: per thread, cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per chunk [S | Ak | Tinv |
-// W | Kc | Vn] for the reverse pass, then one chunk's temporaries
+// backward: per thread, cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per chunk [S | Vn] (Vn
+// only when the forward did not keep it) for the reverse pass, then one chunk's temporaries
 
 void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
                             const float* q, const float* k, const float* v, const float* g, const float* beta,
-                            const OpsGdnShape* s) {
+                            const float* saved, const OpsGdnShape* s) {
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk, C = s->chunk;
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t SS = (size_t)dk * dv, CC = (size_t)C * C;
@@ -271,16 +302,19 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
     {
         float* base = cpu_calloc(nfl, sizeof(float));
         float* t = base + (size_t)nck * per_chunk;   // one chunk's temporaries
-        float *S = t, *dSn = S + SS, *dSnt = dSn + SS, *St = dSnt + SS, *tmp = St + SS;
-        float *cum = tmp + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
-        float *KK = dbm + C, *P = KK + CC, *Gam = P + CC, *dP = Gam + CC, *D1 = dP + CC, *D2 = D1 + CC;
-        float *H = D2 + CC, *G = H + CC;
-        float *Kt = G + CC, *Rk = Kt + (size_t)C * dk, *Qd = Rk + (size_t)C * dk, *Kd = Qd + (size_t)C * dk;
-        float *dKd = Kd + (size_t)C * dk, *dQd = dKd + (size_t)C * dk, *dKcn = dQd + (size_t)C * dk;
-        float *dRkn = dKcn + (size_t)C * dk, *Kct = dRkn + (size_t)C * dk;
-        float *Rv = Kct + (size_t)C * dk, *dVn = Rv + (size_t)C * dv, *Vnt = dVn + (size_t)C * dv;
-        float *dRv = Vnt + (size_t)C * dv, *Wt = dRv + (size_t)C * dv;
-        if (Wt + (size_t)C * dv != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
+        float *S = t, *dSn = S + SS, *dSnt = dSn + SS, *St = dSnt + SS;
+        float *cum = St + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
+        float *KK = dbm + C, *QK = KK + CC, *P = QK + CC, *Gam = P + CC, *dP = Gam + CC, *D1 = dP + CC;
+        float *D2 = D1 + CC, *H = D2 + CC, *G = H + CC, *Ak = G + CC, *Tinv = Ak + CC;
+        // X [2L, dv] = [dO; dVn], Y [2L, dk] = [dQd; dKcn] = X S^T, Z [2L, dk] = [Qd; -Kc] (each
+        // pair stacked so that one product does both: dSn's update is Z^T X)
+        float *X = Tinv + CC, *Y = X + (size_t)2 * C * dv, *Z = Y + (size_t)2 * C * dk;
+        float *Kt = Z + (size_t)2 * C * dk, *Rk = Kt + (size_t)C * dk, *Kd = Rk + (size_t)C * dk;
+        float *dKd = Kd + (size_t)C * dk, *dRkn = dKd + (size_t)C * dk, *Kct = dRkn + (size_t)C * dk;
+        float *Kc = Kct + (size_t)C * dk, *Rv = Kc + (size_t)C * dk, *Vnt = Rv + (size_t)C * dv;
+        float *dRv = Vnt + (size_t)C * dv, *Wt = dRv + (size_t)C * dv, *W = Wt + (size_t)C * dv;
+        float *Vnc = W + (size_t)C * dv, *dQl = Vnc + (size_t)C * dv, *dKl = dQl + (size_t)C * dk;
+        if (dKl + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -295,56 +329,72 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                 for (int h = kh * rep; h < (kh + 1) * rep; h++) {
                     const GdnHead x = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk,
                                        v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h, ldqk, ldv, Hv};
-                    // pass 1: the chunks forward again, keeping what the reverse pass reads
+                    const float* vn_h = saved ? saved + n0 * ldo + (size_t)h * dv : NULL;   // the forward's Vn rows
+                    const int ldvn = saved ? ldo : dv;
+                    // pass 1: the states at the chunks' starts (and Vn, when the forward did not keep it)
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
-                        float* st = base + (size_t)c * per_chunk;
-                        float *Sc = st, *Ak = Sc + SS, *Tinv = Ak + CC, *W = Tinv + CC, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk;
+                        float* Sc = base + (size_t)c * per_chunk;
                         memcpy(Sc, S, SS * sizeof(float));
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
-                        gdn_chunk_state(S, Ak, Tinv, W, Kc, Vn, Kt, KK, NULL, NULL, Rv, Rk, Kd, &x, t0, L, C, dk, dv, cum,
-                                        ec, edec, 0.0f);
+                        if (vn_h) {
+                            const float* K = x.k + (size_t)t0 * ldqk;
+                            for (int i = 0; i < L; i++)
+                                for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
+                            const float el = ec[L - 1];
+                            for (size_t e = 0; e < SS; e++) S[e] *= el;
+                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * ldvn, ldvn, 1, S, dv);
+                        } else {
+                            gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, Kt, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum,
+                                         ec, edec, 0.0f);
+                            gdn_chunk_advance(S, Sc + SS, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
+                        }
                     }
-                    // pass 2: the chunks in reverse
+                    // pass 2: the chunks in reverse, each one's WY form recomputed
                     memset(dSn, 0, SS * sizeof(float));
                     for (int c = nck - 1; c >= 0; c--) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
-                        const float* st = base + (size_t)c * per_chunk;
-                        const float *Sc = st, *Ak = Sc + SS, *Tinv = Ak + CC, *W = Tinv + CC, *Kc = W + (size_t)C * dv, *Vn = Kc + (size_t)C * dk;
+                        const float* Sc = base + (size_t)c * per_chunk;
+                        const float* Vn = vn_h ? Vnc : Sc + SS;   // [L, dv] contiguous
                         const float *Q = x.q + (size_t)t0 * ldqk, *K = x.k + (size_t)t0 * ldqk, *V = x.v + (size_t)t0 * ldv;
                         const float* bt = x.beta + (size_t)t0 * Hv;
-                        const float* dO = dout + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
+                        // this chunk's views of the stacked pairs (rows of L)
+                        float *dO = X, *dVn = X + (size_t)L * dv, *dQd = Y, *dKcn = Y + (size_t)L * dk;
+                        float *Qd = Z, *Kcn = Z + (size_t)L * dk;
                         float *dQc = dQ + (size_t)t0 * ldqk, *dKc = dK + (size_t)t0 * ldqk;
+                        // this chunk's rows of dO (and of the kept Vn) gathered once from their
+                        // strided rows: the products below read them 2 to 4 times
+                        for (int i = 0; i < L; i++) {
+                            memcpy(dO + (size_t)i * dv, dout + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
+                            if (vn_h) memcpy(Vnc + (size_t)i * dv, vn_h + (size_t)(t0 + i) * ldvn, (size_t)dv * sizeof(float));
+                        }
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         const float el = ec[L - 1];
-                        cpu_transpose(Kt, C, K, ldqk, L, dk);
-                        gdn_mm_lower_out(L, dk, Q, ldqk, Kt, C, KK, C);   // Q K^T (KK's buffer)
-                        gdn_chunk_masks(NULL, P, Gam, NULL, KK, cum, L, C, scale);
+                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kc, Kd, Kt, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec,
+                                     scale);
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) {
                                 Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
-                                Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
+                                Kcn[(size_t)i * dk + e] = -Kc[(size_t)i * dk + e];
                             }
                         // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>
-                        gdn_mm_lower_t(L, dv, P, C, dO, ldo, 0, dVn, dv);
+                        gdn_mm_lower_t(L, dv, P, C, dO, dv, 0, dVn, dv);
                         cpu_gemm_small('N', L, dv, dk, Kd, dk, dSn, dv, 1, dVn, dv);
                         cpu_transpose(Vnt, C, Vn, dv, L, dv);
-                        gdn_mm_lower_out(L, dv, dO, ldo, Vnt, C, dP, C);
+                        gdn_mm_lower_out(L, dv, dO, dv, Vnt, C, dP, C);
                         cpu_transpose(dSnt, dk, dSn, dv, dk, dv);
                         cpu_gemm_small('N', L, dk, dv, Vn, dv, dSnt, dk, 0, dKd, dk);
                         float sdot = 0.0f;
                         #pragma omp simd reduction(+:sdot)
                         for (size_t e = 0; e < SS; e++) sdot += Sc[e] * dSn[e];
-                        // dQd = dO S^T;  dKcn = dVn S^T (= -dKc)
+                        // [dQd; dKcn] = [dO; dVn] S^T  (dKcn = -dKc)
                         cpu_transpose(St, dk, Sc, dv, dk, dv);
-                        cpu_gemm_small('N', L, dk, dv, dO, ldo, St, dk, 0, dQd, dk);
-                        cpu_gemm_small('N', L, dk, dv, dVn, dv, St, dk, 0, dKcn, dk);
-                        // the gradient w.r.t. the state before the chunk: e^{c_L} dSn + Qd^T dO - Kc^T dVn
+                        cpu_gemm_small('N', 2 * L, dk, dv, X, dv, St, dk, 0, Y, dk);
+                        // the gradient w.r.t. the state before the chunk:
+                        // e^{c_L} dSn + Qd^T dO - Kc^T dVn = e^{c_L} dSn + [Qd; -Kc]^T [dO; dVn]
                         for (size_t e = 0; e < SS; e++) dSn[e] *= el;
-                        cpu_gemm_small('T', dk, dv, L, Qd, dk, dO, ldo, 1, dSn, dv);
-                        cpu_gemm_small('T', dk, dv, L, Kc, dk, dVn, dv, 0, tmp, dv);
-                        for (size_t e = 0; e < SS; e++) dSn[e] -= tmp[e];
+                        cpu_gemm_small('T', dk, dv, 2 * L, Z, dk, X, dv, 1, dSn, dv);
                         // through the triangular solve: dRv = Tinv^T dVn;  dRkn = Tinv^T dKcn (= -dRk);
                         // dA = -(dRv W^T + dRk Kc^T) = D2 - D1 with D1 = dRv W^T, D2 = dRkn Kc^T
                         gdn_mm_lower_t(L, dv, Tinv, C, dVn, dv, 0, dRv, dv);
@@ -353,7 +403,9 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         cpu_transpose(Kct, C, Kc, dk, L, dk);
                         gdn_mm_lower_out(L, dv, dRv, dv, Wt, C, D1, C);
                         gdn_mm_lower_out(L, dk, dRkn, dk, Kct, C, D2, C);
-                        // the masks' gradients: G (through A), H (through P), and their dc terms
+                        // the masks' gradients: G (through A; kept as the symmetric G + G^T, zero
+                        // diagonal, for dK += (G + G^T) K in one product), H (through P), and
+                        // their dc terms
                         memset(dc, 0, (size_t)C * sizeof(float));
                         for (int i = 0; i < L; i++) {
                             const float bi = bt[(size_t)i * Hv];
@@ -368,7 +420,8 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 dci += da;
                                 dc[j] -= da;
                             }
-                            for (int j = i; j < L; j++) Gi[j] = 0.0f;
+                            for (int j = 0; j < i; j++) G[(size_t)j * C + i] = Gi[j];
+                            Gi[i] = 0.0f;
                             #pragma omp simd reduction(+:dci)
                             for (int j = 0; j <= i; j++) {
                                 const float d = dP[(size_t)i * C + j];
@@ -381,24 +434,25 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                             dc[i] += dci;
                             dbm[i] = db;
                         }
-                        // dQ += H K + scale diag(e^c) dQd;  dK += G K + G^T K + H^T Q + ...
-                        gdn_mm_lower(L, dk, H, C, K, ldqk, 1, dQc, ldqk);
-                        gdn_mm_lower(L, dk, G, C, K, ldqk, 1, dKc, ldqk);
-                        gdn_mm_lower_t(L, dk, G, C, K, ldqk, 1, dKc, ldqk);
-                        gdn_mm_lower_t(L, dk, H, C, Q, ldqk, 1, dKc, ldqk);
+                        // dQl = H K, dKl = (G + G^T) K + H^T Q: this chunk's parts through the masks,
+                        // added to dQ, dK below with the rest (one pass over their strided rows)
+                        gdn_mm_lower(L, dk, H, C, K, ldqk, 0, dQl, dk);
+                        cpu_gemm_small('N', L, dk, L, G, C, K, ldqk, 0, dKl, dk);
+                        gdn_mm_lower_t(L, dk, H, C, Q, ldqk, 1, dKl, dk);
                         float dcl = el * sdot;
                         for (int i = 0; i < L; i++) {
                             const float bi = bt[(size_t)i * Hv];
                             const float *ki = K + (size_t)i * ldqk, *vi = V + (size_t)i * ldv;
                             const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * dk;
                             const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * dv;
+                            const float *dql = dQl + (size_t)i * dk, *dkl = dKl + (size_t)i * dk;
                             float* dqi = dQc + (size_t)i * ldqk;
                             float* dki = dKc + (size_t)i * ldqk;
                             float rk = 0.0f, qq = 0.0f, kk = 0.0f, rv = 0.0f;
                             #pragma omp simd reduction(+:rk, qq, kk)
                             for (int e = 0; e < dk; e++) {
-                                dqi[e] += scale * ec[i] * dqd[e];
-                                dki[e] += -bi * ec[i] * drk[e] + edec[i] * dkd[e];
+                                dqi[e] += dql[e] + scale * ec[i] * dqd[e];
+                                dki[e] += dkl[e] - bi * ec[i] * drk[e] + edec[i] * dkd[e];
                                 rk += drk[e] * ki[e];
                                 qq += qd[e] * dqd[e];
                                 kk += kd[e] * dkd[e];

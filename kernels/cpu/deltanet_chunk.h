@@ -4,8 +4,8 @@
 #pragma once
 #include "../ops.h"
 
-void cpu_gdn_chunk_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
 void cpu_gdn_chunk_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                             const float* q, const float* k, const float* v, const float* g, const float* beta,
-                            const OpsGdnShape* s);
+                            const float* saved, const OpsGdnShape* s);

@@ -351,14 +351,15 @@ void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, cons
 }
 
 // ---- Gated DeltaNet (fp32 on every backend: passed through) -------------------------------------
-void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+int ops_gdn_keeps_vn(void) { return ref_ops_gdn_keeps_vn(); }
+void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
-    ref_ops_gdn_forward(o, state_out, q, k, v, g, beta, state_in, s);
+    ref_ops_gdn_forward(o, state_out, saved, q, k, v, g, beta, state_in, s);
 }
 void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, const OpsGdnShape* s) {
-    ref_ops_gdn_backward(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+                      const float* beta, const float* saved, const OpsGdnShape* s) {
+    ref_ops_gdn_backward(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, saved, s);
 }
 void ops_gdn_gates_forward(float* g, float* beta, const float* ba, const float* A_log, const float* dt_bias,
                            int N, int Hv) {

@@ -139,8 +139,13 @@ __global__ static void gdn_forward_kernel(float* o, float* state_out, const floa
         for (int i = 0; i < dk; i++) state_out[sb + (size_t)i * dv + j] = S[i * ld];
 }
 
-extern "C" void ops_gdn_forward(float* o, float* state_out, const float* q, const float* k, const float* v,
+// The chunked kernels recompute Vn in the backward (their state kernel writes it to the scratch):
+// the forward leaves `saved` alone, and the model keeps no buffer for it (ops.h).
+extern "C" int ops_gdn_keeps_vn(void) { return 0; }
+
+extern "C" void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                                 const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
+    (void)saved;
     CUDA_OP_TIMER("ops_gdn_forward");
     const GdnDims d = gdn_dims(s);
     if (d.B <= 0) return;
@@ -340,7 +345,8 @@ __global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int sme
 
 extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                                  const float* q, const float* k, const float* v, const float* g,
-                                 const float* beta, const OpsGdnShape* s) {
+                                 const float* beta, const float* saved, const OpsGdnShape* s) {
+    (void)saved;
     CUDA_OP_TIMER("ops_gdn_backward");
     const GdnDims d = gdn_dims(s);
     if (d.B <= 0 || d.T <= 0) return;
