@@ -160,17 +160,18 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     m.ids = 2 * N;
     m.floats = m.resid + m.attn + m.linear + m.mlp + m.head + m.bwd;
     // the delta rule's per-thread scratch, not in the arena. Chunked (kernels/cpu/deltanet_chunk.c,
-    // chunks of C): the backward keeps, per chunk, the state at its start and a Vn [C, dv] (used
-    // when the forward kept none) for its reverse pass, and one chunk's working set (4 states, 11
-    // [C, C], 13 [C, dk], 8 [C, dv], 5 [C]); the forward the state, 5 [C, C], 5 [C, dk], 3 [C, dv],
-    // 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
+    // chunks of C, a thread's task a key head with its rep = Hv / Hk value heads): the backward
+    // keeps, per value head and chunk, the state at its start and a Vn [C, dv] (used when the
+    // forward kept none) for its reverse pass, a state gradient per value head, and one chunk's
+    // working set (3 states, 11 [C, C], 13 [C, dk], 8 [C, dv], 5 [C]); the forward rep states,
+    // 5 [C, C], 5 [C, dk], 3 [C, dv], 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
     // (+ 3 working states), the forward one state. Whichever is larger.
     if (n_lin) {
-        const double ss = dk * dv, C = c->linear_chunk;
+        const double ss = dk * dv, C = c->linear_chunk, rep = Hv / Hk;
         double bwd_s, fwd_s;
         if (C > 0) {
-            bwd_s = ceil(T / C) * (ss + C * dv) + 4 * ss + 11 * C * C + 13 * C * dk + 8 * C * dv + 5 * C;
-            fwd_s = ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
+            bwd_s = rep * (ceil(T / C) * (ss + C * dv) + ss) + 3 * ss + 11 * C * C + 13 * C * dk + 8 * C * dv + 5 * C;
+            fwd_s = rep * ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
         } else {
             bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
             fwd_s = ss + 2 * dv;
@@ -214,7 +215,8 @@ static double analytic_total_bytes(const Bench* b, const MemCount* m) {
 //      at h = (L / 2) rounded down to a multiple of 16, h h N + (L - h) L N (the zero block
 //      skipped; tri below); the lower triangle of an [L, L] output, h h K + (L - h) L K (trio);
 //      and the triangular inverse: (L (L - 1) / 2) 64 multiply-adds at C = 64 (whole rows of 64),
-//      sum_i sum_{j<i} (j + 1) otherwise. Forward: K K^T and Q K^T (trio, K = dk), the inverse,
+//      sum_i sum_{j<i} (j + 1) otherwise; K K^T and Q K^T once per key head, shared by its
+//      Hv / Hk value heads (counted per value head as 1 / rep of one). Forward: K K^T and Q K^T (trio, K = dk), the inverse,
 //      W and Kc (tri, N = dv, dk), Qd S and Kc S (L dk dv each), P Vn (tri, N = dv), the state
 //      update (L dk dv). Backward: its first pass the state update alone when the forward kept
 //      Vn (ops_gdn_keeps_vn: the benchmark's chunked forward keeps them, as training does), else
@@ -250,18 +252,20 @@ static double gdn_trio(double L, double K) { const double h = gdn_split_h(L); re
 static double gdn_tri_t(double L, double N) { const double h = gdn_split_h(L); return h * L * N + (L - h) * (L - h) * N; }
 static double gdn_inverse(double L, int C) { return C == 64 ? L * (L - 1) / 2 * 64 : (L - 1) * L * (L + 1) / 6; }
 
-static double gdn_exec_flops(int op, int T, int C, double dk, double dv) {
+static double gdn_exec_flops(int op, int T, int C, double dk, double dv, double rep) {
     const double ss = dk * dv;
     if (op == K_FWD_REC || (op == K_FWD_CHUNK && C <= 0)) return 7.0 * T * ss;
     if (op == K_BWD_REC || (op == K_BWD && C <= 0)) return 30.0 * T * ss;
     double mac = 0.0;
     for (int c0 = 0; c0 < T; c0 += C) {
         const double L = T - c0 < C ? T - c0 : C;
-        // the WY form and the state pass: K K^T, the inverse, W, Kc, Kc S and the state update
-        const double wy = gdn_trio(L, dk) + gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk);
-        if (op == K_FWD_CHUNK) { mac += wy + 2 * L * ss + gdn_trio(L, dk) + L * ss + gdn_tri(L, dv); continue; }
-        mac += ops_gdn_keeps_vn() ? L * ss : wy + 2 * L * ss;   // the backward's first pass
-        mac += wy + gdn_trio(L, dk) + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
+        // the WY form and the state pass: the inverse, W, Kc, Kc S and the state update per value
+        // head; K K^T and Q K^T once per key head (its rep value heads share them)
+        const double wy = gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk), keys = gdn_trio(L, dk) / rep;
+        if (op == K_FWD_CHUNK) { mac += 2 * keys + wy + 2 * L * ss + L * ss + gdn_tri(L, dv); continue; }
+        // the backward's first pass: the state update alone, else the WY form again (K K^T per value head)
+        mac += ops_gdn_keeps_vn() ? L * ss : gdn_trio(L, dk) + wy + 2 * L * ss;
+        mac += 2 * keys + wy + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
                gdn_tri_t(L, dk) + gdn_tri(L, dk) + L * L * dk + gdn_tri_t(L, dk) + 6 * L * ss;
     }
     return 2.0 * mac;
@@ -486,7 +490,7 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
             const int op = j % K_OPS, regime = j / K_OPS;
             const int C = gdn_is_chunked(op) ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
             const double fm = seqheads * gdn_model_flops(op, r->T, dk, dv);
-            const double fe = seqheads * gdn_exec_flops(op, r->T, C, dk, dv);
+            const double fe = seqheads * gdn_exec_flops(op, r->T, C, dk, dv, (double)c->linear_n_v_head / c->linear_n_k_head);
             const double ms = r->k.ok ? r->k.med_ms[j] : NAN;
             char a[32], b[32], cc[32], d[32], e[32], share[160] = "";
             fmt_num(a, 32, "%.2f", ms);
@@ -601,7 +605,8 @@ static int write_json(const char* path, const Row* rows, int nr, const Opts* o, 
             const int C = gdn_is_chunked(op) ? (c->linear_chunk > 0 ? c->linear_chunk : 64) : 0;
             const double sh = (double)r->B * c->linear_n_v_head;
             const double fm = sh * gdn_model_flops(op, r->T, c->linear_k_head_dim, c->linear_v_head_dim);
-            const double fe = sh * gdn_exec_flops(op, r->T, C, c->linear_k_head_dim, c->linear_v_head_dim);
+            const double fe = sh * gdn_exec_flops(op, r->T, C, c->linear_k_head_dim, c->linear_v_head_dim,
+                                                 (double)c->linear_n_v_head / c->linear_n_k_head);
             const double ms = r->k.ok ? r->k.med_ms[j] : NAN;
             fprintf(f, "%s{\"op\": \"%s\", \"gates\": \"%s\", \"chunk\": %d, \"median_ms\": ", j ? ",\n       " : "",
                     K_NAME[op], G_NAME[regime], C);

@@ -214,31 +214,33 @@ static inline void cuda_scratch_plan(const OpsStepShape* s, const CudaDeviceFact
 #define CPU_GDN_CKPT 64    // the delta rule's recurrent backward (kernels/cpu/deltanet.c): a checkpoint every 64 tokens
 // attention backward, per thread: P and dS [CPU_ATT_TILE, T]
 static inline size_t cpu_att_bwd_thread_floats(size_t T) { return 2 * CPU_ATT_TILE * T; }
-// The delta rule's chunked form (kernels/cpu/deltanet_chunk.c), chunks of C tokens, per thread.
-// Forward: the state [dk, dv], 3 vectors [C], K^T [dk, C], 5 [C, C] (K K^T, Q K^T, P, Ak, Tinv),
+// The delta rule's chunked form (kernels/cpu/deltanet_chunk.c), chunks of C tokens, per thread,
+// whose task is a key head with its rep = Hv / Hk value heads.
+// Forward: rep states [dk, dv], 3 vectors [C], K^T [dk, C], 5 [C, C] (K K^T, Q K^T, P, Ak, Tinv),
 // 5 [C, dk] (beta e^c K, Kc, Qd, Kd and K^T's) and 3 [C, dv] (beta V, W, Vn).
-static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv) {
-    return dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
+static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv, size_t rep) {
+    return rep * dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
 }
-// Backward, kept per chunk for the reverse pass: the state at its start S [dk, dv], and Vn [C, dv]
-// (used only when the forward did not keep Vn)
+// Backward, kept per value head and chunk for the reverse pass: the state at the chunk's start
+// S [dk, dv], and Vn [C, dv] (used only when the forward did not keep Vn)
 static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t dv) {
     return dk * dv + C * dv;
 }
-// Backward: ceil(T / C) chunks' stored floats, then one chunk's temporaries: 4 [dk, dv], 5 [C],
-// 11 [C, C], 13 [C, dk], 8 [C, dv]
-static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv) {
+// Backward: rep x ceil(T / C) chunks' stored floats, rep states' gradients [dk, dv], then one
+// chunk's temporaries: 3 [dk, dv], 5 [C], 11 [C, C], 13 [C, dk], 8 [C, dv]
+static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep) {
     const size_t nck = (T + C - 1) / C;
-    return nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + 4 * dk * dv + 5 * C + 11 * C * C + C * (13 * dk + 8 * dv);
+    return rep * (nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + dk * dv) + 3 * dk * dv + 5 * C + 11 * C * C +
+           C * (13 * dk + 8 * dv);
 }
 // The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
 // Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'
 // and 4 vectors of dv.
-static inline size_t cpu_gdn_fwd_thread_floats(size_t C, size_t dk, size_t dv) {
-    return C > 0 ? cpu_gdn_chunk_fwd_floats(C, dk, dv) : dk * dv + 2 * dv;
+static inline size_t cpu_gdn_fwd_thread_floats(size_t C, size_t dk, size_t dv, size_t rep) {
+    return C > 0 ? cpu_gdn_chunk_fwd_floats(C, dk, dv, rep) : dk * dv + 2 * dv;
 }
-static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, size_t dv) {
-    if (C > 0) return cpu_gdn_chunk_bwd_floats(T, C, dk, dv);
+static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep) {
+    if (C > 0) return cpu_gdn_chunk_bwd_floats(T, C, dk, dv, rep);
     const size_t nck = (T + CPU_GDN_CKPT - 1) / CPU_GDN_CKPT;
     return (nck + CPU_GDN_CKPT + 3) * dk * dv + 4 * dv;
 }
@@ -265,8 +267,9 @@ static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
     }
     if (s->n_linear > 0) {
         const OpsGdnShape* g = &s->gdn;
-        size_t f = th * cpu_gdn_fwd_thread_floats((size_t)g->chunk, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
-        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv) * sizeof(float);
+        const size_t rep = g->Hk > 0 ? (size_t)(g->Hv / g->Hk) : 1;
+        size_t f = th * cpu_gdn_fwd_thread_floats((size_t)g->chunk, (size_t)g->dk, (size_t)g->dv, rep) * sizeof(float);
+        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv, rep) * sizeof(float);
         if (f > best) best = f;
         if (b > best) best = b;
         const size_t Cc = 2 * (size_t)g->Hk * g->dk + (size_t)g->Hv * g->dv;

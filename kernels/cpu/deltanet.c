@@ -57,7 +57,7 @@ void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, c
     #pragma omp parallel
     {
         // the state, then the step's u and d [dv]: cpu_gdn_fwd_thread_floats (kernels/scratch.h)
-        float* S = cpu_calloc(cpu_gdn_fwd_thread_floats(0, (size_t)dk, (size_t)dv), sizeof(float));
+        float* S = cpu_calloc(cpu_gdn_fwd_thread_floats(0, (size_t)dk, (size_t)dv, 1), sizeof(float));
         float* work = S + SS;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -96,7 +96,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
         // one block of cpu_gdn_bwd_thread_floats (kernels/scratch.h): the state before each chunk
         // ck [nck, dk, dv], before each token of a chunk prev [GDN_CKPT, dk, dv], S, dS, dS', and
         // the vectors u, d, dd, du [dv]
-        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, 0, (size_t)dk, (size_t)dv), sizeof(float));
+        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, 0, (size_t)dk, (size_t)dv, 1), sizeof(float));
         float* prev = ck + (size_t)nck * SS;
         float *S = prev + (size_t)GDN_CKPT * SS, *dS = S + SS, *dSp = dS + SS;
         float *u = dSp + SS, *d = u + dv, *dd = d + dv, *du = dd + dv;

@@ -184,20 +184,27 @@ static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, co
     }
 }
 
-// The WY representation of one chunk, shared by the forward and the backward's reverse pass:
-// from K, V, beta and the decays, Ak (=) and, when QK is given, P (=) as gdn_chunk_masks (one
-// exp per pair for both; Gam (=) too when not NULL), Tinv (=), W = Tinv diag(beta) V (=),
-// Kc = Tinv diag(beta e^c) K (=) and Kd = diag(e^{c_L - c}) K (=). Kt [dk, L], KK [L, L],
-// Rv [L, dv], Rk [L, dk]: scratch; QK [L, L]: scratch for Q K^T (used when P is not NULL).
-static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, float* Kt,
-                         float* KK, float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk,
-                         int dv, const float* cum, const float* ec, const float* edec, float scale) {
+// The key head's products of one chunk, shared by its value heads (they differ in v, beta
+// and the decays only): Kt = K^T [dk, L] (ld C), and the lower triangles (diagonal included)
+// of KK = K K^T and, when QK is not NULL, QK = Q K^T [L, L] (ld C).
+static void gdn_chunk_keys(float* Kt, float* KK, float* QK, const GdnHead* x, int t0, int L, int C, int dk) {
+    const float* K = x->k + (size_t)t0 * x->ldqk;
+    cpu_transpose(Kt, C, K, x->ldqk, L, dk);
+    gdn_mm_lower_out(L, dk, K, x->ldqk, Kt, C, KK, C);   // K K^T
+    if (QK) gdn_mm_lower_out(L, dk, x->q + (size_t)t0 * x->ldqk, x->ldqk, Kt, C, QK, C);   // Q K^T
+}
+
+// The WY representation of one chunk of one value head, shared by the forward and the
+// backward's reverse pass: from KK (and QK) of gdn_chunk_keys, V, beta and the decays, Ak (=)
+// and, when P is not NULL, P (=) as gdn_chunk_masks (one exp per pair for both; Gam (=) too
+// when not NULL), Tinv (=), W = Tinv diag(beta) V (=), Kc = Tinv diag(beta e^c) K (=) and
+// Kd = diag(e^{c_L - c}) K (=). Rv [L, dv], Rk [L, dk]: scratch.
+static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, const float* KK,
+                         const float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk, int dv,
+                         const float* cum, const float* ec, const float* edec, float scale) {
     const float* K = x->k + (size_t)t0 * x->ldqk;
     const float* V = x->v + (size_t)t0 * x->ldv;
     const float* beta = x->beta + (size_t)t0 * x->Hv;
-    cpu_transpose(Kt, C, K, x->ldqk, L, dk);
-    gdn_mm_lower_out(L, dk, K, x->ldqk, Kt, C, KK, C);   // K K^T
-    if (P) gdn_mm_lower_out(L, dk, x->q + (size_t)t0 * x->ldqk, x->ldqk, Kt, C, QK, C);   // Q K^T
     gdn_chunk_masks(Ak, P, Gam, KK, QK, cum, L, C, scale);
     gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
     for (int i = 0; i < L; i++) {
@@ -229,9 +236,11 @@ static void gdn_chunk_advance(float* S, float* Vn, int ldvn, const float* W, con
 }
 
 // ---------------------------------------------------------------------------------------------
-// forward: per thread, cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order. With
-// saved (not NULL) the corrected values Vn are written there ([N, Hv*dv], o's layout) for the
-// backward, which then skips their recomputation.
+// forward: one task per (sequence, key head), its rep = Hv / Hk value heads chunk by chunk (the
+// key head's products computed once a chunk for all of them); per thread,
+// cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order. With saved (not NULL) the
+// corrected values Vn are written there ([N, Hv*dv], o's layout) for the backward, which then
+// skips their recomputation.
 
 void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
@@ -239,11 +248,11 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t SS = (size_t)dk * dv;
     const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv;
-    const size_t nfl = cpu_gdn_chunk_fwd_floats((size_t)C, (size_t)dk, (size_t)dv);
+    const size_t nfl = cpu_gdn_chunk_fwd_floats((size_t)C, (size_t)dk, (size_t)dv, (size_t)rep);
     #pragma omp parallel
     {
         float* base = cpu_calloc(nfl, sizeof(float));
-        float *S = base, *cum = S + SS, *ec = cum + C, *edec = ec + C;
+        float *Sh = base, *cum = Sh + (size_t)rep * SS, *ec = cum + C, *edec = ec + C;   // Sh: each value head's state
         float *Kt = edec + C, *KK = Kt + (size_t)dk * C, *QK = KK + (size_t)C * C, *P = QK + (size_t)C * C;
         float *Ak = P + (size_t)C * C, *Tinv = Ak + (size_t)C * C;
         float *Rv = Tinv + (size_t)C * C, *Rk = Rv + (size_t)C * dv, *W = Rk + (size_t)C * dk, *Kc = W + (size_t)C * dv;
@@ -252,32 +261,42 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < Hv; h++) {
-                const size_t n0 = (size_t)b * T, kh = (size_t)(h / rep);
-                const GdnHead x = {q + n0 * ldqk + kh * dk, k + n0 * ldqk + kh * dk, v + n0 * ldv + (size_t)h * dv,
-                                   g + n0 * Hv + h, beta + n0 * Hv + h, ldqk, ldv, Hv};
-                const size_t sb = ((size_t)b * Hv + h) * SS;
-                if (state_in) memcpy(S, state_in + sb, SS * sizeof(float));
-                else memset(S, 0, SS * sizeof(float));
+            for (int kh = 0; kh < Hk; kh++) {
+                const size_t n0 = (size_t)b * T;
+                for (int r = 0; r < rep; r++) {
+                    const size_t sb = ((size_t)b * Hv + (size_t)kh * rep + r) * SS;
+                    if (state_in) memcpy(Sh + (size_t)r * SS, state_in + sb, SS * sizeof(float));
+                    else memset(Sh + (size_t)r * SS, 0, SS * sizeof(float));
+                }
                 for (int t0 = 0; t0 < T; t0 += C) {
                     const int L = T - t0 < C ? T - t0 : C;
-                    const float* Q = x.q + (size_t)t0 * ldqk;
-                    float* O = o + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
-                    gdn_chunk_decays(cum, ec, edec, &x, t0, L);
-                    // the queries' products first (they need the state before the chunk)
-                    for (int i = 0; i < L; i++)
-                        for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
-                    cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
-                    gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, Kt, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec,
-                                 scale);
-                    gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
-                    // within the chunk: O += P Vn
-                    gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
-                    if (saved)   // kept for the backward (rows of stride Hv dv)
+                    const GdnHead xk = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk, NULL, NULL, NULL,
+                                        ldqk, ldv, Hv};
+                    gdn_chunk_keys(Kt, KK, QK, &xk, t0, L, C, dk);
+                    const float* Q = xk.q + (size_t)t0 * ldqk;
+                    for (int r = 0; r < rep; r++) {
+                        const int h = kh * rep + r;
+                        const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
+                                           ldqk, ldv, Hv};
+                        float* S = Sh + (size_t)r * SS;
+                        float* O = o + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
+                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        // the queries' products first (they need the state before the chunk)
                         for (int i = 0; i < L; i++)
-                            memcpy(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, (size_t)dv * sizeof(float));
+                            for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
+                        cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
+                        gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale);
+                        gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
+                        // within the chunk: O += P Vn
+                        gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
+                        if (saved)   // kept for the backward (rows of stride Hv dv)
+                            for (int i = 0; i < L; i++)
+                                memcpy(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, (size_t)dv * sizeof(float));
+                    }
                 }
-                if (state_out) memcpy(state_out + sb, S, SS * sizeof(float));
+                if (state_out)
+                    for (int r = 0; r < rep; r++)
+                        memcpy(state_out + ((size_t)b * Hv + (size_t)kh * rep + r) * SS, Sh + (size_t)r * SS, SS * sizeof(float));
             }
         gdn_restore_fp_mode(csr);
         free(base);
@@ -285,8 +304,12 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
 }
 
 // ---------------------------------------------------------------------------------------------
-// backward: per thread, cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per chunk [S | Vn] (Vn
-// only when the forward did not keep it) for the reverse pass, then one chunk's temporaries
+// backward: one task per (sequence, key head), so that dq and dk have one writer; per thread,
+// cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per value head of the key head and chunk
+// [S | Vn] (Vn only when the forward did not keep it) for the reverse pass, each value head's
+// dSn, then one chunk's temporaries. The reverse pass takes the value heads chunk by chunk:
+// the key head's products computed once a chunk, dq and dk of the chunk summed over its value
+// heads locally and written once.
 
 void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta, const float* dout,
                             const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -297,12 +320,13 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
     const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv, ldo = Hv * dv;
     const int nck = (T + C - 1) / C;
     const size_t per_chunk = cpu_gdn_chunk_bwd_stored_floats((size_t)C, (size_t)dk, (size_t)dv);
-    const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv);
+    const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv, (size_t)rep);
     #pragma omp parallel
     {
-        float* base = cpu_calloc(nfl, sizeof(float));
-        float* t = base + (size_t)nck * per_chunk;   // one chunk's temporaries
-        float *S = t, *dSn = S + SS, *dSnt = dSn + SS, *St = dSnt + SS;
+        float* base = cpu_calloc(nfl, sizeof(float));   // [rep, nck] chunks' stores first
+        float* dSh = base + (size_t)rep * nck * per_chunk;   // each value head's dSn [rep, dk, dv]
+        float* t = dSh + (size_t)rep * SS;   // one chunk's temporaries
+        float *S = t, *dSnt = S + SS, *St = dSnt + SS;
         float *cum = St + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
         float *KK = dbm + C, *QK = KK + CC, *P = QK + CC, *Gam = P + CC, *dP = Gam + CC, *D1 = dP + CC;
         float *D2 = D1 + CC, *H = D2 + CC, *G = H + CC, *Ak = G + CC, *Tinv = Ak + CC;
@@ -320,22 +344,19 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hk; kh++) {
                 const size_t n0 = (size_t)b * T;
-                float* dQ = dq + n0 * ldqk + (size_t)kh * dk;
-                float* dK = dk_ + n0 * ldqk + (size_t)kh * dk;
-                for (int tt = 0; tt < T; tt++) {
-                    memset(dQ + (size_t)tt * ldqk, 0, (size_t)dk * sizeof(float));
-                    memset(dK + (size_t)tt * ldqk, 0, (size_t)dk * sizeof(float));
-                }
-                for (int h = kh * rep; h < (kh + 1) * rep; h++) {
-                    const GdnHead x = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk,
-                                       v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h, ldqk, ldv, Hv};
+                const GdnHead xk = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk, NULL, NULL, NULL,
+                                    ldqk, ldv, Hv};
+                // pass 1, each value head: the states at the chunks' starts (and Vn, when the
+                // forward did not keep it)
+                for (int r = 0; r < rep; r++) {
+                    const int h = kh * rep + r;
+                    const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
+                                       ldqk, ldv, Hv};
                     const float* vn_h = saved ? saved + n0 * ldo + (size_t)h * dv : NULL;   // the forward's Vn rows
-                    const int ldvn = saved ? ldo : dv;
-                    // pass 1: the states at the chunks' starts (and Vn, when the forward did not keep it)
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
-                        float* Sc = base + (size_t)c * per_chunk;
+                        float* Sc = base + ((size_t)r * nck + c) * per_chunk;
                         memcpy(Sc, S, SS * sizeof(float));
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         if (vn_h) {
@@ -344,35 +365,42 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
                             const float el = ec[L - 1];
                             for (size_t e = 0; e < SS; e++) S[e] *= el;
-                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * ldvn, ldvn, 1, S, dv);
+                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * ldo, ldo, 1, S, dv);
                         } else {
-                            gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, Kt, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum,
-                                         ec, edec, 0.0f);
+                            gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
+                            gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
+                                         edec, 0.0f);
                             gdn_chunk_advance(S, Sc + SS, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         }
                     }
-                    // pass 2: the chunks in reverse, each one's WY form recomputed
-                    memset(dSn, 0, SS * sizeof(float));
-                    for (int c = nck - 1; c >= 0; c--) {
-                        const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
-                        const float* Sc = base + (size_t)c * per_chunk;
-                        const float* Vn = vn_h ? Vnc : Sc + SS;   // [L, dv] contiguous
-                        const float *Q = x.q + (size_t)t0 * ldqk, *K = x.k + (size_t)t0 * ldqk, *V = x.v + (size_t)t0 * ldv;
+                }
+                // pass 2: the chunks in reverse, each one's WY form recomputed
+                memset(dSh, 0, (size_t)rep * SS * sizeof(float));
+                for (int c = nck - 1; c >= 0; c--) {
+                    const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+                    const float *Q = xk.q + (size_t)t0 * ldqk, *K = xk.k + (size_t)t0 * ldqk;
+                    gdn_chunk_keys(Kt, KK, QK, &xk, t0, L, C, dk);
+                    for (int r = 0; r < rep; r++) {
+                        const int h = kh * rep + r;
+                        const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
+                                           ldqk, ldv, Hv};
+                        const float* Sc = base + ((size_t)r * nck + c) * per_chunk;
+                        float* dSn = dSh + (size_t)r * SS;
+                        const float* Vn = saved ? Vnc : Sc + SS;   // [L, dv] contiguous
+                        const float* V = x.v + (size_t)t0 * ldv;
                         const float* bt = x.beta + (size_t)t0 * Hv;
                         // this chunk's views of the stacked pairs (rows of L)
                         float *dO = X, *dVn = X + (size_t)L * dv, *dQd = Y, *dKcn = Y + (size_t)L * dk;
                         float *Qd = Z, *Kcn = Z + (size_t)L * dk;
-                        float *dQc = dQ + (size_t)t0 * ldqk, *dKc = dK + (size_t)t0 * ldqk;
                         // this chunk's rows of dO (and of the kept Vn) gathered once from their
                         // strided rows: the products below read them 2 to 4 times
                         for (int i = 0; i < L; i++) {
                             memcpy(dO + (size_t)i * dv, dout + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
-                            if (vn_h) memcpy(Vnc + (size_t)i * dv, vn_h + (size_t)(t0 + i) * ldvn, (size_t)dv * sizeof(float));
+                            if (saved) memcpy(Vnc + (size_t)i * dv, saved + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
                         }
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         const float el = ec[L - 1];
-                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kc, Kd, Kt, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec,
-                                     scale);
+                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale);
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) {
                                 Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
@@ -434,10 +462,10 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                             dc[i] += dci;
                             dbm[i] = db;
                         }
-                        // dQl = H K, dKl = (G + G^T) K + H^T Q: this chunk's parts through the masks,
-                        // added to dQ, dK below with the rest (one pass over their strided rows)
-                        gdn_mm_lower(L, dk, H, C, K, ldqk, 0, dQl, dk);
-                        cpu_gemm_small('N', L, dk, L, G, C, K, ldqk, 0, dKl, dk);
+                        // dQl (+)= H K, dKl (+)= (G + G^T) K + H^T Q: this chunk's parts through the
+                        // masks, summed over the value heads with the rest below (then written once)
+                        gdn_mm_lower(L, dk, H, C, K, ldqk, r > 0, dQl, dk);
+                        cpu_gemm_small('N', L, dk, L, G, C, K, ldqk, r > 0, dKl, dk);
                         gdn_mm_lower_t(L, dk, H, C, Q, ldqk, 1, dKl, dk);
                         float dcl = el * sdot;
                         for (int i = 0; i < L; i++) {
@@ -445,14 +473,12 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                             const float *ki = K + (size_t)i * ldqk, *vi = V + (size_t)i * ldv;
                             const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * dk;
                             const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * dv;
-                            const float *dql = dQl + (size_t)i * dk, *dkl = dKl + (size_t)i * dk;
-                            float* dqi = dQc + (size_t)i * ldqk;
-                            float* dki = dKc + (size_t)i * ldqk;
+                            float *dqi = dQl + (size_t)i * dk, *dki = dKl + (size_t)i * dk;
                             float rk = 0.0f, qq = 0.0f, kk = 0.0f, rv = 0.0f;
                             #pragma omp simd reduction(+:rk, qq, kk)
                             for (int e = 0; e < dk; e++) {
-                                dqi[e] += dql[e] + scale * ec[i] * dqd[e];
-                                dki[e] += dkl[e] - bi * ec[i] * drk[e] + edec[i] * dkd[e];
+                                dqi[e] += scale * ec[i] * dqd[e];
+                                dki[e] += -bi * ec[i] * drk[e] + edec[i] * dkd[e];
                                 rk += drk[e] * ki[e];
                                 qq += qd[e] * dqd[e];
                                 kk += kd[e] * dkd[e];
@@ -468,6 +494,11 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         dc[L - 1] += dcl;
                         float acc = 0.0f;
                         for (int i = L - 1; i >= 0; i--) { acc += dc[i]; dg[(n0 + t0 + i) * Hv + h] = acc; }
+                    }
+                    // this chunk's dq, dk rows: the value heads' sum
+                    for (int i = 0; i < L; i++) {
+                        memcpy(dq + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dQl + (size_t)i * dk, (size_t)dk * sizeof(float));
+                        memcpy(dk_ + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dKl + (size_t)i * dk, (size_t)dk * sizeof(float));
                     }
                 }
             }
