@@ -163,14 +163,14 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     // chunks of C, a thread's task a key head with its rep = Hv / Hk value heads): the backward
     // keeps, per value head and chunk, the state at its start and a Vn [C, dv] (used when the
     // forward kept none) for its reverse pass, a state gradient per value head, and one chunk's
-    // working set (3 states, 11 [C, C], 13 [C, dk], 8 [C, dv], 5 [C]); the forward rep states,
+    // working set (2 states, 10 [C, C], 13 [C, dk], 7 [C, dv], 5 [C]); the forward rep states,
     // 5 [C, C], 5 [C, dk], 3 [C, dv], 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
     // (+ 3 working states), the forward one state. Whichever is larger.
     if (n_lin) {
         const double ss = dk * dv, C = c->linear_chunk, rep = Hv / Hk;
         double bwd_s, fwd_s;
         if (C > 0) {
-            bwd_s = rep * (ceil(T / C) * (ss + C * dv) + ss) + 3 * ss + 11 * C * C + 13 * C * dk + 8 * C * dv + 5 * C;
+            bwd_s = rep * (ceil(T / C) * (ss + C * dv) + ss) + 2 * ss + 10 * C * C + 13 * C * dk + 7 * C * dv + 5 * C;
             fwd_s = rep * ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
         } else {
             bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;

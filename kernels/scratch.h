@@ -222,16 +222,16 @@ static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv, si
     return rep * dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
 }
 // Backward, kept per value head and chunk for the reverse pass: the state at the chunk's start
-// S [dk, dv], and Vn [C, dv] (used only when the forward did not keep Vn)
+// (as S^T [dv, dk]), and Vn [C, dv] (used only when the forward did not keep Vn)
 static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t dv) {
     return dk * dv + C * dv;
 }
 // Backward: rep x ceil(T / C) chunks' stored floats, rep states' gradients [dk, dv], then one
-// chunk's temporaries: 3 [dk, dv], 5 [C], 11 [C, C], 13 [C, dk], 8 [C, dv]
+// chunk's temporaries: 2 [dk, dv], 5 [C], 10 [C, C], 13 [C, dk], 7 [C, dv]
 static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep) {
     const size_t nck = (T + C - 1) / C;
-    return rep * (nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + dk * dv) + 3 * dk * dv + 5 * C + 11 * C * C +
-           C * (13 * dk + 8 * dv);
+    return rep * (nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + dk * dv) + 2 * dk * dv + 5 * C + 10 * C * C +
+           C * (13 * dk + 7 * dv);
 }
 // The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
 // Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'

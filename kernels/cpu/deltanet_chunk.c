@@ -197,18 +197,18 @@ static void gdn_chunk_keys(float* Kt, float* KK, float* QK, const GdnHead* x, in
 // The WY representation of one chunk of one value head, shared by the forward and the
 // backward's reverse pass: from KK (and QK) of gdn_chunk_keys, V, beta and the decays, Ak (=)
 // and, when P is not NULL, P (=) as gdn_chunk_masks (one exp per pair for both; Gam (=) too
-// when not NULL), Tinv (=), W = Tinv diag(beta) V (=), Kc = Tinv diag(beta e^c) K (=) and
-// Kd = diag(e^{c_L - c}) K (=). Rv [L, dv], Rk [L, dk]: scratch.
+// when not NULL), Tinv (=), W = Tinv diag(beta) V (=), Kc = ksign Tinv diag(beta e^c) K (=;
+// ksign = -1: the backward's -Kc) and Kd = diag(e^{c_L - c}) K (=). Rv [L, dv], Rk [L, dk]: scratch.
 static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, const float* KK,
                          const float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk, int dv,
-                         const float* cum, const float* ec, const float* edec, float scale) {
+                         const float* cum, const float* ec, const float* edec, float scale, float ksign) {
     const float* K = x->k + (size_t)t0 * x->ldqk;
     const float* V = x->v + (size_t)t0 * x->ldv;
     const float* beta = x->beta + (size_t)t0 * x->Hv;
     gdn_chunk_masks(Ak, P, Gam, KK, QK, cum, L, C, scale);
     gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
     for (int i = 0; i < L; i++) {
-        const float b = beta[(size_t)i * x->Hv], bk = b * ec[i];
+        const float b = beta[(size_t)i * x->Hv], bk = ksign * b * ec[i];
         const float *vi = V + (size_t)i * x->ldv, *ki = K + (size_t)i * x->ldqk;
         for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * vi[e];
         for (int e = 0; e < dk; e++) {
@@ -217,7 +217,7 @@ static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W,
         }
     }
     gdn_mm_lower(L, dv, Tinv, C, Rv, dv, 0, W, dv);    // W = Tinv diag(beta) V
-    gdn_mm_lower(L, dk, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = Tinv diag(beta e^c) K
+    gdn_mm_lower(L, dk, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = ksign Tinv diag(beta e^c) K
 }
 
 // The state's pass over one chunk: Vn [L, dv] (=, row stride ldvn) = W - Kc S, then S advanced
@@ -285,7 +285,7 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
-                        gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale);
+                        gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale, 1.0f);
                         gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         // within the chunk: O += P Vn
                         gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
@@ -326,18 +326,18 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
         float* base = cpu_calloc(nfl, sizeof(float));   // [rep, nck] chunks' stores first
         float* dSh = base + (size_t)rep * nck * per_chunk;   // each value head's dSn [rep, dk, dv]
         float* t = dSh + (size_t)rep * SS;   // one chunk's temporaries
-        float *S = t, *dSnt = S + SS, *St = dSnt + SS;
-        float *cum = St + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
-        float *KK = dbm + C, *QK = KK + CC, *P = QK + CC, *Gam = P + CC, *dP = Gam + CC, *D1 = dP + CC;
-        float *D2 = D1 + CC, *H = D2 + CC, *G = H + CC, *Ak = G + CC, *Tinv = Ak + CC;
+        float *S = t, *dSnt = S + SS;
+        float *cum = dSnt + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
+        float *KK = dbm + C, *QK = KK + CC, *P = QK + CC, *Gam = P + CC, *dP = Gam + CC, *F = dP + CC;
+        float *H = F + CC, *G = H + CC, *Ak = G + CC, *Tinv = Ak + CC;
         // X [2L, dv] = [dO; dVn], Y [2L, dk] = [dQd; dKcn] = X S^T, Z [2L, dk] = [Qd; -Kc] (each
         // pair stacked so that one product does both: dSn's update is Z^T X)
         float *X = Tinv + CC, *Y = X + (size_t)2 * C * dv, *Z = Y + (size_t)2 * C * dk;
-        float *Kt = Z + (size_t)2 * C * dk, *Rk = Kt + (size_t)C * dk, *Kd = Rk + (size_t)C * dk;
-        float *dKd = Kd + (size_t)C * dk, *dRkn = dKd + (size_t)C * dk, *Kct = dRkn + (size_t)C * dk;
-        float *Kc = Kct + (size_t)C * dk, *Rv = Kc + (size_t)C * dk, *Vnt = Rv + (size_t)C * dv;
-        float *dRv = Vnt + (size_t)C * dv, *Wt = dRv + (size_t)C * dv, *W = Wt + (size_t)C * dv;
-        float *Vnc = W + (size_t)C * dv, *dQl = Vnc + (size_t)C * dv, *dKl = dQl + (size_t)C * dk;
+        // R [L, dv + dk] = [dRv | dRkn], WKt [dv + dk, L] = [W | -Kc]^T: dA = -R WKt in one product
+        float *R = Z + (size_t)2 * C * dk, *WKt = R + (size_t)C * (dv + dk);
+        float *Kt = WKt + (size_t)C * (dv + dk), *Rk = Kt + (size_t)C * dk, *Kd = Rk + (size_t)C * dk;
+        float *dKd = Kd + (size_t)C * dk, *Kc = dKd + (size_t)C * dk, *Rv = Kc + (size_t)C * dk, *Vnt = Rv + (size_t)C * dv;
+        float *W = Vnt + (size_t)C * dv, *dQl = W + (size_t)C * dv, *dKl = dQl + (size_t)C * dk;
         if (dKl + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
@@ -357,7 +357,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
                         float* Sc = base + ((size_t)r * nck + c) * per_chunk;
-                        memcpy(Sc, S, SS * sizeof(float));
+                        cpu_transpose(Sc, dk, S, dv, dk, dv);   // kept as S^T [dv, dk]: what the reverse pass reads
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         if (vn_h) {
                             const float* K = x.k + (size_t)t0 * ldqk;
@@ -369,7 +369,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         } else {
                             gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
                             gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
-                                         edec, 0.0f);
+                                         edec, 0.0f, 1.0f);
                             gdn_chunk_advance(S, Sc + SS, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         }
                     }
@@ -386,51 +386,50 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                            ldqk, ldv, Hv};
                         const float* Sc = base + ((size_t)r * nck + c) * per_chunk;
                         float* dSn = dSh + (size_t)r * SS;
-                        const float* Vn = saved ? Vnc : Sc + SS;   // [L, dv] contiguous
+                        // Vn's rows: the forward's (stride Hv dv), else pass 1's
+                        const float* Vn = saved ? saved + ((n0 + t0) * Hv + h) * dv : Sc + SS;
+                        const int ldvn = saved ? ldo : dv;
                         const float* V = x.v + (size_t)t0 * ldv;
                         const float* bt = x.beta + (size_t)t0 * Hv;
                         // this chunk's views of the stacked pairs (rows of L)
                         float *dO = X, *dVn = X + (size_t)L * dv, *dQd = Y, *dKcn = Y + (size_t)L * dk;
                         float *Qd = Z, *Kcn = Z + (size_t)L * dk;
-                        // this chunk's rows of dO (and of the kept Vn) gathered once from their
-                        // strided rows: the products below read them 2 to 4 times
-                        for (int i = 0; i < L; i++) {
+                        // this chunk's rows of dO gathered once from their strided rows: the
+                        // products below read them 3 times
+                        for (int i = 0; i < L; i++)
                             memcpy(dO + (size_t)i * dv, dout + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
-                            if (saved) memcpy(Vnc + (size_t)i * dv, saved + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
-                        }
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         const float el = ec[L - 1];
-                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale);
+                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kcn, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale,
+                                     -1.0f);
                         for (int i = 0; i < L; i++)
-                            for (int e = 0; e < dk; e++) {
-                                Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
-                                Kcn[(size_t)i * dk + e] = -Kc[(size_t)i * dk + e];
-                            }
+                            for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>
                         gdn_mm_lower_t(L, dv, P, C, dO, dv, 0, dVn, dv);
                         cpu_gemm_small('N', L, dv, dk, Kd, dk, dSn, dv, 1, dVn, dv);
-                        cpu_transpose(Vnt, C, Vn, dv, L, dv);
+                        cpu_transpose(Vnt, C, Vn, ldvn, L, dv);
                         gdn_mm_lower_out(L, dv, dO, dv, Vnt, C, dP, C);
                         cpu_transpose(dSnt, dk, dSn, dv, dk, dv);
-                        cpu_gemm_small('N', L, dk, dv, Vn, dv, dSnt, dk, 0, dKd, dk);
+                        cpu_gemm_small('N', L, dk, dv, Vn, ldvn, dSnt, dk, 0, dKd, dk);
+                        // <S, dSn> = <S^T, dSn^T> (pass 1 kept S^T)
                         float sdot = 0.0f;
                         #pragma omp simd reduction(+:sdot)
-                        for (size_t e = 0; e < SS; e++) sdot += Sc[e] * dSn[e];
+                        for (size_t e = 0; e < SS; e++) sdot += Sc[e] * dSnt[e];
                         // [dQd; dKcn] = [dO; dVn] S^T  (dKcn = -dKc)
-                        cpu_transpose(St, dk, Sc, dv, dk, dv);
-                        cpu_gemm_small('N', 2 * L, dk, dv, X, dv, St, dk, 0, Y, dk);
+                        cpu_gemm_small('N', 2 * L, dk, dv, X, dv, Sc, dk, 0, Y, dk);
                         // the gradient w.r.t. the state before the chunk:
                         // e^{c_L} dSn + Qd^T dO - Kc^T dVn = e^{c_L} dSn + [Qd; -Kc]^T [dO; dVn]
                         for (size_t e = 0; e < SS; e++) dSn[e] *= el;
                         cpu_gemm_small('T', dk, dv, 2 * L, Z, dk, X, dv, 1, dSn, dv);
                         // through the triangular solve: dRv = Tinv^T dVn;  dRkn = Tinv^T dKcn (= -dRk);
-                        // dA = -(dRv W^T + dRk Kc^T) = D2 - D1 with D1 = dRv W^T, D2 = dRkn Kc^T
-                        gdn_mm_lower_t(L, dv, Tinv, C, dVn, dv, 0, dRv, dv);
-                        gdn_mm_lower_t(L, dk, Tinv, C, dKcn, dk, 0, dRkn, dk);
-                        cpu_transpose(Wt, C, W, dv, L, dv);
-                        cpu_transpose(Kct, C, Kc, dk, L, dk);
-                        gdn_mm_lower_out(L, dv, dRv, dv, Wt, C, D1, C);
-                        gdn_mm_lower_out(L, dk, dRkn, dk, Kct, C, D2, C);
+                        // dA = -(dRv W^T + dRk Kc^T) = -F,  F = [dRv | dRkn] [W | -Kc]^T
+                        const int ldr = dv + dk;
+                        float *dRv = R, *dRkn = R + dv;   // rows of stride dv + dk
+                        gdn_mm_lower_t(L, dv, Tinv, C, dVn, dv, 0, dRv, ldr);
+                        gdn_mm_lower_t(L, dk, Tinv, C, dKcn, dk, 0, dRkn, ldr);
+                        cpu_transpose(WKt, C, W, dv, L, dv);
+                        cpu_transpose(WKt + (size_t)dv * C, C, Kcn, dk, L, dk);
+                        gdn_mm_lower_out(L, dv + dk, R, ldr, WKt, C, F, C);
                         // the masks' gradients: G (through A; kept as the symmetric G + G^T, zero
                         // diagonal, for dK += (G + G^T) K in one product), H (through P), and
                         // their dc terms
@@ -441,7 +440,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                             float *Gi = G + (size_t)i * C, *Hi = H + (size_t)i * C;
                             #pragma omp simd reduction(+:db, dci)
                             for (int j = 0; j < i; j++) {
-                                const float dA = D2[(size_t)i * C + j] - D1[(size_t)i * C + j];
+                                const float dA = -F[(size_t)i * C + j];
                                 const float ak = Ak[(size_t)i * C + j], da = dA * bi * ak;
                                 Gi[j] = dA * bi * Gam[(size_t)i * C + j];
                                 db += dA * ak;
@@ -471,8 +470,8 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         for (int i = 0; i < L; i++) {
                             const float bi = bt[(size_t)i * Hv];
                             const float *ki = K + (size_t)i * ldqk, *vi = V + (size_t)i * ldv;
-                            const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * dk;
-                            const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * dv;
+                            const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * ldr;
+                            const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * ldr;
                             float *dqi = dQl + (size_t)i * dk, *dki = dKl + (size_t)i * dk;
                             float rk = 0.0f, qq = 0.0f, kk = 0.0f, rv = 0.0f;
                             #pragma omp simd reduction(+:rk, qq, kk)
