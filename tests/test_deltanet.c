@@ -87,6 +87,56 @@ static void check_backward_fd(const char* form, const float* dq, const float* dk
 // Tinv's entries grow with the chunk). C = 16 and 64, relative 1e-4 per input over its largest
 // gradient: both are fp32 with sums <= C + dk deep; with slow decays the triangular inverse
 // amplifies roundoff by its norm (measured printed).
+// Heads of 16 floats in 64-byte aligned buffers: the shape on which the chunked form writes dq,
+// dk, dv and the kept Vn with non-temporal row stores (kernels/cpu/deltanet_chunk.c
+// gdn_stream_row: rows of a multiple of 16 floats at 64-byte aligned addresses; the shapes
+// above have rows of 6 and 8). The chunked backward on the forward's Vn against the recurrent
+// one, 1e-4 relative per input over its largest gradient (as check_chunked_gates), and both
+// value heads' rows written (a row left unwritten would keep the NaN poured in first).
+static void check_chunked_aligned(void) {
+    enum { AB = 2, AT = 40, AHK = 1, AHV = 2, AD = 16, AN = AB * AT };
+    const size_t nqk = (size_t)AN * AHK * AD, nv = (size_t)AN * AHV * AD, ng = (size_t)AN * AHV;
+    float* buf[16];
+    const size_t sz[16] = {nqk, nqk, nv, ng, ng, nv, nv, nqk, nqk, nv, ng, ng, nqk, nqk, nv, nv};
+    for (int i = 0; i < 16; i++) buf[i] = aligned_alloc(64, (sz[i] * sizeof(float) + 63) / 64 * 64);
+    float *q = buf[0], *k = buf[1], *v = buf[2], *g = buf[3], *beta = buf[4], *w = buf[5], *vn = buf[6];
+    float *cq = buf[7], *ck = buf[8], *cv = buf[9], *cg = buf[10], *cb = buf[11], *rq = buf[12], *rk = buf[13],
+          *rv = buf[14], *o = buf[15];
+    for (size_t n = 0; n < (size_t)AN * AHK; n++) {
+        double sq = 0, sk = 0;
+        for (int i = 0; i < AD; i++) {
+            q[n * AD + i] = (float)tu_rand(); k[n * AD + i] = (float)tu_rand();
+            sq += q[n * AD + i] * q[n * AD + i]; sk += k[n * AD + i] * k[n * AD + i];
+        }
+        for (int i = 0; i < AD; i++) { q[n * AD + i] /= (float)sqrt(sq); k[n * AD + i] /= (float)sqrt(sk); }
+    }
+    for (size_t i = 0; i < nv; i++) { v[i] = (float)tu_rand(); w[i] = (float)tu_rand(); }
+    for (size_t i = 0; i < ng; i++) { g[i] = (float)(-0.05 - 0.4 * (0.5 + 0.5 * tu_rand())); beta[i] = (float)(0.5 + 0.45 * tu_rand()); }
+    static float rg[AN * AHV], rb[AN * AHV];
+    OpsGdnShape r = {AB, AT, AHK, AHV, AD, AD, 0, 0, 0}, c = r;
+    c.chunk = 16;
+    ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g, beta, NULL, &r);
+    for (size_t i = 0; i < nqk; i++) { cq[i] = ck[i] = NAN; }
+    for (size_t i = 0; i < nv; i++) { cv[i] = vn[i] = NAN; }
+    ops_gdn_forward(o, NULL, vn, q, k, v, g, beta, NULL, &c);
+    ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, vn, &c);
+    struct { const char* name; const float *a, *b; size_t n; } cmp[] = {
+        {"q", cq, rq, nqk}, {"k", ck, rk, nqk}, {"v", cv, rv, nv}, {"g", cg, rg, ng}, {"beta", cb, rb, ng}};
+    double worst = 0;
+    for (int p = 0; p < 5; p++) {
+        double e = 0, m = 0;
+        for (size_t i = 0; i < cmp[p].n; i++) {
+            const double d = fabs((double)cmp[p].a[i] - cmp[p].b[i]);
+            e = d == d ? fmax(e, d) : INFINITY;   // NaN: a row not written
+            m = fmax(m, fabs(cmp[p].b[i]));
+        }
+        TU_CHECK(m > 0 && e / m < 1e-4, "aligned rows of 16: d%s chunked vs recurrent %.3e", cmp[p].name, e / m);
+        worst = fmax(worst, e / m);
+    }
+    printf("  chunked (C = 16) backward on heads of 16 in aligned rows (streamed stores) vs recurrent: %.3e (tol 1e-4)\n", worst);
+    for (int i = 0; i < 16; i++) free(buf[i]);
+}
+
 static void check_chunked_gates(const OpsGdnShape* s, const float* q, const float* k, const float* v, const float* w) {
     static float g2[N * HV], b2[N * HV];
     static float rq[N * HK * DK], rk[N * HK * DK], rv[N * HV * DV], rg[N * HV], rb[N * HV];
@@ -313,6 +363,7 @@ int main(void) {
         printf("  chunked C=%d: forward without saved, backward recomputing Vn vs kept: %.3e (tol 1e-6)\n", sc.chunk, worst);
     }
     check_chunked_gates(&s, q, k, v, w);
+    check_chunked_aligned();
 
     // 3. decoding: one token per call with the state carried = the whole sequence at once
     static float o1[N * HV * DV], st[B * HV * DK * DV], st2[B * HV * DK * DV];

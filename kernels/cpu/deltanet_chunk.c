@@ -41,6 +41,7 @@
 #include "cpu_common.h"
 #include "deltanet_chunk.h"
 #include "gemm_small.h"
+#include <stdint.h>
 #include <string.h>
 
 // The chunked form's exp(c_i) of a fast-decaying head (g ~ -10 per token at initialisation)
@@ -103,12 +104,32 @@ static void gdn_mm_lower_out(int L, int K, const float* A, int lda, const float*
     cpu_gemm_small('N', L - h, L, K, A + (size_t)h * lda, lda, Bt, ldb, 0, Cm + (size_t)h * ldc, ldc);
 }
 
+// dst[0..n) = src[0..n), dst not read again by this op: with non-temporal stores (SSE's, on
+// every x86-64) where dst is 64-byte aligned and n a multiple of 16 (whole cache lines), so that
+// writing the gradients' rows (a few per 4 KiB page, strided) does not first read each line
+// from memory (per call, one thread: the first writes of dq and dk rows took 2x a 64 x 64 x 64
+// product at T = 4096); gdn_stream_fence() before other threads read them. Else memcpy.
+#if defined(__SSE__)
+static inline void gdn_stream_row(float* dst, const float* src, int n) {
+    if (((uintptr_t)dst & 63) == 0 && (n & 15) == 0) {
+        for (int e = 0; e < n; e += 4) _mm_stream_ps(dst + e, _mm_loadu_ps(src + e));
+        return;
+    }
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+static inline void gdn_stream_fence(void) { _mm_sfence(); }
+#else
+static inline void gdn_stream_row(float* dst, const float* src, int n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+static inline void gdn_stream_fence(void) {}
+#endif
+
 typedef float gdn_v16 __attribute__((vector_size(64), aligned(4)));   // 16 floats, any alignment
 
 // C = 64 (the default chunk): rows held in 4 vectors of 16, two rows at a time so that the two
 // rows' chains of multiply-adds interleave (row i+1 takes row i's term last, once row i is
-// final). Rows are zero beyond their diagonal, so whole vectors can be used. The same sums in
-// the same order as the loop below, per element.
+// final). Rows are zero beyond their diagonal, so whole vectors can be used, and the rows
+// j < 32 only in their first two vectors (their last two would add exact zeros). The same
+// sums in the same order as the loop below, per element.
 static void gdn_tril_inverse64(float* Tinv, const float* Ak, const float* beta, int Hv, int L) {
     for (int i = 0; i < L; i += 2) {
         const int two = i + 1 < L;
@@ -116,7 +137,14 @@ static void gdn_tril_inverse64(float* Tinv, const float* Ak, const float* beta, 
         const float* a0 = Ak + (size_t)i * 64;
         const float* a1 = Ak + (size_t)(i + 1) * 64;   // read only when two
         gdn_v16 x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0}, y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
-        for (int j = 0; j < i; j++) {
+        const int jh = i < 32 ? i : 32;
+        for (int j = 0; j < jh; j++) {   // rows j < 32: zero in columns 32..63
+            const gdn_v16* rj = (const gdn_v16*)(Tinv + (size_t)j * 64);
+            const float p = b0 * a0[j], r = two ? b1 * a1[j] : 0.0f;
+            x0 -= p * rj[0]; x1 -= p * rj[1];
+            y0 -= r * rj[0]; y1 -= r * rj[1];
+        }
+        for (int j = 32; j < i; j++) {
             const gdn_v16* rj = (const gdn_v16*)(Tinv + (size_t)j * 64);
             const float p = b0 * a0[j], r = two ? b1 * a1[j] : 0.0f;
             x0 -= p * rj[0]; x1 -= p * rj[1]; x2 -= p * rj[2]; x3 -= p * rj[3];
@@ -291,13 +319,14 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                         gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
                         if (saved)   // kept for the backward (rows of stride Hv dv)
                             for (int i = 0; i < L; i++)
-                                memcpy(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, (size_t)dv * sizeof(float));
+                                gdn_stream_row(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, dv);
                     }
                 }
                 if (state_out)
                     for (int r = 0; r < rep; r++)
                         memcpy(state_out + ((size_t)b * Hv + (size_t)kh * rep + r) * SS, Sh + (size_t)r * SS, SS * sizeof(float));
             }
+        gdn_stream_fence();   // the streamed rows visible before the region's barrier
         gdn_restore_fp_mode(csr);
         free(base);
     }
@@ -482,9 +511,10 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 qq += qd[e] * dqd[e];
                                 kk += kd[e] * dkd[e];
                             }
-                            float* dvi = dv_ + (n0 + t0 + i) * ldv + (size_t)h * dv;
+                            float* dvi = Rv + (size_t)i * dv;   // dv's row, written out below (Rv is free by now)
                             #pragma omp simd reduction(+:rv)
                             for (int e = 0; e < dv; e++) { dvi[e] = bi * drv[e]; rv += drv[e] * vi[e]; }
+                            gdn_stream_row(dv_ + (n0 + t0 + i) * ldv + (size_t)h * dv, dvi, dv);
                             // rk = -dRk_i . k_i
                             dbeta[(n0 + t0 + i) * Hv + h] = rv - ec[i] * rk + dbm[i];
                             dc[i] += -bi * ec[i] * rk + qq - kk;
@@ -496,11 +526,12 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                     }
                     // this chunk's dq, dk rows: the value heads' sum
                     for (int i = 0; i < L; i++) {
-                        memcpy(dq + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dQl + (size_t)i * dk, (size_t)dk * sizeof(float));
-                        memcpy(dk_ + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dKl + (size_t)i * dk, (size_t)dk * sizeof(float));
+                        gdn_stream_row(dq + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dQl + (size_t)i * dk, dk);
+                        gdn_stream_row(dk_ + (n0 + t0 + i) * ldqk + (size_t)kh * dk, dKl + (size_t)i * dk, dk);
                     }
                 }
             }
+        gdn_stream_fence();   // the streamed rows visible before the region's barrier
         gdn_restore_fp_mode(csr);
         free(base);
     }
