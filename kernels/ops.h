@@ -182,10 +182,11 @@ size_t ops_mem_available(void);
 // products of [C, dk], [C, dv], [C, C] and [dk, dv] operands, the recurrence only across
 // chunks; kernels/cpu/deltanet_chunk.c has the math), equal to the recurrent form up to fp32
 // roundoff (tests/test_deltanet.c).
-// saved [N, Hv*dv] (may be NULL): what the forward keeps for ops_gdn_backward, written when
+// saved [N * Hv * dv] (may be NULL): what the forward keeps for ops_gdn_backward, written when
 // s->chunk > 0 and ops_gdn_keeps_vn() says so: the chunked form's corrected values
-// Vn = W - Kc S (kernels/cpu/deltanet_chunk.c), o's layout. The backward then reads them instead
-// of recomputing them in a forward pass over the chunks (the same bits either way).
+// Vn = W - Kc S (kernels/cpu/deltanet_chunk.c), in the backend's own layout (the CPU's
+// [B, Hv, T, dv]). The backward then reads them instead of recomputing them in a forward pass
+// over the chunks (the same bits either way).
 void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
 // 1 when this backend's chunked forward fills `saved` (the CPU), 0 when it ignores it and the

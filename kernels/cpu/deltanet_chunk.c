@@ -267,8 +267,9 @@ static void gdn_chunk_advance(float* S, float* Vn, int ldvn, const float* W, con
 // forward: one task per (sequence, key head), its rep = Hv / Hk value heads chunk by chunk (the
 // key head's products computed once a chunk for all of them); per thread,
 // cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order. With saved (not NULL) the
-// corrected values Vn are written there ([N, Hv*dv], o's layout) for the backward, which then
-// skips their recomputation.
+// corrected values Vn are written there for the backward, which then skips their recomputation:
+// [B, Hv, T, dv], each (sequence, value head)'s rows contiguous, so that both of the backward's
+// passes read a chunk's Vn as one block.
 
 void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
@@ -317,9 +318,9 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                         gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         // within the chunk: O += P Vn
                         gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
-                        if (saved)   // kept for the backward (rows of stride Hv dv)
+                        if (saved)   // kept for the backward, [B, Hv, T, dv]
                             for (int i = 0; i < L; i++)
-                                gdn_stream_row(saved + ((n0 + t0 + i) * Hv + h) * dv, Vnb + (size_t)i * dv, dv);
+                                gdn_stream_row(saved + (((size_t)b * Hv + h) * T + t0 + i) * dv, Vnb + (size_t)i * dv, dv);
                     }
                 }
                 if (state_out)
@@ -381,7 +382,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                     const int h = kh * rep + r;
                     const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
                                        ldqk, ldv, Hv};
-                    const float* vn_h = saved ? saved + n0 * ldo + (size_t)h * dv : NULL;   // the forward's Vn rows
+                    const float* vn_h = saved ? saved + ((size_t)b * Hv + h) * T * dv : NULL;   // the forward's Vn [T, dv]
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
@@ -394,7 +395,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
                             const float el = ec[L - 1];
                             for (size_t e = 0; e < SS; e++) S[e] *= el;
-                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * ldo, ldo, 1, S, dv);
+                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * dv, dv, 1, S, dv);
                         } else {
                             gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
                             gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
@@ -415,9 +416,8 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                            ldqk, ldv, Hv};
                         const float* Sc = base + ((size_t)r * nck + c) * per_chunk;
                         float* dSn = dSh + (size_t)r * SS;
-                        // Vn's rows: the forward's (stride Hv dv), else pass 1's
-                        const float* Vn = saved ? saved + ((n0 + t0) * Hv + h) * dv : Sc + SS;
-                        const int ldvn = saved ? ldo : dv;
+                        // Vn [L, dv]: the forward's, else pass 1's
+                        const float* Vn = saved ? saved + (((size_t)b * Hv + h) * T + t0) * dv : Sc + SS;
                         const float* V = x.v + (size_t)t0 * ldv;
                         const float* bt = x.beta + (size_t)t0 * Hv;
                         // this chunk's views of the stacked pairs (rows of L)
@@ -436,10 +436,10 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>
                         gdn_mm_lower_t(L, dv, P, C, dO, dv, 0, dVn, dv);
                         cpu_gemm_small('N', L, dv, dk, Kd, dk, dSn, dv, 1, dVn, dv);
-                        cpu_transpose(Vnt, C, Vn, ldvn, L, dv);
+                        cpu_transpose(Vnt, C, Vn, dv, L, dv);
                         gdn_mm_lower_out(L, dv, dO, dv, Vnt, C, dP, C);
                         cpu_transpose(dSnt, dk, dSn, dv, dk, dv);
-                        cpu_gemm_small('N', L, dk, dv, Vn, ldvn, dSnt, dk, 0, dKd, dk);
+                        cpu_gemm_small('N', L, dk, dv, Vn, dv, dSnt, dk, 0, dKd, dk);
                         // <S, dSn> = <S^T, dSn^T> (pass 1 kept S^T)
                         float sdot = 0.0f;
                         #pragma omp simd reduction(+:sdot)
