@@ -347,7 +347,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
     const int B = s->B, T = s->T, Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, rep = Hv / Hk, C = s->chunk;
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t SS = (size_t)dk * dv, CC = (size_t)C * C;
-    const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv, ldo = Hv * dv;
+    const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv;
     const int nck = (T + C - 1) / C;
     const size_t per_chunk = cpu_gdn_chunk_bwd_stored_floats((size_t)C, (size_t)dk, (size_t)dv);
     const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv, (size_t)rep);
