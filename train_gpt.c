@@ -236,6 +236,22 @@ static int train_main(Comm* comm, int argc, char** argv);
 // MoE: the load-balancing loss's expert counts over every process (GPT.moe_reduce)
 static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
 
+// Expert parallelism: the MoE layers' token exchange within this rank's group (GPT.moe_ep),
+// set around training micro-steps only (evaluation and probes run on one process, every
+// expert computed locally)
+static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) { comm_ep_alltoall_int((Comm*)ctx, send, recv, n); }
+static void moe_ep_rows(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows, size_t rb) {
+    comm_ep_alltoallv((Comm*)ctx, send, send_rows, recv, recv_rows, rb);
+}
+static void moe_ep_hooks(GPT* m, Comm* c, int on) {
+    on = on && c->ep_size > 1;
+    m->moe_ep.size = on ? c->ep_size : 1;
+    m->moe_ep.rank = on ? c->ep_rank : 0;
+    m->moe_ep.counts = on ? moe_ep_counts : NULL;
+    m->moe_ep.rows = on ? moe_ep_rows : NULL;
+    m->moe_ep.ctx = c;
+}
+
 // GPT.grads_ready on the last micro-step: a finished layer's gradients go to the reduction now
 typedef struct { Dist* dist; float* grads; } GradsReady;
 static void grads_ready(void* ctx, size_t lo, size_t hi) {
@@ -441,6 +457,7 @@ static int setup_model(Run* r) {
     gpt_alloc_acts(&r->model, r->B, T);
     r->mem_acts = ops_allocated_bytes() - held;
     if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
+    if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
     held = ops_allocated_bytes();
     optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
     r->mem_adamw = ops_allocated_bytes() - held;
@@ -479,6 +496,9 @@ static int setup_model(Run* r) {
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
+    if (r->comm->ep_size > 1)
+        printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
+               "(tokens exchanged by all-to-all)\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert);
     fflush(stdout);
     return 0;
 }
@@ -590,6 +610,7 @@ static int train_step(Run* r, int step, StepStats* s) {
     double loss = 0.0;
     m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
     m->moe_reduce_ctx = r->comm;
+    moe_ep_hooks(m, r->comm, 1);
     GradsReady gr = {&r->dist, m->grads};
     for (int micro = 0; micro < grad_accum; micro++) {
         if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
@@ -603,6 +624,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         m->grads_ready = NULL;
     }
     m->moe_reduce = NULL;
+    moe_ep_hooks(m, r->comm, 0);
     // the global batch: gradients summed over ranks, the loss averaged
     dist_reduce_grads(&r->dist, m->grads);
     comm_allreduce_sum_f64(r->comm, &loss, 1);
