@@ -308,6 +308,7 @@ typedef struct {
 // What one step measured, for its console line and its "step" record.
 typedef struct {
     double loss, dt, comm_ms;
+    double ep_ms, ep_bytes;           // expert parallelism: this rank's all-to-all time and payload sent
     float lr, norm;
     int skipped;
     MoeStepSummary moe;               // routing over the step's micro-steps (n_moe = 0: a dense model)
@@ -601,7 +602,7 @@ static void run_eval(Run* r, int step) {
 // reduced over the processes, the spike and non-finite checks, then AdamW unless skipped.
 // Returns 0, or 1 on an error (a data error, too many non-finite steps in a row).
 static int train_step(Run* r, int step, StepStats* s) {
-    double t0 = now_s(), comm_s0 = r->comm->seconds;
+    double t0 = now_s(), comm_s0 = r->comm->seconds, ep_s0 = r->comm->ep_seconds, ep_b0 = r->comm->ep_bytes;
     const TrainConfig* tc = &r->cfg.train;
     const MetricsConfig* mt = &r->cfg.metrics;
     const int grad_accum = r->grad_accum, P = r->P;
@@ -666,6 +667,8 @@ static int train_step(Run* r, int step, StepStats* s) {
     s->skipped = skipped;
     s->dt = now_s() - t0;
     s->comm_ms = (r->comm->seconds - comm_s0) * 1e3;
+    s->ep_ms = (r->comm->ep_seconds - ep_s0) * 1e3;
+    s->ep_bytes = r->comm->ep_bytes - ep_b0;
     return 0;
 }
 
@@ -698,6 +701,10 @@ static void log_step(Run* r, int step, const StepStats* s) {
         jsonl_int(&j, "moe_dropped", moe->dropped);
     }
     if (r->P > 1) jsonl_fmt(&j, "comm_ms", "%.3f", s->comm_ms);
+    if (r->comm->ep_size > 1) {   // rank 0's share of the expert all-to-alls (inside comm_ms)
+        jsonl_fmt(&j, "ep_ms", "%.3f", s->ep_ms);
+        jsonl_fmt(&j, "ep_bytes", "%.0f", s->ep_bytes);
+    }
     jsonl_end(&j);
 }
 
