@@ -239,17 +239,36 @@ static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64(
 // Expert parallelism: the MoE layers' token exchange within this rank's group (GPT.moe_ep),
 // set around training micro-steps only (evaluation and probes run on one process, every
 // expert computed locally)
-static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) { comm_ep_alltoall_int((Comm*)ctx, send, recv, n); }
+// The rows are in the backend's memory: host memory on the CPU backend (MPI takes it as it is);
+// device memory on the CUDA backend, staged through host buffers here (NCCL send/recv would
+// avoid the copies: docs/distributed.md, not built yet).
+typedef struct { Comm* comm; int device; void *hs, *hr; size_t ns, nr; } MoeEpCtx;
+static MoeEpCtx g_moe_ep;
+static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) {
+    comm_ep_alltoall_int(((MoeEpCtx*)ctx)->comm, send, recv, n);
+}
 static void moe_ep_rows(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows, size_t rb) {
-    comm_ep_alltoallv((Comm*)ctx, send, send_rows, recv, recv_rows, rb);
+    MoeEpCtx* e = (MoeEpCtx*)ctx;
+    if (!e->device) { comm_ep_alltoallv(e->comm, send, send_rows, recv, recv_rows, rb); return; }
+    size_t s = 0, r = 0;
+    for (int p = 0; p < e->comm->ep_size; p++) { s += (size_t)send_rows[p]; r += (size_t)recv_rows[p]; }
+    s *= rb; r *= rb;
+    if (s > e->ns) { free(e->hs); e->hs = malloc(s); e->ns = s; }
+    if (r > e->nr) { free(e->hr); e->hr = malloc(r); e->nr = r; }
+    if ((s && !e->hs) || (r && !e->hr)) comm_abort(e->comm, 1, "out of host memory (expert parallelism staging)");
+    ops_to_host(e->hs, send, s);
+    comm_ep_alltoallv(e->comm, e->hs, send_rows, e->hr, recv_rows, rb);
+    ops_from_host(recv, e->hr, r);
 }
 static void moe_ep_hooks(GPT* m, Comm* c, int on) {
     on = on && c->ep_size > 1;
+    g_moe_ep.comm = c;
+    g_moe_ep.device = strncmp(ops_backend_name(), "cuda", 4) == 0;
     m->moe_ep.size = on ? c->ep_size : 1;
     m->moe_ep.rank = on ? c->ep_rank : 0;
     m->moe_ep.counts = on ? moe_ep_counts : NULL;
     m->moe_ep.rows = on ? moe_ep_rows : NULL;
-    m->moe_ep.ctx = c;
+    m->moe_ep.ctx = &g_moe_ep;
 }
 
 // GPT.grads_ready on the last micro-step: a finished layer's gradients go to the reduction now

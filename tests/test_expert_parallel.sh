@@ -24,9 +24,14 @@
 #     step 6 within the same bounds (losses of steps 4-6, parameters at 6);
 #   - bad input: P not dividing n_expert, P > 1 on one process, P not dividing the process count,
 #     expert_parallel in a dense model, recomputation with P > 1: one-line errors, non-zero exit.
+# With a second argument `cudaemu`, only this: the emulated CUDA trainer (train_gpt_cudaemu,
+# tests/cudaemu: device arenas, the gradients over the emulated NCCL, the experts' rows staged
+# through the host for the all-to-all), P = 2 on 2 processes against data parallelism on 2
+# (sigmoid router, gated shared expert, capacity 1), 3 steps, to the same bounds (~30 s).
 # Skips (exit 0) when mpirun is missing.
 set -u
 build=$(cd "$1" && pwd)
+mode=${2:-cpu}
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 if ! command -v mpirun >/dev/null 2>&1; then echo "skipped: mpirun not installed (apt-get install openmpi-bin)"; exit 0; fi
 bash scripts/prepare_kjv.sh "$build/prepare" >/dev/null || { echo "FAIL: prepare_kjv.sh"; exit 1; }
@@ -42,14 +47,21 @@ TINY=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=64 --mod
       --train.threads=1 --log.log_every=1000 --log.val_every=0 --metrics.probe_every=0
       --log.sample_every=0 --checkpoint.checkpoint_every=3
       --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=64 --moe.aux_loss_coef=0.05 --moe.z_loss_coef=0.001)
+TRAIN=train_gpt
+if [ "$mode" = cudaemu ]; then
+    TRAIN=train_gpt_cudaemu
+    [ -x "$build/$TRAIN" ] || { echo "FAIL: $build/$TRAIN missing"; exit 1; }
+    TINY+=(--train.steps=3 --train.warmup_steps=1)
+fi
 run() {  # run NAME NP [overrides...]: a 6-step run into $TMP/NAME (batch 512 / NP / 64); output in $TMP/NAME.out
     local name=$1 np=$2; shift 2
     local launch=()
     [ "$np" -eq 1 ] || launch=(mpirun -np "$np" --oversubscribe ${ONEDNN_MAX_CPU_ISA:+-x ONEDNN_MAX_CPU_ISA})
-    timeout 120 ${launch[@]+"${launch[@]}"} "$build/train_gpt" "${TINY[@]}" --train.batch_size=$((8 / np)) \
+    timeout 120 ${launch[@]+"${launch[@]}"} "$build/$TRAIN" "${TINY[@]}" --train.batch_size=$((8 / np)) \
         --log.run_dir="$TMP/$name" "$@" >"$TMP/$name.out" 2>&1
 }
-ck() { echo "$TMP/$1/checkpoints/step_00000006"; }
+last=6; [ "$mode" = cudaemu ] && last=3
+ck() { echo "$TMP/$1/checkpoints/step_0000000$last"; }
 cmp_runs() {  # cmp_runs WHAT A B: losses 1e-6, params 3e-4 (max) and 1e-5 (rms), A against B
     local what=$1 a=$2 b=$3 rc
     check "$what: $a ran" [ -f "$(ck "$a")/DONE" ]
@@ -61,6 +73,19 @@ cmp_runs() {  # cmp_runs WHAT A B: losses 1e-6, params 3e-4 (max) and 1e-5 (rms)
     check "$what: $(cat "$TMP/$a.$b.p")" [ $rc -eq 0 ]
     echo "$what: $(cat "$TMP/$a.$b.l"); $(cat "$TMP/$a.$b.p")"
 }
+
+if [ "$mode" = cudaemu ]; then
+    E=(--moe.router=sigmoid_topk --moe.n_shared_expert=1 --moe.d_shared_expert=32 --moe.shared_expert_gate=true --moe.capacity_factor=1)
+    run emu_dp2 2 "${E[@]}"
+    run emu_ep2 2 "${E[@]}" --moe.expert_parallel=2
+    check "emulated CUDA: the CUDA backend ran" grep -q "^backend: cuda" "$TMP/emu_ep2.out"
+    check "emulated CUDA: P = 2 says so" grep -q "expert parallel: groups of 2 processes" "$TMP/emu_ep2.out"
+    check "emulated CUDA: slots are dropped" grep -q '"moe_dropped":[1-9]' "$TMP/emu_dp2/log.jsonl"
+    cmp_runs "emulated CUDA, capacity 1, P = 2 vs P = 1 on 2 processes" emu_ep2 emu_dp2
+    echo "$pass passed, $fail failed"
+    [ $fail -eq 0 ]
+    exit
+fi
 
 # dropless: against 1 process
 V1=(--moe.router=softmax_topk)
