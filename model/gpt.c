@@ -158,8 +158,13 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     const MoeConfig* mc = &c->moe;
     size_t E = mc->n_expert, K = mc->top_k, S = N * K, Fe = mc->d_expert, Fs = mc->d_shared_expert;
     size_t sw = c->mlp == MLP_SWIGLU ? 2 : 1;
-    // expert parallelism: the experts' rows are those received from the P group members, P*S at most
+    // expert parallelism: the experts' rows are those received from the P group members: P*S at
+    // most (dropless: every slot of the group may go to one member), and with a capacity C per
+    // expert and process at most P * El * C = E * C (each of this member's El experts takes C
+    // rows from each of the P members)
     size_t EP = mc->expert_parallel > 1 ? (size_t)mc->expert_parallel : 1, SR = EP * S;
+    if (EP > 1 && mc->capacity_factor > 0.0f && E * (size_t)moe_capacity(mc, (int)N) < SR)
+        SR = E * (size_t)moe_capacity(mc, (int)N);
     int any_moe = 0, any_dense = 0, any_attn = 0, any_linear = 0;
     for (int l = 0; l < c->n_layer; l++) {
         if (config_layer_is_moe(c, l)) any_moe = 1; else any_dense = 1;
@@ -293,6 +298,7 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
             if (EP > 1) {   // the exchange's scratch (model/moe.h MoeExchange)
                 TAKEA(m->moe_ep.send, SR * d); TAKEA(m->moe_ep.recv, SR * d);
                 TAKEI(m->moe_ep.map, 2 * SR + E / EP + 1);
+                if (pass) m->moe_ep.max_rows = (long)SR;
             }
             if (mc->n_shared_expert) { TAKEA(m->d_sh_act, N * Fs); TAKEA(m->d_sh_pre, N * sw * Fs); TAKEA(m->d_tmp, N * d); }
             if (mc->shared_expert_gate) { TAKEA(m->d_sh_out, N * d); TAKE(m->d_sh_z, N); ACT_OF(m->d_sh_z_act, m->d_sh_z, N); }

@@ -12,6 +12,8 @@
 //   aux = E * sum_i f_i P_i,  f_i = step_counts_i / step_slots (the step's counts so far),
 //                             P_i = mean over this micro-batch of p[n, i]
 //   z   = mean_n lse[n]^2
+// Under expert parallelism (moe.h MoeExchange) the two grouped GEMMs run on the process that
+// holds each expert: xp's rows travel there by all-to-all (counts first) and yp's rows come back.
 #include "moe.h"
 #include <math.h>
 #include <stdio.h>
@@ -162,6 +164,11 @@ static void ep_plan(const MoeLayerIO* io, int fwd, EpPlan* p) {
         Rin += p->recv_rows[s];
     }
     p->Rin = Rin;
+    if (Rin > io->ep.max_rows) {   // the sizes of model/gpt.c: cannot happen when every member runs the same config
+        fprintf(stderr, "error: expert parallelism: %d rows received for this process's experts, its buffers hold %ld\n",
+                Rin, io->ep.max_rows);
+        exit(1);
+    }
     // host maps: perm [Rin], inv [Rin], el_off [El + 1]
     int* h = xcalloc(2 * (size_t)Rin + El + 1, sizeof(int));
     int *perm = h, *inv = h + Rin, *el_off = h + 2 * (size_t)Rin;

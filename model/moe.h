@@ -96,6 +96,7 @@ typedef struct {
     // scratch shared by the layers: two row buffers [P*S, d] and an integer buffer [2*P*S + El + 1]
     act_t *send, *recv;
     int* map;
+    long max_rows;           // rows the received-row buffers hold (model/gpt.c: P*S, or E*C with a capacity)
 } MoeExchange;
 
 typedef struct {
