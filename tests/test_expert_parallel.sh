@@ -18,6 +18,9 @@
 #     moe_max_load and moe_dropped of P = 2 and 4 equal those of P = 1 on as many processes
 #     (1e-6 relative: the routing is the same, the values differ by the weights' roundoff), and
 #     moe_max_load (from the expert counts summed over all processes) equals 1 process's.
+#   - 2 micro-steps a step with the gradients reduced layer by layer (GATEDGPT_DIST_OVERLAP),
+#     evaluations, probes and samples (rank 0 alone): P = 2 vs data parallelism on 2, same bounds,
+#     the validation losses within 1e-6;
 #   - ZeRO-1 under P = 2 trains bit for bit like ZeRO-0 (losses, model.bin);
 #   - checkpoints hold every expert by its global index: P = 2's ZeRO-1 checkpoint of step 3
 #     resumes under P = 4 on 4 processes and under 1 process, and tracks the straight run to
@@ -142,6 +145,28 @@ stats "routing statistics, capacity 1, P = 2 vs P = 1 on 2 processes" c_ep2n2 c_
 stats "routing statistics, capacity 1, P = 4 vs P = 1 on 4 processes" c_ep4n4 c_dp4 moe_aux moe_z moe_max_load moe_dropped
 stats "expert load (global counts), dropless, P = 2 on 2 processes vs 1 process" d1_ep2n2 d1_one moe_max_load
 stats "expert load (global counts), dropless, P = 4 on 4 processes vs 1 process" d2_ep4n4 d2_one moe_max_load
+
+# 2 micro-steps a step, the gradients reduced layer by layer (GATEDGPT_DIST_OVERLAP: the world's
+# reductions interleaved with the groups' all-to-alls), evaluations, probes and samples on rank 0
+# (every expert computed locally there): P = 2 against data parallelism on 2 processes
+MS=(--train.batch_size=2 --log.val_every=3 --metrics.probe_every=3 --log.sample_every=3)
+GATEDGPT_DIST_OVERLAP=1 run ms_dp2 2 "${V1[@]}" "${MS[@]}"
+GATEDGPT_DIST_OVERLAP=1 run ms_ep2 2 "${V1[@]}" "${MS[@]}" --moe.expert_parallel=2
+check "2 micro-steps: says so" grep -q "grad_accum=2 processes=2" "$TMP/ms_ep2.out"
+check "overlap: says so" grep -q "gradients reduced layer by layer" "$TMP/ms_ep2.out"
+cmp_runs "2 micro-steps, overlapped reduction, P = 2 vs P = 1 on 2 processes" ms_ep2 ms_dp2
+check "2 micro-steps: 3 evaluations, 3 probes, 2 samples" [ "$(grep -c '"type":"eval"' "$TMP/ms_ep2/log.jsonl")$(grep -c '"type":"probe"' "$TMP/ms_ep2/log.jsonl")$(grep -c '"type":"sample"' "$TMP/ms_ep2/log.jsonl")" = 332 ]
+"$PY" - "$TMP/ms_ep2/log.jsonl" "$TMP/ms_dp2/log.jsonl" >"$TMP/ms.val" 2>&1 <<'PYEOF'
+import json, sys
+def ev(p):
+    return {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if r.get("type") == "eval"}
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+d = max(abs(a[s] - b[s]) / abs(b[s]) for s in b) if sorted(a) == sorted(b) == [0, 3, 6] else float("inf")
+print("validation losses at steps 0, 3, 6: max relative difference %.3g (tolerance 1e-6)" % d)
+sys.exit(0 if d <= 1e-6 else 1)
+PYEOF
+rc=$?
+check "2 micro-steps, rank 0's evaluations (every expert local), P = 2 vs P = 1: $(cat "$TMP/ms.val")" [ $rc -eq 0 ]
 
 # ZeRO-1 under expert parallelism: bit for bit ZeRO-0
 run z1_ep2n2 2 "${V1[@]}" --moe.expert_parallel=2 --train.zero_stage=1
