@@ -240,9 +240,9 @@ static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64(
 // set around training micro-steps only (evaluation and probes run on one process, every
 // expert computed locally)
 // The rows are in the backend's memory: host memory on the CPU backend (MPI takes it as it is);
-// device memory on the CUDA backend, staged through host buffers here (NCCL send/recv would
-// avoid the copies: docs/distributed.md, not built yet).
-typedef struct { Comm* comm; int device; void *hs, *hr; size_t ns, nr; } MoeEpCtx;
+// device memory on the CUDA backend: NCCL send/recv within the group (train/dist.h), or, where
+// there is no NCCL group communicator, staged through host buffers and MPI.
+typedef struct { Comm* comm; Dist* dist; int device; void *hs, *hr; size_t ns, nr; } MoeEpCtx;
 static MoeEpCtx g_moe_ep;
 static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) {
     comm_ep_alltoall_int(((MoeEpCtx*)ctx)->comm, send, recv, n);
@@ -250,6 +250,7 @@ static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) {
 static void moe_ep_rows(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows, size_t rb) {
     MoeEpCtx* e = (MoeEpCtx*)ctx;
     if (!e->device) { comm_ep_alltoallv(e->comm, send, send_rows, recv, recv_rows, rb); return; }
+    if (dist_ep_alltoallv(e->dist, send, send_rows, recv, recv_rows, rb) == 0) return;   // NCCL send/recv
     size_t s = 0, r = 0;
     for (int p = 0; p < e->comm->ep_size; p++) { s += (size_t)send_rows[p]; r += (size_t)recv_rows[p]; }
     s *= rb; r *= rb;
@@ -260,9 +261,10 @@ static void moe_ep_rows(void* ctx, const void* send, const int* send_rows, void*
     comm_ep_alltoallv(e->comm, e->hs, send_rows, e->hr, recv_rows, rb);
     ops_from_host(recv, e->hr, r);
 }
-static void moe_ep_hooks(GPT* m, Comm* c, int on) {
+static void moe_ep_hooks(GPT* m, Comm* c, Dist* d, int on) {
     on = on && c->ep_size > 1;
     g_moe_ep.comm = c;
+    g_moe_ep.dist = d;
     g_moe_ep.device = strncmp(ops_backend_name(), "cuda", 4) == 0;
     m->moe_ep.size = on ? c->ep_size : 1;
     m->moe_ep.rank = on ? c->ep_rank : 0;
@@ -476,8 +478,8 @@ static int setup_model(Run* r) {
     held = ops_allocated_bytes();
     gpt_alloc_acts(&r->model, r->B, T);
     r->mem_acts = ops_allocated_bytes() - held;
-    if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
     if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
+    if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
     held = ops_allocated_bytes();
     optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
     r->mem_adamw = ops_allocated_bytes() - held;
@@ -518,7 +520,9 @@ static int setup_model(Run* r) {
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
     if (r->comm->ep_size > 1)
         printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
-               "(tokens exchanged by all-to-all)\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert);
+               "(tokens exchanged by all-to-all: %s)\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert,
+               strncmp(ops_backend_name(), "cuda", 4) != 0 ? "MPI_Alltoallv"
+               : r->dist.nccl_ep ? "NCCL send/recv" : "MPI_Alltoallv, the rows staged through the host");
     fflush(stdout);
     return 0;
 }
@@ -630,7 +634,7 @@ static int train_step(Run* r, int step, StepStats* s) {
     double loss = 0.0;
     m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
     m->moe_reduce_ctx = r->comm;
-    moe_ep_hooks(m, r->comm, 1);
+    moe_ep_hooks(m, r->comm, &r->dist, 1);
     GradsReady gr = {&r->dist, m->grads};
     for (int micro = 0; micro < grad_accum; micro++) {
         if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
@@ -644,7 +648,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         m->grads_ready = NULL;
     }
     m->moe_reduce = NULL;
-    moe_ep_hooks(m, r->comm, 0);
+    moe_ep_hooks(m, r->comm, &r->dist, 0);
     // the global batch: gradients summed over ranks, the loss averaged
     dist_reduce_grads(&r->dist, m->grads);
     comm_allreduce_sum_f64(r->comm, &loss, 1);

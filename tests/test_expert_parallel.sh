@@ -28,9 +28,9 @@
 #   - bad input: P not dividing n_expert, P > 1 on one process, P not dividing the process count,
 #     expert_parallel in a dense model, recomputation with P > 1: one-line errors, non-zero exit.
 # With a second argument `cudaemu`, only this: the emulated CUDA trainer (train_gpt_cudaemu,
-# tests/cudaemu: device arenas, the gradients over the emulated NCCL, the experts' rows staged
-# through the host for the all-to-all), P = 2 on 2 processes against data parallelism on 2
-# (sigmoid router, gated shared expert, capacity 1), 3 steps, to the same bounds (~30 s).
+# tests/cudaemu: device arenas, the gradients over the emulated NCCL, the experts' rows by the
+# emulated ncclSend / ncclRecv), P = 2 on 2 processes against data parallelism on 2 (sigmoid
+# router, gated shared expert, capacity 1), 3 steps, to the same bounds (~30 s).
 # Skips (exit 0) when mpirun is missing.
 set -u
 build=$(cd "$1" && pwd)
@@ -82,7 +82,7 @@ if [ "$mode" = cudaemu ]; then
     run emu_dp2 2 "${E[@]}"
     run emu_ep2 2 "${E[@]}" --moe.expert_parallel=2
     check "emulated CUDA: the CUDA backend ran" grep -q "^backend: cuda" "$TMP/emu_ep2.out"
-    check "emulated CUDA: P = 2 says so" grep -q "expert parallel: groups of 2 processes" "$TMP/emu_ep2.out"
+    check "emulated CUDA: P = 2 over NCCL send/recv" grep -q "expert parallel: groups of 2 processes.*NCCL send/recv" "$TMP/emu_ep2.out"
     check "emulated CUDA: slots are dropped" grep -q '"moe_dropped":[1-9]' "$TMP/emu_dp2/log.jsonl"
     cmp_runs "emulated CUDA, capacity 1, P = 2 vs P = 1 on 2 processes" emu_ep2 emu_dp2
     echo "$pass passed, $fail failed"

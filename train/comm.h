@@ -57,6 +57,9 @@ void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n);
 void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* recv, const int* recv_rows,
                        size_t row_bytes);
 
+// Within the group: member 0's bytes buf[n] to every member (the group's NCCL id).
+void comm_ep_broadcast(Comm* c, void* buf, size_t n);
+
 // Host memory of comm_reduce_scatter_sum_f32 over `floats` floats (the memory planner,
 // train/plan.h): *held, what this layer keeps between calls (MPI: the receive buffer of this
 // process's shard, `shard` floats; nothing with one process); *temp, what the MPI library

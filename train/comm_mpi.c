@@ -230,3 +230,9 @@ void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* re
     c->seconds += dt;
     c->ep_seconds += dt;
 }
+
+void comm_ep_broadcast(Comm* c, void* buf, size_t n) {
+    if (c->ep_size <= 1) return;
+    if (n > INT_MAX) { fprintf(stderr, "error: rank %d: comm_ep_broadcast of %zu bytes\n", c->rank, n); MPI_Abort(MPI_COMM_WORLD, 1); }
+    check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, *(MPI_Comm*)c->ep_comm), "MPI_Bcast (expert parallelism)");
+}

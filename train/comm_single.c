@@ -50,3 +50,4 @@ void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* re
     (void)c; (void)recv_rows;
     memmove(recv, send, (size_t)send_rows[0] * row_bytes);
 }
+void comm_ep_broadcast(Comm* c, void* buf, size_t n) { (void)c; (void)buf; (void)n; }
