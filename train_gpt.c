@@ -236,6 +236,43 @@ static int train_main(Comm* comm, int argc, char** argv);
 // MoE: the load-balancing loss's expert counts over every process (GPT.moe_reduce)
 static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
 
+// Expert parallelism: the MoE layers' token exchange within this rank's group (GPT.moe_ep),
+// set around training micro-steps only (evaluation and probes run on one process, every
+// expert computed locally)
+// The rows are in the backend's memory: host memory on the CPU backend (MPI takes it as it is);
+// device memory on the CUDA backend: NCCL send/recv within the group (train/dist.h), or, where
+// there is no NCCL group communicator, staged through host buffers and MPI.
+typedef struct { Comm* comm; Dist* dist; int device; void *hs, *hr; size_t ns, nr; } MoeEpCtx;
+static MoeEpCtx g_moe_ep;
+static void moe_ep_counts(void* ctx, const int* send, int* recv, int n) {
+    comm_ep_alltoall_int(((MoeEpCtx*)ctx)->comm, send, recv, n);
+}
+static void moe_ep_rows(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows, size_t rb) {
+    MoeEpCtx* e = (MoeEpCtx*)ctx;
+    if (!e->device) { comm_ep_alltoallv(e->comm, send, send_rows, recv, recv_rows, rb); return; }
+    if (dist_ep_alltoallv(e->dist, send, send_rows, recv, recv_rows, rb) == 0) return;   // NCCL send/recv
+    size_t s = 0, r = 0;
+    for (int p = 0; p < e->comm->ep_size; p++) { s += (size_t)send_rows[p]; r += (size_t)recv_rows[p]; }
+    s *= rb; r *= rb;
+    if (s > e->ns) { free(e->hs); e->hs = malloc(s); e->ns = s; }
+    if (r > e->nr) { free(e->hr); e->hr = malloc(r); e->nr = r; }
+    if ((s && !e->hs) || (r && !e->hr)) comm_abort(e->comm, 1, "out of host memory (expert parallelism staging)");
+    ops_to_host(e->hs, send, s);
+    comm_ep_alltoallv(e->comm, e->hs, send_rows, e->hr, recv_rows, rb);
+    ops_from_host(recv, e->hr, r);
+}
+static void moe_ep_hooks(GPT* m, Comm* c, Dist* d, int on) {
+    on = on && c->ep_size > 1;
+    g_moe_ep.comm = c;
+    g_moe_ep.dist = d;
+    g_moe_ep.device = strncmp(ops_backend_name(), "cuda", 4) == 0;
+    m->moe_ep.size = on ? c->ep_size : 1;
+    m->moe_ep.rank = on ? c->ep_rank : 0;
+    m->moe_ep.counts = on ? moe_ep_counts : NULL;
+    m->moe_ep.rows = on ? moe_ep_rows : NULL;
+    m->moe_ep.ctx = &g_moe_ep;
+}
+
 // GPT.grads_ready on the last micro-step: a finished layer's gradients go to the reduction now
 typedef struct { Dist* dist; float* grads; } GradsReady;
 static void grads_ready(void* ctx, size_t lo, size_t hi) {
@@ -292,6 +329,7 @@ typedef struct {
 // What one step measured, for its console line and its "step" record.
 typedef struct {
     double loss, dt, comm_ms;
+    double ep_ms, ep_bytes;           // expert parallelism: this rank's all-to-all time and payload sent
     float lr, norm;
     int skipped;
     MoeStepSummary moe;               // routing over the step's micro-steps (n_moe = 0: a dense model)
@@ -440,6 +478,7 @@ static int setup_model(Run* r) {
     held = ops_allocated_bytes();
     gpt_alloc_acts(&r->model, r->B, T);
     r->mem_acts = ops_allocated_bytes() - held;
+    if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
     if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
     held = ops_allocated_bytes();
     optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
@@ -479,6 +518,11 @@ static int setup_model(Run* r) {
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
+    if (r->comm->ep_size > 1)
+        printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
+               "(tokens exchanged by all-to-all: %s)\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert,
+               strncmp(ops_backend_name(), "cuda", 4) != 0 ? "MPI_Alltoallv"
+               : r->dist.nccl_ep ? "NCCL send/recv" : "MPI_Alltoallv, the rows staged through the host");
     fflush(stdout);
     return 0;
 }
@@ -581,7 +625,7 @@ static void run_eval(Run* r, int step) {
 // reduced over the processes, the spike and non-finite checks, then AdamW unless skipped.
 // Returns 0, or 1 on an error (a data error, too many non-finite steps in a row).
 static int train_step(Run* r, int step, StepStats* s) {
-    double t0 = now_s(), comm_s0 = r->comm->seconds;
+    double t0 = now_s(), comm_s0 = r->comm->seconds, ep_s0 = r->comm->ep_seconds, ep_b0 = r->comm->ep_bytes;
     const TrainConfig* tc = &r->cfg.train;
     const MetricsConfig* mt = &r->cfg.metrics;
     const int grad_accum = r->grad_accum, P = r->P;
@@ -590,6 +634,7 @@ static int train_step(Run* r, int step, StepStats* s) {
     double loss = 0.0;
     m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
     m->moe_reduce_ctx = r->comm;
+    moe_ep_hooks(m, r->comm, &r->dist, 1);
     GradsReady gr = {&r->dist, m->grads};
     for (int micro = 0; micro < grad_accum; micro++) {
         if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
@@ -603,6 +648,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         m->grads_ready = NULL;
     }
     m->moe_reduce = NULL;
+    moe_ep_hooks(m, r->comm, &r->dist, 0);
     // the global batch: gradients summed over ranks, the loss averaged
     dist_reduce_grads(&r->dist, m->grads);
     comm_allreduce_sum_f64(r->comm, &loss, 1);
@@ -644,6 +690,8 @@ static int train_step(Run* r, int step, StepStats* s) {
     s->skipped = skipped;
     s->dt = now_s() - t0;
     s->comm_ms = (r->comm->seconds - comm_s0) * 1e3;
+    s->ep_ms = (r->comm->ep_seconds - ep_s0) * 1e3;
+    s->ep_bytes = r->comm->ep_bytes - ep_b0;
     return 0;
 }
 
@@ -676,6 +724,10 @@ static void log_step(Run* r, int step, const StepStats* s) {
         jsonl_int(&j, "moe_dropped", moe->dropped);
     }
     if (r->P > 1) jsonl_fmt(&j, "comm_ms", "%.3f", s->comm_ms);
+    if (r->comm->ep_size > 1) {   // rank 0's share of the expert all-to-alls (inside comm_ms)
+        jsonl_fmt(&j, "ep_ms", "%.3f", s->ep_ms);
+        jsonl_fmt(&j, "ep_bytes", "%.0f", s->ep_bytes);
+    }
     jsonl_end(&j);
 }
 

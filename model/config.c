@@ -110,6 +110,7 @@ static const KeyDef KEYS[] = {
     K_FLOAT("moe", "aux_loss_coef", model.moe.aux_loss_coef, "0.01"),
     K_FLOAT("moe", "z_loss_coef", model.moe.z_loss_coef, "0.001"),
     K_FLOAT("moe", "capacity_factor", model.moe.capacity_factor, "0"),
+    K_INT("moe", "expert_parallel", model.moe.expert_parallel, "1"),
 
     K_U64("train", "seed", train.seed, "1337"),
     K_INT("train", "batch_size", train.batch_size, "4"),
@@ -883,6 +884,7 @@ static const NoEffectRule NO_EFFECT_RULES[] = {
     {"moe", "aux_loss_coef", 1, {NE_MOE}},
     {"moe", "z_loss_coef", 1, {NE_MOE}},
     {"moe", "capacity_factor", 1, {NE_MOE}},
+    {"moe", "expert_parallel", 1, {NE_MOE}},
     {"train", "min_lr_frac", 1, {NE_DECAY}},
     {"train", "wsd_decay_frac", 1, {NE_WSD}},
     {"data", "bos_token", 1, {NE_BOS}},
@@ -1117,6 +1119,10 @@ static int finalize_moe(Config* c, const FinCtx* fc) {
                              "has a slot for every token at n_expert/top_k, which is dropless (accepted: 0 = dropless, "
                              "or 0 < capacity_factor <= %g)", e->n_expert, e->top_k, (double)e->n_expert / e->top_k,
                              from(c, "moe", "top_k", b1, sizeof b1), (double)e->n_expert / e->top_k);
+        if (e->expert_parallel < 1 || e->n_expert % e->expert_parallel != 0)
+            return fin_error(fc, "moe", "expert_parallel", "must divide n_expert = %d (%s): each of the expert_parallel "
+                             "processes of a group holds n_expert / expert_parallel experts (accepted: 1 = off, or a "
+                             "divisor of %d)", e->n_expert, from(c, "moe", "n_expert", b1, sizeof b1), e->n_expert);
     }
     return 0;
 }
@@ -1247,6 +1253,26 @@ int config_finalize_processes(Config* c, const char* where, int nproc) {
         return -1;
     }
     t->tokens_per_step = tps;   // saved resolved, so a resume reads the global value
+    // [moe] expert_parallel: groups of P consecutive processes split the experts
+    const int EP = c->model.moe.expert_parallel;
+    if (c->model.moe.n_expert > 0 && EP > 1) {
+        if (P == 1) {
+            fprintf(stderr, "error: %s: [moe] expert_parallel = %d needs processes to split the experts over, this run has 1 "
+                    "(fix: run under mpirun -np %d (or a multiple), or set expert_parallel = 1)\n", where, EP, EP);
+            return -1;
+        }
+        if (P % EP != 0) {
+            fprintf(stderr, "error: %s: [moe] expert_parallel = %d does not divide the %d processes (fix: set expert_parallel "
+                    "to a divisor of both %d and n_expert = %d, or run a multiple of %d processes)\n", where, EP, P, P,
+                    c->model.moe.n_expert, EP);
+            return -1;
+        }
+        if (t->recompute != RECOMPUTE_NONE) {
+            fprintf(stderr, "error: %s: [train] recompute = %s is not supported with [moe] expert_parallel = %d yet "
+                    "(fix: set recompute = none, or expert_parallel = 1)\n", where, config_enum_name("recompute", t->recompute), EP);
+            return -1;
+        }
+    }
     return 0;
 }
 

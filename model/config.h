@@ -53,6 +53,8 @@ typedef struct {
     float aux_loss_coef;   // weight of the load-balancing loss E * sum_i f_i P_i
     float z_loss_coef;     // weight of the router z-loss mean_t logsumexp(logits_t)^2
     float capacity_factor; // 0 = dropless; else each expert takes at most ceil(cf * N * top_k / n_expert) slots
+    int expert_parallel;   // P: the experts of each MoE layer are computed on P processes, n_expert / P each,
+                           // tokens exchanged by all-to-all (docs/distributed.md); 1 = every process all
 } MoeConfig;
 
 // [model]

@@ -43,6 +43,10 @@ typedef struct {
     int* row_slot;        // [S]      permuted row -> slot (first R used)
     int* slot_row;        // [S]      slot -> permuted row, -1 if dropped
     act_t* xp;            // [S, d]   permuted expert inputs (rows of ln2)
+    // expert parallelism ([moe] expert_parallel = P > 1; model/moe.h MoeExchange): ep_pre,
+    // ep_act (and the backward's d_ep_pre, d_ep_act) then have P*S rows: the rows received
+    int* ep_rc;           // [E]      rows received from each group member for each local expert
+    act_t* xe;            // [P*S, d] the received rows, expert-major
     act_t* ep_pre;        // [S, Fin_e] output of the experts' w_in
     act_t* ep_act;        // [S, Fe]  input of the experts' w_out
     act_t* yp;            // [S, d]   expert outputs before their routing weights
@@ -135,6 +139,11 @@ typedef struct GPT {
     // around training micro-steps only (evaluation and probes run on one process).
     void (*moe_reduce)(void* ctx, double* x, int n);
     void* moe_reduce_ctx;
+    // Expert parallelism: the exchange hooks (size, rank, counts, rows, ctx) the trainer sets
+    // around training micro-steps only; the scratch buffers (send, recv, map) are the model's
+    // (allocated when [moe] expert_parallel > 1). Without the hooks every process computes all
+    // experts itself (evaluation and probes, on one process).
+    MoeExchange moe_ep;
     // Data parallelism: when set, gpt_backward calls it as soon as a layer's parameter gradients
     // are complete, with that layer's floats [lo, hi) of the gradient arena, so their reduction
     // over processes can run while the backward pass goes on (train/dist.h). The trainer sets it

@@ -12,6 +12,8 @@
 //   aux = E * sum_i f_i P_i,  f_i = step_counts_i / step_slots (the step's counts so far),
 //                             P_i = mean over this micro-batch of p[n, i]
 //   z   = mean_n lse[n]^2
+// Under expert parallelism (moe.h MoeExchange) the two grouped GEMMs run on the process that
+// holds each expert: xp's rows travel there by all-to-all (counts first) and yp's rows come back.
 #include "moe.h"
 #include <math.h>
 #include <stdio.h>
@@ -121,6 +123,130 @@ static void ffn_act_backward(const ModelConfig* c, act_t* dpre, const act_t* dac
     else ops_gelu_backward(dpre, dact, pre, (size_t)rows * F);
 }
 
+// ---- expert parallelism (moe.h, MoeExchange) ----
+static int ep_on(const MoeLayerIO* io) { return io->ep.size > 1 && io->ep.counts != NULL; }
+
+// The exchange plan of the layer's last forward (host). Member q of the P holds experts
+// q*El .. q*El+El-1. This process sends its kept rows of member q's experts, xp rows
+// off[q*El] .. off[q*El+El), and receives from member s rc[s*El + j] rows for its expert j,
+// laid out source-major in the receive buffer (s, then j). The experts' GEMMs want them
+// expert-major (j, then s): perm maps xe row -> receive row, inv the reverse. Uploaded to
+// io->ep.map: perm [Rin], inv [Rin], el_off [El + 1] (the local experts' row offsets in xe).
+typedef struct {
+    int P, El, q, R, Rin;
+    int *send_rows, *recv_rows;   // [P] each
+    const int *d_perm, *d_inv, *d_eloff;   // backend memory (io->ep.map)
+} EpPlan;
+
+static void ep_plan(const MoeLayerIO* io, int fwd, EpPlan* p) {
+    const int E = io->cfg->moe.n_expert, P = io->ep.size, El = E / P;
+    p->P = P; p->El = El; p->q = io->ep.rank;
+    int* off = xcalloc((size_t)E + 1, sizeof(int));
+    int* cnt = xcalloc((size_t)E, sizeof(int));
+    int* rc = xcalloc((size_t)E, sizeof(int));   // P * El = E
+    ops_to_host(off, io->a.offsets, ((size_t)E + 1) * sizeof(int));
+    p->R = off[E];
+    if (fwd) {
+        // the counts travel before the rows: every member must know how many rows it receives
+        // from each member for each of its experts before any payload arrives
+        for (int e = 0; e < E; e++) cnt[e] = off[e + 1] - off[e];
+        io->ep.counts(io->ep.ctx, cnt, rc, El);
+        ops_from_host(io->a.ep_rc, rc, (size_t)E * sizeof(int));
+    } else {
+        ops_to_host(rc, io->a.ep_rc, (size_t)E * sizeof(int));
+    }
+    p->send_rows = xcalloc(2 * (size_t)P, sizeof(int));
+    p->recv_rows = p->send_rows + P;
+    int Rin = 0;
+    for (int s = 0; s < P; s++) {
+        p->send_rows[s] = off[(s + 1) * El] - off[s * El];
+        for (int j = 0; j < El; j++) p->recv_rows[s] += rc[s * El + j];
+        Rin += p->recv_rows[s];
+    }
+    p->Rin = Rin;
+    if (Rin > io->ep.max_rows) {   // the sizes of model/gpt.c: cannot happen when every member runs the same config
+        fprintf(stderr, "error: expert parallelism: %d rows received for this process's experts, its buffers hold %ld\n",
+                Rin, io->ep.max_rows);
+        exit(1);
+    }
+    // host maps: perm [Rin], inv [Rin], el_off [El + 1]
+    int* h = xcalloc(2 * (size_t)Rin + El + 1, sizeof(int));
+    int *perm = h, *inv = h + Rin, *el_off = h + 2 * (size_t)Rin;
+    for (int j = 0; j < El; j++) {
+        int n = 0;
+        for (int s = 0; s < P; s++) n += rc[s * El + j];
+        el_off[j + 1] = el_off[j] + n;
+    }
+    int src = 0;   // start of member s's block in the receive buffer
+    for (int s = 0; s < P; s++) {
+        int at = src;
+        for (int j = 0; j < El; j++) {
+            // expert j's rows from s sit after those from members 0 .. s-1 in xe
+            int xe_at = el_off[j];
+            for (int t = 0; t < s; t++) xe_at += rc[t * El + j];
+            for (int i = 0; i < rc[s * El + j]; i++) { perm[xe_at + i] = at + i; inv[at + i] = xe_at + i; }
+            at += rc[s * El + j];
+        }
+        src += p->recv_rows[s];
+    }
+    ops_from_host(io->ep.map, h, (2 * (size_t)Rin + El + 1) * sizeof(int));
+    p->d_perm = io->ep.map;
+    p->d_inv = io->ep.map + Rin;
+    p->d_eloff = io->ep.map + 2 * (size_t)Rin;
+    free(h); free(off); free(cnt); free(rc);
+}
+
+static void ep_plan_free(EpPlan* p) { free(p->send_rows); }
+
+// Forward of the routed experts under expert parallelism: xp [R, d] (this process's kept
+// rows) -> yp [R, d], each row computed by the member that holds its expert.
+static void ep_experts_forward(const MoeLayerIO* io) {
+    const ModelConfig* c = io->cfg;
+    const MoeConfig* mc = &c->moe;
+    const MoeActs* a = &io->a;
+    const MoeExchange* x = &io->ep;
+    const int d = c->d_model, sw = c->mlp == MLP_SWIGLU ? 2 : 1, Fe = mc->d_expert;
+    const size_t rb = (size_t)d * sizeof(act_t);
+    EpPlan p;
+    ep_plan(io, 1, &p);
+    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;    // [El, sw*Fe, d]
+    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;       // [El, d, Fe]
+    x->rows(x->ctx, a->xp, p.send_rows, x->recv, p.recv_rows, rb);
+    ops_moe_gather(a->xe, x->recv, p.d_perm, p.Rin, 1, d);                    // expert-major
+    ops_grouped_matmul_forward(a->ep_pre, a->xe, w_in, p.d_eloff, p.El, d, sw * Fe);
+    ffn_act_forward(c, a->ep_act, a->ep_pre, p.Rin, Fe);
+    ops_grouped_matmul_forward(x->recv, a->ep_act, w_out, p.d_eloff, p.El, Fe, d);  // ye, expert-major
+    ops_moe_gather(x->send, x->recv, p.d_inv, p.Rin, 1, d);                   // member-major
+    x->rows(x->ctx, x->send, p.recv_rows, a->yp, p.send_rows, rb);           // back to the rows' owners
+    ep_plan_free(&p);
+}
+
+// Backward of ep_experts_forward: d yp [R, d] (io->b.d_yp) -> d xp [R, d] (into io->b.d_yp), and
+// the local experts' weight gradients (+=).
+static void ep_experts_backward(const MoeLayerIO* io) {
+    const ModelConfig* c = io->cfg;
+    const MoeConfig* mc = &c->moe;
+    const MoeActs* a = &io->a;
+    const MoeBackwardBufs* b = &io->b;
+    const MoeExchange* x = &io->ep;
+    const int d = c->d_model, sw = c->mlp == MLP_SWIGLU ? 2 : 1, Fe = mc->d_expert;
+    const size_t rb = (size_t)d * sizeof(act_t);
+    EpPlan p;
+    ep_plan(io, 0, &p);
+    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
+    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;
+    float* g_in = io->g->moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
+    float* g_out = io->g->moe_w_out + (size_t)p.q * p.El * d * Fe;
+    x->rows(x->ctx, b->d_yp, p.send_rows, x->recv, p.recv_rows, rb);
+    ops_moe_gather(x->send, x->recv, p.d_perm, p.Rin, 1, d);                  // d ye, expert-major
+    ops_grouped_matmul_backward(b->d_ep_act, g_out, x->send, a->ep_act, w_out, p.d_eloff, p.El, Fe, d);
+    ffn_act_backward(c, b->d_ep_pre, b->d_ep_act, a->ep_pre, p.Rin, Fe);
+    ops_grouped_matmul_backward(x->send, g_in, b->d_ep_pre, a->xe, w_in, p.d_eloff, p.El, d, sw * Fe);  // d xe
+    ops_moe_gather(x->recv, x->send, p.d_inv, p.Rin, 1, d);                   // member-major
+    x->rows(x->ctx, x->recv, p.recv_rows, b->d_yp, p.send_rows, rb);         // d xp, to the rows' owners
+    ep_plan_free(&p);
+}
+
 double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
     const ModelConfig* c = io->cfg;
     const MoeConfig* mc = &c->moe;
@@ -146,9 +272,16 @@ double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
-    if (all) ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
-    ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
-    if (all) ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    if (ep_on(io)) {
+        // expert parallelism: the rows travel to the members that hold their experts and back
+        // (the trainer refuses recomputation with it: the received rows are not kept twice)
+        if (!fwd) { fprintf(stderr, "error: MoE recomputation under expert parallelism is not supported\n"); exit(1); }
+        ep_experts_forward(io);
+    } else {
+        if (all) ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+        ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);
+        if (all) ops_grouped_matmul_forward(a->yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+    }
     // scale by the routing weights and add back to each token (no atomics)
     if (fwd) ops_moe_combine(out, a->yp, a->topk_w, a->slot_row, N, k, d);
     // shared expert: every token, optionally gated by sigmoid(X w_g)
@@ -215,9 +348,13 @@ void moe_layer_backward(const MoeLayerIO* io, float dloss) {
 
     // routed experts, backwards: combine -> w_out -> act -> w_in (d_yp then holds d xp)
     ops_moe_combine_backward(b->d_yp, b->d_topk_w, dout, a->yp, a->topk_w, a->slot_row, N, k, d);
-    ops_grouped_matmul_backward(b->d_ep_act, g->moe_w_out, b->d_yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
-    ffn_act_backward(c, b->d_ep_pre, b->d_ep_act, a->ep_pre, R, Fe);
-    ops_grouped_matmul_backward(b->d_yp, g->moe_w_in, b->d_ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    if (ep_on(io)) {
+        ep_experts_backward(io);
+    } else {
+        ops_grouped_matmul_backward(b->d_ep_act, g->moe_w_out, b->d_yp, a->ep_act, w->moe_w_out, a->offsets, E, Fe, d);
+        ffn_act_backward(c, b->d_ep_pre, b->d_ep_act, a->ep_pre, R, Fe);
+        ops_grouped_matmul_backward(b->d_yp, g->moe_w_in, b->d_ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
+    }
 
     // router: through the top-k weights, the load-balancing loss and the z-loss.
     // aux = c E sum_i f_i (1/N) sum_n p[n,i] with f constant: dL/dp[n,i] = dloss c E f_i / N.

@@ -64,6 +64,10 @@ typedef struct {   // the layer's activations, written by the forward and kept f
     int *topk_idx, *counts, *offsets, *row_slot, *slot_row;
     act_t *xp, *ep_pre, *ep_act, *yp, *sh_pre, *sh_act, *sh_out;
     float* sh_z;
+    // expert parallelism (MoeExchange below; NULL without it): ep_pre and ep_act then hold the
+    // rows this process received, [P*S, *] at most
+    int* ep_rc;            // [P * El] rows received from group member s for local expert j (at s*El + j)
+    act_t* xe;             // [P*S, d] the received rows, expert-major (expert j's rows from s = 0, 1, ...)
 } MoeActs;
 typedef struct {   // the backward's input, output and scratch (the scratch may be shared by layers)
     const float* dout;       // [N, d] dL/d(layer output), fp32
@@ -72,6 +76,29 @@ typedef struct {   // the backward's input, output and scratch (the scratch may 
     float *d_router, *d_topk_w, *d_sh_z, *aux_grad;
     act_t *d_router_act, *d_sh_z_act, *d_yp, *d_ep_act, *d_ep_pre, *d_sh_out, *d_sh_act, *d_sh_pre, *d_tmp;
 } MoeBackwardBufs;
+// Expert parallelism (docs/distributed.md, "Expert parallelism"): the P processes of a group
+// split the E experts, El = E / P each (member q computes experts q*El .. q*El + El - 1).
+// Each routes its own tokens; its kept slots, sorted by expert (xp), are already in member
+// order, so member q's rows are one contiguous block. The forward exchanges the kept counts
+// (E ints: El to each member) and then the rows; the owner runs its experts' grouped GEMMs
+// over the rows of all members and sends the outputs back to the same positions; the
+// backward sends d yp the same way and returns d xp. The layer calls the exchange through
+// these hooks (the trainer's comm layer, train/comm.h); it never calls MPI itself.
+typedef struct {
+    int size, rank;          // P and this process's member index q; size <= 1 or counts == NULL: off
+    // send[P*n] ints, n to each member in member order -> recv[P*n], n from each member
+    void (*counts)(void* ctx, const int* send, int* recv, int n);
+    // send_rows[p] rows of row_bytes bytes to member p (consecutive in member order in send) ->
+    // recv_rows[p] rows from member p (likewise in recv); buffers in backend memory
+    void (*rows)(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                 size_t row_bytes);
+    void* ctx;
+    // scratch shared by the layers: two row buffers [P*S, d] and an integer buffer [2*P*S + El + 1]
+    act_t *send, *recv;
+    int* map;
+    long max_rows;           // rows the received-row buffers hold (model/gpt.c: P*S, or E*C with a capacity)
+} MoeExchange;
+
 typedef struct {
     const ModelConfig* cfg;  // d_model, mlp (the experts' activation) and the moe section
     int N;                   // tokens in the micro-batch
@@ -84,6 +111,7 @@ typedef struct {
     // processes before they enter the load-balancing loss (GPT.moe_reduce)
     void (*reduce)(void* ctx, double* x, int n);
     void* reduce_ctx;
+    MoeExchange ep;          // expert parallelism (off when ep.counts is NULL)
 } MoeLayerIO;
 
 // Forward of one MoE layer: out[N, d] += the layer's output for the normed input io->a.ln2.

@@ -240,7 +240,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 89 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 90 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -513,7 +513,7 @@ static void test_roundtrip(void) {
         "model.linear_chunk=32",
         "moe.n_expert=5", "moe.top_k=3", "moe.d_expert=17", "moe.n_shared_expert=1", "moe.d_shared_expert=19",
         "moe.shared_expert_gate=true", "moe.moe_every=3", "moe.router=sigmoid_topk", "moe.aux_loss_coef=0.0123",
-        "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25",
+        "moe.z_loss_coef=2e-4", "moe.capacity_factor=1.25", "moe.expert_parallel=5",
         "train.seed=9876543210123", "train.batch_size=3", "train.seq_len=7", "train.tokens_per_step=84",
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
         "train.schedule=wsd", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",

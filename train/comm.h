@@ -14,6 +14,11 @@ typedef struct {
     int local_rank;        // rank among the processes on this node (picks the GPU)
     int mpi;               // 1 when MPI is initialised (launched under mpirun, MPI build)
     double seconds;        // wall time spent in collectives since comm_init (for the step log)
+    // expert parallelism (comm_ep_init): groups of ep_size consecutive ranks exchange MoE tokens
+    int ep_size, ep_rank;  // the group's size P and this rank's index in it (rank % P); 1, 0 = off
+    void* ep_comm;         // the group's communicator (MPI_Comm*), NULL when off
+    double ep_seconds;     // wall time in the group's all-to-alls (also counted in seconds)
+    double ep_bytes;       // payload bytes this rank sent to other ranks by them (rows, not counts)
 } Comm;
 
 // Initialises MPI when this binary was built with it (a plain ./train_gpt is rank 0 of 1).
@@ -39,6 +44,21 @@ void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const siz
 void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
 // Rank 0's bytes buf[n] to every rank.
 void comm_broadcast(Comm* c, void* buf, size_t n);
+
+// Expert parallelism (docs/distributed.md): the ranks are cut into groups of P consecutive
+// ranks (group g = ranks g*P .. g*P + P - 1; member index = rank % P). Returns 0, or -1 after
+// printing why (P does not divide the number of processes). P = 1: off, nothing made.
+int comm_ep_init(Comm* c, int P);
+// Within the group: send[P*n] ints, n to each member in member order -> recv[P*n], n from each.
+void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n);
+// Within the group: send_rows[p] rows of row_bytes bytes to member p, consecutive in member
+// order in send -> recv_rows[p] rows from member p, likewise in recv (host buffers). The
+// counts must match what the members send (exchanged first with comm_ep_alltoall_int).
+void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                       size_t row_bytes);
+
+// Within the group: member 0's bytes buf[n] to every member (the group's NCCL id).
+void comm_ep_broadcast(Comm* c, void* buf, size_t n);
 
 // Host memory of comm_reduce_scatter_sum_f32 over `floats` floats (the memory planner,
 // train/plan.h): *held, what this layer keeps between calls (MPI: the receive buffer of this

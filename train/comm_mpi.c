@@ -59,6 +59,7 @@ void comm_init(Comm* c, int* argc, char*** argv) {
 void comm_finalize(Comm* c) {
     if (!c->mpi) return;
     MPI_Barrier(MPI_COMM_WORLD);
+    if (c->ep_comm) { MPI_Comm_free((MPI_Comm*)c->ep_comm); free(c->ep_comm); c->ep_comm = NULL; }
     g_inited = 0;
     MPI_Finalize();
     free(g_recv);
@@ -171,4 +172,67 @@ void comm_broadcast(Comm* c, void* buf, size_t n) {
         check(MPI_Bcast((char*)buf + i, (int)k, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
     }
     c->seconds += now_s() - t;
+}
+
+// ---- expert parallelism ----
+int comm_ep_init(Comm* c, int P) {
+    c->ep_size = 1; c->ep_rank = 0; c->ep_comm = NULL;
+    if (P == 1) return 0;
+    if (P < 1 || c->size % P != 0) {
+        fprintf(stderr, "error: rank %d: [moe] expert_parallel = %d does not divide the %d processes: each group of "
+                "expert_parallel processes splits the experts (use a divisor of %d, or that many processes)\n",
+                c->rank, P, c->size, c->size);
+        return -1;
+    }
+    MPI_Comm* g = malloc(sizeof(MPI_Comm));
+    if (!g) { fprintf(stderr, "error: rank %d: out of host memory (expert parallelism)\n", c->rank); return -1; }
+    // color: the group (consecutive ranks, one node's GPUs on a GPU cluster); key: the rank
+    check(MPI_Comm_split(MPI_COMM_WORLD, c->rank / P, c->rank, g), "MPI_Comm_split (expert parallelism)");
+    MPI_Comm_set_errhandler(*g, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(*g, &c->ep_rank);
+    c->ep_size = P;
+    c->ep_comm = g;
+    return 0;
+}
+
+void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n) {
+    if (c->ep_size <= 1) { memmove(recv, send, (size_t)n * sizeof(int)); return; }
+    double t = now_s();
+    check(MPI_Alltoall(send, n, MPI_INT, recv, n, MPI_INT, *(MPI_Comm*)c->ep_comm), "MPI_Alltoall (expert counts)");
+    double dt = now_s() - t;
+    c->seconds += dt;
+    c->ep_seconds += dt;
+}
+
+void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                       size_t row_bytes) {
+    const int P = c->ep_size;
+    if (P <= 1) { memmove(recv, send, (size_t)send_rows[0] * row_bytes); return; }
+    double t = now_s();
+    // one row = one element of a contiguous type, so the counts are rows (int is enough)
+    MPI_Datatype row;
+    check(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), "MPI_Type_contiguous");
+    check(MPI_Type_commit(&row), "MPI_Type_commit");
+    int* sd = malloc(2 * (size_t)P * sizeof(int));
+    if (!sd) { fprintf(stderr, "error: rank %d: out of host memory (all-to-all)\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
+    int* rd = sd + P;
+    int so = 0, ro = 0;
+    for (int p = 0; p < P; p++) {
+        sd[p] = so; rd[p] = ro;
+        so += send_rows[p]; ro += recv_rows[p];
+        if (p != c->ep_rank) c->ep_bytes += (double)send_rows[p] * row_bytes;
+    }
+    check(MPI_Alltoallv(send, send_rows, sd, row, recv, recv_rows, rd, row, *(MPI_Comm*)c->ep_comm),
+          "MPI_Alltoallv (expert rows)");
+    free(sd);
+    MPI_Type_free(&row);
+    double dt = now_s() - t;
+    c->seconds += dt;
+    c->ep_seconds += dt;
+}
+
+void comm_ep_broadcast(Comm* c, void* buf, size_t n) {
+    if (c->ep_size <= 1) return;
+    if (n > INT_MAX) { fprintf(stderr, "error: rank %d: comm_ep_broadcast of %zu bytes\n", c->rank, n); MPI_Abort(MPI_COMM_WORLD, 1); }
+    check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, *(MPI_Comm*)c->ep_comm), "MPI_Bcast (expert parallelism)");
 }

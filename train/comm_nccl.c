@@ -109,3 +109,47 @@ void nccl_sync(NcclComm* n) {
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)n->stream));
     n->seconds += now_s() - t;
 }
+
+int nccl_ep_init(NcclComm* n, Comm* c) {
+    memset(n, 0, sizeof(*n));
+    n->comm = c;
+    CUDA_CHECK(cudaGetDevice(&n->device));   // the CUDA backend's GPU
+    ncclUniqueId id;
+    if (c->ep_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    comm_ep_broadcast(c, &id, sizeof id);
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRank(&comm, c->ep_size, id, c->ep_rank);
+    if (r != ncclSuccess) {
+        fprintf(stderr, "note: rank %d: NCCL refused the expert-parallel group's communicator (%s): the experts' rows go "
+                "through the host\n", c->rank, ncclGetErrorString(r));
+        return -1;
+    }
+    n->nccl = comm;
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    n->stream = s;
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    n->compute_done = ev;
+    return 0;
+}
+
+void nccl_ep_alltoallv(NcclComm* n, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                       size_t row_bytes) {
+    const int P = n->comm->ep_size;
+    wait_for_compute(n);
+    size_t so = 0, ro = 0;
+    NCCL_CHECK(ncclGroupStart());
+    for (int p = 0; p < P; p++) {
+        // the counts were exchanged first: every send has its matching receive of the same size
+        if (send_rows[p]) NCCL_CHECK(ncclSend((const char*)send + so, (size_t)send_rows[p] * row_bytes, ncclUint8, p,
+                                              (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+        if (recv_rows[p]) NCCL_CHECK(ncclRecv((char*)recv + ro, (size_t)recv_rows[p] * row_bytes, ncclUint8, p,
+                                              (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+        if (p != n->comm->ep_rank) n->comm->ep_bytes += (double)send_rows[p] * row_bytes;
+        so += (size_t)send_rows[p] * row_bytes;
+        ro += (size_t)recv_rows[p] * row_bytes;
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    nccl_sync(n);
+}

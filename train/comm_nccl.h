@@ -41,3 +41,14 @@ void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count);
 void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
 void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
 void nccl_sync(NcclComm* n);
+
+// Expert parallelism (docs/distributed.md): a communicator over this process's group
+// (Comm.ep_size members, Comm.ep_rank this one; comm_ep_init first), the id from member 0 over
+// the group's MPI communicator. Returns -1 (with a note) when NCCL refuses it; the caller then
+// stages the rows through the host.
+int nccl_ep_init(NcclComm* n, Comm* c);
+// The experts' all-to-all on device memory: send_rows[p] rows of row_bytes to member p (in
+// member order in send) and recv_rows[p] rows from member p into recv, as one group of
+// ncclSend / ncclRecv; waits for it (the layer's next kernels read recv).
+void nccl_ep_alltoallv(NcclComm* n, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                       size_t row_bytes);

@@ -59,6 +59,11 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
         }
         d->nccl = n;
         d->overlap = 1;   // NCCL runs beside the backward pass: reduce each layer as it finishes
+        if (c->ep_size > 1) {   // the experts' all-to-all on the group's own communicator
+            NcclComm* e = calloc(1, sizeof(NcclComm));
+            if (e && nccl_ep_init(e, c) == 0) d->nccl_ep = e;
+            else free(e);
+        }
 #else
         fprintf(stderr, "error: rank %d: this CUDA build has no NCCL, which data parallelism on GPUs needs: install "
                 "NCCL (libnccl-dev) and rebuild, or run one process\n", c->rank);
@@ -73,6 +78,7 @@ void dist_free(Dist* d) {
     free(d->done);
 #ifdef GATEDGPT_NCCL
     if (d->nccl) { nccl_free((NcclComm*)d->nccl); free(d->nccl); }
+    if (d->nccl_ep) { nccl_free((NcclComm*)d->nccl_ep); free(d->nccl_ep); }
 #endif
     free(d->off); free(d->cnt); free(d->part);
     memset(d, 0, sizeof(*d));
@@ -195,4 +201,21 @@ void dist_gather_params(Dist* d, float* params) {
     }
 #endif
     comm_allgather_f32(d->comm, params, d->off, d->cnt);
+}
+
+int dist_ep_alltoallv(Dist* d, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                      size_t row_bytes) {
+#ifdef GATEDGPT_NCCL
+    if (d->nccl_ep) {
+        NcclComm* n = (NcclComm*)d->nccl_ep;
+        double t = n->seconds;
+        nccl_ep_alltoallv(n, send, send_rows, recv, recv_rows, row_bytes);
+        d->comm->seconds += n->seconds - t;
+        d->comm->ep_seconds += n->seconds - t;
+        return 0;
+    }
+#else
+    (void)d; (void)send; (void)send_rows; (void)recv; (void)recv_rows; (void)row_bytes;
+#endif
+    return -1;
 }

@@ -27,6 +27,7 @@ typedef struct {
     size_t nchunks;        // norm chunks over the arena
     double* part;          // [nchunks] host: per-chunk sums of squares
     void* nccl;            // NcclComm* when the arena collectives run on NCCL, else NULL
+    void* nccl_ep;         // NcclComm* over the expert-parallel group (comm_ep_init before dist_init), else NULL
     // Overlap: the gradients of a layer are reduce-scattered as soon as the backward pass has
     // finished it (dist_reduce_range, from GPT.grads_ready), the rest in dist_reduce_grads. On
     // NCCL the reductions run on their own stream while the backward goes on; on MPI they block
@@ -62,3 +63,8 @@ void dist_gather_params(Dist* d, float* params);
 // finished those gradients; dist_reduce_grads then reduces only what no call covered. Every
 // process makes the same calls in the same order.
 void dist_reduce_range(Dist* d, float* grads, size_t lo, size_t hi);
+// Expert parallelism on device arenas: the experts' all-to-all (comm_ep_alltoallv's contract)
+// over NCCL within the group. Returns 0 when done, -1 when there is no NCCL group communicator
+// (host arenas, a build without NCCL, or NCCL refused it): the caller then uses the host path.
+int dist_ep_alltoallv(Dist* d, const void* send, const int* send_rows, void* recv, const int* recv_rows,
+                      size_t row_bytes);

@@ -145,7 +145,12 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     else
         snprintf(p->what[PLAN_WEIGHTS], sizeof p->what[0], "parameters in fp32: the GEMMs read the master copy itself (no second copy)");
     p->bytes[PLAN_MASTER] = scratch_alloc_bytes(req[GPT_ALLOC_MASTER], al);
-    snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes; every process holds all)", n);
+    if (mc->moe.n_expert > 0 && mc->moe.expert_parallel > 1)   // docs/distributed.md: the experts are not sharded yet
+        snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes; every process "
+                 "holds all, every expert too: expert_parallel = %d computes 1/%d of them here, stores all)", n,
+                 mc->moe.expert_parallel, mc->moe.expert_parallel);
+    else
+        snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes; every process holds all)", n);
     p->bytes[PLAN_GRADS] = scratch_alloc_bytes(req[GPT_ALLOC_GRADS], al);
     snprintf(p->what[PLAN_GRADS], sizeof p->what[0], "fp32 gradients, the whole arena on every process (%zu x 4 bytes)", n);
     size_t lo = 0, hi = n, slo = 0, shi = n;

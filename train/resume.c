@@ -125,6 +125,10 @@ static int key_is_free(const char* section, const char* key) {
     // activation recomputation changes memory, never a bit of the numbers (tests/test_recompute.sh)
     if (strcmp(section, "train") == 0 && strcmp(key, "recompute") == 0) return 1;
     if (strcmp(section, "metrics") == 0 && strcmp(key, "probe_every") == 0) return 1;
+    // expert parallelism changes which process computes each expert, not the model: every
+    // process holds every expert, and the checkpoint stores them by global index (like another
+    // process count, the sums over tokens are grouped differently: docs/distributed.md)
+    if (strcmp(section, "moe") == 0 && strcmp(key, "expert_parallel") == 0) return 1;
     if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "tokenizer") == 0)) return 1;
     return 0;
 }
@@ -141,6 +145,7 @@ int resume_check_config(const Config* saved, const Config* now, const char* ckpt
             int arch = 0;
             for (size_t s = 0; s < sizeof ARCH_SECTIONS / sizeof ARCH_SECTIONS[0]; s++)
                 arch |= strcmp(sec, ARCH_SECTIONS[s]) == 0;
+            if (arch && key_is_free(sec, key)) arch = 0;   // [moe] expert_parallel: a layout, not the network
             if (arch != (pass == 0)) continue;
             char a[1100], b[1100];
             config_key_value(saved, i, a, sizeof a);
@@ -154,6 +159,7 @@ int resume_check_config(const Config* saved, const Config* now, const char* ckpt
             } else if (key_is_free(sec, key)) {
                 printf("resume: [%s] %s = %s (checkpoint: %s): accepted\n", sec, key, b, a);
             } else {
+                fflush(stdout);   // the "accepted" lines before it stay whole in a combined log
                 fprintf(stderr, "warning: resume: [%s] %s = %s (checkpoint: %s): accepted, but the run no longer "
                         "reproduces an uninterrupted one\n", sec, key, b, a);
             }

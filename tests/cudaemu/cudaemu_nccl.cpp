@@ -6,6 +6,7 @@
 #include "cudaemu.h"
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef GATEDGPT_MPI
 #define OMPI_SKIP_MPICXX 1   // the C API only (no C++ bindings to link)
@@ -73,10 +74,11 @@ ncclResult_t ncclGroupStart(void) {
     group_depth++;
     return ncclSuccess;
 }
+static ncclResult_t p2p_flush(void);   // ncclSend / ncclRecv below
 ncclResult_t ncclGroupEnd(void) {
     if (group_depth == 0) return ncclInvalidUsage;
     group_depth--;
-    return ncclSuccess;
+    return group_depth == 0 ? p2p_flush() : ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
@@ -120,6 +122,67 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     if (c->nranks > 1 && count) MPI_Bcast(recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD);
 #endif
     return ncclSuccess;
+}
+
+// Point-to-point (the experts' all-to-all, train/comm_nccl.c nccl_ep_alltoallv): bytes only
+// (ncclUint8 / ncclInt8), queued and run when the outermost group ends (or at once outside a
+// group) as MPI nonblocking receives and sends on MPI_COMM_WORLD: the emulator's communicators
+// span all processes (ncclCommInitRank above), so a peer is a world rank. One process: each
+// send is matched, in order, with a receive from itself.
+struct EmuP2P { int is_send; void* buf; size_t bytes; int peer; };
+static EmuP2P* p2p_ops;
+static int p2p_n, p2p_cap;
+static ncclResult_t p2p_queue(int is_send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                              const char* what) {
+    EmuNccl* c = (EmuNccl*)comm;
+    if (t != ncclUint8 && t != ncclInt8) { fprintf(stderr, "cudaemu: %s: only ncclUint8 / ncclInt8 are emulated\n", what); return ncclInvalidArgument; }
+    if (peer < 0 || peer >= c->nranks) return ncclInvalidArgument;
+    if (count) emu_check_device_range(buf, count, what);
+    if (p2p_n == p2p_cap) {
+        p2p_cap = p2p_cap ? 2 * p2p_cap : 16;
+        p2p_ops = (EmuP2P*)realloc(p2p_ops, (size_t)p2p_cap * sizeof(EmuP2P));
+        if (!p2p_ops) return ncclSystemError;
+    }
+    p2p_ops[p2p_n++] = EmuP2P{is_send, (void*)buf, count, peer};
+    return group_depth == 0 ? p2p_flush() : ncclSuccess;
+}
+static ncclResult_t p2p_flush(void) {
+    if (p2p_n == 0) return ncclSuccess;
+    int size = 1;
+#ifdef GATEDGPT_MPI
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) {
+        MPI_Request* req = (MPI_Request*)malloc((size_t)p2p_n * sizeof(MPI_Request));
+        if (!req) return ncclSystemError;
+        for (int i = 0; i < p2p_n; i++) {   // receives first, then sends; one message per pair and direction
+            EmuP2P* o = &p2p_ops[i];
+            if (o->is_send) MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, 7321, MPI_COMM_WORLD, &req[i]);
+            else MPI_Irecv(o->buf, (int)o->bytes, MPI_BYTE, o->peer, 7321, MPI_COMM_WORLD, &req[i]);
+        }
+        int err = MPI_Waitall(p2p_n, req, MPI_STATUSES_IGNORE);
+        free(req);
+        p2p_n = 0;
+        return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    }
+#endif
+    int r = 0;
+    for (int s = 0; s < p2p_n; s++) {
+        if (!p2p_ops[s].is_send) continue;
+        while (r < p2p_n && p2p_ops[r].is_send) r++;
+        if (r == p2p_n || p2p_ops[r].bytes != p2p_ops[s].bytes) { p2p_n = 0; return ncclInvalidUsage; }
+        memcpy(p2p_ops[r].buf, p2p_ops[s].buf, p2p_ops[s].bytes);
+        r++;
+    }
+    p2p_n = 0;
+    return ncclSuccess;
+}
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return p2p_queue(1, buf, count, t, peer, comm, "ncclSend");
+}
+ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return p2p_queue(0, buf, count, t, peer, comm, "ncclRecv");
 }
 
 }   // extern "C"
