@@ -125,6 +125,9 @@ static inline void gdn_stream_fence(void) {}
 
 typedef float gdn_v16 __attribute__((vector_size(64), aligned(4)));   // 16 floats, any alignment
 
+// A_ij = beta_i Ak_ij, the coefficient row i of the substitution takes of row j
+static inline float gdn_tri_coef(float beta_i, float ak_ij) { return beta_i * ak_ij; }
+
 // C = 64 (the default chunk): rows held in 4 vectors of 16, two rows at a time so that the two
 // rows' chains of multiply-adds interleave (row i+1 takes row i's term last, once row i is
 // final). Rows are zero beyond their diagonal, so whole vectors can be used, and the rows
@@ -140,13 +143,13 @@ static void gdn_tril_inverse64(float* Tinv, const float* Ak, const float* beta, 
         const int jh = i < 32 ? i : 32;
         for (int j = 0; j < jh; j++) {   // rows j < 32: zero in columns 32..63
             const gdn_v16* rj = (const gdn_v16*)(Tinv + (size_t)j * 64);
-            const float p = b0 * a0[j], r = two ? b1 * a1[j] : 0.0f;
+            const float p = gdn_tri_coef(b0, a0[j]), r = two ? gdn_tri_coef(b1, a1[j]) : 0.0f;
             x0 -= p * rj[0]; x1 -= p * rj[1];
             y0 -= r * rj[0]; y1 -= r * rj[1];
         }
         for (int j = 32; j < i; j++) {
             const gdn_v16* rj = (const gdn_v16*)(Tinv + (size_t)j * 64);
-            const float p = b0 * a0[j], r = two ? b1 * a1[j] : 0.0f;
+            const float p = gdn_tri_coef(b0, a0[j]), r = two ? gdn_tri_coef(b1, a1[j]) : 0.0f;
             x0 -= p * rj[0]; x1 -= p * rj[1]; x2 -= p * rj[2]; x3 -= p * rj[3];
             y0 -= r * rj[0]; y1 -= r * rj[1]; y2 -= r * rj[2]; y3 -= r * rj[3];
         }
@@ -181,33 +184,39 @@ static void gdn_tril_inverse(float* Tinv, const float* Ak, const float* beta, in
 // Ak (when not NULL; j < i, else 0) = (K K^T o Gam), and when P != NULL, P (j <= i; else 0) = scale (Q K^T o Gam);
 // Gam (j <= i; else 0) stored when not NULL. KK, QK [L, L] (ld C): the raw products (their
 // entries above the diagonal may be anything: gdn_mm_lower_out leaves a block unwritten).
-// Whole rows of L, the entries past the diagonal selected to 0 (vectors without remainders:
-// rows of i + 1 would leave ~half a vector of scalar work per row); the exp of those
-// (c_i - c_j >= 0) is finite, cpu_expf clamps.
+// Row i up to the end of its diagonal's block of 16 (whole vectors: rows of i + 1 would leave
+// ~half a vector of scalar work per row), the entries past the diagonal selected to 0 (the exp
+// of those, c_i - c_j >= 0, is finite: cpu_expf clamps), the rest of the row zeroed.
+static inline int gdn_row_span(int i, int L) { const int n = (i | 15) + 1; return n < L ? n : L; }
 static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, const float* QK, const float* cum,
                             int L, int C, float scale) {
     float e[L];
     for (int i = 0; i < L; i++) {
         const float ci = cum[i];
+        const int n = gdn_row_span(i, L);
+        const size_t rest = (size_t)(L - n) * sizeof(float);
         #pragma omp simd
-        for (int j = 0; j < L; j++) e[j] = cpu_expf(ci - cum[j]);
+        for (int j = 0; j < n; j++) e[j] = cpu_expf(ci - cum[j]);
         // (the outputs never overlap the products or each other: simd without the alias checks)
         if (Ak) {
             const float* kk = KK + (size_t)i * C;
             float* ak = Ak + (size_t)i * C;
             #pragma omp simd
-            for (int j = 0; j < L; j++) ak[j] = j < i ? kk[j] * e[j] : 0.0f;
+            for (int j = 0; j < n; j++) ak[j] = j < i ? kk[j] * e[j] : 0.0f;
+            memset(ak + n, 0, rest);
         }
         if (P) {
             const float* qk = QK + (size_t)i * C;
             float* p = P + (size_t)i * C;
             #pragma omp simd
-            for (int j = 0; j < L; j++) p[j] = j <= i ? scale * qk[j] * e[j] : 0.0f;
+            for (int j = 0; j < n; j++) p[j] = j <= i ? scale * qk[j] * e[j] : 0.0f;
+            memset(p + n, 0, rest);
         }
         if (Gam) {
             float* gm = Gam + (size_t)i * C;
             #pragma omp simd
-            for (int j = 0; j < L; j++) gm[j] = j <= i ? e[j] : 0.0f;
+            for (int j = 0; j < n; j++) gm[j] = j <= i ? e[j] : 0.0f;
+            memset(gm + n, 0, rest);
         }
     }
 }
@@ -462,31 +471,30 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         // the masks' gradients: G (through A; kept as the symmetric G + G^T, zero
                         // diagonal, for dK += (G + G^T) K in one product), H (through P), and
                         // their dc terms
+                        // (rows over whole vectors, gdn_row_span: the terms past the diagonal
+                        // selected to 0, F and dP being anything there)
                         memset(dc, 0, (size_t)C * sizeof(float));
                         for (int i = 0; i < L; i++) {
                             const float bi = bt[(size_t)i * Hv];
+                            const int n = gdn_row_span(i, L);
                             float db = 0.0f, dci = 0.0f;
                             float *Gi = G + (size_t)i * C, *Hi = H + (size_t)i * C;
+                            const float *Fi = F + (size_t)i * C, *Aki = Ak + (size_t)i * C, *Gmi = Gam + (size_t)i * C;
+                            const float *dPi = dP + (size_t)i * C, *Pi = P + (size_t)i * C;
                             #pragma omp simd reduction(+:db, dci)
-                            for (int j = 0; j < i; j++) {
-                                const float dA = -F[(size_t)i * C + j];
-                                const float ak = Ak[(size_t)i * C + j], da = dA * bi * ak;
-                                Gi[j] = dA * bi * Gam[(size_t)i * C + j];
-                                db += dA * ak;
-                                dci += da;
-                                dc[j] -= da;
+                            for (int j = 0; j < n; j++) {
+                                const float dA = j < i ? -Fi[j] : 0.0f;   // Ak, Gam: 0 past the diagonal
+                                const float da = dA * bi * Aki[j];
+                                Gi[j] = dA * bi * Gmi[j];
+                                db += dA * Aki[j];
+                                const float d = j <= i ? dPi[j] : 0.0f;   // P, Gam: 0 past the diagonal
+                                const float dp = d * Pi[j];
+                                Hi[j] = scale * d * Gmi[j];
+                                dci += da + dp;
+                                dc[j] -= da + dp;
                             }
                             for (int j = 0; j < i; j++) G[(size_t)j * C + i] = Gi[j];
-                            Gi[i] = 0.0f;
-                            #pragma omp simd reduction(+:dci)
-                            for (int j = 0; j <= i; j++) {
-                                const float d = dP[(size_t)i * C + j];
-                                const float dp = d * P[(size_t)i * C + j];
-                                Hi[j] = scale * d * Gam[(size_t)i * C + j];
-                                dci += dp;
-                                dc[j] -= dp;
-                            }
-                            for (int j = i + 1; j < L; j++) Hi[j] = 0.0f;
+                            memset(Hi + n, 0, (size_t)(L - n) * sizeof(float));
                             dc[i] += dci;
                             dbm[i] = db;
                         }
