@@ -392,11 +392,14 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                     const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
                                        ldqk, ldv, Hv};
                     const float* vn_h = saved ? saved + ((size_t)b * Hv + h) * T * dv : NULL;   // the forward's Vn [T, dv]
+                    // S^T [dv, dk] is what the reverse pass reads: with the kept Vn, pass 1 carries
+                    // S^T itself (S^T <- e^{c_L} S^T + Vn^T Kd), else S (gdn_chunk_advance's)
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
                         float* Sc = base + ((size_t)r * nck + c) * per_chunk;
-                        cpu_transpose(Sc, dk, S, dv, dk, dv);   // kept as S^T [dv, dk]: what the reverse pass reads
+                        if (vn_h) memcpy(Sc, S, SS * sizeof(float));
+                        else cpu_transpose(Sc, dk, S, dv, dk, dv);
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         if (vn_h) {
                             const float* K = x.k + (size_t)t0 * ldqk;
@@ -404,7 +407,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
                             const float el = ec[L - 1];
                             for (size_t e = 0; e < SS; e++) S[e] *= el;
-                            cpu_gemm_small('T', dk, dv, L, Kd, dk, vn_h + (size_t)t0 * dv, dv, 1, S, dv);
+                            cpu_gemm_small('T', dv, dk, L, vn_h + (size_t)t0 * dv, dv, Kd, dk, 1, S, dk);
                         } else {
                             gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
                             gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
