@@ -545,12 +545,14 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
     const ModelConfig* c = &r0->hyb.cfg.model;
     const double Kd = (double)c->linear_n_k_head * c->linear_k_head_dim, Vd = (double)c->linear_n_v_head * c->linear_v_head_dim;
     printf("(analytic acts: per token, a linear layer %.0f floats = X d+1, xqkv / conv pre-activation / xc 3 x Cc = 3 x %.0f,"
-           " q k normed 2Kd = %.0f and their 1/norms %d, z Vd = %.0f, ba 2Hv, g and beta 2Hv, o Vd and its rstd Hv, on Vd;"
+           " q k normed 2Kd = %.0f and their 1/norms %d, z Vd = %.0f, ba 2Hv, g and beta 2Hv, o Vd and its rstd Hv, on Vd%s;"
            " an attention layer %.0f floats; + residual streams, MLPs, head, the backward's buffers and 2 token ids:"
            " bench/bench_hybrid.c analytic_acts. analytic total = 16 B x params + 4 B x analytic acts + the host token"
            " batch + the delta rule's per-thread scratch (%.2f MiB at T = %d). RSS at start: the worker after ops_init,"
            " before building the model (libraries))\n",
-           r0->mem_hyb.linear_tok, 2 * Kd + Vd, 2 * Kd, 2 * c->linear_n_k_head, Vd, r0->mem_hyb.attn_tok,
+           r0->mem_hyb.linear_tok, 2 * Kd + Vd, 2 * Kd, 2 * c->linear_n_k_head, Vd,
+           c->linear_chunk > 0 && ops_gdn_keeps_vn() ? ", the delta rule's Vn Vd (kept for its backward)" : "",
+           r0->mem_hyb.attn_tok,
            mib(4.0 * r0->mem_hyb.gdn_scratch), r0->T);
     fflush(stdout);
 }
