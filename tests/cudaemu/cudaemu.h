@@ -56,7 +56,8 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static   // one block runs at a time: a static array is its shared memory
+// cudaemu_rewrite.py turns every __shared__ declaration into a static array (one block runs at a
+// time: a static array is its shared memory) or a pointer to the dynamic shared memory
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
@@ -81,9 +82,17 @@ int emu_lane(void);   // the calling thread's lane: its linear index in the bloc
 uint64_t emu_warp_exchange(unsigned mask, uint64_t v, int src);
 unsigned emu_ballot(unsigned mask, int pred);
 void* emu_dyn_smem(void);
+// a static __shared__ array (cudaemu_rewrite.py adds the call after its declaration): the first
+// thread of a block to reach it fills it with the launch's shared-memory poison
+void emu_static_smem(void* p, size_t bytes);
 void emu_ldmatrix_x4(uint32_t* r, const void* p, int trans);
 void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 [[noreturn]] void emu_fatal(const char* what);
+// a kernel whose result depends on its schedule by design (float atomics, say) declares the
+// relative difference between two schedules it allows in its fp32 outputs (CUDAEMU_SCHEDULES);
+// every other kernel must give the same bits under every schedule. Call it from a static
+// initializer in the kernel's file under #ifdef GATEDGPT_CUDA_EMU.
+void emu_schedule_tolerance(const char* kernel, double rel_fp32);
 
 inline void __syncthreads() { (void)emu_syncthreads_count(0); }
 inline int __syncthreads_count(int pred) { return emu_syncthreads_count(pred != 0); }

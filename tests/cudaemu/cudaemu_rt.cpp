@@ -234,6 +234,31 @@ unsigned emu_ballot(unsigned mask, int pred) {
     return r;
 }
 
+// ---- the sanitizer's state (docs/gpu.md "The CUDA emulator": schedules, initcheck) ------------
+// The shared-memory poison of the current run: 0xFF bytes (NaN in fp32 and bf16) in the first run
+// of a launch, 0x7F bytes (3.4e38, finite) in the next under CUDAEMU_SCHEDULES: a result that
+// depends on shared memory no thread wrote then differs between the runs.
+static unsigned char smem_fill = 0xff;
+static unsigned long block_serial;   // counts the blocks run: a static __shared__ array's stamp
+struct StaticSmem {
+    void* p;
+    unsigned long stamp;
+};
+static std::vector<StaticSmem> static_smem;
+
+void emu_static_smem(void* p, size_t bytes) {
+    for (auto& s : static_smem)
+        if (s.p == p) {
+            if (s.stamp != block_serial) {
+                s.stamp = block_serial;
+                memset(p, smem_fill, bytes);
+            }
+            return;
+        }
+    static_smem.push_back(StaticSmem{p, block_serial});
+    memset(p, smem_fill, bytes);
+}
+
 void* emu_dyn_smem(void) {
     if (!dyn_smem_size) fail_in_kernel("dynamic shared memory used by a launch that asked for none");
     return dyn_smem + dyn_smem_cap - ((dyn_smem_size + 127) & ~(size_t)127);
@@ -336,8 +361,145 @@ void emu_prof_add(const char* name, double seconds) {
 double emu_prof_clock(void) { return prof_now(); }
 static std::map<const void*, int> max_dyn_smem;   // cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
 
+// ---- schedules (CUDAEMU_SCHEDULE, CUDAEMU_SCHEDULES) ------------------------------------------------
+// The order in which the threads of a block run between barriers (so also the order of its
+// warps) and the order of the blocks of a grid:
+//   forward      thread 0 first, blocks in x, y, z order (the default)
+//   reverse      the last thread first, the last block first
+//   random:SEED  a new random permutation of the threads at every barrier round, of the blocks at
+//                every launch (from SEED and the launch's serial number)
+// CUDAEMU_SCHEDULES=K runs every launch K times from the same device memory: run 1 under
+// CUDAEMU_SCHEDULE, run 2 reverse (forward if that was reverse), runs 3.. random; the shared-memory
+// poison alternates 0xFF / 0x7F between runs. Every byte of every device allocation must come out
+// the same: a difference names the kernel, the allocation and the first differing byte.
+enum { SCHED_FORWARD, SCHED_REVERSE, SCHED_RANDOM };
+struct Sched {
+    int mode;
+    uint64_t seed;
+};
+static Sched sched_base = {SCHED_FORWARD, 0};
+static int sched_runs = 1;
+static int sched_ready;
+static unsigned long launch_serial;
+static uint64_t rng_state;
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static uint64_t rng_next(void) { return rng_state = splitmix(rng_state); }
+
+static void sched_init(void) {
+    if (sched_ready) return;
+    sched_ready = 1;
+    const char* v = getenv("CUDAEMU_SCHEDULE");
+    if (v && *v) {
+        if (!strcmp(v, "forward")) sched_base.mode = SCHED_FORWARD;
+        else if (!strcmp(v, "reverse")) sched_base.mode = SCHED_REVERSE;
+        else if (!strncmp(v, "random:", 7) && v[7]) {
+            char* end;
+            sched_base.mode = SCHED_RANDOM;
+            sched_base.seed = strtoull(v + 7, &end, 10);
+            if (*end) v = NULL;
+        } else v = NULL;
+        if (!v) emu_fatal("CUDAEMU_SCHEDULE: expected forward, reverse or random:SEED (SEED a decimal integer)");
+    }
+    v = getenv("CUDAEMU_SCHEDULES");
+    if (v && *v) {
+        char* end;
+        long k = strtol(v, &end, 10);
+        if (*end || k < 1 || k > 64) emu_fatal("CUDAEMU_SCHEDULES: expected the number of schedules per launch, 1 to 64");
+        sched_runs = (int)k;
+    }
+}
+
+static const char* sched_name(const Sched& s, char* buf, size_t n) {
+    if (s.mode == SCHED_FORWARD) return "forward";
+    if (s.mode == SCHED_REVERSE) return "reverse";
+    snprintf(buf, n, "random:%llu", (unsigned long long)s.seed);
+    return buf;
+}
+
+// per-kernel tolerance for kernels nondeterministic by design (emu_schedule_tolerance)
+static std::map<std::string, double>* sched_tol;
+void emu_schedule_tolerance(const char* kernel, double rel_fp32) {
+    if (!sched_tol) sched_tol = new std::map<std::string, double>();
+    (*sched_tol)[kernel] = rel_fp32;
+}
+
+// one run of a launch's grid under schedule s
+static void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const Sched& s) {
+    const int n = (int)(block.x * block.y * block.z);
+    const int nw = (n + 31) / 32;
+    const unsigned long nb = (unsigned long)grid.x * grid.y * grid.z;
+    rng_state = splitmix(s.seed ^ splitmix(launch_serial));
+    static std::vector<unsigned long> border;
+    static std::vector<int> perm;
+    border.resize(nb);
+    for (unsigned long b = 0; b < nb; b++) border[b] = s.mode == SCHED_REVERSE ? nb - 1 - b : b;
+    if (s.mode == SCHED_RANDOM)
+        for (unsigned long b = nb; b > 1; b--) std::swap(border[b - 1], border[rng_next() % b]);
+    perm.resize(n);
+    for (int i = 0; i < n; i++) perm[i] = s.mode == SCHED_REVERSE ? n - 1 - i : i;
+    for (unsigned long bi = 0; bi < nb; bi++) {
+        const unsigned long b = border[bi];
+        const unsigned bx = (unsigned)(b % grid.x), by = (unsigned)(b / grid.x % grid.y), bz = (unsigned)(b / grid.x / grid.y);
+        emu_idx.block = make_uint3(bx, by, bz);
+        block_serial++;
+        if (smem) memset(emu_dyn_smem(), smem_fill, smem);   // not zeroed on a GPU either
+        blk = Block{n, 0, 0, 0, 0, 0};
+        for (int w = 0; w < nw; w++) { warps[w].arrived = 0; warps[w].gen = 0; }
+        for (int i = 0; i < n; i++) {
+            Fiber& f = fibers[i];
+            f.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+            f.lane = i & 31;
+            f.warp = i >> 5;
+            fiber_start(&f);
+        }
+        int left = n;
+        while (left > 0) {
+            int ran = 0;
+            if (s.mode == SCHED_RANDOM)   // a new order for every round between barriers
+                for (int i = n; i > 1; i--) std::swap(perm[i - 1], perm[rng_next() % i]);
+            for (int k = 0; k < n; k++) {
+                Fiber& f = fibers[perm[k]];
+                if (f.done) continue;
+                if (f.wait_on && *f.wait_on == f.wait_val) continue;   // still waiting
+                f.wait_on = NULL;
+                cur = &f;
+                emu_idx.thread = f.tid;
+                emu_ctx_switch(&sched_sp, f.sp);
+                ran++;
+                if (f.done) left--;
+            }
+            if (!ran && left > 0) {
+                int at_block = 0, at_warp = 0;
+                for (int i = 0; i < n; i++)
+                    if (!fibers[i].done) (fibers[i].wait_on == &blk.gen ? at_block : at_warp)++;
+                char msg[400];
+                snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u): deadlock: %d threads wait at __syncthreads, "
+                         "%d at warp collectives, %d exited (a barrier not reached by every thread it needs)",
+                         name, bx, by, bz, at_block, at_warp, blk.exited);
+                cur = NULL;
+                emu_fatal(msg);
+            }
+        }
+    }
+    cur = NULL;
+}
+
+// the device memory before a launch and after its first run (CUDAEMU_SCHEDULES)
+static void snapshot_all(std::vector<char>& buf);
+static void restore_changed(const std::vector<char>& in, const std::vector<char>& out, const std::vector<char>& changed);
+static void note_changed(const std::vector<char>& in, std::vector<char>& out, std::vector<char>& changed);
+static void compare_runs(const char* name, const std::vector<char>& in, const std::vector<char>& out,
+                         const std::vector<char>& changed, const Sched& s0, const Sched& sr, int r);
+
 void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody& body) {
     const double t0 = prof_now();
+    sched_init();
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
@@ -376,47 +538,28 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
     cur_kernel = name;
     emu_idx.bdim = block;
     emu_idx.gdim = grid;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                emu_idx.block = make_uint3(bx, by, bz);
-                if (smem) memset(emu_dyn_smem(), 0xff, smem);   // not zeroed on a GPU either
-                blk = Block{n, 0, 0, 0, 0, 0};
-                for (int w = 0; w < nw; w++) { warps[w].arrived = 0; warps[w].gen = 0; }
-                for (int i = 0; i < n; i++) {
-                    Fiber& f = fibers[i];
-                    f.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
-                    f.lane = i & 31;
-                    f.warp = i >> 5;
-                    fiber_start(&f);
-                }
-                int left = n;
-                while (left > 0) {
-                    int ran = 0;
-                    for (int i = 0; i < n; i++) {
-                        Fiber& f = fibers[i];
-                        if (f.done) continue;
-                        if (f.wait_on && *f.wait_on == f.wait_val) continue;   // still waiting
-                        f.wait_on = NULL;
-                        cur = &f;
-                        emu_idx.thread = f.tid;
-                        emu_ctx_switch(&sched_sp, f.sp);
-                        ran++;
-                        if (f.done) left--;
-                    }
-                    if (!ran && left > 0) {
-                        int at_block = 0, at_warp = 0;
-                        for (int i = 0; i < n; i++)
-                            if (!fibers[i].done) (fibers[i].wait_on == &blk.gen ? at_block : at_warp)++;
-                        char msg[400];
-                        snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u): deadlock: %d threads wait at __syncthreads, "
-                                 "%d at warp collectives, %d exited (a barrier not reached by every thread it needs)",
-                                 name, bx, by, bz, at_block, at_warp, blk.exited);
-                        cur = NULL;
-                        emu_fatal(msg);
-                    }
-                }
-            }
+    launch_serial++;
+    if (sched_runs <= 1) {
+        smem_fill = 0xff;
+        run_grid(name, grid, block, smem, sched_base);
+    } else {
+        static std::vector<char> in, out, changed;
+        snapshot_all(in);
+        Sched s0 = sched_base;
+        for (int r = 0; r < sched_runs; r++) {
+            Sched sr = sched_base;
+            if (r == 1) sr.mode = sched_base.mode == SCHED_REVERSE ? SCHED_FORWARD : SCHED_REVERSE;
+            if (r >= 2) { sr.mode = SCHED_RANDOM; sr.seed = sched_base.seed + (uint64_t)r; }
+            smem_fill = (r & 1) ? 0x7f : 0xff;
+            if (r > 0) restore_changed(in, out, changed);
+            cur_kernel = name;
+            run_grid(name, grid, block, smem, sr);
+            cur_kernel = name;
+            if (r == 0) note_changed(in, out, changed);
+            else compare_runs(name, in, out, changed, s0, sr, r);
+        }
+        smem_fill = 0xff;
+    }
     cur = NULL;
     cur_body = NULL;
     cur_kernel = NULL;
@@ -434,6 +577,7 @@ struct Alloc {
     char* base;       // the mapping
     size_t map_bytes; // without the guard page
     size_t bytes;
+    unsigned long serial;   // the how-manyth cudaMalloc (1-based): names it in messages
 };
 static std::map<uintptr_t, Alloc> allocs;   // by user pointer
 static const unsigned char CANARY = 0xA5;
@@ -452,6 +596,81 @@ static void check_canaries(const char* kernel) {
     }
 }
 static size_t alloc_total;
+static unsigned long alloc_serial;
+
+// CUDAEMU_SCHEDULES: in = every allocation's bytes before a launch, in map order; after run 1,
+// changed[i] says whether allocation i changed and out holds its bytes (out is in's layout)
+static void snapshot_all(std::vector<char>& buf) {
+    buf.resize(alloc_total);
+    size_t off = 0;
+    for (auto& kv : allocs) {
+        memcpy(buf.data() + off, (const void*)kv.first, kv.second.bytes);
+        off += kv.second.bytes;
+    }
+}
+static void note_changed(const std::vector<char>& in, std::vector<char>& out, std::vector<char>& changed) {
+    out.resize(alloc_total);
+    changed.assign(allocs.size(), 0);
+    size_t off = 0, i = 0;
+    for (auto& kv : allocs) {
+        if (memcmp(in.data() + off, (const void*)kv.first, kv.second.bytes)) {
+            changed[i] = 1;
+            memcpy(out.data() + off, (const void*)kv.first, kv.second.bytes);
+        }
+        off += kv.second.bytes;
+        i++;
+    }
+}
+static void restore_changed(const std::vector<char>& in, const std::vector<char>& out, const std::vector<char>& changed) {
+    (void)out;
+    size_t off = 0, i = 0;
+    for (auto& kv : allocs) {
+        if (changed[i]) memcpy((void*)kv.first, in.data() + off, kv.second.bytes);
+        off += kv.second.bytes;
+        i++;
+    }
+}
+static void compare_runs(const char* name, const std::vector<char>& in, const std::vector<char>& out,
+                         const std::vector<char>& changed, const Sched& s0, const Sched& sr, int r) {
+    double tol = -1.0;
+    if (sched_tol) {
+        auto t = sched_tol->find(name);
+        if (t != sched_tol->end()) tol = t->second;
+    }
+    size_t off = 0, i = 0;
+    for (auto& kv : allocs) {
+        const unsigned char* want = (const unsigned char*)(changed[i] ? out.data() : in.data()) + off;
+        const unsigned char* got = (const unsigned char*)kv.first;
+        const size_t nb = kv.second.bytes;
+        off += nb;
+        i++;
+        if (!memcmp(want, got, nb)) continue;
+        size_t at = 0;
+        if (tol >= 0.0) {   // declared nondeterministic: fp32 words within tol (relative)
+            for (at = 0; at + 4 <= nb; at += 4) {
+                float a, b;
+                memcpy(&a, want + at, 4);
+                memcpy(&b, got + at, 4);
+                if (!(fabsf(a - b) <= tol * fmaxf(fabsf(a), fabsf(b))) && memcmp(want + at, got + at, 4)) break;
+            }
+            if (at + 4 > nb) continue;
+        } else {
+            while (want[at] == got[at]) at++;
+        }
+        const size_t w = at & ~(size_t)3;
+        float fa = 0.0f, fb = 0.0f;
+        if (w + 4 <= nb) { memcpy(&fa, want + w, 4); memcpy(&fb, got + w, 4); }
+        char b0[64], b1[64], msg[1024];
+        snprintf(msg, sizeof msg,
+                 "kernel %s: schedule %s (run 1) and schedule %s (run %d, shared memory poison 0x%02X) disagree: "
+                 "device allocation #%lu (%zu bytes) first differs at byte %zu (fp32 element %zu: %.9g vs %.9g; "
+                 "bf16 element %zu): a race between threads or blocks (a missing __syncthreads or __syncwarp, a block "
+                 "reading another block's output) or a read of shared memory no thread wrote",
+                 name, sched_name(s0, b0, sizeof b0), sched_name(sr, b1, sizeof b1), r + 1, (r & 1) ? 0x7f : 0xff,
+                 kv.second.serial, nb, at, at / 4, fa, fb, at / 2);
+        emu_fatal(msg);
+    }
+}
 static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
 
 static const Alloc* find_alloc(const void* p, uintptr_t* start) {
@@ -492,7 +711,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     char* u = base + map - user;
     memset(u, 0xff, bytes);   // NaN in fp32 and bf16: a read of memory never written shows
     memset(u + bytes, CANARY, user - bytes);
-    allocs[(uintptr_t)u] = Alloc{base, map, bytes};
+    allocs[(uintptr_t)u] = Alloc{base, map, bytes, ++alloc_serial};
     alloc_total += bytes;
     *p = u;
     return cudaSuccess;
