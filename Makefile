@@ -7,6 +7,8 @@
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
+#   make sanitize every CUDA-emulator test (label cudaemu) with every launch under 4 schedules, shared memory
+#                 poisoned per block (docs/gpu.md "The CUDA emulator")
 #   make gpu-report  registers / smem / spills / LDL-STL / HMMA / H200 occupancy of every CUDA kernel, with
 #                 checks (scripts/gpu_report.py; compiles into build-gpurep/, cached; needs nvcc, no GPU)
 BUILD ?= build
@@ -52,6 +54,10 @@ mutants: deps
 
 interop: build
 	bash scripts/interop.sh --build $(BUILD)
+
+.PHONY: sanitize
+sanitize: build
+	@cd $(BUILD) && CUDAEMU_SANITIZE=4 ctest -L cudaemu --output-on-failure
 
 .PHONY: gpu-report
 gpu-report:

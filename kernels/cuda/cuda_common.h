@@ -189,7 +189,7 @@ __device__ __forceinline__ double block_sum_d(double v, double* shared) {
     v = warp_sum_d(v);
     __syncthreads();
     if (lane == 0) shared[warp] = v;
-    __syncthreads();
+    __syncthreads();   // the warp sums are in shared (block_sum_d)
     double s = lane < nw ? shared[lane] : 0.0;
     return warp_sum_d(s);
 }

@@ -89,7 +89,9 @@ static void fail_in_kernel(const char* what) {
 
 // a fault inside a kernel (a guard page: past the end of a device allocation or of the dynamic
 // shared memory; or a host pointer gone wrong) names the kernel, block and thread
-static void on_fault(int sig) {
+static int track_fault(void* addr);   // CUDAEMU_SCHEDULES: a write to a write-protected device page
+static void on_fault(int sig, siginfo_t* si, void*) {
+    if (sig == SIGSEGV && track_fault(si->si_addr)) return;   // recorded and unprotected: the write retries
     char msg[400];
     if (cur_kernel)
         snprintf(msg, sizeof msg, "cudaemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): invalid memory access (signal %d): "
@@ -112,8 +114,8 @@ __attribute__((constructor)) static void install_fault_handler(void) {
     sigaltstack(&ss, NULL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fault;
-    sa.sa_flags = SA_ONSTACK;
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_ONSTACK | SA_SIGINFO;
     sigaction(SIGSEGV, &sa, NULL);
     sigaction(SIGBUS, &sa, NULL);
 }
@@ -407,10 +409,13 @@ static void sched_init(void) {
         if (!v) emu_fatal("CUDAEMU_SCHEDULE: expected forward, reverse or random:SEED (SEED a decimal integer)");
     }
     v = getenv("CUDAEMU_SCHEDULES");
+    // CUDAEMU_SANITIZE=K (make sanitize) overrides what a test sets in CUDAEMU_SCHEDULES
+    const char* sv = getenv("CUDAEMU_SANITIZE");
+    if (sv && *sv) v = sv;
     if (v && *v) {
         char* end;
         long k = strtol(v, &end, 10);
-        if (*end || k < 1 || k > 64) emu_fatal("CUDAEMU_SCHEDULES: expected the number of schedules per launch, 1 to 64");
+        if (*end || k < 1 || k > 64) emu_fatal("CUDAEMU_SCHEDULES (or CUDAEMU_SANITIZE): expected the number of schedules per launch, 1 to 64");
         sched_runs = (int)k;
     }
 }
@@ -490,12 +495,10 @@ static void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const
     cur = NULL;
 }
 
-// the device memory before a launch and after its first run (CUDAEMU_SCHEDULES)
-static void snapshot_all(std::vector<char>& buf);
-static void restore_changed(const std::vector<char>& in, const std::vector<char>& out, const std::vector<char>& changed);
-static void note_changed(const std::vector<char>& in, std::vector<char>& out, std::vector<char>& changed);
-static void compare_runs(const char* name, const std::vector<char>& in, const std::vector<char>& out,
-                         const std::vector<char>& changed, const Sched& s0, const Sched& sr, int r);
+// the device pages a launch writes (CUDAEMU_SCHEDULES), below with the device memory
+static void track_begin(void);
+static void track_after_first(void);
+static void track_after_run(const char* name, const Sched& s0, const Sched& sr, int r, int last);
 
 void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody& body) {
     const double t0 = prof_now();
@@ -543,20 +546,18 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
         smem_fill = 0xff;
         run_grid(name, grid, block, smem, sched_base);
     } else {
-        static std::vector<char> in, out, changed;
-        snapshot_all(in);
+        track_begin();
         Sched s0 = sched_base;
         for (int r = 0; r < sched_runs; r++) {
             Sched sr = sched_base;
             if (r == 1) sr.mode = sched_base.mode == SCHED_REVERSE ? SCHED_FORWARD : SCHED_REVERSE;
             if (r >= 2) { sr.mode = SCHED_RANDOM; sr.seed = sched_base.seed + (uint64_t)r; }
             smem_fill = (r & 1) ? 0x7f : 0xff;
-            if (r > 0) restore_changed(in, out, changed);
             cur_kernel = name;
             run_grid(name, grid, block, smem, sr);
             cur_kernel = name;
-            if (r == 0) note_changed(in, out, changed);
-            else compare_runs(name, in, out, changed, s0, sr, r);
+            if (r == 0 && sched_runs > 1) track_after_first();
+            else if (r > 0) track_after_run(name, s0, sr, r, r == sched_runs - 1);
         }
         smem_fill = 0xff;
     }
@@ -597,81 +598,112 @@ static void check_canaries(const char* kernel) {
 }
 static size_t alloc_total;
 static unsigned long alloc_serial;
+static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
 
-// CUDAEMU_SCHEDULES: in = every allocation's bytes before a launch, in map order; after run 1,
-// changed[i] says whether allocation i changed and out holds its bytes (out is in's layout)
-static void snapshot_all(std::vector<char>& buf) {
-    buf.resize(alloc_total);
-    size_t off = 0;
-    for (auto& kv : allocs) {
-        memcpy(buf.data() + off, (const void*)kv.first, kv.second.bytes);
-        off += kv.second.bytes;
+// CUDAEMU_SCHEDULES: which device pages a launch writes. During its runs every allocation is
+// mapped read-only; the first write to a page faults, track_fault keeps the page's bytes from
+// before the launch and unprotects it. So only the pages a kernel writes are copied, restored and
+// compared (a golden holds ~100 MB of device memory; its kernels write a small part of it).
+static const Alloc* find_alloc(const void* p, uintptr_t* start);
+struct DirtyPage {
+    char* page;
+    std::vector<char> orig, out0;   // before the launch; after run 1 (empty: run 1 did not write it)
+};
+static std::vector<DirtyPage> dirty;
+static std::map<uintptr_t, size_t>* dirty_index;
+static int tracking;
+static size_t page_bytes;
+
+static int track_fault(void* addr) {
+    if (!tracking) return 0;
+    uintptr_t a = (uintptr_t)addr;
+    // the allocation whose mapping holds a (the guard page after it is not: an overrun stays one)
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return 0;
+    --it;
+    const Alloc& al = it->second;
+    if (a < (uintptr_t)al.base || a >= (uintptr_t)al.base + al.map_bytes) return 0;
+    char* page = (char*)(a & ~(uintptr_t)(page_bytes - 1));
+    if (!dirty_index->count((uintptr_t)page)) {
+        (*dirty_index)[(uintptr_t)page] = dirty.size();
+        DirtyPage d;
+        d.page = page;
+        d.orig.assign(page, page + page_bytes);
+        dirty.push_back(std::move(d));
+    }
+    mprotect(page, page_bytes, PROT_READ | PROT_WRITE);
+    return 1;
+}
+static void protect_all(int prot) {
+    for (auto& kv : allocs) mprotect(kv.second.base, kv.second.map_bytes, prot);
+}
+static void track_begin(void) {
+    if (!page_bytes) page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    if (!dirty_index) dirty_index = new std::map<uintptr_t, size_t>();
+    dirty.clear();
+    dirty_index->clear();
+    protect_all(PROT_READ);
+    tracking = 1;
+}
+// after run 1: keep what it wrote, put back what was there before, protect again
+static void track_after_first(void) {
+    for (auto& d : dirty) {
+        d.out0.assign(d.page, d.page + page_bytes);
+        memcpy(d.page, d.orig.data(), page_bytes);
+        mprotect(d.page, page_bytes, PROT_READ);
     }
 }
-static void note_changed(const std::vector<char>& in, std::vector<char>& out, std::vector<char>& changed) {
-    out.resize(alloc_total);
-    changed.assign(allocs.size(), 0);
-    size_t off = 0, i = 0;
-    for (auto& kv : allocs) {
-        if (memcmp(in.data() + off, (const void*)kv.first, kv.second.bytes)) {
-            changed[i] = 1;
-            memcpy(out.data() + off, (const void*)kv.first, kv.second.bytes);
+static void compare_page(const char* name, const DirtyPage& d, const Sched& s0, const Sched& sr, int r);
+// after run r (> 1): every page either run wrote must hold run 1's bytes
+static void track_after_run(const char* name, const Sched& s0, const Sched& sr, int r, int last) {
+    for (auto& d : dirty) {
+        const std::vector<char>& want = d.out0.empty() ? d.orig : d.out0;
+        if (memcmp(d.page, want.data(), page_bytes)) compare_page(name, d, s0, sr, r);
+        if (!last) {
+            memcpy(d.page, d.orig.data(), page_bytes);
+            mprotect(d.page, page_bytes, PROT_READ);
         }
-        off += kv.second.bytes;
-        i++;
+    }
+    if (last) {
+        tracking = 0;
+        protect_all(PROT_READ | PROT_WRITE);
     }
 }
-static void restore_changed(const std::vector<char>& in, const std::vector<char>& out, const std::vector<char>& changed) {
-    (void)out;
-    size_t off = 0, i = 0;
-    for (auto& kv : allocs) {
-        if (changed[i]) memcpy((void*)kv.first, in.data() + off, kv.second.bytes);
-        off += kv.second.bytes;
-        i++;
-    }
-}
-static void compare_runs(const char* name, const std::vector<char>& in, const std::vector<char>& out,
-                         const std::vector<char>& changed, const Sched& s0, const Sched& sr, int r) {
+static void compare_page(const char* name, const DirtyPage& d, const Sched& s0, const Sched& sr, int r) {
+    const std::vector<char>& wantv = d.out0.empty() ? d.orig : d.out0;
+    const unsigned char* want = (const unsigned char*)wantv.data();
+    const unsigned char* got = (const unsigned char*)d.page;
     double tol = -1.0;
     if (sched_tol) {
         auto t = sched_tol->find(name);
         if (t != sched_tol->end()) tol = t->second;
     }
-    size_t off = 0, i = 0;
-    for (auto& kv : allocs) {
-        const unsigned char* want = (const unsigned char*)(changed[i] ? out.data() : in.data()) + off;
-        const unsigned char* got = (const unsigned char*)kv.first;
-        const size_t nb = kv.second.bytes;
-        off += nb;
-        i++;
-        if (!memcmp(want, got, nb)) continue;
-        size_t at = 0;
-        if (tol >= 0.0) {   // declared nondeterministic: fp32 words within tol (relative)
-            for (at = 0; at + 4 <= nb; at += 4) {
-                float a, b;
-                memcpy(&a, want + at, 4);
-                memcpy(&b, got + at, 4);
-                if (!(fabsf(a - b) <= tol * fmaxf(fabsf(a), fabsf(b))) && memcmp(want + at, got + at, 4)) break;
-            }
-            if (at + 4 > nb) continue;
-        } else {
-            while (want[at] == got[at]) at++;
-        }
+    for (size_t o = 0; o < page_bytes; o++) {
+        if (want[o] == got[o]) continue;
+        uintptr_t start;
+        const Alloc* a = find_alloc(d.page + o, &start);
+        if (!a) continue;   // outside the allocation's bytes (its mapping's head or slack)
+        const size_t at = (uintptr_t)(d.page + o) - start;
         const size_t w = at & ~(size_t)3;
         float fa = 0.0f, fb = 0.0f;
-        if (w + 4 <= nb) { memcpy(&fa, want + w, 4); memcpy(&fb, got + w, 4); }
+        if (w + 4 <= a->bytes) {
+            memcpy(&fa, want + (o - (at - w)), 4);
+            memcpy(&fb, got + (o - (at - w)), 4);
+        }
+        if (tol >= 0.0 && (fabsf(fa - fb) <= tol * fmaxf(fabsf(fa), fabsf(fb)))) { o = o - (at - w) + 3; continue; }
         char b0[64], b1[64], msg[1024];
         snprintf(msg, sizeof msg,
                  "kernel %s: schedule %s (run 1) and schedule %s (run %d, shared memory poison 0x%02X) disagree: "
-                 "device allocation #%lu (%zu bytes) first differs at byte %zu (fp32 element %zu: %.9g vs %.9g; "
-                 "bf16 element %zu): a race between threads or blocks (a missing __syncthreads or __syncwarp, a block "
-                 "reading another block's output) or a read of shared memory no thread wrote",
+                 "device allocation #%lu (%zu bytes) at byte %zu (fp32 element %zu: %.9g vs %.9g; bf16 element %zu; "
+                 "the first difference in its page): a race between threads or blocks (a missing __syncthreads or "
+                 "__syncwarp, a block reading another block's output) or a read of shared memory no thread wrote",
                  name, sched_name(s0, b0, sizeof b0), sched_name(sr, b1, sizeof b1), r + 1, (r & 1) ? 0x7f : 0xff,
-                 kv.second.serial, nb, at, at / 4, fa, fb, at / 2);
+                 a->serial, a->bytes, at, at / 4, fa, fb, at / 2);
+        tracking = 0;
+        protect_all(PROT_READ | PROT_WRITE);
         emu_fatal(msg);
     }
 }
-static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
 
 static const Alloc* find_alloc(const void* p, uintptr_t* start) {
     uintptr_t a = (uintptr_t)p;
