@@ -128,9 +128,15 @@ inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)(uintptr_t)p; }
-// one thread runs at a time: an atomic is a plain read-modify-write
+// one thread runs at a time: an atomic is a plain read-modify-write, made in the runtime (not
+// compiled with the racecheck's instrumentation: atomics of different threads are not a race)
+int emu_atomic_add(int* p, int v);
+unsigned emu_atomic_add(unsigned* p, unsigned v);
+unsigned long long emu_atomic_add(unsigned long long* p, unsigned long long v);
+float emu_atomic_add(float* p, float v);
+double emu_atomic_add(double* p, double v);
 template <class T, class U>
-inline T atomicAdd(T* p, U v) { T old = *p; *p = (T)(old + (T)v); return old; }
+inline T atomicAdd(T* p, U v) { return emu_atomic_add(p, (T)v); }
 using std::max;
 using std::min;
 

@@ -79,7 +79,7 @@ def main():
     src = EXTERN_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ({m.group(1)}*)emu_dyn_smem();", src)
     src = STATIC_SHARED.sub(lambda m: f"static {m.group(1)} {m.group(2)}{m.group(3)}; emu_static_smem({m.group(2)}, sizeof({m.group(2)}));", src)
     for i, line in enumerate(src.split("\n")):
-        code = line.split("//")[0]
+        code = re.sub(r'"(?:\\.|[^"\\])*"', '""', line).split("//")[0]   # not in strings or comments
         if "__shared__" in code:
             raise SystemExit(f"cudaemu_rewrite: {path}:{i + 1}: a __shared__ declaration the rewriter does not know "
                              "(one array per declaration: __shared__ T name[N];)")

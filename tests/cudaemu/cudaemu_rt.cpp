@@ -244,6 +244,7 @@ static unsigned char smem_fill = 0xff;
 static unsigned long block_serial;   // counts the blocks run: a static __shared__ array's stamp
 struct StaticSmem {
     void* p;
+    size_t bytes;
     unsigned long stamp;
 };
 static std::vector<StaticSmem> static_smem;
@@ -257,13 +258,152 @@ void emu_static_smem(void* p, size_t bytes) {
             }
             return;
         }
-    static_smem.push_back(StaticSmem{p, block_serial});
+    static_smem.push_back(StaticSmem{p, bytes, block_serial});
     memset(p, smem_fill, bytes);
 }
 
 void* emu_dyn_smem(void) {
     if (!dyn_smem_size) fail_in_kernel("dynamic shared memory used by a launch that asked for none");
     return dyn_smem + dyn_smem_cap - ((dyn_smem_size + 127) & ~(size_t)127);
+}
+
+// ---- racecheck and initcheck of shared memory (kernels compiled with -fsanitize=thread) ---------
+// The sanitizer builds (gatedgpt_cudaemu_race, test_cudaemu_checks) compile the kernels with GCC's
+// ThreadSanitizer instrumentation but link no TSan runtime: every load and store the kernel code
+// makes calls __tsan_readN / __tsan_writeN, defined here. Under CUDAEMU_RACECHECK=1 those that land
+// in shared memory (the launch's dynamic buffer, a static __shared__ array) update a shadow of each
+// byte: the last writer and the last reader, each with the block's __syncthreads count and its
+// warp's collective count at the time. Two accesses by different threads, one a write, with
+// neither a __syncthreads nor (same warp) a warp collective between them are a hazard; a read of a
+// byte no thread of the block wrote is an initcheck error. Each stops the program with the kernel,
+// the block, both threads and the byte. Accesses made inside the emulator's runtime (ldmatrix's
+// reads, the poison fill) are not seen.
+struct SmemShadow {
+    unsigned long block;   // block_serial of the last access: older entries are empty
+    int32_t writer, reader;   // linear thread index, -1 none
+    uint32_t wbar, rbar;   // blk.gen at the access
+    uint32_t wwarp, rwarp; // warps[writer/reader warp].gen at the access
+};
+template <class T>
+static inline T atomic_add(T* p, T v) {
+    T old = *p;
+    *p = (T)(old + v);
+    return old;
+}
+int emu_atomic_add(int* p, int v) { return atomic_add(p, v); }
+unsigned emu_atomic_add(unsigned* p, unsigned v) { return atomic_add(p, v); }
+unsigned long long emu_atomic_add(unsigned long long* p, unsigned long long v) { return atomic_add(p, v); }
+float emu_atomic_add(float* p, float v) { return atomic_add(p, v); }
+double emu_atomic_add(double* p, double v) { return atomic_add(p, v); }
+static int race_instrumented;   // a translation unit compiled with -fsanitize=thread is linked
+static int race_on = -1;        // CUDAEMU_RACECHECK=1 (read at the first access)
+static std::vector<SmemShadow> dyn_shadow;
+static std::map<const void*, std::vector<SmemShadow>>* static_shadow;
+
+static void tid_of(int i, unsigned* x, unsigned* y, unsigned* z) {
+    const dim3 b = emu_idx.bdim;
+    *x = i % b.x;
+    *y = (i / b.x) % b.y;
+    *z = i / (b.x * b.y);
+}
+[[noreturn]] static void race_report(const char* what, int other, const char* other_did, const char* where, size_t off) {
+    unsigned ox = 0, oy = 0, oz = 0;
+    if (other >= 0) tid_of(other, &ox, &oy, &oz);
+    char msg[700];
+    if (other >= 0)
+        snprintf(msg, sizeof msg, "racecheck: kernel %s, block (%u,%u,%u): thread (%u,%u,%u) %s byte %zu of %s that thread "
+                 "(%u,%u,%u) %s with no barrier between (__syncthreads, or a warp collective in one warp)", cur_kernel,
+                 emu_idx.block.x, emu_idx.block.y, emu_idx.block.z, emu_idx.thread.x, emu_idx.thread.y, emu_idx.thread.z,
+                 what, off, where, ox, oy, oz, other_did);
+    else
+        snprintf(msg, sizeof msg, "initcheck: kernel %s, block (%u,%u,%u): thread (%u,%u,%u) reads byte %zu of %s, which no "
+                 "thread of the block wrote", cur_kernel, emu_idx.block.x, emu_idx.block.y, emu_idx.block.z,
+                 emu_idx.thread.x, emu_idx.thread.y, emu_idx.thread.z, off, where);
+    emu_fatal(msg);
+}
+static inline int race_ordered(int other, uint32_t bar, uint32_t wgen, int me) {
+    if (other == me) return 1;
+    if (bar != blk.gen) return 1;   // a __syncthreads completed since
+    return (other >> 5) == (me >> 5) && wgen != warps[me >> 5].gen;   // same warp, a warp collective since
+}
+static void race_access(const void* p, size_t n, int write) {
+    if (race_on < 0) {
+        const char* v = getenv("CUDAEMU_RACECHECK");
+        race_on = v && !strcmp(v, "1");
+    }
+    if (!race_on || !cur) return;
+    const char* a = (const char*)p;
+    SmemShadow* sh = NULL;
+    size_t off = 0;
+    const char* where = NULL;
+    char wbuf[96];
+    if (dyn_smem_size) {
+        const char* d0 = (const char*)emu_dyn_smem();
+        if (a >= d0 && a < d0 + dyn_smem_size) {
+            off = (size_t)(a - d0);
+            if (dyn_shadow.size() < dyn_smem_size) dyn_shadow.resize(dyn_smem_size, SmemShadow{0, -1, -1, 0, 0, 0, 0});
+            sh = dyn_shadow.data();
+            where = "the dynamic shared memory";
+        }
+    }
+    if (!sh)
+        for (auto& st : static_smem)
+            if (a >= (const char*)st.p && a < (const char*)st.p + st.bytes) {
+                if (!static_shadow) static_shadow = new std::map<const void*, std::vector<SmemShadow>>();
+                auto& v = (*static_shadow)[st.p];
+                if (v.size() < st.bytes) v.resize(st.bytes, SmemShadow{0, -1, -1, 0, 0, 0, 0});
+                sh = v.data();
+                off = (size_t)(a - (const char*)st.p);
+                snprintf(wbuf, sizeof wbuf, "a static __shared__ array of %zu bytes", st.bytes);
+                where = wbuf;
+                n = std::min(n, st.bytes - off);
+                break;
+            }
+    if (!sh) return;
+    const int me = (int)(cur - fibers.data());
+    const uint32_t bar = blk.gen, wg = warps[me >> 5].gen;
+    for (size_t i = 0; i < n; i++) {
+        SmemShadow& e = sh[off + i];
+        if (e.block != block_serial) e = SmemShadow{block_serial, -1, -1, 0, 0, 0, 0};
+        if (write) {
+            if (e.writer >= 0 && !race_ordered(e.writer, e.wbar, e.wwarp, me))
+                race_report("writes", e.writer, "wrote", where, off + i);
+            if (e.reader >= 0 && !race_ordered(e.reader, e.rbar, e.rwarp, me))
+                race_report("writes", e.reader, "read", where, off + i);
+            e.writer = me;
+            e.wbar = bar;
+            e.wwarp = wg;
+            e.reader = -1;
+        } else {
+            if (e.writer < 0) race_report("reads", -1, NULL, where, off + i);
+            if (!race_ordered(e.writer, e.wbar, e.wwarp, me)) race_report("reads", e.writer, "wrote", where, off + i);
+            e.reader = me;
+            e.rbar = bar;
+            e.rwarp = wg;
+        }
+    }
+}
+
+extern "C" {
+void __tsan_init(void) { race_instrumented = 1; }
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void*, void*) {}
+void __tsan_vptr_read(void*) {}
+#define EMU_TSAN(n)                                                            \
+    void __tsan_read##n(void* p) { race_access(p, n, 0); }                     \
+    void __tsan_write##n(void* p) { race_access(p, n, 1); }                    \
+    void __tsan_unaligned_read##n(void* p) { race_access(p, n, 0); }           \
+    void __tsan_unaligned_write##n(void* p) { race_access(p, n, 1); }          \
+    void __tsan_volatile_read##n(void* p) { race_access(p, n, 0); }            \
+    void __tsan_volatile_write##n(void* p) { race_access(p, n, 1); }
+EMU_TSAN(1)
+EMU_TSAN(2)
+EMU_TSAN(4)
+EMU_TSAN(8)
+EMU_TSAN(16)
+void __tsan_read_range(void* p, unsigned long n) { race_access(p, n, 0); }
+void __tsan_write_range(void* p, unsigned long n) { race_access(p, n, 1); }
 }
 
 // ---- ldmatrix and mma.sync (PTX ISA: "Warp-level matrix load instruction: ldmatrix" and "Matrix
@@ -381,6 +521,12 @@ struct Sched {
 };
 static Sched sched_base = {SCHED_FORWARD, 0};
 static int sched_runs = 1;
+// CUDAEMU_SCHEDULE_FIRST=N: only the first N launches of each configuration (kernel, grid, block,
+// dynamic shared memory) run under the K schedules; the rest run once (0, the default: all). A
+// race is in the code, not the data, so the first launches of a shape show it; the tests' later
+// launches of the same shape (training steps, layers) add time, not cover. Unset by CUDAEMU_SANITIZE.
+static long sched_first;
+static std::map<std::string, long>* sched_seen;
 static int sched_ready;
 static unsigned long launch_serial;
 static uint64_t rng_state;
@@ -408,10 +554,17 @@ static void sched_init(void) {
         } else v = NULL;
         if (!v) emu_fatal("CUDAEMU_SCHEDULE: expected forward, reverse or random:SEED (SEED a decimal integer)");
     }
+    v = getenv("CUDAEMU_SCHEDULE_FIRST");
+    if (v && *v) {
+        char* end;
+        long k = strtol(v, &end, 10);
+        if (*end || k < 0) emu_fatal("CUDAEMU_SCHEDULE_FIRST: expected how many launches of each configuration run under every schedule (0: all)");
+        sched_first = k;
+    }
     v = getenv("CUDAEMU_SCHEDULES");
     // CUDAEMU_SANITIZE=K (make sanitize) overrides what a test sets in CUDAEMU_SCHEDULES
     const char* sv = getenv("CUDAEMU_SANITIZE");
-    if (sv && *sv) v = sv;
+    if (sv && *sv) { v = sv; sched_first = 0; }
     if (v && *v) {
         char* end;
         long k = strtol(v, &end, 10);
@@ -542,13 +695,20 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
     emu_idx.bdim = block;
     emu_idx.gdim = grid;
     launch_serial++;
-    if (sched_runs <= 1) {
+    int runs = sched_runs;
+    if (runs > 1 && sched_first > 0) {
+        if (!sched_seen) sched_seen = new std::map<std::string, long>();
+        char key[400];
+        snprintf(key, sizeof key, "%s %u %u %u %u %u %u %zu", name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+        if (++(*sched_seen)[key] > sched_first) runs = 1;
+    }
+    if (runs <= 1) {
         smem_fill = 0xff;
         run_grid(name, grid, block, smem, sched_base);
     } else {
         track_begin();
         Sched s0 = sched_base;
-        for (int r = 0; r < sched_runs; r++) {
+        for (int r = 0; r < runs; r++) {
             Sched sr = sched_base;
             if (r == 1) sr.mode = sched_base.mode == SCHED_REVERSE ? SCHED_FORWARD : SCHED_REVERSE;
             if (r >= 2) { sr.mode = SCHED_RANDOM; sr.seed = sched_base.seed + (uint64_t)r; }
@@ -556,8 +716,8 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
             cur_kernel = name;
             run_grid(name, grid, block, smem, sr);
             cur_kernel = name;
-            if (r == 0 && sched_runs > 1) track_after_first();
-            else if (r > 0) track_after_run(name, s0, sr, r, r == sched_runs - 1);
+            if (r == 0) track_after_first();
+            else track_after_run(name, s0, sr, r, r == runs - 1);
         }
         smem_fill = 0xff;
     }

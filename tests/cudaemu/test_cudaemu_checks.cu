@@ -69,6 +69,18 @@ __global__ void warp_sum_no_syncwarp_kernel(float* out) {
     if (l == 0) out[0] = s[0];
 }
 
+// the phase after a barrier: each thread reads its neighbour's slot, then writes its own, which its
+// other neighbour reads in the same phase (a write-after-read hazard; the schedules see it too)
+__global__ void race_war_kernel(float* out) {
+    __shared__ float s[N_T];
+    int t = threadIdx.x;
+    s[t] = 0.0f;
+    __syncthreads();
+    float v = s[(t + 1) % N_T];
+    s[t] = (float)t;
+    out[t] = v;
+}
+
 // ---- correct kernels (the checks must stay silent) -----------------------------------------------
 // the same tree sum, correct on Volta and later: __syncwarp orders each step's writes and reads
 __global__ void warp_sum_syncwarp_kernel(float* out) {
@@ -113,6 +125,14 @@ static int run_case(const char* c) {
         get(h, o, N_T);
         for (int t = 0; t < N_T; t++)
             if (h[t] != (float)(N_T - 1 - t)) { fprintf(stderr, "%s: out[%d] = %g, want %d\n", c, t, h[t], N_T - 1 - t); return 1; }
+        return 0;
+    }
+    if (!strcmp(c, "race_war")) {
+        float* o = dev(N_T);
+        race_war_kernel<<<1, N_T>>>(o);
+        get(h, o, N_T);
+        for (int t = 0; t < N_T; t++)
+            if (h[t] != 0.0f) { fprintf(stderr, "%s: out[%d] = %g, want 0\n", c, t, h[t]); return 1; }
         return 0;
     }
     if (!strcmp(c, "neighbour_block")) {
@@ -167,6 +187,7 @@ static int expect(const char* self, const char* c, const char* env, int want_fai
         unsetenv("CUDAEMU_SCHEDULE");   // the case's own setting only
         unsetenv("CUDAEMU_SCHEDULES");
         unsetenv("CUDAEMU_SANITIZE");
+        unsetenv("CUDAEMU_RACECHECK");
         if (env) putenv((char*)env);
         execl(self, self, c, (char*)NULL);
         _exit(127);
@@ -215,6 +236,8 @@ int main(int argc, char** argv) {
     fails += expect(path, "uninit_static_smem", K3, 1, ust);
     fails += expect(path, "uninit_dyn_smem", K3, 1, udy);
     fails += expect(path, "warp_sum_no_syncwarp", K3, 1, wsn);
+    const char* wark[] = {"kernel race_war_kernel", "disagree", NULL};
+    fails += expect(path, "race_war", K3, 1, wark);
     // ... and passes under the single default schedule where the fixed order hides the bug (why
     // the schedules exist); the race reads its mirror's slot before it is written, so not that one
     fails += expect(path, "neighbour_block", NULL, 0, NULL);
@@ -223,6 +246,22 @@ int main(int argc, char** argv) {
     const char* envs[] = {NULL, "CUDAEMU_SCHEDULES=5", "CUDAEMU_SCHEDULE=reverse", "CUDAEMU_SCHEDULE=random:7"};
     for (int g = 0; g < 3; g++)
         for (int e = 0; e < 4; e++) fails += expect(path, good[g], envs[e], 0, NULL);
+    // racecheck and initcheck (this program's kernels are compiled with -fsanitize=thread: every
+    // shared-memory access is seen): both threads, or the byte no thread wrote, with the kernel. The
+    // last thread to reach a barrier runs on past it first, so thread 63 leads after one
+    const char* RC = "CUDAEMU_RACECHECK=1";
+    const char* war[] = {"racecheck: kernel race_war_kernel", "thread (0,0,0) writes byte 0", "that thread (63,0,0) read", NULL};
+    const char* raw[] = {"kernel race_no_syncthreads_kernel", "reads byte 252", "which no thread of the block wrote", NULL};
+    const char* ist[] = {"initcheck: kernel uninit_static_smem_kernel", "reads byte 252 of a static __shared__ array of 256 bytes", NULL};
+    const char* idy[] = {"initcheck: kernel uninit_dyn_smem_kernel", "reads byte 252 of the dynamic shared memory", NULL};
+    const char* wsr[] = {"kernel warp_sum_no_syncwarp_kernel", "thread (0,0,0) reads byte 64", NULL};
+    fails += expect(path, "race_war", RC, 1, war);
+    fails += expect(path, "race_no_syncthreads", RC, 1, raw);
+    fails += expect(path, "uninit_static_smem", RC, 1, ist);
+    fails += expect(path, "uninit_dyn_smem", RC, 1, idy);
+    fails += expect(path, "warp_sum_no_syncwarp", RC, 1, wsr);
+    for (int g = 0; g < 3; g++) fails += expect(path, good[g], RC, 0, NULL);
+    fails += expect(path, "neighbour_block", RC, 0, NULL);   // across blocks: the schedules' part
     // bad settings: a one-line error naming the variable and what it takes
     fails += expect(path, "mirror_syncthreads", "CUDAEMU_SCHEDULE=backwards", 1, bad);
     fails += expect(path, "mirror_syncthreads", "CUDAEMU_SCHEDULES=0", 1, badk);
