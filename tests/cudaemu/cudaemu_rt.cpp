@@ -417,6 +417,7 @@ void emu_ldmatrix_x4(uint32_t* r, const void* p, int trans) {
     Warp& w = warps[cur->warp];
     int buf = xbuf();
     if ((uintptr_t)p % 16) fail_in_kernel("ldmatrix row address not 16-byte aligned");
+    race_access(p, 16, 0);   // the racecheck: the row this lane names is read (by the warp) here
     w.ptr[buf][cur->lane] = p;
     warp_barrier(0xffffffffu);
     const int g = cur->lane >> 2, t = cur->lane & 3;
