@@ -98,7 +98,17 @@ typedef float cact_t;
 __device__ __forceinline__ float act_ld(float x) { return x; }
 __device__ __forceinline__ float act_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ void act_st(float* p, float v) { *p = v; }
+#ifdef GATEDGPT_CUDA_EMU
+// the emulator's racecheck sees scalar stores only (GCC does not instrument a class copy): the bits
+__device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) {
+    __nv_bfloat16 b = __float2bfloat16(v);
+    unsigned short u;
+    memcpy(&u, &b, 2);
+    *(unsigned short*)p = u;
+}
+#else
 __device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+#endif
 #endif
 
 // ---- GEMM (matmul.cu) -----------------------------------------------------------------------
