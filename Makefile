@@ -7,6 +7,8 @@
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
+#   make sanitize every CUDA-emulator test (label cudaemu) with every launch under 4 schedules, shared memory
+#                 poisoned per block; then the op tests and goldens under the racecheck (docs/gpu.md "The CUDA emulator")
 #   make gpu-report  registers / smem / spills / LDL-STL / HMMA / H200 occupancy of every CUDA kernel, with
 #                 checks (scripts/gpu_report.py; compiles into build-gpurep/, cached; needs nvcc, no GPU)
 BUILD ?= build
@@ -52,6 +54,15 @@ mutants: deps
 
 interop: build
 	bash scripts/interop.sh --build $(BUILD)
+
+.PHONY: sanitize
+sanitize: build
+	@cmake --build $(BUILD) -j $(JOBS) --target test_gpu_ops_race test_golden_race test_gpu_ops_bf16_race test_golden_bf16_race
+	@cd $(BUILD) && CUDAEMU_SANITIZE=4 ctest -L cudaemu --output-on-failure
+	@cd $(BUILD) && for t in "test_gpu_ops_race" "test_gpu_ops_race --gdn-chunk" "test_gpu_ops_bf16_race" "test_gpu_ops_bf16_race --gdn-chunk"; do \
+	  echo "racecheck: $$t"; CUDAEMU_RACECHECK=1 ./tests/$$t > racecheck.log 2>&1 || { tail -3 racecheck.log; exit 1; }; done
+	@cd $(BUILD) && for ini in ../tests/golden/*.ini; do for t in test_golden_race test_golden_bf16_race; do echo "racecheck: $$t $$ini"; \
+	  CUDAEMU_RACECHECK=1 ./tests/$$t $$ini > racecheck.log 2>&1 || { tail -3 racecheck.log; exit 1; }; done; done
 
 .PHONY: gpu-report
 gpu-report:

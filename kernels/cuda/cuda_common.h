@@ -98,7 +98,17 @@ typedef float cact_t;
 __device__ __forceinline__ float act_ld(float x) { return x; }
 __device__ __forceinline__ float act_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ void act_st(float* p, float v) { *p = v; }
+#ifdef GATEDGPT_CUDA_EMU
+// the emulator's racecheck sees scalar stores only (GCC does not instrument a class copy): the bits
+__device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) {
+    __nv_bfloat16 b = __float2bfloat16(v);
+    unsigned short u;
+    memcpy(&u, &b, 2);
+    *(unsigned short*)p = u;
+}
+#else
 __device__ __forceinline__ void act_st(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+#endif
 #endif
 
 // ---- GEMM (matmul.cu) -----------------------------------------------------------------------
@@ -189,7 +199,7 @@ __device__ __forceinline__ double block_sum_d(double v, double* shared) {
     v = warp_sum_d(v);
     __syncthreads();
     if (lane == 0) shared[warp] = v;
-    __syncthreads();
+    __syncthreads();   // the warp sums are in shared (block_sum_d)
     double s = lane < nw ? shared[lane] : 0.0;
     return warp_sum_d(s);
 }

@@ -56,7 +56,8 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static   // one block runs at a time: a static array is its shared memory
+// cudaemu_rewrite.py turns every __shared__ declaration into a static array (one block runs at a
+// time: a static array is its shared memory) or a pointer to the dynamic shared memory
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
@@ -81,9 +82,17 @@ int emu_lane(void);   // the calling thread's lane: its linear index in the bloc
 uint64_t emu_warp_exchange(unsigned mask, uint64_t v, int src);
 unsigned emu_ballot(unsigned mask, int pred);
 void* emu_dyn_smem(void);
+// a static __shared__ array (cudaemu_rewrite.py adds the call after its declaration): the first
+// thread of a block to reach it fills it with the launch's shared-memory poison
+void emu_static_smem(void* p, size_t bytes);
 void emu_ldmatrix_x4(uint32_t* r, const void* p, int trans);
 void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 [[noreturn]] void emu_fatal(const char* what);
+// a kernel whose result depends on its schedule by design (float atomics, say) declares the
+// relative difference between two schedules it allows in its fp32 outputs (CUDAEMU_SCHEDULES);
+// every other kernel must give the same bits under every schedule. Call it from a static
+// initializer in the kernel's file under #ifdef GATEDGPT_CUDA_EMU.
+void emu_schedule_tolerance(const char* kernel, double rel_fp32);
 
 inline void __syncthreads() { (void)emu_syncthreads_count(0); }
 inline int __syncthreads_count(int pred) { return emu_syncthreads_count(pred != 0); }
@@ -119,9 +128,15 @@ inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)(uintptr_t)p; }
-// one thread runs at a time: an atomic is a plain read-modify-write
+// one thread runs at a time: an atomic is a plain read-modify-write, made in the runtime (not
+// compiled with the racecheck's instrumentation: atomics of different threads are not a race)
+int emu_atomic_add(int* p, int v);
+unsigned emu_atomic_add(unsigned* p, unsigned v);
+unsigned long long emu_atomic_add(unsigned long long* p, unsigned long long v);
+float emu_atomic_add(float* p, float v);
+double emu_atomic_add(double* p, double v);
 template <class T, class U>
-inline T atomicAdd(T* p, U v) { T old = *p; *p = (T)(old + (T)v); return old; }
+inline T atomicAdd(T* p, U v) { return emu_atomic_add(p, (T)v); }
 using std::max;
 using std::min;
 

@@ -4,10 +4,13 @@ against the CUDA emulator (tests/cudaemu/cudaemu.h, docs/gpu.md "The CUDA emulat
 
     cudaemu_rewrite.py IN.cu OUT.cpp
 
-Three rewrites, each keeping the line count (so compiler errors and __LINE__ point at the .cu):
+Four rewrites, each keeping the line count (so compiler errors and __LINE__ point at the .cu):
   kernel<<<grid, block[, smem[, stream]]>>>(args);
       -> emu_launch("kernel", emu_fn_key(kernel), grid, block[, smem[, stream]]).run([&] { kernel(args); });
   extern __shared__ [__align__(n)] T name[];   ->  T* name = (T*)emu_dyn_smem();
+  __shared__ T name[N]...;                     ->  static T name[N]...; emu_static_smem(name, sizeof(name));
+      (the runtime fills the array with its poison when the first thread of a block reaches the
+      declaration: a __shared__ array starts each block unwritten, docs/gpu.md "The CUDA emulator")
   #include <cub/...> and <mma.h>              ->  dropped (cudaemu.h has their emulations)
 Everything else is left as written: the emulator runs the project's own kernels.
 """
@@ -17,6 +20,7 @@ import sys
 
 LAUNCH = re.compile(r"([A-Za-z_]\w*(?:\s*<[^<>;(){}]*>)?)\s*<<<")
 EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_][\w\s]*?)\s+([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+STATIC_SHARED = re.compile(r"__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_][\w\s:<>]*?)\s+([A-Za-z_]\w*)\s*((?:\[[^\]]+\])+)\s*;")
 DROP_INCLUDE = re.compile(r"^\s*#\s*include\s*<(cub/[^>]*|mma\.h)>.*$", re.M)
 
 
@@ -73,6 +77,12 @@ def main():
         src = f.read()
     src = DROP_INCLUDE.sub("", src)
     src = EXTERN_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ({m.group(1)}*)emu_dyn_smem();", src)
+    src = STATIC_SHARED.sub(lambda m: f"static {m.group(1)} {m.group(2)}{m.group(3)}; emu_static_smem({m.group(2)}, sizeof({m.group(2)}));", src)
+    for i, line in enumerate(src.split("\n")):
+        code = re.sub(r'"(?:\\.|[^"\\])*"', '""', line).split("//")[0]   # not in strings or comments
+        if "__shared__" in code:
+            raise SystemExit(f"cudaemu_rewrite: {path}:{i + 1}: a __shared__ declaration the rewriter does not know "
+                             "(one array per declaration: __shared__ T name[N];)")
     src = rewrite_launches(src, path)
     os.makedirs(os.path.dirname(os.path.abspath(sys.argv[2])), exist_ok=True)
     with open(sys.argv[2] + ".tmp", "w") as f:

@@ -89,7 +89,9 @@ static void fail_in_kernel(const char* what) {
 
 // a fault inside a kernel (a guard page: past the end of a device allocation or of the dynamic
 // shared memory; or a host pointer gone wrong) names the kernel, block and thread
-static void on_fault(int sig) {
+static int track_fault(void* addr);   // CUDAEMU_SCHEDULES: a write to a write-protected device page
+static void on_fault(int sig, siginfo_t* si, void*) {
+    if (sig == SIGSEGV && track_fault(si->si_addr)) return;   // recorded and unprotected: the write retries
     char msg[400];
     if (cur_kernel)
         snprintf(msg, sizeof msg, "cudaemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): invalid memory access (signal %d): "
@@ -112,8 +114,8 @@ __attribute__((constructor)) static void install_fault_handler(void) {
     sigaltstack(&ss, NULL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fault;
-    sa.sa_flags = SA_ONSTACK;
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_ONSTACK | SA_SIGINFO;
     sigaction(SIGSEGV, &sa, NULL);
     sigaction(SIGBUS, &sa, NULL);
 }
@@ -234,9 +236,174 @@ unsigned emu_ballot(unsigned mask, int pred) {
     return r;
 }
 
+// ---- the sanitizer's state (docs/gpu.md "The CUDA emulator": schedules, initcheck) ------------
+// The shared-memory poison of the current run: 0xFF bytes (NaN in fp32 and bf16) in the first run
+// of a launch, 0x7F bytes (3.4e38, finite) in the next under CUDAEMU_SCHEDULES: a result that
+// depends on shared memory no thread wrote then differs between the runs.
+static unsigned char smem_fill = 0xff;
+static unsigned long block_serial;   // counts the blocks run: a static __shared__ array's stamp
+struct StaticSmem {
+    void* p;
+    size_t bytes;
+    unsigned long stamp;
+};
+static std::vector<StaticSmem> static_smem;
+
+void emu_static_smem(void* p, size_t bytes) {
+    for (auto& s : static_smem)
+        if (s.p == p) {
+            if (s.stamp != block_serial) {
+                s.stamp = block_serial;
+                memset(p, smem_fill, bytes);
+            }
+            return;
+        }
+    static_smem.push_back(StaticSmem{p, bytes, block_serial});
+    memset(p, smem_fill, bytes);
+}
+
 void* emu_dyn_smem(void) {
     if (!dyn_smem_size) fail_in_kernel("dynamic shared memory used by a launch that asked for none");
     return dyn_smem + dyn_smem_cap - ((dyn_smem_size + 127) & ~(size_t)127);
+}
+
+// ---- racecheck and initcheck of shared memory (kernels compiled with -fsanitize=thread) ---------
+// The sanitizer builds (gatedgpt_cudaemu_race, test_cudaemu_checks) compile the kernels with GCC's
+// ThreadSanitizer instrumentation but link no TSan runtime: every load and store the kernel code
+// makes calls __tsan_readN / __tsan_writeN, defined here. Under CUDAEMU_RACECHECK=1 those that land
+// in shared memory (the launch's dynamic buffer, a static __shared__ array) update a shadow of each
+// byte: the last writer and the last reader, each with the block's __syncthreads count and its
+// warp's collective count at the time. Two accesses by different threads, one a write, with
+// neither a __syncthreads nor (same warp) a warp collective between them are a hazard; a read of a
+// byte no thread of the block wrote is an initcheck error. Each stops the program with the kernel,
+// the block, both threads and the byte. Accesses made inside the emulator's runtime (ldmatrix's
+// reads, the poison fill) are not seen.
+struct SmemShadow {
+    unsigned long block;   // block_serial of the last access: older entries are empty
+    int32_t writer, reader;   // linear thread index, -1 none
+    uint32_t wbar, rbar;   // blk.gen at the access
+    uint32_t wwarp, rwarp; // warps[writer/reader warp].gen at the access
+};
+template <class T>
+static inline T atomic_add(T* p, T v) {
+    T old = *p;
+    *p = (T)(old + v);
+    return old;
+}
+int emu_atomic_add(int* p, int v) { return atomic_add(p, v); }
+unsigned emu_atomic_add(unsigned* p, unsigned v) { return atomic_add(p, v); }
+unsigned long long emu_atomic_add(unsigned long long* p, unsigned long long v) { return atomic_add(p, v); }
+float emu_atomic_add(float* p, float v) { return atomic_add(p, v); }
+double emu_atomic_add(double* p, double v) { return atomic_add(p, v); }
+static int race_instrumented;   // a translation unit compiled with -fsanitize=thread is linked
+static int race_on = -1;        // CUDAEMU_RACECHECK=1 (read at the first access)
+static std::vector<SmemShadow> dyn_shadow;
+static std::map<const void*, std::vector<SmemShadow>>* static_shadow;
+
+static void tid_of(int i, unsigned* x, unsigned* y, unsigned* z) {
+    const dim3 b = emu_idx.bdim;
+    *x = i % b.x;
+    *y = (i / b.x) % b.y;
+    *z = i / (b.x * b.y);
+}
+[[noreturn]] static void race_report(const char* what, int other, const char* other_did, const char* where, size_t off) {
+    unsigned ox = 0, oy = 0, oz = 0;
+    if (other >= 0) tid_of(other, &ox, &oy, &oz);
+    char msg[700];
+    if (other >= 0)
+        snprintf(msg, sizeof msg, "racecheck: kernel %s, block (%u,%u,%u): thread (%u,%u,%u) %s byte %zu of %s that thread "
+                 "(%u,%u,%u) %s with no barrier between (__syncthreads, or a warp collective in one warp)", cur_kernel,
+                 emu_idx.block.x, emu_idx.block.y, emu_idx.block.z, emu_idx.thread.x, emu_idx.thread.y, emu_idx.thread.z,
+                 what, off, where, ox, oy, oz, other_did);
+    else
+        snprintf(msg, sizeof msg, "initcheck: kernel %s, block (%u,%u,%u): thread (%u,%u,%u) reads byte %zu of %s, which no "
+                 "thread of the block wrote", cur_kernel, emu_idx.block.x, emu_idx.block.y, emu_idx.block.z,
+                 emu_idx.thread.x, emu_idx.thread.y, emu_idx.thread.z, off, where);
+    emu_fatal(msg);
+}
+static inline int race_ordered(int other, uint32_t bar, uint32_t wgen, int me) {
+    if (other == me) return 1;
+    if (bar != blk.gen) return 1;   // a __syncthreads completed since
+    return (other >> 5) == (me >> 5) && wgen != warps[me >> 5].gen;   // same warp, a warp collective since
+}
+static void race_access(const void* p, size_t n, int write) {
+    if (race_on < 0) {
+        const char* v = getenv("CUDAEMU_RACECHECK");
+        race_on = v && !strcmp(v, "1");
+    }
+    if (!race_on || !cur) return;
+    const char* a = (const char*)p;
+    SmemShadow* sh = NULL;
+    size_t off = 0;
+    const char* where = NULL;
+    char wbuf[96];
+    if (dyn_smem_size) {
+        const char* d0 = (const char*)emu_dyn_smem();
+        if (a >= d0 && a < d0 + dyn_smem_size) {
+            off = (size_t)(a - d0);
+            if (dyn_shadow.size() < dyn_smem_size) dyn_shadow.resize(dyn_smem_size, SmemShadow{0, -1, -1, 0, 0, 0, 0});
+            sh = dyn_shadow.data();
+            where = "the dynamic shared memory";
+        }
+    }
+    if (!sh)
+        for (auto& st : static_smem)
+            if (a >= (const char*)st.p && a < (const char*)st.p + st.bytes) {
+                if (!static_shadow) static_shadow = new std::map<const void*, std::vector<SmemShadow>>();
+                auto& v = (*static_shadow)[st.p];
+                if (v.size() < st.bytes) v.resize(st.bytes, SmemShadow{0, -1, -1, 0, 0, 0, 0});
+                sh = v.data();
+                off = (size_t)(a - (const char*)st.p);
+                snprintf(wbuf, sizeof wbuf, "a static __shared__ array of %zu bytes", st.bytes);
+                where = wbuf;
+                n = std::min(n, st.bytes - off);
+                break;
+            }
+    if (!sh) return;
+    const int me = (int)(cur - fibers.data());
+    const uint32_t bar = blk.gen, wg = warps[me >> 5].gen;
+    for (size_t i = 0; i < n; i++) {
+        SmemShadow& e = sh[off + i];
+        if (e.block != block_serial) e = SmemShadow{block_serial, -1, -1, 0, 0, 0, 0};
+        if (write) {
+            if (e.writer >= 0 && !race_ordered(e.writer, e.wbar, e.wwarp, me))
+                race_report("writes", e.writer, "wrote", where, off + i);
+            if (e.reader >= 0 && !race_ordered(e.reader, e.rbar, e.rwarp, me))
+                race_report("writes", e.reader, "read", where, off + i);
+            e.writer = me;
+            e.wbar = bar;
+            e.wwarp = wg;
+            e.reader = -1;
+        } else {
+            if (e.writer < 0) race_report("reads", -1, NULL, where, off + i);
+            if (!race_ordered(e.writer, e.wbar, e.wwarp, me)) race_report("reads", e.writer, "wrote", where, off + i);
+            e.reader = me;
+            e.rbar = bar;
+            e.rwarp = wg;
+        }
+    }
+}
+
+extern "C" {
+void __tsan_init(void) { race_instrumented = 1; }
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void*, void*) {}
+void __tsan_vptr_read(void*) {}
+#define EMU_TSAN(n)                                                            \
+    void __tsan_read##n(void* p) { race_access(p, n, 0); }                     \
+    void __tsan_write##n(void* p) { race_access(p, n, 1); }                    \
+    void __tsan_unaligned_read##n(void* p) { race_access(p, n, 0); }           \
+    void __tsan_unaligned_write##n(void* p) { race_access(p, n, 1); }          \
+    void __tsan_volatile_read##n(void* p) { race_access(p, n, 0); }            \
+    void __tsan_volatile_write##n(void* p) { race_access(p, n, 1); }
+EMU_TSAN(1)
+EMU_TSAN(2)
+EMU_TSAN(4)
+EMU_TSAN(8)
+EMU_TSAN(16)
+void __tsan_read_range(void* p, unsigned long n) { race_access(p, n, 0); }
+void __tsan_write_range(void* p, unsigned long n) { race_access(p, n, 1); }
 }
 
 // ---- ldmatrix and mma.sync (PTX ISA: "Warp-level matrix load instruction: ldmatrix" and "Matrix
@@ -250,6 +417,7 @@ void emu_ldmatrix_x4(uint32_t* r, const void* p, int trans) {
     Warp& w = warps[cur->warp];
     int buf = xbuf();
     if ((uintptr_t)p % 16) fail_in_kernel("ldmatrix row address not 16-byte aligned");
+    race_access(p, 16, 0);   // the racecheck: the row this lane names is read (by the warp) here
     w.ptr[buf][cur->lane] = p;
     warp_barrier(0xffffffffu);
     const int g = cur->lane >> 2, t = cur->lane & 3;
@@ -336,8 +504,159 @@ void emu_prof_add(const char* name, double seconds) {
 double emu_prof_clock(void) { return prof_now(); }
 static std::map<const void*, int> max_dyn_smem;   // cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
 
+// ---- schedules (CUDAEMU_SCHEDULE, CUDAEMU_SCHEDULES) ------------------------------------------------
+// The order in which the threads of a block run between barriers (so also the order of its
+// warps) and the order of the blocks of a grid:
+//   forward      thread 0 first, blocks in x, y, z order (the default)
+//   reverse      the last thread first, the last block first
+//   random:SEED  a new random permutation of the threads at every barrier round, of the blocks at
+//                every launch (from SEED and the launch's serial number)
+// CUDAEMU_SCHEDULES=K runs every launch K times from the same device memory: run 1 under
+// CUDAEMU_SCHEDULE, run 2 reverse (forward if that was reverse), runs 3.. random; the shared-memory
+// poison alternates 0xFF / 0x7F between runs. Every byte of every device allocation must come out
+// the same: a difference names the kernel, the allocation and the first differing byte.
+enum { SCHED_FORWARD, SCHED_REVERSE, SCHED_RANDOM };
+struct Sched {
+    int mode;
+    uint64_t seed;
+};
+static Sched sched_base = {SCHED_FORWARD, 0};
+static int sched_runs = 1;
+// CUDAEMU_SCHEDULE_FIRST=N: only the first N launches of each configuration (kernel, grid, block,
+// dynamic shared memory) run under the K schedules; the rest run once (0, the default: all). A
+// race is in the code, not the data, so the first launches of a shape show it; the tests' later
+// launches of the same shape (training steps, layers) add time, not cover. Unset by CUDAEMU_SANITIZE.
+static long sched_first;
+static std::map<std::string, long>* sched_seen;
+static int sched_ready;
+static unsigned long launch_serial;
+static uint64_t rng_state;
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static uint64_t rng_next(void) { return rng_state = splitmix(rng_state); }
+
+static void sched_init(void) {
+    if (sched_ready) return;
+    sched_ready = 1;
+    const char* v = getenv("CUDAEMU_SCHEDULE");
+    if (v && *v) {
+        if (!strcmp(v, "forward")) sched_base.mode = SCHED_FORWARD;
+        else if (!strcmp(v, "reverse")) sched_base.mode = SCHED_REVERSE;
+        else if (!strncmp(v, "random:", 7) && v[7]) {
+            char* end;
+            sched_base.mode = SCHED_RANDOM;
+            sched_base.seed = strtoull(v + 7, &end, 10);
+            if (*end) v = NULL;
+        } else v = NULL;
+        if (!v) emu_fatal("CUDAEMU_SCHEDULE: expected forward, reverse or random:SEED (SEED a decimal integer)");
+    }
+    v = getenv("CUDAEMU_SCHEDULE_FIRST");
+    if (v && *v) {
+        char* end;
+        long k = strtol(v, &end, 10);
+        if (*end || k < 0) emu_fatal("CUDAEMU_SCHEDULE_FIRST: expected how many launches of each configuration run under every schedule (0: all)");
+        sched_first = k;
+    }
+    v = getenv("CUDAEMU_SCHEDULES");
+    // CUDAEMU_SANITIZE=K (make sanitize) overrides what a test sets in CUDAEMU_SCHEDULES
+    const char* sv = getenv("CUDAEMU_SANITIZE");
+    if (sv && *sv) { v = sv; sched_first = 0; }
+    if (v && *v) {
+        char* end;
+        long k = strtol(v, &end, 10);
+        if (*end || k < 1 || k > 64) emu_fatal("CUDAEMU_SCHEDULES (or CUDAEMU_SANITIZE): expected the number of schedules per launch, 1 to 64");
+        sched_runs = (int)k;
+    }
+}
+
+static const char* sched_name(const Sched& s, char* buf, size_t n) {
+    if (s.mode == SCHED_FORWARD) return "forward";
+    if (s.mode == SCHED_REVERSE) return "reverse";
+    snprintf(buf, n, "random:%llu", (unsigned long long)s.seed);
+    return buf;
+}
+
+// per-kernel tolerance for kernels nondeterministic by design (emu_schedule_tolerance)
+static std::map<std::string, double>* sched_tol;
+void emu_schedule_tolerance(const char* kernel, double rel_fp32) {
+    if (!sched_tol) sched_tol = new std::map<std::string, double>();
+    (*sched_tol)[kernel] = rel_fp32;
+}
+
+// one run of a launch's grid under schedule s
+static void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const Sched& s) {
+    const int n = (int)(block.x * block.y * block.z);
+    const int nw = (n + 31) / 32;
+    const unsigned long nb = (unsigned long)grid.x * grid.y * grid.z;
+    rng_state = splitmix(s.seed ^ splitmix(launch_serial));
+    static std::vector<unsigned long> border;
+    static std::vector<int> perm;
+    border.resize(nb);
+    for (unsigned long b = 0; b < nb; b++) border[b] = s.mode == SCHED_REVERSE ? nb - 1 - b : b;
+    if (s.mode == SCHED_RANDOM)
+        for (unsigned long b = nb; b > 1; b--) std::swap(border[b - 1], border[rng_next() % b]);
+    perm.resize(n);
+    for (int i = 0; i < n; i++) perm[i] = s.mode == SCHED_REVERSE ? n - 1 - i : i;
+    for (unsigned long bi = 0; bi < nb; bi++) {
+        const unsigned long b = border[bi];
+        const unsigned bx = (unsigned)(b % grid.x), by = (unsigned)(b / grid.x % grid.y), bz = (unsigned)(b / grid.x / grid.y);
+        emu_idx.block = make_uint3(bx, by, bz);
+        block_serial++;
+        if (smem) memset(emu_dyn_smem(), smem_fill, smem);   // not zeroed on a GPU either
+        blk = Block{n, 0, 0, 0, 0, 0};
+        for (int w = 0; w < nw; w++) { warps[w].arrived = 0; warps[w].gen = 0; }
+        for (int i = 0; i < n; i++) {
+            Fiber& f = fibers[i];
+            f.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+            f.lane = i & 31;
+            f.warp = i >> 5;
+            fiber_start(&f);
+        }
+        int left = n;
+        while (left > 0) {
+            int ran = 0;
+            if (s.mode == SCHED_RANDOM)   // a new order for every round between barriers
+                for (int i = n; i > 1; i--) std::swap(perm[i - 1], perm[rng_next() % i]);
+            for (int k = 0; k < n; k++) {
+                Fiber& f = fibers[perm[k]];
+                if (f.done) continue;
+                if (f.wait_on && *f.wait_on == f.wait_val) continue;   // still waiting
+                f.wait_on = NULL;
+                cur = &f;
+                emu_idx.thread = f.tid;
+                emu_ctx_switch(&sched_sp, f.sp);
+                ran++;
+                if (f.done) left--;
+            }
+            if (!ran && left > 0) {
+                int at_block = 0, at_warp = 0;
+                for (int i = 0; i < n; i++)
+                    if (!fibers[i].done) (fibers[i].wait_on == &blk.gen ? at_block : at_warp)++;
+                char msg[400];
+                snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u): deadlock: %d threads wait at __syncthreads, "
+                         "%d at warp collectives, %d exited (a barrier not reached by every thread it needs)",
+                         name, bx, by, bz, at_block, at_warp, blk.exited);
+                cur = NULL;
+                emu_fatal(msg);
+            }
+        }
+    }
+    cur = NULL;
+}
+
+// the device pages a launch writes (CUDAEMU_SCHEDULES), below with the device memory
+static void track_begin(void);
+static void track_after_first(void);
+static void track_after_run(const char* name, const Sched& s0, const Sched& sr, int r, int last);
+
 void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, EmuBody& body) {
     const double t0 = prof_now();
+    sched_init();
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
@@ -376,47 +695,33 @@ void emu_run_kernel(const char* name, const void* fn, dim3 grid, dim3 block, siz
     cur_kernel = name;
     emu_idx.bdim = block;
     emu_idx.gdim = grid;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                emu_idx.block = make_uint3(bx, by, bz);
-                if (smem) memset(emu_dyn_smem(), 0xff, smem);   // not zeroed on a GPU either
-                blk = Block{n, 0, 0, 0, 0, 0};
-                for (int w = 0; w < nw; w++) { warps[w].arrived = 0; warps[w].gen = 0; }
-                for (int i = 0; i < n; i++) {
-                    Fiber& f = fibers[i];
-                    f.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
-                    f.lane = i & 31;
-                    f.warp = i >> 5;
-                    fiber_start(&f);
-                }
-                int left = n;
-                while (left > 0) {
-                    int ran = 0;
-                    for (int i = 0; i < n; i++) {
-                        Fiber& f = fibers[i];
-                        if (f.done) continue;
-                        if (f.wait_on && *f.wait_on == f.wait_val) continue;   // still waiting
-                        f.wait_on = NULL;
-                        cur = &f;
-                        emu_idx.thread = f.tid;
-                        emu_ctx_switch(&sched_sp, f.sp);
-                        ran++;
-                        if (f.done) left--;
-                    }
-                    if (!ran && left > 0) {
-                        int at_block = 0, at_warp = 0;
-                        for (int i = 0; i < n; i++)
-                            if (!fibers[i].done) (fibers[i].wait_on == &blk.gen ? at_block : at_warp)++;
-                        char msg[400];
-                        snprintf(msg, sizeof msg, "kernel %s, block (%u,%u,%u): deadlock: %d threads wait at __syncthreads, "
-                                 "%d at warp collectives, %d exited (a barrier not reached by every thread it needs)",
-                                 name, bx, by, bz, at_block, at_warp, blk.exited);
-                        cur = NULL;
-                        emu_fatal(msg);
-                    }
-                }
-            }
+    launch_serial++;
+    int runs = sched_runs;
+    if (runs > 1 && sched_first > 0) {
+        if (!sched_seen) sched_seen = new std::map<std::string, long>();
+        char key[400];
+        snprintf(key, sizeof key, "%s %u %u %u %u %u %u %zu", name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+        if (++(*sched_seen)[key] > sched_first) runs = 1;
+    }
+    if (runs <= 1) {
+        smem_fill = 0xff;
+        run_grid(name, grid, block, smem, sched_base);
+    } else {
+        track_begin();
+        Sched s0 = sched_base;
+        for (int r = 0; r < runs; r++) {
+            Sched sr = sched_base;
+            if (r == 1) sr.mode = sched_base.mode == SCHED_REVERSE ? SCHED_FORWARD : SCHED_REVERSE;
+            if (r >= 2) { sr.mode = SCHED_RANDOM; sr.seed = sched_base.seed + (uint64_t)r; }
+            smem_fill = (r & 1) ? 0x7f : 0xff;
+            cur_kernel = name;
+            run_grid(name, grid, block, smem, sr);
+            cur_kernel = name;
+            if (r == 0) track_after_first();
+            else track_after_run(name, s0, sr, r, r == runs - 1);
+        }
+        smem_fill = 0xff;
+    }
     cur = NULL;
     cur_body = NULL;
     cur_kernel = NULL;
@@ -434,6 +739,7 @@ struct Alloc {
     char* base;       // the mapping
     size_t map_bytes; // without the guard page
     size_t bytes;
+    unsigned long serial;   // the how-manyth cudaMalloc (1-based): names it in messages
 };
 static std::map<uintptr_t, Alloc> allocs;   // by user pointer
 static const unsigned char CANARY = 0xA5;
@@ -452,7 +758,113 @@ static void check_canaries(const char* kernel) {
     }
 }
 static size_t alloc_total;
+static unsigned long alloc_serial;
 static const size_t EMU_DEVICE_BYTES = (size_t)141 << 30;
+
+// CUDAEMU_SCHEDULES: which device pages a launch writes. During its runs every allocation is
+// mapped read-only; the first write to a page faults, track_fault keeps the page's bytes from
+// before the launch and unprotects it. So only the pages a kernel writes are copied, restored and
+// compared (a golden holds ~100 MB of device memory; its kernels write a small part of it).
+static const Alloc* find_alloc(const void* p, uintptr_t* start);
+struct DirtyPage {
+    char* page;
+    std::vector<char> orig, out0;   // before the launch; after run 1 (empty: run 1 did not write it)
+};
+static std::vector<DirtyPage> dirty;
+static std::map<uintptr_t, size_t>* dirty_index;
+static int tracking;
+static size_t page_bytes;
+
+static int track_fault(void* addr) {
+    if (!tracking) return 0;
+    uintptr_t a = (uintptr_t)addr;
+    // the allocation whose mapping holds a (the guard page after it is not: an overrun stays one)
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return 0;
+    --it;
+    const Alloc& al = it->second;
+    if (a < (uintptr_t)al.base || a >= (uintptr_t)al.base + al.map_bytes) return 0;
+    char* page = (char*)(a & ~(uintptr_t)(page_bytes - 1));
+    if (!dirty_index->count((uintptr_t)page)) {
+        (*dirty_index)[(uintptr_t)page] = dirty.size();
+        DirtyPage d;
+        d.page = page;
+        d.orig.assign(page, page + page_bytes);
+        dirty.push_back(std::move(d));
+    }
+    mprotect(page, page_bytes, PROT_READ | PROT_WRITE);
+    return 1;
+}
+static void protect_all(int prot) {
+    for (auto& kv : allocs) mprotect(kv.second.base, kv.second.map_bytes, prot);
+}
+static void track_begin(void) {
+    if (!page_bytes) page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    if (!dirty_index) dirty_index = new std::map<uintptr_t, size_t>();
+    dirty.clear();
+    dirty_index->clear();
+    protect_all(PROT_READ);
+    tracking = 1;
+}
+// after run 1: keep what it wrote, put back what was there before, protect again
+static void track_after_first(void) {
+    for (auto& d : dirty) {
+        d.out0.assign(d.page, d.page + page_bytes);
+        memcpy(d.page, d.orig.data(), page_bytes);
+        mprotect(d.page, page_bytes, PROT_READ);
+    }
+}
+static void compare_page(const char* name, const DirtyPage& d, const Sched& s0, const Sched& sr, int r);
+// after run r (> 1): every page either run wrote must hold run 1's bytes
+static void track_after_run(const char* name, const Sched& s0, const Sched& sr, int r, int last) {
+    for (auto& d : dirty) {
+        const std::vector<char>& want = d.out0.empty() ? d.orig : d.out0;
+        if (memcmp(d.page, want.data(), page_bytes)) compare_page(name, d, s0, sr, r);
+        if (!last) {
+            memcpy(d.page, d.orig.data(), page_bytes);
+            mprotect(d.page, page_bytes, PROT_READ);
+        }
+    }
+    if (last) {
+        tracking = 0;
+        protect_all(PROT_READ | PROT_WRITE);
+    }
+}
+static void compare_page(const char* name, const DirtyPage& d, const Sched& s0, const Sched& sr, int r) {
+    const std::vector<char>& wantv = d.out0.empty() ? d.orig : d.out0;
+    const unsigned char* want = (const unsigned char*)wantv.data();
+    const unsigned char* got = (const unsigned char*)d.page;
+    double tol = -1.0;
+    if (sched_tol) {
+        auto t = sched_tol->find(name);
+        if (t != sched_tol->end()) tol = t->second;
+    }
+    for (size_t o = 0; o < page_bytes; o++) {
+        if (want[o] == got[o]) continue;
+        uintptr_t start;
+        const Alloc* a = find_alloc(d.page + o, &start);
+        if (!a) continue;   // outside the allocation's bytes (its mapping's head or slack)
+        const size_t at = (uintptr_t)(d.page + o) - start;
+        const size_t w = at & ~(size_t)3;
+        float fa = 0.0f, fb = 0.0f;
+        if (w + 4 <= a->bytes) {
+            memcpy(&fa, want + (o - (at - w)), 4);
+            memcpy(&fb, got + (o - (at - w)), 4);
+        }
+        if (tol >= 0.0 && (fabsf(fa - fb) <= tol * fmaxf(fabsf(fa), fabsf(fb)))) { o = o - (at - w) + 3; continue; }
+        char b0[64], b1[64], msg[1024];
+        snprintf(msg, sizeof msg,
+                 "kernel %s: schedule %s (run 1) and schedule %s (run %d, shared memory poison 0x%02X) disagree: "
+                 "device allocation #%lu (%zu bytes) at byte %zu (fp32 element %zu: %.9g vs %.9g; bf16 element %zu; "
+                 "the first difference in its page): a race between threads or blocks (a missing __syncthreads or "
+                 "__syncwarp, a block reading another block's output) or a read of shared memory no thread wrote",
+                 name, sched_name(s0, b0, sizeof b0), sched_name(sr, b1, sizeof b1), r + 1, (r & 1) ? 0x7f : 0xff,
+                 a->serial, a->bytes, at, at / 4, fa, fb, at / 2);
+        tracking = 0;
+        protect_all(PROT_READ | PROT_WRITE);
+        emu_fatal(msg);
+    }
+}
 
 static const Alloc* find_alloc(const void* p, uintptr_t* start) {
     uintptr_t a = (uintptr_t)p;
@@ -492,7 +904,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     char* u = base + map - user;
     memset(u, 0xff, bytes);   // NaN in fp32 and bf16: a read of memory never written shows
     memset(u + bytes, CANARY, user - bytes);
-    allocs[(uintptr_t)u] = Alloc{base, map, bytes};
+    allocs[(uintptr_t)u] = Alloc{base, map, bytes, ++alloc_serial};
     alloc_total += bytes;
     *p = u;
     return cudaSuccess;
