@@ -20,14 +20,10 @@
 set -u
 build=$(cd "$1" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-if ! command -v mpirun >/dev/null 2>&1; then echo "skipped: mpirun not installed (apt-get install openmpi-bin)"; exit 0; fi
-bash scripts/prepare_kjv.sh "$build/prepare" >/dev/null || { echo "FAIL: prepare_kjv.sh"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-TMP=$(mktemp -d)
+source tests/mpi_common.sh
+mpi_require
+kjv_shards
 trap 'rm -rf "$TMP"' EXIT INT TERM
-pass=0 fail=0
-check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi; }
 TINY=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=64 --model.n_head=4
       --model.n_kv_head=2 --model.head_dim=16 --model.d_ff=128 --model.max_seq_len=64
       --train.batch_size=4 --train.seq_len=64 --train.tokens_per_step=1536 --train.steps=20

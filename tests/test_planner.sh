@@ -24,13 +24,9 @@ set -u
 build=$(cd "$1" && pwd)
 mode=${2:-cpu}
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-TMP=$(mktemp -d)
+source tests/mpi_common.sh
 trap 'rm -rf "$TMP"' EXIT INT TERM
-pass=0 fail=0
-check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi; }
-bash scripts/prepare_kjv.sh "$build/prepare" >/dev/null || { echo "FAIL: prepare_kjv.sh"; exit 1; }
+kjv_shards
 # 2 steps, nothing else: no validation, probe, sample or checkpoint (the plan sizes the step)
 RUN=(--train.steps=2 --train.warmup_steps=1 --train.threads=1 --log.log_every=1 --log.val_every=0
      --metrics.probe_every=0 --log.sample_every=0 --checkpoint.checkpoint_every=0)

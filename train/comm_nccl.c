@@ -30,6 +30,18 @@ static double now_s(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// The communicator's side stream for the collectives and the event the compute stream records
+// before them (nccl_init and the expert-parallel group's communicator alike).
+static void nccl_attach(NcclComm* n, ncclComm_t comm) {
+    n->nccl = comm;
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    n->stream = s;
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    n->compute_done = ev;
+}
+
 int nccl_init(NcclComm* n, Comm* c, int use_current_device) {
     memset(n, 0, sizeof(*n));
     n->comm = c;
@@ -55,13 +67,7 @@ int nccl_init(NcclComm* n, Comm* c, int use_current_device) {
     comm_broadcast(c, &id, sizeof id);
     ncclComm_t comm;
     NCCL_CHECK(ncclCommInitRank(&comm, c->size, id, c->rank));
-    n->nccl = comm;
-    cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    n->stream = s;
-    cudaEvent_t ev;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    n->compute_done = ev;
+    nccl_attach(n, comm);
     return 0;
 }
 
@@ -124,13 +130,7 @@ int nccl_ep_init(NcclComm* n, Comm* c) {
                 "through the host\n", c->rank, ncclGetErrorString(r));
         return -1;
     }
-    n->nccl = comm;
-    cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    n->stream = s;
-    cudaEvent_t ev;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    n->compute_done = ev;
+    nccl_attach(n, comm);
     return 0;
 }
 
