@@ -25,6 +25,7 @@
 // The parent never calls into the backend (no OpenMP before fork): the workers, the kernel
 // timing child and the peak probe are forked children.
 #include "bench_train.h"
+#include "../kernels/scratch.h"   // cpu_gdn_chunk_saved_floats
 
 // ---------------------------------------------------------------------------------------------
 // the model
@@ -134,10 +135,13 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     // SiLU (SiLU's), xc = [q | k | v] after SiLU (L2 norm's input; v is the delta rule's), q, k
     // after the L2 norm (delta rule) and their 1/norms, z = X W_z^T (the output gate), ba = X W_ba^T
     // (the decay and beta gates), g and beta (delta rule), o (the gated norm's input) and its rstd,
-    // on = rmsnorm(o) w act(z) (W_out's input); with the chunked form on a backend that keeps it
-    // (ops_gdn_keeps_vn), the delta rule's corrected values Vn for its backward
-    const double vn_kept = c->linear_chunk > 0 && ops_gdn_keeps_vn() ? Vd : 0.0;
-    m.linear_tok = norm1 + 3 * Cc + (2 * Kd + 2 * Hk) + Vd + 2 * Hv + 2 * Hv + (Vd + Hv) + Vd + vn_kept;
+    // on = rmsnorm(o) w act(z) (W_out's input); with the chunked form on a backend that keeps
+    // them (ops_gdn_keeps_saved), what the delta rule keeps for its backward: the corrected values
+    // Vn (Vd per token) and the state at each chunk's start (Hv dk dv per ceil(T / C) chunks)
+    const double Cg = c->linear_chunk;
+    const double gdn_kept = Cg > 0 && ops_gdn_keeps_saved()
+                                ? Vd + Hv * (double)c->linear_k_head_dim * c->linear_v_head_dim * ceil(T / Cg) / T : 0.0;
+    m.linear_tok = norm1 + 3 * Cc + (2 * Kd + 2 * Hk) + Vd + 2 * Hv + 2 * Hv + (Vd + Hv) + Vd + gdn_kept;
     int n_lin = 0;
     for (int l = 0; l < c->n_layer; l++) n_lin += config_layer_is_linear(c, l);
     const int n_attn = c->n_layer - n_lin;
@@ -161,17 +165,19 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     m.floats = m.resid + m.attn + m.linear + m.mlp + m.head + m.bwd;
     // the delta rule's per-thread scratch, not in the arena. Chunked (kernels/cpu/deltanet_chunk.c,
     // chunks of C, a thread's task a key head with its rep = Hv / Hk value heads): the backward
-    // keeps, per value head and chunk, the state at its start and a Vn [C, dv] (used when the
-    // forward kept none) for its reverse pass, a state gradient per value head, and one chunk's
-    // working set (2 states, 10 [C, C], 13 [C, dk], 7 [C, dv], 5 [C]); the forward rep states,
-    // 5 [C, C], 5 [C, dk], 3 [C, dv], 3 [C]. Recurrent: the backward's checkpoints every 64 tokens and the 64 states of one chunk
-    // (+ 3 working states), the forward one state. Whichever is larger.
+    // keeps, when the forward kept nothing, per value head and chunk the state at its start and a
+    // Vn [C, dv] for its reverse pass; then a state gradient per value head, and one chunk's
+    // working set (2 states, 10 [C, C], 13 [C, dk], 7 [C, dv], 5 [C]); the forward rep states and
+    // one more (the kept state's staging), 5 [C, C], 5 [C, dk], 3 [C, dv], 3 [C]. Recurrent: the
+    // backward's checkpoints every 64 tokens and the 64 states of one chunk (+ 3 working states),
+    // the forward one state. Whichever is larger.
     if (n_lin) {
         const double ss = dk * dv, C = c->linear_chunk, rep = Hv / Hk;
         double bwd_s, fwd_s;
         if (C > 0) {
-            bwd_s = rep * (ceil(T / C) * (ss + C * dv) + ss) + 2 * ss + 10 * C * C + 13 * C * dk + 7 * C * dv + 5 * C;
-            fwd_s = rep * ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
+            const double stored = ops_gdn_keeps_saved() ? 0.0 : ceil(T / C) * (ss + C * dv);
+            bwd_s = rep * (stored + ss) + 2 * ss + 10 * C * C + 13 * C * dk + 7 * C * dv + 5 * C;
+            fwd_s = (rep + 1) * ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
         } else {
             bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
             fwd_s = ss + 2 * dv;
@@ -218,8 +224,8 @@ static double analytic_total_bytes(const Bench* b, const MemCount* m) {
 //      sum_i sum_{j<i} (j + 1) otherwise; K K^T and Q K^T once per key head, shared by its
 //      Hv / Hk value heads (counted per value head as 1 / rep of one). Forward: K K^T and Q K^T (trio, K = dk), the inverse,
 //      W and Kc (tri, N = dv, dk), Qd S and Kc S (L dk dv each), P Vn (tri, N = dv), the state
-//      update (L dk dv). Backward: its first pass the state update alone when the forward kept
-//      Vn (ops_gdn_keeps_vn: the benchmark's chunked forward keeps them, as training does), else
+//      update (L dk dv). Backward: no first pass when the forward kept Vn and the chunks' states
+//      (ops_gdn_keeps_saved: the benchmark's chunked forward keeps them, as training does), else
 //      the forward's part without Q K^T, Qd S and P Vn; then per chunk the WY form again (K K^T,
 //      Q K^T: trio, K = dk; the inverse; W, Kc: tri, N = dv, dk), dP and D1, D2 (trio: K = dv,
 //      dv, dk), P^T dO, Tinv^T dVn, Tinv^T dKc (tri_t: N = dv, dv, dk), H K (tri, N = dk),
@@ -263,8 +269,9 @@ static double gdn_exec_flops(int op, int T, int C, double dk, double dv, double 
         // head; K K^T and Q K^T once per key head (its rep value heads share them)
         const double wy = gdn_inverse(L, C) + gdn_tri(L, dv) + gdn_tri(L, dk), keys = gdn_trio(L, dk) / rep;
         if (op == K_FWD_CHUNK) { mac += 2 * keys + wy + 2 * L * ss + L * ss + gdn_tri(L, dv); continue; }
-        // the backward's first pass: the state update alone, else the WY form again (K K^T per value head)
-        mac += ops_gdn_keeps_vn() ? L * ss : gdn_trio(L, dk) + wy + 2 * L * ss;
+        // the backward's first pass, without the forward's kept tensors: the WY form again (K K^T
+        // per value head) and the state pass
+        if (!ops_gdn_keeps_saved()) mac += gdn_trio(L, dk) + wy + 2 * L * ss;
         mac += 2 * keys + wy + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
                gdn_tri_t(L, dk) + gdn_tri(L, dk) + L * L * dk + gdn_tri_t(L, dk) + 6 * L * ss;
     }
@@ -309,8 +316,12 @@ static void kern_main(const Config* cfg, const Opts* o, int threads, int reps, i
     float *dqk = ops_malloc(N * 2 * Kd * sizeof(float)), *dxc = ops_malloc(N * Cc * sizeof(float));
     float *dg = ops_malloc(N * s.Hv * sizeof(float)), *dbeta = ops_malloc(N * s.Hv * sizeof(float));
     // what the chunked forward keeps for the backward (ops.h), as training keeps it: the chunked
-    // backward reads the Vn of the chunked forward measured just before it on the same gates
-    float* vn = ops_gdn_keeps_vn() ? ops_malloc(N * Vd * sizeof(float)) : NULL;
+    // backward reads the Vn and states of the chunked forward measured just before it on the
+    // same gates
+    float* vn = ops_gdn_keeps_saved()
+                    ? ops_malloc(cpu_gdn_chunk_saved_floats((size_t)B, (size_t)T, (size_t)s.Hv, (size_t)s.dk, (size_t)s.dv,
+                                                            (size_t)(s.chunk > 0 ? s.chunk : 64)) * sizeof(float))
+                    : NULL;
     Rng r;
     rng_seed(&r, cfg->train.seed);
     fill_normal(qk, N * 2 * Kd, &r, 1.0f);
@@ -551,7 +562,8 @@ static void print_report(const Row* rows, int nr, const Opts* o, const char* pat
            " batch + the delta rule's per-thread scratch (%.2f MiB at T = %d). RSS at start: the worker after ops_init,"
            " before building the model (libraries))\n",
            r0->mem_hyb.linear_tok, 2 * Kd + Vd, 2 * Kd, 2 * c->linear_n_k_head, Vd,
-           c->linear_chunk > 0 && ops_gdn_keeps_vn() ? ", the delta rule's Vn Vd (kept for its backward)" : "",
+           c->linear_chunk > 0 && ops_gdn_keeps_saved()
+               ? ", the delta rule's Vn Vd and chunk-start states Hv dk dv / C (kept for its backward)" : "",
            r0->mem_hyb.attn_tok,
            mib(4.0 * r0->mem_hyb.gdn_scratch), r0->T);
     fflush(stdout);

@@ -182,16 +182,17 @@ size_t ops_mem_available(void);
 // products of [C, dk], [C, dv], [C, C] and [dk, dv] operands, the recurrence only across
 // chunks; kernels/cpu/deltanet_chunk.c has the math), equal to the recurrent form up to fp32
 // roundoff (tests/test_deltanet.c).
-// saved [N * Hv * dv] (may be NULL): what the forward keeps for ops_gdn_backward, written when
-// s->chunk > 0 and ops_gdn_keeps_vn() says so: the chunked form's corrected values
-// Vn = W - Kc S (kernels/cpu/deltanet_chunk.c), in the backend's own layout (the CPU's
-// [B, Hv, T, dv]). The backward then reads them instead of recomputing them in a forward pass
-// over the chunks (the same bits either way).
+// saved (may be NULL; cpu_gdn_chunk_saved_floats of kernels/scratch.h floats): what the forward
+// keeps for ops_gdn_backward, written when s->chunk > 0 and ops_gdn_keeps_saved() says so: the
+// chunked form's corrected values Vn = W - Kc S and the state at each chunk's start
+// (kernels/cpu/deltanet_chunk.c), in the backend's own layout (the CPU's: Vn [B, Hv, T, dv],
+// then S^T [B, Hv, ceil(T / C), dv, dk]). The backward then reads them instead of recomputing
+// them in a forward pass over the chunks (the same bits either way).
 void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s);
 // 1 when this backend's chunked forward fills `saved` (the CPU), 0 when it ignores it and the
-// backward recomputes (CUDA, for now): whether the model keeps the [N, Hv*dv] buffer.
-int ops_gdn_keeps_vn(void);
+// backward recomputes (CUDA, for now): whether the model keeps that buffer.
+int ops_gdn_keeps_saved(void);
 // Backward from do [N, Hv*dv] (dense; state_in taken as zeros, as in training): dq, dk (=, the
 // layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). s->chunk > 0: the
 // chunked form's backward (the chunks' states recomputed, then a reverse pass over the chunks);

@@ -216,22 +216,29 @@ static inline void cuda_scratch_plan(const OpsStepShape* s, const CudaDeviceFact
 static inline size_t cpu_att_bwd_thread_floats(size_t T) { return 2 * CPU_ATT_TILE * T; }
 // The delta rule's chunked form (kernels/cpu/deltanet_chunk.c), chunks of C tokens, per thread,
 // whose task is a key head with its rep = Hv / Hk value heads.
-// Forward: rep states [dk, dv], 3 vectors [C], K^T [dk, C], 5 [C, C] (K K^T, Q K^T, P, Ak, Tinv),
-// 5 [C, dk] (beta e^c K, Kc, Qd, Kd and K^T's) and 3 [C, dv] (beta V, W, Vn).
-static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv, size_t rep) {
-    return rep * dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
+// What the forward keeps for the backward (ops_gdn_forward's `saved`, when ops_gdn_keeps_saved()):
+// the corrected values Vn [B, Hv, T, dv], then the state at each chunk's start as S^T
+// [B, Hv, ceil(T / C), dv, dk]
+static inline size_t cpu_gdn_chunk_saved_floats(size_t B, size_t T, size_t Hv, size_t dk, size_t dv, size_t C) {
+    return C > 0 ? B * Hv * (T * dv + (T + C - 1) / C * dk * dv) : 0;
 }
-// Backward, kept per value head and chunk for the reverse pass: the state at the chunk's start
-// (as S^T [dv, dk]), and Vn [C, dv] (used only when the forward did not keep Vn)
+// Forward: rep states [dk, dv], 3 vectors [C], K^T [dk, C], 5 [C, C] (K K^T, Q K^T, P, Ak, Tinv),
+// 5 [C, dk] (beta e^c K, Kc, Qd, Kd and K^T's), 3 [C, dv] (beta V, W, Vn) and S^T [dv, dk]
+// (the kept state's rows, staged).
+static inline size_t cpu_gdn_chunk_fwd_floats(size_t C, size_t dk, size_t dv, size_t rep) {
+    return (rep + 1) * dk * dv + 3 * C + 5 * C * C + C * (5 * dk + 3 * dv);
+}
+// Backward without the forward's kept tensors (saved NULL), per value head and chunk for the
+// reverse pass: the state at the chunk's start (as S^T [dv, dk]) and Vn [C, dv]
 static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t dv) {
     return dk * dv + C * dv;
 }
-// Backward: rep x ceil(T / C) chunks' stored floats, rep states' gradients [dk, dv], then one
-// chunk's temporaries: 2 [dk, dv], 5 [C], 10 [C, C], 13 [C, dk], 7 [C, dv]
-static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep) {
+// Backward: (without kept tensors) rep x ceil(T / C) chunks' stored floats, rep states'
+// gradients [dk, dv], then one chunk's temporaries: 2 [dk, dv], 5 [C], 10 [C, C], 13 [C, dk], 7 [C, dv]
+static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep, int kept) {
     const size_t nck = (T + C - 1) / C;
-    return rep * (nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv) + dk * dv) + 2 * dk * dv + 5 * C + 10 * C * C +
-           C * (13 * dk + 7 * dv);
+    return rep * ((kept ? 0 : nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv)) + dk * dv) + 2 * dk * dv + 5 * C +
+           10 * C * C + C * (13 * dk + 7 * dv);
 }
 // The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
 // Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'
@@ -239,8 +246,8 @@ static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, siz
 static inline size_t cpu_gdn_fwd_thread_floats(size_t C, size_t dk, size_t dv, size_t rep) {
     return C > 0 ? cpu_gdn_chunk_fwd_floats(C, dk, dv, rep) : dk * dv + 2 * dv;
 }
-static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep) {
-    if (C > 0) return cpu_gdn_chunk_bwd_floats(T, C, dk, dv, rep);
+static inline size_t cpu_gdn_bwd_thread_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep, int kept) {
+    if (C > 0) return cpu_gdn_chunk_bwd_floats(T, C, dk, dv, rep, kept);
     const size_t nck = (T + CPU_GDN_CKPT - 1) / CPU_GDN_CKPT;
     return (nck + CPU_GDN_CKPT + 3) * dk * dv + 4 * dv;
 }
@@ -269,7 +276,9 @@ static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
         const OpsGdnShape* g = &s->gdn;
         const size_t rep = g->Hk > 0 ? (size_t)(g->Hv / g->Hk) : 1;
         size_t f = th * cpu_gdn_fwd_thread_floats((size_t)g->chunk, (size_t)g->dk, (size_t)g->dv, rep) * sizeof(float);
-        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv, rep) * sizeof(float);
+        // (training's chunked backward has the forward's kept tensors: no per-chunk store)
+        size_t b = th * cpu_gdn_bwd_thread_floats((size_t)g->T, (size_t)g->chunk, (size_t)g->dk, (size_t)g->dv, rep, 1) *
+                   sizeof(float);
         if (f > best) best = f;
         if (b > best) best = b;
         const size_t Cc = 2 * (size_t)g->Hk * g->dk + (size_t)g->Hv * g->dv;

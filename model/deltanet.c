@@ -41,7 +41,7 @@ void deltanet_forward(const DeltaNetLayerIO* io, RecomputeKind redo) {
         // q, k from the normed [q | k] rows, v from the conv's rows
         s.ld_qk = 2 * Kd;
         s.ld_v = Cc;
-        ops_gdn_forward(a->o, io->state_out, s.chunk > 0 ? a->vn : NULL, a->qk, a->qk + Kd, a->xc + 2 * Kd, a->g, a->beta, io->state_in, &s);
+        ops_gdn_forward(a->o, io->state_out, s.chunk > 0 ? a->saved : NULL, a->qk, a->qk + Kd, a->xc + 2 * Kd, a->g, a->beta, io->state_in, &s);
     }
     ops_rmsnorm_gated_forward(a->on, a->rstd, a->o, a->z, w->norm_w, N * s.Hv, s.dv, io->norm_eps, io->gate_act);
     ops_act_from_float(a->on_act, a->on, (size_t)N * Vd);
@@ -72,7 +72,7 @@ void deltanet_backward(const DeltaNetLayerIO* io) {
     ops_rmsnorm_gated_backward(b->d_o, b->d_z, g->norm_w, b->d_on, a->o, a->z, w->norm_w, a->rstd, N * s.Hv, s.dv,
                                io->gate_act);
     ops_gdn_backward(b->d_qk, b->d_qk + Kd, b->d_xc + 2 * Kd, b->d_g, b->d_beta, b->d_o, a->qk, a->qk + Kd,
-                     a->xc + 2 * Kd, a->g, a->beta, a->vn, &s);
+                     a->xc + 2 * Kd, a->g, a->beta, a->saved, &s);
     ops_l2norm_backward(b->d_xc, b->d_qk, a->xc, a->rinv, N, 2 * s.Hk, s.dk, Cc, 2 * Kd);
     ops_gdn_gates_backward(b->d_ba, g->A_log, g->dt_bias, b->d_g, b->d_beta, a->ba, w->A_log, w->dt_bias, N, s.Hv);
     ops_conv1d_silu_backward(b->d_xqkv, g->conv_w, b->d_xc, a->xqkv, a->pre, w->conv_w, B, T, Cc, K);

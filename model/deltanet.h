@@ -36,8 +36,8 @@ typedef struct {   // the layer's activations, written by the forward and kept f
     float* g;                // [N, Hv]  log decay g = -exp(A_log) softplus(a + dt_bias)
     float* beta;             // [N, Hv]  sigmoid(b)
     float* o;                // [N, Vd]  the delta rule's output
-    float* vn;               // [N, Vd]  what the delta rule keeps for its backward (ops_gdn_forward's
-                             //          saved; NULL when the backend keeps nothing)
+    float* saved;            // what the delta rule keeps for its backward (ops_gdn_forward's saved:
+                             //          Vn and the chunk-start states; NULL when the backend keeps nothing)
     float* rstd;             // [N, Hv]  the gated norm's statistics
     float* on;               // [N, Vd]  rmsnorm(o) w act(z): the output projection's input
     act_t* on_act;           // [N, Vd]  its act_t copy (on itself when act_t is fp32)

@@ -63,7 +63,7 @@ void gpt_layout_this_build(GptLayout* lay, OpsAttnImpl attn_impl) {
     lay->alloc_align = ops_alloc_align();
     lay->attn_impl = attn_impl;
     lay->recompute = RECOMPUTE_NONE;
-    lay->gdn_keeps_vn = ops_gdn_keeps_vn();
+    lay->gdn_keeps_saved = ops_gdn_keeps_saved();
 }
 
 void gpt_alloc_acts(GPT* m, int B, int T) {
@@ -175,8 +175,10 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     const size_t Hk = c->linear_n_k_head, Hv = c->linear_n_v_head;
     const size_t Kd = Hk * c->linear_k_head_dim, Vd = Hv * c->linear_v_head_dim, Cc = 2 * Kd + Vd;
     if (allocate) m->gdn = config_gdn_shape(c, B, T);
-    // the chunked delta rule's Vn for its backward, where the backend keeps it (ops.h)
-    const int gdn_vn = lay->gdn_keeps_vn && c->linear_chunk > 0;
+    // the chunked delta rule's Vn and chunk-start states for its backward, where the backend
+    // keeps them (ops.h): cpu_gdn_chunk_saved_floats (kernels/scratch.h)
+    const size_t gdn_saved = lay->gdn_keeps_saved ? cpu_gdn_chunk_saved_floats((size_t)B, (size_t)T, Hv,
+                                 (size_t)c->linear_k_head_dim, (size_t)c->linear_v_head_dim, (size_t)c->linear_chunk) : 0;
 
     // Two passes over the same list: the first counts elements, the second hands out pointers.
     // TAKE: fp32 tensors; TAKEA: act_t tensors (their own arena when act_t is bf16, else the
@@ -232,7 +234,7 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
                 LT(ACT_HEAVY, g_qk, N * 2 * Kd); LT(ACT_HEAVY, g_rinv, N * 2 * Hk);
                 LT(ACT_HEAVY, g_z, N * Vd); LT(ACT_HEAVY, g_ba, N * 2 * Hv); LT(ACT_HEAVY, g_g, N * Hv);
                 LT(ACT_HEAVY, g_beta, N * Hv); LT(ACT_HEAVY, g_o, N * Vd);
-                if (gdn_vn) LT(ACT_HEAVY, g_vn, N * Vd);
+                if (gdn_saved) LT(ACT_HEAVY, g_gdn_saved, gdn_saved);
                 LT(ACT_CHEAP, g_rstd, N * Hv); LT(ACT_CHEAP, g_on, N * Vd);
                 if (split) LTA(ACT_CHEAP, g_on_act, N * Vd); else a.g_on_act = (act_t*)a.g_on;
             }
@@ -458,7 +460,7 @@ static DeltaNetLayerIO deltanet_io(GPT* m, int l) {
                             .norm_w = g->gdn_norm_w };
     io.a = (DeltaNetActs){ .x = a->ln1, .xqkv = a->g_xqkv, .pre = a->g_pre, .xc = a->g_xc, .qk = a->g_qk,
                            .rinv = a->g_rinv, .z = a->g_z, .ba = a->g_ba, .g = a->g_g, .beta = a->g_beta,
-                           .o = a->g_o, .vn = a->g_vn, .rstd = a->g_rstd, .on = a->g_on, .on_act = a->g_on_act };
+                           .o = a->g_o, .saved = a->g_gdn_saved, .rstd = a->g_rstd, .on = a->g_on, .on_act = a->g_on_act };
     io.b = (DeltaNetBackwardBufs){ .dout = m->dres, .dout_act = m->dres_act, .dx = m->dnorm, .d_on = m->gd_on,
                                    .d_o = m->gd_o, .d_z = m->gd_z, .d_qk = m->gd_qk, .d_xc = m->gd_xc,
                                    .d_xqkv = m->gd_xqkv, .d_g = m->gd_g, .d_beta = m->gd_beta, .d_ba = m->gd_ba,

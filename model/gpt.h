@@ -66,8 +66,8 @@ typedef struct {
     float* g_g;           // [N, Hv]  log decay g = -exp(A_log) softplus(a + dt_bias)
     float* g_beta;        // [N, Hv]  sigmoid(b)
     float* g_o;           // [N, Vd]  the delta rule's output
-    float* g_vn;          // [N, Vd]  the chunked delta rule's corrected values, kept for its backward
-                          //          (GptLayout.gdn_keeps_vn; else NULL)
+    float* g_gdn_saved;   // the chunked delta rule's Vn [N, Vd] and chunk-start states [B, Hv, ceil(T/C), dv, dk],
+                          // kept for its backward (GptLayout.gdn_keeps_saved; else NULL)
     float* g_rstd;        // [N, Hv]  the gated norm's statistics
     float* g_on;          // [N, Vd]  rmsnorm(o) w act(z): the output projection's input
     act_t* g_on_act;      // [N, Vd]  its act_t copy for the GEMM (g_on itself when act_t is fp32)
@@ -202,7 +202,7 @@ typedef struct {
     size_t alloc_align;      // ops_malloc's granularity (kernels/scratch.h): 64 CPU, 256 CUDA
     OpsAttnImpl attn_impl;   // [train] attn_impl
     RecomputeKind recompute; // [train] recompute: what the backward recomputes instead of keeping
-    int gdn_keeps_vn;        // the backend's ops_gdn_keeps_vn(): the linear layers keep g_vn
+    int gdn_keeps_saved;     // the backend's ops_gdn_keeps_saved(): the linear layers keep g_gdn_saved
 } GptLayout;
 void gpt_layout_this_build(GptLayout* lay, OpsAttnImpl attn_impl);
 // The parameter-side allocations of gpt_build, bytes asked of ops_malloc: the fp32 parameters

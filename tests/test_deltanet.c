@@ -19,6 +19,10 @@
 #include <string.h>
 
 enum { B = 2, T = 70, HK = 2, HV = 4, DK = 8, DV = 6, N = B * T };
+// what the chunked forward keeps for its backward (ops.h, saved) at chunks of 16 or more: Vn
+// [N, HV, DV] and the chunks' states [B, HV, ceil(T / 16), DK, DV] (kernels/scratch.h
+// cpu_gdn_chunk_saved_floats, which the test does not include: an independent count)
+enum { SAVED = N * HV * DV + B * HV * ((T + 15) / 16) * DK * DV };
 
 // float64 reference: the same recurrence as transformers' torch_recurrent_gated_delta_rule
 static void ref_forward(double* o, const double* q, const double* k, const double* v, const double* g,
@@ -88,16 +92,17 @@ static void check_backward_fd(const char* form, const float* dq, const float* dk
 // gradient: both are fp32 with sums <= C + dk deep; with slow decays the triangular inverse
 // amplifies roundoff by its norm (measured printed).
 // Heads of 16 floats in 64-byte aligned buffers: the shape on which the chunked form writes dq,
-// dk, dv and the kept Vn with non-temporal row stores (kernels/cpu/deltanet_chunk.c
+// dk, dv and the kept Vn and states with non-temporal row stores (kernels/cpu/deltanet_chunk.c
 // gdn_stream_row: rows of a multiple of 16 floats at 64-byte aligned addresses; the shapes
-// above have rows of 6 and 8). The chunked backward on the forward's Vn against the recurrent
-// one, 1e-4 relative per input over its largest gradient (as check_chunked_gates), and both
+// above have rows of 6 and 8). The chunked backward on the forward's kept Vn and states
+// against the recurrent one, 1e-4 relative per input over its largest gradient (as check_chunked_gates), and both
 // value heads' rows written (a row left unwritten would keep the NaN poured in first).
 static void check_chunked_aligned(void) {
     enum { AB = 2, AT = 40, AHK = 1, AHV = 2, AD = 16, AN = AB * AT };
     const size_t nqk = (size_t)AN * AHK * AD, nv = (size_t)AN * AHV * AD, ng = (size_t)AN * AHV;
+    const size_t nsv = nv + (size_t)AB * AHV * ((AT + 15) / 16) * AD * AD;   // Vn and the states kept, chunks of 16
     float* buf[16];
-    const size_t sz[16] = {nqk, nqk, nv, ng, ng, nv, nv, nqk, nqk, nv, ng, ng, nqk, nqk, nv, nv};
+    const size_t sz[16] = {nqk, nqk, nv, ng, ng, nv, nsv, nqk, nqk, nv, ng, ng, nqk, nqk, nv, nv};
     for (int i = 0; i < 16; i++) buf[i] = aligned_alloc(64, (sz[i] * sizeof(float) + 63) / 64 * 64);
     float *q = buf[0], *k = buf[1], *v = buf[2], *g = buf[3], *beta = buf[4], *w = buf[5], *vn = buf[6];
     float *cq = buf[7], *ck = buf[8], *cv = buf[9], *cg = buf[10], *cb = buf[11], *rq = buf[12], *rk = buf[13],
@@ -117,7 +122,8 @@ static void check_chunked_aligned(void) {
     c.chunk = 16;
     ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g, beta, NULL, &r);
     for (size_t i = 0; i < nqk; i++) { cq[i] = ck[i] = NAN; }
-    for (size_t i = 0; i < nv; i++) { cv[i] = vn[i] = NAN; }
+    for (size_t i = 0; i < nv; i++) cv[i] = NAN;
+    for (size_t i = 0; i < nsv; i++) vn[i] = NAN;
     ops_gdn_forward(o, NULL, vn, q, k, v, g, beta, NULL, &c);
     ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, vn, &c);
     struct { const char* name; const float *a, *b; size_t n; } cmp[] = {
@@ -154,8 +160,8 @@ static void check_chunked_gates(const OpsGdnShape* s, const float* q, const floa
         for (int ci = 0; ci < 2; ci++) {
             OpsGdnShape sc = *s;
             sc.chunk = ci ? 64 : 16;
-            // C = 64 the training path (the forward's Vn kept for the backward), C = 16 recomputed
-            static float vn[N * HV * DV], oc[N * HV * DV];
+            // C = 64 the training path (the forward's Vn and states kept for the backward), C = 16 recomputed
+            static float vn[SAVED], oc[N * HV * DV];
             if (ci) ops_gdn_forward(oc, NULL, vn, q, k, v, g2, b2, NULL, &sc);
             ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g2, b2, ci ? vn : NULL, &sc);
             struct { const char* name; const float *a, *b; int n; } o[] = {
@@ -167,7 +173,7 @@ static void check_chunked_gates(const OpsGdnShape* s, const float* q, const floa
                 TU_CHECK(m > 0 && e / m < 1e-4, "%s gates, C = %d: d%s chunked vs recurrent %.3e", gates ? "slow" : "init", sc.chunk, o[p].name, e / m);
                 worst = fmax(worst, e / m);
             }
-            printf("  chunked (C = %d, Vn %s) backward vs recurrent, %s gates: worst input %.3e (tol 1e-4)\n", sc.chunk,
+            printf("  chunked (C = %d, Vn and states %s) backward vs recurrent, %s gates: worst input %.3e (tol 1e-4)\n", sc.chunk,
                    ci ? "kept" : "recomputed", gates ? "slow" : "init", worst);
         }
     }
@@ -330,7 +336,7 @@ int main(void) {
     // chunked form (C = 16: 4 chunks and a short last one; 64: one chunk and a 6-token one;
     // 128 > T: one short chunk). Same bound: the chunked backward's fp32 sums are regrouped and
     // at most C + dk terms deep (measured printed). The chunked backward as training runs it,
-    // reading the Vn its forward kept (ops.h: saved); then the one that recomputes them, which
+    // reading the Vn and states its forward kept (ops.h: saved); then the one that recomputes them, which
     // runs the same expressions through GEMM calls of other strides: equal to 1e-6 of the
     // largest gradient (fp32 roundoff of sums <= C + dk deep regrouped, were a GEMM library to
     // pick another kernel for another stride; measured printed).
@@ -341,7 +347,7 @@ int main(void) {
         static float cq[N * HK * DK], ck[N * HK * DK], cv[N * HV * DV], cg[N * HV], cb[N * HV];
         OpsGdnShape sc = s;
         sc.chunk = ci == 0 ? 16 : ci == 1 ? 64 : 128;
-        static float vn[N * HV * DV], oc[N * HV * DV], oc2[N * HV * DV];
+        static float vn[SAVED], oc[N * HV * DV], oc2[N * HV * DV];
         ops_gdn_forward(oc, NULL, vn, q, k, v, g, beta, NULL, &sc);
         ops_gdn_forward(oc2, NULL, NULL, q, k, v, g, beta, NULL, &sc);
         ops_gdn_backward(cq, ck, cv, cg, cb, w, q, k, v, g, beta, vn, &sc);
@@ -357,10 +363,10 @@ int main(void) {
         for (int p = 0; p < 6; p++) {
             double e = 0, m = 0;
             for (int i = 0; i < cmp[p].n; i++) { e = fmax(e, fabs(cmp[p].a[i] - cmp[p].b[i])); m = fmax(m, fabs(cmp[p].b[i])); }
-            TU_CHECK(m > 0 && e / m <= 1e-6, "C = %d: %s with Vn recomputed vs kept %.3e", sc.chunk, cmp[p].name, e / m);
+            TU_CHECK(m > 0 && e / m <= 1e-6, "C = %d: %s with Vn and states recomputed vs kept %.3e", sc.chunk, cmp[p].name, e / m);
             worst = fmax(worst, e / m);
         }
-        printf("  chunked C=%d: forward without saved, backward recomputing Vn vs kept: %.3e (tol 1e-6)\n", sc.chunk, worst);
+        printf("  chunked C=%d: forward without saved, backward recomputing Vn and states vs kept: %.3e (tol 1e-6)\n", sc.chunk, worst);
     }
     check_chunked_gates(&s, q, k, v, w);
     check_chunked_aligned();

@@ -127,7 +127,7 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     lay.alloc_align = cuda ? SCRATCH_CUDA_ALLOC_ALIGN : SCRATCH_CPU_ALLOC_ALIGN;
     lay.attn_impl = (OpsAttnImpl)tc->attn_impl;
     lay.recompute = tc->recompute;   // what the layers keep: [train] recompute
-    lay.gdn_keeps_vn = !cuda;        // kernels/cpu keeps the delta rule's Vn, kernels/cuda recomputes it
+    lay.gdn_keeps_saved = !cuda;     // kernels/cpu keeps the delta rule's Vn and states, kernels/cuda recomputes them
     const size_t al = lay.alloc_align;
     const char* act = lay.act_bytes == 2 ? "bf16" : "fp32";
 

@@ -42,7 +42,7 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
     for (int j = 0; j < dv; j++) o[j] *= scale;
 }
 
-int ops_gdn_keeps_vn(void) { return 1; }
+int ops_gdn_keeps_saved(void) { return 1; }
 
 void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
@@ -96,7 +96,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
         // one block of cpu_gdn_bwd_thread_floats (kernels/scratch.h): the state before each chunk
         // ck [nck, dk, dv], before each token of a chunk prev [GDN_CKPT, dk, dv], S, dS, dS', and
         // the vectors u, d, dd, du [dv]
-        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, 0, (size_t)dk, (size_t)dv, 1), sizeof(float));
+        float* ck = cpu_calloc(cpu_gdn_bwd_thread_floats((size_t)T, 0, (size_t)dk, (size_t)dv, 1, 0), sizeof(float));
         float* prev = ck + (size_t)nck * SS;
         float *S = prev + (size_t)GDN_CKPT * SS, *dS = S + SS, *dSp = dS + SS;
         float *u = dSp + SS, *d = u + dv, *dd = d + dv, *du = dd + dv;

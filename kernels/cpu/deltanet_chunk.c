@@ -15,10 +15,10 @@
 //   S <- e^{c_L} S + Kd^T Vn,  Kd = diag(e^{c_L - c}) K
 // which is the recurrence S <- e^g S; S += k (beta (v - S^T k))^T; o = scale S^T q token by
 // token (the row i of M = I + A collects what the tokens j < i of the chunk wrote where k_i
-// reads). The forward keeps Vn for the backward (`saved`); the backward first walks the chunks
-// forward again with the state update alone (storing S at each chunk's start; without a kept
-// Vn, the whole chunk forward, storing Vn too), then walks them in reverse, recomputing each
-// chunk's Ak, Tinv, W, Kc, with dSn = dL/d(the state after the chunk):
+// reads). The forward keeps Vn and the state at each chunk's start (as S^T) for the backward
+// (`saved`), which walks the chunks in reverse, recomputing each chunk's Ak, Tinv, W, Kc (without
+// kept tensors, it first walks them forward again to store the states and Vn), with
+// dSn = dL/d(the state after the chunk):
 //   dVn = P^T dO + Kd dSn;   dP = dO Vn^T;   dKd = Vn dSn^T
 //   dQd = dO S^T;   dKc = -dVn S^T;   dS = e^{c_L} dSn + Qd^T dO - Kc^T dVn   (the next dSn)
 //   dRv = Tinv^T dVn;  dRk = Tinv^T dKc;   dA = -(dRv W^T + dRk Kc^T)  (strictly lower part)
@@ -257,28 +257,32 @@ static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W,
     gdn_mm_lower(L, dk, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = ksign Tinv diag(beta e^c) K
 }
 
-// The state's pass over one chunk: Vn [L, dv] (=, row stride ldvn) = W - Kc S, then S advanced
+// The state's pass over one chunk: Vn [L, dv] (=) = W - Kc S, then S advanced
 // to the state after the chunk, e^{c_L} S + Kd^T Vn.
-static void gdn_chunk_advance(float* S, float* Vn, int ldvn, const float* W, const float* Kc, const float* Kd, int L,
-                              int dk, int dv, float el) {
-    cpu_gemm_small('N', L, dv, dk, Kc, dk, S, dv, 0, Vn, ldvn);    // Kc S
+static void gdn_chunk_advance(float* S, float* Vn, const float* W, const float* Kc, const float* Kd, int L, int dk,
+                              int dv, float el) {
+    cpu_gemm_small('N', L, dv, dk, Kc, dk, S, dv, 0, Vn, dv);    // Kc S
     for (int i = 0; i < L; i++) {
-        float* vn = Vn + (size_t)i * ldvn;
+        float* vn = Vn + (size_t)i * dv;
         const float* w = W + (size_t)i * dv;
         #pragma omp simd
         for (int e = 0; e < dv; e++) vn[e] = w[e] - vn[e];
     }
     for (size_t e = 0; e < (size_t)dk * dv; e++) S[e] *= el;
-    cpu_gemm_small('T', dk, dv, L, Kd, dk, Vn, ldvn, 1, S, dv);    // S = e^{c_L} S + Kd^T Vn
+    cpu_gemm_small('T', dk, dv, L, Kd, dk, Vn, dv, 1, S, dv);    // S = e^{c_L} S + Kd^T Vn
 }
 
 // ---------------------------------------------------------------------------------------------
 // forward: one task per (sequence, key head), its rep = Hv / Hk value heads chunk by chunk (the
 // key head's products computed once a chunk for all of them); per thread,
 // cpu_gdn_chunk_fwd_floats (kernels/scratch.h) carved in this order. With saved (not NULL) the
-// corrected values Vn are written there for the backward, which then skips their recomputation:
-// [B, Hv, T, dv], each (sequence, value head)'s rows contiguous, so that both of the backward's
-// passes read a chunk's Vn as one block.
+// corrected values Vn and the state at each chunk's start are written there for the backward,
+// which then skips their recomputation (its first pass): Vn [B, Hv, T, dv], then S^T
+// [B, Hv, ceil(T / C), dv, dk] (kernels/scratch.h cpu_gdn_chunk_saved_floats), each (sequence,
+// value head)'s rows contiguous, so that the reverse pass reads a chunk's Vn and state as one
+// block each. The kept 16 KiB of a state per 64 tokens of a head (at dk = dv = 64) costs the
+// forward its transpose and streamed stores and saves the backward a pass over the chunks:
+// ~8% of its time at T = 1024 and 4096 (docs/performance.md).
 
 void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
@@ -286,6 +290,7 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t SS = (size_t)dk * dv;
     const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv;
+    const int nck = (T + C - 1) / C;
     const size_t nfl = cpu_gdn_chunk_fwd_floats((size_t)C, (size_t)dk, (size_t)dv, (size_t)rep);
     #pragma omp parallel
     {
@@ -295,7 +300,8 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
         float *Ak = P + (size_t)C * C, *Tinv = Ak + (size_t)C * C;
         float *Rv = Tinv + (size_t)C * C, *Rk = Rv + (size_t)C * dv, *W = Rk + (size_t)C * dk, *Kc = W + (size_t)C * dv;
         float *Qd = Kc + (size_t)C * dk, *Vnb = Qd + (size_t)C * dk, *Kd = Vnb + (size_t)C * dv;
-        if (Kd + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk forward scratch\n"); exit(1); }
+        float* St = Kd + (size_t)C * dk;   // S^T [dv, dk], staged for the kept states' rows
+        if (St + SS != base + nfl) { fprintf(stderr, "internal error: gdn chunk forward scratch\n"); exit(1); }
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -318,13 +324,18 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                                            ldqk, ldv, Hv};
                         float* S = Sh + (size_t)r * SS;
                         float* O = o + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
+                        if (saved) {   // the state at the chunk's start, kept as S^T for the backward
+                            float* dst = saved + (size_t)B * Hv * T * dv + (((size_t)b * Hv + h) * nck + t0 / C) * SS;
+                            cpu_transpose(St, dk, S, dv, dk, dv);
+                            for (int e = 0; e < dv; e++) gdn_stream_row(dst + (size_t)e * dk, St + (size_t)e * dk, dk);
+                        }
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         // the queries' products first (they need the state before the chunk)
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
                         gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale, 1.0f);
-                        gdn_chunk_advance(S, Vnb, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
+                        gdn_chunk_advance(S, Vnb, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         // within the chunk: O += P Vn
                         gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
                         if (saved)   // kept for the backward, [B, Hv, T, dv]
@@ -344,9 +355,9 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
 
 // ---------------------------------------------------------------------------------------------
 // backward: one task per (sequence, key head), so that dq and dk have one writer; per thread,
-// cpu_gdn_chunk_bwd_floats (kernels/scratch.h): per value head of the key head and chunk
-// [S | Vn] (Vn only when the forward did not keep it) for the reverse pass, each value head's
-// dSn, then one chunk's temporaries. The reverse pass takes the value heads chunk by chunk:
+// cpu_gdn_chunk_bwd_floats (kernels/scratch.h): when the forward kept nothing, per value head of
+// the key head and chunk [S^T | Vn] for the reverse pass; each value head's dSn, then one
+// chunk's temporaries. The reverse pass takes the value heads chunk by chunk:
 // the key head's products computed once a chunk, dq and dk of the chunk summed over its value
 // heads locally and written once.
 
@@ -359,11 +370,13 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
     const int ldqk = s->ld_qk ? s->ld_qk : Hk * dk, ldv = s->ld_v ? s->ld_v : Hv * dv;
     const int nck = (T + C - 1) / C;
     const size_t per_chunk = cpu_gdn_chunk_bwd_stored_floats((size_t)C, (size_t)dk, (size_t)dv);
-    const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv, (size_t)rep);
+    const size_t nfl = cpu_gdn_chunk_bwd_floats((size_t)T, (size_t)C, (size_t)dk, (size_t)dv, (size_t)rep, saved != NULL);
+    // the forward's kept states S^T [B, Hv, nck, dv, dk], after its Vn [B, Hv, T, dv]
+    const float* states = saved ? saved + (size_t)B * Hv * T * dv : NULL;
     #pragma omp parallel
     {
-        float* base = cpu_calloc(nfl, sizeof(float));   // [rep, nck] chunks' stores first
-        float* dSh = base + (size_t)rep * nck * per_chunk;   // each value head's dSn [rep, dk, dv]
+        float* base = cpu_calloc(nfl, sizeof(float));   // [rep, nck] chunks' stores first (none when kept)
+        float* dSh = base + (saved ? 0 : (size_t)rep * nck * per_chunk);   // each value head's dSn [rep, dk, dv]
         float* t = dSh + (size_t)rep * SS;   // one chunk's temporaries
         float *S = t, *dSnt = S + SS;
         float *cum = dSnt + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
@@ -385,35 +398,22 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                 const size_t n0 = (size_t)b * T;
                 const GdnHead xk = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk, NULL, NULL, NULL,
                                     ldqk, ldv, Hv};
-                // pass 1, each value head: the states at the chunks' starts (and Vn, when the
-                // forward did not keep it)
-                for (int r = 0; r < rep; r++) {
+                // pass 1 (without the forward's kept tensors), each value head: the states at the
+                // chunks' starts (as S^T [dv, dk], what the reverse pass reads) and Vn
+                for (int r = 0; saved == NULL && r < rep; r++) {
                     const int h = kh * rep + r;
                     const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
                                        ldqk, ldv, Hv};
-                    const float* vn_h = saved ? saved + ((size_t)b * Hv + h) * T * dv : NULL;   // the forward's Vn [T, dv]
-                    // S^T [dv, dk] is what the reverse pass reads: with the kept Vn, pass 1 carries
-                    // S^T itself (S^T <- e^{c_L} S^T + Vn^T Kd), else S (gdn_chunk_advance's)
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
                         float* Sc = base + ((size_t)r * nck + c) * per_chunk;
-                        if (vn_h) memcpy(Sc, S, SS * sizeof(float));
-                        else cpu_transpose(Sc, dk, S, dv, dk, dv);
+                        cpu_transpose(Sc, dk, S, dv, dk, dv);
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
-                        if (vn_h) {
-                            const float* K = x.k + (size_t)t0 * ldqk;
-                            for (int i = 0; i < L; i++)
-                                for (int e = 0; e < dk; e++) Kd[(size_t)i * dk + e] = edec[i] * K[(size_t)i * ldqk + e];
-                            const float el = ec[L - 1];
-                            for (size_t e = 0; e < SS; e++) S[e] *= el;
-                            cpu_gemm_small('T', dv, dk, L, vn_h + (size_t)t0 * dv, dv, Kd, dk, 1, S, dk);
-                        } else {
-                            gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
-                            gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
-                                         edec, 0.0f, 1.0f);
-                            gdn_chunk_advance(S, Sc + SS, dv, W, Kc, Kd, L, dk, dv, ec[L - 1]);
-                        }
+                        gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
+                        gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
+                                     edec, 0.0f, 1.0f);
+                        gdn_chunk_advance(S, Sc + SS, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                     }
                 }
                 // pass 2: the chunks in reverse, each one's WY form recomputed
@@ -426,7 +426,9 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         const int h = kh * rep + r;
                         const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
                                            ldqk, ldv, Hv};
-                        const float* Sc = base + ((size_t)r * nck + c) * per_chunk;
+                        // S^T [dv, dk] at the chunk's start: the forward's, else pass 1's
+                        const float* Sc = saved ? states + (((size_t)b * Hv + h) * nck + c) * SS
+                                                : base + ((size_t)r * nck + c) * per_chunk;
                         float* dSn = dSh + (size_t)r * SS;
                         // Vn [L, dv]: the forward's, else pass 1's
                         const float* Vn = saved ? saved + (((size_t)b * Hv + h) * T + t0) * dv : Sc + SS;

@@ -351,7 +351,7 @@ void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, cons
 }
 
 // ---- Gated DeltaNet (fp32 on every backend: passed through) -------------------------------------
-int ops_gdn_keeps_vn(void) { return ref_ops_gdn_keeps_vn(); }
+int ops_gdn_keeps_saved(void) { return ref_ops_gdn_keeps_saved(); }
 void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     ref_ops_gdn_forward(o, state_out, saved, q, k, v, g, beta, state_in, s);

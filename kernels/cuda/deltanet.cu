@@ -141,7 +141,7 @@ __global__ static void gdn_forward_kernel(float* o, float* state_out, const floa
 
 // The chunked kernels recompute Vn in the backward (their state kernel writes it to the scratch):
 // the forward leaves `saved` alone, and the model keeps no buffer for it (ops.h).
-extern "C" int ops_gdn_keeps_vn(void) { return 0; }
+extern "C" int ops_gdn_keeps_saved(void) { return 0; }
 
 extern "C" void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                                 const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
