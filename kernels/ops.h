@@ -195,9 +195,9 @@ void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, c
 int ops_gdn_keeps_saved(void);
 // Backward from do [N, Hv*dv] (dense; state_in taken as zeros, as in training): dq, dk (=, the
 // layout of q, k: stride ld_qk), dv (=, stride ld_v), dg, dbeta [N, Hv] (=). s->chunk > 0: the
-// chunked form's backward (the chunks' states recomputed, then a reverse pass over the chunks);
-// 0: over the recurrence, with the states recomputed from checkpoints every 64 tokens (the
-// reference). Both cost linear in T. saved: the forward's (NULL: recomputed).
+// chunked form's backward (a reverse pass over the chunks on the chunks' states and Vn, from
+// saved or recomputed first); 0: over the recurrence, with the states recomputed from
+// checkpoints every 64 tokens (the reference). Both cost linear in T. saved: the forward's (NULL: recomputed).
 void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                       const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const float* saved, const OpsGdnShape* s);
