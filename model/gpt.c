@@ -12,10 +12,12 @@ static OpsNormKind norm_kind(const ModelConfig* c) {
     return c->norm == NORM_LAYERNORM ? OPS_LAYERNORM : OPS_RMSNORM;
 }
 
-void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
+void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) { gpt_build_ep(m, cfg, seed, 1, 0); }
+
+void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    param_table_build(&m->table, cfg);
+    param_table_build_ep(&m->table, cfg, ep_size, ep_rank);
     size_t bytes = m->table.total * sizeof(float);
     m->params = ops_malloc(bytes);
     m->grads = ops_malloc(bytes);
@@ -31,7 +33,9 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
     gpt_params_changed(m, 0);
     weights_bind(&m->g, m->grads, &m->table, cfg);
     // each layer's range of the arena (its tensors are named h.L.*), for gpt_backward's
-    // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing
+    // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing.
+    // An expert-parallel shard's experts are not in it (they sit after the dense region and are
+    // reduced over their replicas, train/dist.h).
     m->layer_lo = calloc((size_t)cfg->n_layer, sizeof(size_t));
     m->layer_hi = calloc((size_t)cfg->n_layer, sizeof(size_t));
     for (int l = 0; l < cfg->n_layer; l++) {
@@ -41,6 +45,7 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
         for (int i = 0; i < m->table.n; i++) {
             const ParamInfo* p = &m->table.p[i];
             if (strncmp(p->name, prefix, (size_t)plen) != 0) continue;
+            if (p->expert_n && m->table.ep_size > 1) continue;
             if (p->offset < lo) lo = p->offset;
             if (p->offset + p->numel > hi) hi = p->offset + p->numel;
             sum += p->numel;
@@ -419,6 +424,7 @@ static MoeLayerIO moe_io(GPT* m, int l) {
     io.reduce = m->moe_reduce;
     io.reduce_ctx = m->moe_reduce_ctx;
     io.ep = m->moe_ep;
+    io.ep_shard = m->table.ep_size > 1 ? m->table.ep_size : 0;
     return io;
 }
 

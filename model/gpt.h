@@ -140,9 +140,10 @@ typedef struct GPT {
     void (*moe_reduce)(void* ctx, double* x, int n);
     void* moe_reduce_ctx;
     // Expert parallelism: the exchange hooks (size, rank, counts, rows, ctx) the trainer sets
-    // around training micro-steps only; the scratch buffers (send, recv, map) are the model's
-    // (allocated when [moe] expert_parallel > 1). Without the hooks every process computes all
-    // experts itself (evaluation and probes, on one process).
+    // for every forward of a model built by gpt_build_ep with ep_size > 1 (training, evaluation,
+    // probes and samples: each member of the group takes part); the scratch buffers (send, recv,
+    // map) are the model's (allocated when [moe] expert_parallel > 1). A model with every expert
+    // (gpt_build) computes them all itself without the hooks.
     MoeExchange moe_ep;
     // Data parallelism: when set, gpt_backward calls it as soon as a layer's parameter gradients
     // are complete, with that layer's floats [lo, hi) of the gradient arena, so their reduction
@@ -160,6 +161,11 @@ typedef struct GPT {
 
 // Build the parameter table and allocate params + grads (initialised from cfg and seed).
 void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed);
+// The same for member ep_rank of an expert-parallel group of ep_size (model/params.h
+// param_table_build_ep): this process holds only its experts' parameters and gradients, and
+// its forward and backward need the exchange hooks (GPT.moe_ep) set, with every member of the
+// group taking part. ep_size 1 = gpt_build.
+void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank);
 // (Re)allocate the activation arena for micro-batch B x T (T <= max_seq_len).
 void gpt_alloc_acts(GPT* m, int B, int T);
 void gpt_free(GPT* m);

@@ -209,8 +209,9 @@ static void ep_experts_forward(const MoeLayerIO* io) {
     const size_t rb = (size_t)d * sizeof(act_t);
     EpPlan p;
     ep_plan(io, 1, &p);
-    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;    // [El, sw*Fe, d]
-    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;       // [El, d, Fe]
+    // this member's experts: the model holds only them (model/params.h, an expert shard)
+    const act_t* w_in = io->w.moe_w_in;     // [El, sw*Fe, d]
+    const act_t* w_out = io->w.moe_w_out;   // [El, d, Fe]
     x->rows(x->ctx, a->xp, p.send_rows, x->recv, p.recv_rows, rb);
     ops_moe_gather(a->xe, x->recv, p.d_perm, p.Rin, 1, d);                    // expert-major
     ops_grouped_matmul_forward(a->ep_pre, a->xe, w_in, p.d_eloff, p.El, d, sw * Fe);
@@ -233,10 +234,10 @@ static void ep_experts_backward(const MoeLayerIO* io) {
     const size_t rb = (size_t)d * sizeof(act_t);
     EpPlan p;
     ep_plan(io, 0, &p);
-    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
-    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;
-    float* g_in = io->g->moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
-    float* g_out = io->g->moe_w_out + (size_t)p.q * p.El * d * Fe;
+    const act_t* w_in = io->w.moe_w_in;
+    const act_t* w_out = io->w.moe_w_out;
+    float* g_in = io->g->moe_w_in;     // [El, sw*Fe, d], this member's experts only
+    float* g_out = io->g->moe_w_out;
     x->rows(x->ctx, b->d_yp, p.send_rows, x->recv, p.recv_rows, rb);
     ops_moe_gather(x->send, x->recv, p.d_perm, p.Rin, 1, d);                  // d ye, expert-major
     ops_grouped_matmul_backward(b->d_ep_act, g_out, x->send, a->ep_act, w_out, p.d_eloff, p.El, Fe, d);
@@ -272,6 +273,11 @@ double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
+    if (io->ep_shard && !ep_on(io)) {   // model/gpt.h: every member of the group must take part
+        fprintf(stderr, "error: this process holds %d of the %d experts (expert parallelism) and was asked to run "
+                "the MoE layer without its group's exchange\n", E / io->ep_shard, E);
+        exit(1);
+    }
     if (ep_on(io)) {
         // expert parallelism: the rows travel to the members that hold their experts and back
         // (the trainer refuses recomputation with it: the received rows are not kept twice)

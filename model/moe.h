@@ -112,6 +112,7 @@ typedef struct {
     void (*reduce)(void* ctx, double* x, int n);
     void* reduce_ctx;
     MoeExchange ep;          // expert parallelism (off when ep.counts is NULL)
+    int ep_shard;            // P when the weights hold only this member's E / P experts (then ep must be on), else 0
 } MoeLayerIO;
 
 // Forward of one MoE layer: out[N, d] += the layer's output for the normed input io->a.ln2.
