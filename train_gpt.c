@@ -538,12 +538,16 @@ static int setup_model(Run* r) {
     if (P > 1) snprintf(peak_sum, sizeof peak_sum, ", the sum over %d processes", P);
     printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), r->peak / 1e9, peak_sum, ops_peak_source());
     size_t n_params = 0;   // the tensors' elements (the arena's total adds 64-byte alignment padding)
-    for (int i = 0; i < r->model.table.n; i++) n_params += r->model.table.p[i].numel;
+    ParamTable whole;      // the whole model's (an expert-parallel process holds a shard of it)
+    param_table_build(&whole, mc);
+    for (int i = 0; i < whole.n; i++) n_params += whole.p[i].numel;
+    const size_t whole_total = whole.total;
+    param_table_free(&whole);
     printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
            n_params, n_params / 1e6, r->model.table.n, r->flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
-               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, r->model.table.total / 1e6);
+               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, whole_total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            r->B, T, r->grad_accum, P, r->tokens_per_step, r->model.acts_bytes / (double)(1 << 20), r->cfg.log.run_dir);
     // the whole activation arena in bytes (gpt_acts_bytes: fp32/act_t/int tensors and the token
@@ -646,7 +650,10 @@ static int open_run_log(Run* r) {
     jsonl_int(&j, "seq_len", r->T);
     jsonl_int(&j, "grad_accum", r->grad_accum);
     jsonl_int(&j, "tokens_per_step", r->tokens_per_step);
-    jsonl_int(&j, "params", (long long)r->model.table.total);
+    ParamTable whole;   // the whole model's arena (an expert-parallel process holds a shard of it)
+    param_table_build(&whole, &r->cfg.model);
+    jsonl_int(&j, "params", (long long)whole.total);
+    param_table_free(&whole);
     jsonl_fmt(&j, "flops_per_token", "%.6g", r->flops_tok);
     jsonl_fmt(&j, "peak_flops", "%.6g", r->peak);
     jsonl_str(&j, "peak_source", ops_peak_source());

@@ -44,9 +44,9 @@ typedef struct {
     int* slot_row;        // [S]      slot -> permuted row, -1 if dropped
     act_t* xp;            // [S, d]   permuted expert inputs (rows of ln2)
     // expert parallelism ([moe] expert_parallel = P > 1; model/moe.h MoeExchange): ep_pre,
-    // ep_act (and the backward's d_ep_pre, d_ep_act) then have P*S rows: the rows received
+    // ep_act (and the backward's d_ep_pre, d_ep_act) are not allocated; the rows received live
+    // in GPT.moe_ep_rows[l], sized from the exchanged counts
     int* ep_rc;           // [E]      rows received from each group member for each local expert
-    act_t* xe;            // [P*S, d] the received rows, expert-major
     act_t* ep_pre;        // [S, Fin_e] output of the experts' w_in
     act_t* ep_act;        // [S, Fe]  input of the experts' w_out
     act_t* yp;            // [S, d]   expert outputs before their routing weights
@@ -145,6 +145,8 @@ typedef struct GPT {
     // map) are the model's (allocated when [moe] expert_parallel > 1). A model with every expert
     // (gpt_build) computes them all itself without the hooks.
     MoeExchange moe_ep;
+    MoeEpRows* moe_ep_rows;        // [n_layer] each MoE layer's received rows (grown at its forwards)
+    MoeEpScratch moe_ep_scratch;   // the exchange's scratch, shared by the layers
     // Data parallelism: when set, gpt_backward calls it as soon as a layer's parameter gradients
     // are complete, with that layer's floats [lo, hi) of the gradient arena, so their reduction
     // over processes can run while the backward pass goes on (train/dist.h). The trainer sets it
