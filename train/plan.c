@@ -179,7 +179,9 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     gpt_activation_bytes(mc, B, T, &lay, &ab);
     p->bytes[PLAN_ACTS] = ab.by[GPT_ACTS_SAVED];
     snprintf(p->what[PLAN_ACTS], sizeof p->what[0], "kept for the backward, one micro-batch of %d x %d tokens (%s tensors, "
-             "%.1f KiB per token)", B, T, lay.act_bytes == 2 ? "bf16 and fp32" : "fp32", ab.by[GPT_ACTS_SAVED] / 1024.0 / N);
+             "%.1f KiB per token)%s", B, T, lay.act_bytes == 2 ? "bf16 and fp32" : "fp32", ab.by[GPT_ACTS_SAVED] / 1024.0 / N,
+             EPP > 1 ? "; the experts' received rows at balanced routing (model/moe.h: sized from the counts, up to "
+                       "max/mean load x as many)" : "");
     p->bytes[PLAN_LOGITS] = ab.by[GPT_ACTS_LOGITS];
     snprintf(p->what[PLAN_LOGITS], sizeof p->what[0], "logits [%zu, %d] in %s (their gradient overwrites them), per-token loss and "
              "logsumexp, token ids", N, mc->padded_vocab, act);
@@ -222,7 +224,9 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     const size_t dist_host = dist_host_bytes(n, P);
     if (!cuda) {
         size_t held = 0, temp = 0;
-        comm_reduce_scatter_bytes(P, nd, (shi - slo) > (xe - xs) ? shi - slo : xe - xs, &held, &temp);
+        // one receive buffer, the largest shard reduced: the dense one, or (replicas) the experts'
+        const size_t rshard = P / EPP > 1 && xe - xs > shi - slo ? xe - xs : shi - slo;
+        comm_reduce_scatter_bytes(P, nd, rshard, &held, &temp);
         // MPI's temporaries live inside the reduce-scatter, after the backward has freed the
         // kernels' temporaries: the heap reuses that memory, so only the excess over the
         // scratch line adds to the peak
