@@ -334,6 +334,7 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     // 1-element floor of an empty arena) is put on the backward's line, so that the lines add
     // up to the held bytes exactly
     out->held = 0;
+    out->ep_rows = 0;
     size_t lines = 0;
     for (int i = 0; i < out->n_allocs; i++) out->held += scratch_alloc_bytes(out->alloc[i], lay->alloc_align);
     for (int i = 0; i < GPT_ACTS_CATS; i++) lines += out->by[i];
@@ -349,9 +350,7 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
                       scratch_alloc_bytes(SR * Fe * ab, al);
         size_t scr = 2 * scratch_alloc_bytes(SR * d * ab, al) + scratch_alloc_bytes(SR * sw * Fe * ab, al) +
                      scratch_alloc_bytes(SR * Fe * ab, al) + scratch_alloc_bytes((2 * SR + E / EP + 1) * sizeof(int), al);
-        out->by[GPT_ACTS_SAVED] += n_moe * kept;
-        out->by[GPT_ACTS_BACKWARD] += scr;
-        out->held += n_moe * kept + scr;
+        out->ep_rows = n_moe * kept + scr;
     }
     if (!allocate) return;
     m->acts = base;

@@ -233,6 +233,10 @@ typedef struct {
     int n_allocs;
     size_t requested;           // gpt_acts_bytes: the elements' bytes before any rounding
     size_t held;                // what the backend holds for them: sum of by[]
+    // expert parallelism ([moe] expert_parallel > 1): the received rows' buffers, allocated
+    // outside the arenas at each forward from the exchanged counts (model/moe.h MoeEpRows,
+    // MoeEpScratch), counted here at balanced routing (S rows a member); not in by[] or held
+    size_t ep_rows;
 } GptActsBytes;
 void gpt_activation_bytes(const ModelConfig* c, int B, int T, const GptLayout* lay, GptActsBytes* out);
 // A training step's shape for the backend's scratch (kernels/scratch.h) with n_params floats

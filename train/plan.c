@@ -179,9 +179,14 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     gpt_activation_bytes(mc, B, T, &lay, &ab);
     p->bytes[PLAN_ACTS] = ab.by[GPT_ACTS_SAVED];
     snprintf(p->what[PLAN_ACTS], sizeof p->what[0], "kept for the backward, one micro-batch of %d x %d tokens (%s tensors, "
-             "%.1f KiB per token)%s", B, T, lay.act_bytes == 2 ? "bf16 and fp32" : "fp32", ab.by[GPT_ACTS_SAVED] / 1024.0 / N,
-             EPP > 1 ? "; the experts' received rows at balanced routing (model/moe.h: sized from the counts, up to "
-                       "max/mean load x as many)" : "");
+             "%.1f KiB per token)", B, T, lay.act_bytes == 2 ? "bf16 and fp32" : "fp32", ab.by[GPT_ACTS_SAVED] / 1024.0 / N);
+    p->bytes[PLAN_EP_ROWS] = ab.ep_rows;
+    if (EPP > 1)
+        snprintf(p->what[PLAN_EP_ROWS], sizeof p->what[0], "expert parallelism's received rows, sized from the exchanged counts "
+                 "(model/moe.h), at balanced routing: %zu rows a member (dropless imbalance: up to max/mean load x as many)",
+                 (size_t)B * T * mc->moe.top_k);
+    else
+        snprintf(p->what[PLAN_EP_ROWS], sizeof p->what[0], "no expert parallelism: none");
     p->bytes[PLAN_LOGITS] = ab.by[GPT_ACTS_LOGITS];
     snprintf(p->what[PLAN_LOGITS], sizeof p->what[0], "logits [%zu, %d] in %s (their gradient overwrites them), per-token loss and "
              "logsumexp, token ids", N, mc->padded_vocab, act);
@@ -322,7 +327,7 @@ int plan_largest_batch(const Config* cfg, const PlanOptions* o) {
 }
 
 static const char* LINE_NAMES[PLAN_LINES] = {"weights", "master", "grads", "adamw", "activations", "logits",
-                                             "backward", "kv cache", "scratch", "comm", "host", "runtime"};
+                                             "backward", "expert rows", "kv cache", "scratch", "comm", "host", "runtime"};
 
 void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f) {
     const int cuda = o->layout != PLAN_LAYOUT_CPU;
