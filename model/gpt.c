@@ -171,6 +171,9 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     // process (each of this member's El experts takes at most C rows from each of the P
     // members: E * C)
     size_t EP = mc->expert_parallel > 1 ? (size_t)mc->expert_parallel : 1, SR = S;
+    // a model that holds every expert (gpt_build: the tools, a checkpoint of any P) computes them
+    // all itself: the P = 1 layout, whatever its config's expert_parallel
+    if (allocate && m->table.ep_size <= 1) EP = 1;
     if (EP > 1 && mc->capacity_factor > 0.0f && E * (size_t)moe_capacity(mc, (int)N) < SR)
         SR = E * (size_t)moe_capacity(mc, (int)N);
     int any_moe = 0, any_dense = 0, any_attn = 0, any_linear = 0;

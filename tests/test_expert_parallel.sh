@@ -27,6 +27,7 @@
 #     within 1e-6;
 #   - ZeRO-1 under P = 2 trains bit for bit like ZeRO-0 (losses, model.bin), on 2 processes and
 #     on 4 (there the expert shards' AdamW state is cut between 2 replicas);
+#   - gatedgpt_ckpt inspects and evaluates P = 2 on 4's ZeRO-1 checkpoint (global expert shapes);
 #   - checkpoints hold every expert by its global index: P = 2's ZeRO-1 checkpoint of step 3
 #     resumes under P = 4 and P = 2 on 4 processes and under 1 process, and P = 2 on 4's (the
 #     replicas' shards) under 1 process; each tracks the straight run to step 6 within the same
@@ -208,6 +209,16 @@ for r in r_ep4n4 r_ep2n4 r_one r2_one; do
     echo "resume as $r vs the straight run at step 6: $(cat "$TMP/$r.p")"
 done
 check "resume under P = 1: says the key changed" grep -q "resume: \[moe\] expert_parallel = 1 (checkpoint: 2): accepted" "$TMP/r_one.out"
+# the tools read an expert-parallel checkpoint as any other (model.bin: the whole model; the rank
+# files' AdamW segments): the expert tensors by their global shape, the writer's ZeRO stage from
+# the segments, and an evaluation of the ZeRO-1 checkpoint (segments of shards) equal to the
+# ZeRO-0 twin's (the same model.bin, checked above), to the last digit printed
+"$build/gatedgpt_ckpt" inspect "$(ck z1_ep2n4)" >"$TMP/inspect.out" 2>&1
+check "gatedgpt_ckpt inspect of P = 2 on 4 (ZeRO-1): the whole expert tensors" grep -q "^h.1.moe.w_out  *\[4, 64, 64\]" "$TMP/inspect.out"
+check "gatedgpt_ckpt inspect of P = 2 on 4 (ZeRO-1): the writer's ZeRO-1 shards" grep -q "written by 4 processes, zero_stage 1" "$TMP/inspect.out"
+e1=$("$build/gatedgpt_ckpt" eval "$(ck z1_ep2n4)" --batches 2 2>&1 | grep -o "loss [0-9.]*")
+e0=$("$build/gatedgpt_ckpt" eval "$(ck d1_ep2n4)" --batches 2 2>&1 | grep -o "loss [0-9.]*")
+check "gatedgpt_ckpt eval: P = 2 on 4, ZeRO-1 (${e1:-none}) = ZeRO-0 (${e0:-none})" [ "${e1:-none}" = "${e0:-missing}" ]
 
 # bad input: one line each, non-zero exit
 one_bad() {  # one_bad WHAT NP PATTERN [overrides...]

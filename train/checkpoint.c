@@ -890,7 +890,7 @@ static int same_global_state(const char* file, const char* path, int f0, const R
 // offset (expert parallelism on either side, docs/formats.md). Every file's m and v whose
 // pieces are not all had yet is read whole into host memory (one file at a time).
 static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, int rank, size_t total,
-                              const CkSegs* mine) {
+                              size_t floats, const CkSegs* mine) {
     char file[CKPT_PATH_MAX + 32];
     Reader r;
     RankHead h0, h;
@@ -906,12 +906,14 @@ static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, in
     CkPiece* pc = NULL;
     float *fm = NULL, *fv = NULL;
     int rc = -1, nread = 0, f0 = 0, zero_stage = 0;
+    uint64_t all_cnt = 0;   // the files' floats: each of the model's once under ZeRO-1 (segments)
     if (!host_m || !host_v || !have) { ck_error(path, "out of memory for the AdamW state (%zu floats)", cnt); goto done; }
     for (int i = 0; i < nproc; i++) {
         // this rank's own file first (the writer's layout), then the others in rank order
         const int f = i == 0 ? (rank < nproc ? rank : 0) : (i <= rank && rank < nproc ? i - 1 : i);
         if (open_rank_file(&r, file, sizeof file, path, f, nproc, total, &h) != 0) goto done;
         if (!h.seg && h.cnt != total) zero_stage = 1;
+        all_cnt += h.cnt;
         // the pieces of my segments in this file
         uint64_t one[2] = { h.off, h.cnt };
         const uint64_t* fs = h.seg ? h.seg : one;
@@ -977,6 +979,9 @@ static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, in
         st->data.shard_idx = h0.pos[1];
         st->data.batch_idx = h0.pos[2];
         st->ckpt_nproc = nproc;
+        // segments (expert parallelism): ZeRO-1 holds every float of the model once over the
+        // files (floats: the tensors' elements), zero_stage 0 the dense ones once per process
+        if (h0.off == CKPT_SEGMENTS) zero_stage = all_cnt == floats;
         st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
     }
     rc = 0;
@@ -1154,7 +1159,9 @@ static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainSta
         CkSegs mine;
         optim_segments(o, tm, g, &mine);
         for (int k = 0; k < mine.n; k++) mine.s[k].local = optim_moment_index(o, mine.s[k].local);
-        rc = load_rank_segments(path, o, st, rank, g->total, &mine);
+        size_t floats = 0;
+        for (int i = 0; i < g->n; i++) floats += g->p[i].numel;
+        rc = load_rank_segments(path, o, st, rank, g->total, floats, &mine);
         free(mine.s);
     }
     if (rc != 0) return -1;
