@@ -30,8 +30,8 @@
 #   - gatedgpt_ckpt inspects and evaluates P = 2 on 4's ZeRO-1 checkpoint (global expert shapes);
 #   - checkpoints hold every expert by its global index: P = 2's ZeRO-1 checkpoint of step 3
 #     resumes under P = 4 and P = 2 on 4 processes and under 1 process, and P = 2 on 4's (the
-#     replicas' shards) under 1 process; each tracks the straight run to step 6 within the same
-#     bounds (losses of steps 4-6, parameters at 6);
+#     replicas' shards) under 1 process, and 1 process's under P = 2 on 2 (ZeRO-1); each tracks
+#     the straight run to step 6 within the same bounds (losses of steps 4-6, parameters at 6);
 #   - bad input: P not dividing n_expert, P > 1 on one process, P not dividing the process count,
 #     expert_parallel in a dense model, recomputation with P > 1: one-line errors, non-zero exit.
 # With a second argument `cudaemu`, only this: the emulated CUDA trainer (train_gpt_cudaemu,
@@ -200,10 +200,12 @@ run r_ep4n4 4 "${V1[@]}" --moe.expert_parallel=4 --resume "$ck3"
 run r_ep2n4 4 "${V1[@]}" --moe.expert_parallel=2 --resume "$ck3"
 run r_one 1 "${V1[@]}" --resume "$ck3"
 run r2_one 1 "${V1[@]}" --resume "$TMP/z1_ep2n4/checkpoints/step_00000003"
-for r in r_ep4n4 r_ep2n4 r_one r2_one; do
+run r3_ep2n2 2 "${V1[@]}" --moe.expert_parallel=2 --train.zero_stage=1 --resume "$TMP/d1_one/checkpoints/step_00000003"
+for r in r_ep4n4 r_ep2n4 r_one r2_one r3_ep2n2; do
     # the checkpoint's writer and its straight run
     from="P = 2 on 2 (ZeRO-1, step 3)"; ref=d1_ep2n2
     [ $r = r2_one ] && { from="P = 2 on 4 (ZeRO-1, step 3)"; ref=d1_ep2n4; }
+    [ $r = r3_ep2n2 ] && { from="1 process (step 3)"; ref=d1_one; }
     check "$r: resumed from step 3" grep -q '"type":"resume","step":3' "$TMP/$r/log.jsonl"
     stats "resume of $from as $r vs the straight run, steps 4-6" $r $ref loss grad_norm
     "$PY" tests/compare_ckpt.py params "$(ck $r)" "$(ck $ref)" 3e-4 1e-5 >"$TMP/$r.p" 2>&1
