@@ -237,8 +237,8 @@ static int train_main(Comm* comm, int argc, char** argv);
 static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
 
 // Expert parallelism: the MoE layers' token exchange within this rank's group (GPT.moe_ep),
-// set around training micro-steps only (evaluation and probes run on one process, every
-// expert computed locally)
+// set for the whole run: the model holds only this member's experts, so every forward
+// (training, evaluation, probes, samples) runs with its group
 // The rows are in the backend's memory: host memory on the CPU backend (MPI takes it as it is);
 // device memory on the CUDA backend: NCCL send/recv within the group (train/dist.h), or, where
 // there is no NCCL group communicator, staged through host buffers and MPI.
@@ -271,6 +271,40 @@ static void moe_ep_hooks(GPT* m, Comm* c, Dist* d, int on) {
     m->moe_ep.counts = on ? moe_ep_counts : NULL;
     m->moe_ep.rows = on ? moe_ep_rows : NULL;
     m->moe_ep.ctx = &g_moe_ep;
+}
+
+// Checkpoints of an expert shard (train/checkpoint.h checkpoint_set_gather): the whole model's
+// arena (the ep_size-1 layout of model.bin) on rank 0, every expert at its global index, from
+// the members of rank 0's group; NULL elsewhere. Every rank calls it.
+static float* ckpt_gather(void* ctx, const GPT* m) {
+    Comm* c = (Comm*)ctx;
+    const ParamTable* t = &m->table;
+    if (c->rank >= c->ep_size) return NULL;   // another group: rank 0's holds every expert
+    const size_t X = t->total - t->dense_total;   // this member's expert region
+    float* mine = malloc((t->total ? t->total : 1) * sizeof(float));
+    const size_t nall = (size_t)c->ep_size * X;
+    float* all = c->rank == 0 ? malloc((nall > 0 ? nall : 1) * sizeof(float)) : NULL;
+    if (!mine || (c->rank == 0 && !all)) comm_abort(c, 1, "out of host memory (gathering the experts for a checkpoint)");
+    ops_to_host(mine, m->params, t->total * sizeof(float));
+    comm_ep_gather_f32(c, mine + t->dense_total, X, all);   // member s's experts at all + s * X
+    if (c->rank != 0) { free(mine); return NULL; }
+    ParamTable g;
+    param_table_build(&g, &m->cfg);
+    float* whole = calloc(g.total ? g.total : 1, sizeof(float));
+    if (!whole) comm_abort(c, 1, "out of host memory (gathering the experts for a checkpoint)");
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo* p = &t->p[i];
+        const ParamInfo* q = &g.p[i];   // the same tensor in the whole model
+        if (!p->expert_n) { memcpy(whole + q->offset, mine + p->offset, p->numel * sizeof(float)); continue; }
+        // member s holds experts s*El .. s*El + El - 1: its copy of this tensor at
+        // all + s * X + (offset - dense_total), El experts of param_expert_numel floats
+        for (int s = 0; s < c->ep_size; s++)
+            memcpy(whole + q->offset + (size_t)s * p->numel, all + (size_t)s * X + (p->offset - t->dense_total),
+                   p->numel * sizeof(float));
+    }
+    param_table_free(&g);
+    free(mine); free(all);
+    return whole;
 }
 
 // GPT.grads_ready on the last micro-step: a finished layer's gradients go to the reduction now
@@ -470,18 +504,25 @@ static int setup_model(Run* r) {
     const ModelConfig* mc = &r->cfg.model;
     const TrainConfig* tc = &r->cfg.train;
     const int T = r->T, P = r->P;
+    // expert parallelism: this rank's group and replica group first (it holds only its experts)
+    if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
     size_t held = ops_allocated_bytes();
-    gpt_build(&r->model, mc, tc->seed);   // the same seed on every rank: the same initial weights
+    // the same seed on every rank: the same initial weights (each expert drawn by its global index)
+    gpt_build_ep(&r->model, mc, tc->seed, r->comm->ep_size, r->comm->ep_rank);
     r->mem_params = ops_allocated_bytes() - held;
     r->model.attn_impl = (OpsAttnImpl)tc->attn_impl;
     r->model.recompute = tc->recompute;
     held = ops_allocated_bytes();
     gpt_alloc_acts(&r->model, r->B, T);
     r->mem_acts = ops_allocated_bytes() - held;
-    if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
-    if (dist_init(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total) != 0) return 1;
+    if (dist_init_ep(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total, r->model.table.dense_total) != 0)
+        return 1;
+    // the exchange hooks for every forward (training, evaluation, probes, samples): the model
+    // holds only this member's experts (model/gpt.h)
+    moe_ep_hooks(&r->model, r->comm, &r->dist, 1);
+    checkpoint_set_gather(ckpt_gather, r->comm);
     held = ops_allocated_bytes();
-    optim_init_range(&r->opt, &r->model, r->dist.lo, r->dist.hi);
+    optim_init_ranges(&r->opt, &r->model, r->dist.lo, r->dist.hi, r->dist.xlo, r->dist.xhi);
     r->mem_adamw = ops_allocated_bytes() - held;
     // the backend's scratch at this step's sizes, now (CUDA: no op of a step grows a slot)
     OpsStepShape ss;
@@ -497,12 +538,16 @@ static int setup_model(Run* r) {
     if (P > 1) snprintf(peak_sum, sizeof peak_sum, ", the sum over %d processes", P);
     printf("backend: %s | peak %.1f GFLOP/s%s (%s)\n", ops_backend_name(), r->peak / 1e9, peak_sum, ops_peak_source());
     size_t n_params = 0;   // the tensors' elements (the arena's total adds 64-byte alignment padding)
-    for (int i = 0; i < r->model.table.n; i++) n_params += r->model.table.p[i].numel;
+    ParamTable whole;      // the whole model's (an expert-parallel process holds a shard of it)
+    param_table_build(&whole, mc);
+    for (int i = 0; i < whole.n; i++) n_params += whole.p[i].numel;
+    const size_t whole_total = whole.total;
+    param_table_free(&whole);
     printf("model: %zu parameters (%.2fM), %d tensors | %.3f GFLOP/token (training)\n",
            n_params, n_params / 1e6, r->model.table.n, r->flops_tok / 1e9);
     if (mc->moe.n_expert > 0)
         printf("moe: %d experts, top-%d | %.2fM active matmul parameters per token (of %.2fM)\n", mc->moe.n_expert,
-               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, r->model.table.total / 1e6);
+               mc->moe.top_k, gpt_matmul_params(mc) / 1e6, whole_total / 1e6);
     printf("batch: B=%d T=%d grad_accum=%d processes=%d -> %ld tokens/step | activations %.1f MiB | run dir %s\n",
            r->B, T, r->grad_accum, P, r->tokens_per_step, r->model.acts_bytes / (double)(1 << 20), r->cfg.log.run_dir);
     // the whole activation arena in bytes (gpt_acts_bytes: fp32/act_t/int tensors and the token
@@ -516,13 +561,16 @@ static int setup_model(Run* r) {
            (r->mem_params + r->mem_adamw + r->mem_acts + r->mem_scratch) / 1048576.0);
     if (P > 1)
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
-               comm_name(r->comm), r->dist.zero_stage, r->dist.hi - r->dist.lo, r->model.table.total,
+               comm_name(r->comm), r->dist.zero_stage, optim_moment_count(&r->opt), r->model.table.total,
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
     if (r->comm->ep_size > 1)
         printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
-               "(tokens exchanged by all-to-all: %s)\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert,
+               "(tokens exchanged by all-to-all: %s) | held per process: %zu floats (%zu dense + %zu experts), the experts' "
+               "gradients averaged over %d replica%s\n", r->comm->ep_size, mc->moe.n_expert / r->comm->ep_size, mc->moe.n_expert,
                strncmp(ops_backend_name(), "cuda", 4) != 0 ? "MPI_Alltoallv"
-               : r->dist.nccl_ep ? "NCCL send/recv" : "MPI_Alltoallv, the rows staged through the host");
+               : r->dist.nccl_ep ? "NCCL send/recv" : "MPI_Alltoallv, the rows staged through the host",
+               r->model.table.total, r->model.table.dense_total, r->model.table.total - r->model.table.dense_total,
+               r->comm->rep_size, r->comm->rep_size == 1 ? "" : "s");
     fflush(stdout);
     return 0;
 }
@@ -602,7 +650,10 @@ static int open_run_log(Run* r) {
     jsonl_int(&j, "seq_len", r->T);
     jsonl_int(&j, "grad_accum", r->grad_accum);
     jsonl_int(&j, "tokens_per_step", r->tokens_per_step);
-    jsonl_int(&j, "params", (long long)r->model.table.total);
+    ParamTable whole;   // the whole model's arena (an expert-parallel process holds a shard of it)
+    param_table_build(&whole, &r->cfg.model);
+    jsonl_int(&j, "params", (long long)whole.total);
+    param_table_free(&whole);
     jsonl_fmt(&j, "flops_per_token", "%.6g", r->flops_tok);
     jsonl_fmt(&j, "peak_flops", "%.6g", r->peak);
     jsonl_str(&j, "peak_source", ops_peak_source());
@@ -634,7 +685,6 @@ static int train_step(Run* r, int step, StepStats* s) {
     double loss = 0.0;
     m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
     m->moe_reduce_ctx = r->comm;
-    moe_ep_hooks(m, r->comm, &r->dist, 1);
     GradsReady gr = {&r->dist, m->grads};
     for (int micro = 0; micro < grad_accum; micro++) {
         if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
@@ -648,7 +698,6 @@ static int train_step(Run* r, int step, StepStats* s) {
         m->grads_ready = NULL;
     }
     m->moe_reduce = NULL;
-    moe_ep_hooks(m, r->comm, &r->dist, 0);
     // the global batch: gradients summed over ranks, the loss averaged
     dist_reduce_grads(&r->dist, m->grads);
     comm_allreduce_sum_f64(r->comm, &loss, 1);
@@ -731,11 +780,13 @@ static void log_step(Run* r, int step, const StepStats* s) {
     jsonl_end(&j);
 }
 
-// Validation, probes and samples after step `done` (rank 0 alone), at their intervals and at the end.
+// Validation, probes and samples after step `done` (rank 0, with the other members of its
+// expert-parallel group: they hold the experts rank 0 lacks and run the same forwards in step,
+// logging nothing), at their intervals and at the end.
 static void run_measurements(Run* r, int done) {
     const Config* cfg = &r->cfg;
     const int last = done == cfg->train.steps;
-    if (r->comm->rank != 0) return;
+    if (r->comm->rank >= r->comm->ep_size) return;   // rank 0's group: ranks 0 .. P-1 (P = 1: rank 0)
     if (r->have_val && (done % cfg->log.val_every == 0 || last)) run_eval(r, done);
     if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last))
         run_probe(&r->model, r->probe_in, r->probe_tg, done, r->logf);
@@ -809,8 +860,8 @@ static int train_main(Comm* comm, int argc, char** argv) {
     if (open_run_log(r) != 0) return 1;
 
     // the untrained model's validation loss and probe, as the curves' first points
-    if (comm->rank == 0 && r->have_val && !r->resuming) run_eval(r, 0);
-    if (comm->rank == 0 && r->cfg.metrics.probe_every > 0 && !r->resuming)
+    if (comm->rank < comm->ep_size && r->have_val && !r->resuming) run_eval(r, 0);   // rank 0 and its group
+    if (comm->rank < comm->ep_size && r->cfg.metrics.probe_every > 0 && !r->resuming)
         run_probe(&r->model, r->probe_in, r->probe_tg, 0, r->logf);
 
     // the loop: a step, its record, the measurements, the checkpoint

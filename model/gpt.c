@@ -12,10 +12,12 @@ static OpsNormKind norm_kind(const ModelConfig* c) {
     return c->norm == NORM_LAYERNORM ? OPS_LAYERNORM : OPS_RMSNORM;
 }
 
-void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
+void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) { gpt_build_ep(m, cfg, seed, 1, 0); }
+
+void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    param_table_build(&m->table, cfg);
+    param_table_build_ep(&m->table, cfg, ep_size, ep_rank);
     size_t bytes = m->table.total * sizeof(float);
     m->params = ops_malloc(bytes);
     m->grads = ops_malloc(bytes);
@@ -31,7 +33,9 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
     gpt_params_changed(m, 0);
     weights_bind(&m->g, m->grads, &m->table, cfg);
     // each layer's range of the arena (its tensors are named h.L.*), for gpt_backward's
-    // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing
+    // grads_ready hook; a layer whose tensors are not one contiguous block reports nothing.
+    // An expert-parallel shard's experts are not in it (they sit after the dense region and are
+    // reduced over their replicas, train/dist.h).
     m->layer_lo = calloc((size_t)cfg->n_layer, sizeof(size_t));
     m->layer_hi = calloc((size_t)cfg->n_layer, sizeof(size_t));
     for (int l = 0; l < cfg->n_layer; l++) {
@@ -41,6 +45,7 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) {
         for (int i = 0; i < m->table.n; i++) {
             const ParamInfo* p = &m->table.p[i];
             if (strncmp(p->name, prefix, (size_t)plen) != 0) continue;
+            if (p->expert_n && m->table.ep_size > 1) continue;
             if (p->offset < lo) lo = p->offset;
             if (p->offset + p->numel > hi) hi = p->offset + p->numel;
             sum += p->numel;
@@ -159,11 +164,16 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     const MoeConfig* mc = &c->moe;
     size_t E = mc->n_expert, K = mc->top_k, S = N * K, Fe = mc->d_expert, Fs = mc->d_shared_expert;
     size_t sw = c->mlp == MLP_SWIGLU ? 2 : 1;
-    // expert parallelism: the experts' rows are those received from the P group members: P*S at
-    // most (dropless: every slot of the group may go to one member), and with a capacity C per
-    // expert and process at most P * El * C = E * C (each of this member's El experts takes C
-    // rows from each of the P members)
-    size_t EP = mc->expert_parallel > 1 ? (size_t)mc->expert_parallel : 1, SR = EP * S;
+    // expert parallelism: the experts' rows are those received from the P group members, in
+    // buffers sized from the exchanged counts at each forward (model/moe.h MoeEpRows, outside
+    // these arenas): none here. The plan (allocate = 0) counts them at balanced routing, S rows
+    // a member (the group's P*S slots over P members), capped by a capacity C per expert and
+    // process (each of this member's El experts takes at most C rows from each of the P
+    // members: E * C)
+    size_t EP = mc->expert_parallel > 1 ? (size_t)mc->expert_parallel : 1, SR = S;
+    // a model that holds every expert (gpt_build: the tools, a checkpoint of any P) computes them
+    // all itself: the P = 1 layout, whatever its config's expert_parallel
+    if (allocate && m->table.ep_size <= 1) EP = 1;
     if (EP > 1 && mc->capacity_factor > 0.0f && E * (size_t)moe_capacity(mc, (int)N) < SR)
         SR = E * (size_t)moe_capacity(mc, (int)N);
     int any_moe = 0, any_dense = 0, any_attn = 0, any_linear = 0;
@@ -260,9 +270,10 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
                 LT(ACT_ROUTE, router_lse, N); LT(ACT_ROUTE, topk_w, N * K);
                 LTI(ACT_ROUTE, topk_idx, N * K); LTI(ACT_ROUTE, counts, E); LTI(ACT_ROUTE, offsets, E + 1);
                 LTI(ACT_ROUTE, row_slot, S); LTI(ACT_ROUTE, slot_row, S);
-                LTA(ACT_CHEAP, xp, S * d); LTA(ACT_HEAVY, ep_pre, SR * sw * Fe);
-                LTA(ACT_CHEAP, ep_act, SR * Fe); LTA(ACT_HEAVY, yp, S * d);
-                if (EP > 1) { LTI(ACT_ROUTE, ep_rc, E); LTA(ACT_CHEAP, xe, SR * d); }
+                LTA(ACT_CHEAP, xp, S * d);
+                if (EP == 1) { LTA(ACT_HEAVY, ep_pre, S * sw * Fe); LTA(ACT_CHEAP, ep_act, S * Fe); }
+                LTA(ACT_HEAVY, yp, S * d);
+                if (EP > 1) LTI(ACT_ROUTE, ep_rc, E);
                 if (mc->n_shared_expert) { LTA(ACT_HEAVY, sh_pre, N * sw * Fs); LTA(ACT_CHEAP, sh_act, N * Fs); }
                 if (mc->shared_expert_gate) { LTA(ACT_HEAVY, sh_out, N * d); LT(ACT_HEAVY, sh_z, N); }
             }
@@ -300,12 +311,8 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
         if (any_moe) {
             TAKE(m->d_router, N * E); ACT_OF(m->d_router_act, m->d_router, N * E);
             TAKE(m->d_topk_w, N * K); TAKE(m->aux_grad, E);
-            TAKEA(m->d_yp, S * d); TAKEA(m->d_ep_act, SR * Fe); TAKEA(m->d_ep_pre, SR * sw * Fe);
-            if (EP > 1) {   // the exchange's scratch (model/moe.h MoeExchange)
-                TAKEA(m->moe_ep.send, SR * d); TAKEA(m->moe_ep.recv, SR * d);
-                TAKEI(m->moe_ep.map, 2 * SR + E / EP + 1);
-                if (pass) m->moe_ep.max_rows = (long)SR;
-            }
+            TAKEA(m->d_yp, S * d);
+            if (EP == 1) { TAKEA(m->d_ep_act, S * Fe); TAKEA(m->d_ep_pre, S * sw * Fe); }
             if (mc->n_shared_expert) { TAKEA(m->d_sh_act, N * Fs); TAKEA(m->d_sh_pre, N * sw * Fs); TAKEA(m->d_tmp, N * d); }
             if (mc->shared_expert_gate) { TAKEA(m->d_sh_out, N * d); TAKE(m->d_sh_z, N); ACT_OF(m->d_sh_z_act, m->d_sh_z, N); }
         }
@@ -332,10 +339,24 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
     // 1-element floor of an empty arena) is put on the backward's line, so that the lines add
     // up to the held bytes exactly
     out->held = 0;
+    out->ep_rows = 0;
     size_t lines = 0;
     for (int i = 0; i < out->n_allocs; i++) out->held += scratch_alloc_bytes(out->alloc[i], lay->alloc_align);
     for (int i = 0; i < GPT_ACTS_CATS; i++) lines += out->by[i];
     out->by[GPT_ACTS_BACKWARD] += out->held - lines;
+    if (EP > 1 && any_moe) {
+        // expert parallelism's count-sized buffers (model/moe.h), at SR rows (balanced routing):
+        // each MoE layer's received rows kept for its backward (xe, pre, act), and the shared
+        // exchange scratch (send, recv, d_pre, d_act, the row maps); each ops_malloc'd alone
+        size_t n_moe = 0;
+        for (int l = 0; l < c->n_layer; l++) n_moe += config_layer_is_moe(c, l) ? 1 : 0;
+        const size_t al = lay->alloc_align;
+        size_t kept = scratch_alloc_bytes(SR * d * ab, al) + scratch_alloc_bytes(SR * sw * Fe * ab, al) +
+                      scratch_alloc_bytes(SR * Fe * ab, al);
+        size_t scr = 2 * scratch_alloc_bytes(SR * d * ab, al) + scratch_alloc_bytes(SR * sw * Fe * ab, al) +
+                     scratch_alloc_bytes(SR * Fe * ab, al) + scratch_alloc_bytes((2 * SR + E / EP + 1) * sizeof(int), al);
+        out->ep_rows = n_moe * kept + scr;
+    }
     if (!allocate) return;
     m->acts = base;
     m->acts_floats = off;
@@ -356,6 +377,9 @@ void gpt_free(GPT* m) {
     if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
     free(m->moe_stats);
     free(m->layer_lo); free(m->layer_hi);
+    if (m->moe_ep_rows) for (int l = 0; l < m->cfg.n_layer; l++) moe_ep_rows_free(&m->moe_ep_rows[l]);
+    free(m->moe_ep_rows);
+    moe_ep_scratch_free(&m->moe_ep_scratch);
     weights_free(&m->w); weights_free(&m->g);
     param_table_free(&m->table);
     memset(m, 0, sizeof(*m));
@@ -410,7 +434,7 @@ static MoeLayerIO moe_io(GPT* m, int l) {
                       .counts = a->counts, .offsets = a->offsets, .row_slot = a->row_slot,
                       .slot_row = a->slot_row, .xp = a->xp, .ep_pre = a->ep_pre, .ep_act = a->ep_act,
                       .yp = a->yp, .sh_pre = a->sh_pre, .sh_act = a->sh_act, .sh_out = a->sh_out,
-                      .sh_z = a->sh_z, .ep_rc = a->ep_rc, .xe = a->xe };
+                      .sh_z = a->sh_z, .ep_rc = a->ep_rc };
     io.b = (MoeBackwardBufs){ .dout = m->dres, .dout_act = m->dres_act, .dx = m->dnorm,
                               .d_router = m->d_router, .d_topk_w = m->d_topk_w, .d_sh_z = m->d_sh_z,
                               .aux_grad = m->aux_grad, .d_router_act = m->d_router_act,
@@ -421,6 +445,13 @@ static MoeLayerIO moe_io(GPT* m, int l) {
     io.reduce = m->moe_reduce;
     io.reduce_ctx = m->moe_reduce_ctx;
     io.ep = m->moe_ep;
+    io.ep.scratch = &m->moe_ep_scratch;
+    if (!m->moe_ep_rows) {   // the layers' count-sized row buffers (expert parallelism), grown at each forward
+        m->moe_ep_rows = calloc((size_t)m->cfg.n_layer, sizeof(MoeEpRows));
+        if (!m->moe_ep_rows) { fprintf(stderr, "error: out of host memory (MoE row buffers)\n"); exit(1); }
+    }
+    io.ep_rows = &m->moe_ep_rows[l];
+    io.ep_shard = m->table.ep_size > 1 ? m->table.ep_size : 0;
     return io;
 }
 

@@ -44,9 +44,9 @@ typedef struct {
     int* slot_row;        // [S]      slot -> permuted row, -1 if dropped
     act_t* xp;            // [S, d]   permuted expert inputs (rows of ln2)
     // expert parallelism ([moe] expert_parallel = P > 1; model/moe.h MoeExchange): ep_pre,
-    // ep_act (and the backward's d_ep_pre, d_ep_act) then have P*S rows: the rows received
+    // ep_act (and the backward's d_ep_pre, d_ep_act) are not allocated; the rows received live
+    // in GPT.moe_ep_rows[l], sized from the exchanged counts
     int* ep_rc;           // [E]      rows received from each group member for each local expert
-    act_t* xe;            // [P*S, d] the received rows, expert-major
     act_t* ep_pre;        // [S, Fin_e] output of the experts' w_in
     act_t* ep_act;        // [S, Fe]  input of the experts' w_out
     act_t* yp;            // [S, d]   expert outputs before their routing weights
@@ -140,10 +140,13 @@ typedef struct GPT {
     void (*moe_reduce)(void* ctx, double* x, int n);
     void* moe_reduce_ctx;
     // Expert parallelism: the exchange hooks (size, rank, counts, rows, ctx) the trainer sets
-    // around training micro-steps only; the scratch buffers (send, recv, map) are the model's
-    // (allocated when [moe] expert_parallel > 1). Without the hooks every process computes all
-    // experts itself (evaluation and probes, on one process).
+    // for every forward of a model built by gpt_build_ep with ep_size > 1 (training, evaluation,
+    // probes and samples: each member of the group takes part); the scratch buffers (send, recv,
+    // map) are the model's (allocated when [moe] expert_parallel > 1). A model with every expert
+    // (gpt_build) computes them all itself without the hooks.
     MoeExchange moe_ep;
+    MoeEpRows* moe_ep_rows;        // [n_layer] each MoE layer's received rows (grown at its forwards)
+    MoeEpScratch moe_ep_scratch;   // the exchange's scratch, shared by the layers
     // Data parallelism: when set, gpt_backward calls it as soon as a layer's parameter gradients
     // are complete, with that layer's floats [lo, hi) of the gradient arena, so their reduction
     // over processes can run while the backward pass goes on (train/dist.h). The trainer sets it
@@ -160,6 +163,11 @@ typedef struct GPT {
 
 // Build the parameter table and allocate params + grads (initialised from cfg and seed).
 void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed);
+// The same for member ep_rank of an expert-parallel group of ep_size (model/params.h
+// param_table_build_ep): this process holds only its experts' parameters and gradients, and
+// its forward and backward need the exchange hooks (GPT.moe_ep) set, with every member of the
+// group taking part. ep_size 1 = gpt_build.
+void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank);
 // (Re)allocate the activation arena for micro-batch B x T (T <= max_seq_len).
 void gpt_alloc_acts(GPT* m, int B, int T);
 void gpt_free(GPT* m);
@@ -225,6 +233,10 @@ typedef struct {
     int n_allocs;
     size_t requested;           // gpt_acts_bytes: the elements' bytes before any rounding
     size_t held;                // what the backend holds for them: sum of by[]
+    // expert parallelism ([moe] expert_parallel > 1): the received rows' buffers, allocated
+    // outside the arenas at each forward from the exchanged counts (model/moe.h MoeEpRows,
+    // MoeEpScratch), counted here at balanced routing (S rows a member); not in by[] or held
+    size_t ep_rows;
 } GptActsBytes;
 void gpt_activation_bytes(const ModelConfig* c, int B, int T, const GptLayout* lay, GptActsBytes* out);
 // A training step's shape for the backend's scratch (kernels/scratch.h) with n_params floats

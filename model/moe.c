@@ -135,8 +135,36 @@ static int ep_on(const MoeLayerIO* io) { return io->ep.size > 1 && io->ep.counts
 typedef struct {
     int P, El, q, R, Rin;
     int *send_rows, *recv_rows;   // [P] each
-    const int *d_perm, *d_inv, *d_eloff;   // backend memory (io->ep.map)
+    const int *d_perm, *d_inv, *d_eloff;   // backend memory (io->ep.scratch->map)
 } EpPlan;
+
+void moe_ep_rows_free(MoeEpRows* r) {
+    ops_free(r->xe); ops_free(r->pre); ops_free(r->act);
+    memset(r, 0, sizeof(*r));
+}
+void moe_ep_scratch_free(MoeEpScratch* s) {
+    ops_free(s->send); ops_free(s->recv); ops_free(s->d_pre); ops_free(s->d_act); ops_free(s->map);
+    memset(s, 0, sizeof(*s));
+}
+// Grow (never shrink) to hold `rows` received rows: the buffers' contents are not kept (each
+// forward writes them before use). d = d_model, fin = Fin_e, fe = Fe.
+static void ep_rows_grow(MoeEpRows* r, long rows, size_t d, size_t fin, size_t fe) {
+    if (rows <= r->cap) return;
+    moe_ep_rows_free(r);
+    r->xe = ops_malloc((size_t)rows * d * sizeof(act_t));
+    r->pre = ops_malloc((size_t)rows * fin * sizeof(act_t));
+    r->act = ops_malloc((size_t)rows * fe * sizeof(act_t));
+    r->cap = rows;
+}
+static void ep_scratch_grow(MoeEpScratch* s, long rows, size_t d, size_t fin, size_t fe) {
+    if (rows <= s->cap) return;
+    ops_free(s->send); ops_free(s->recv); ops_free(s->d_pre); ops_free(s->d_act);
+    s->send = ops_malloc((size_t)rows * d * sizeof(act_t));
+    s->recv = ops_malloc((size_t)rows * d * sizeof(act_t));
+    s->d_pre = ops_malloc((size_t)rows * fin * sizeof(act_t));
+    s->d_act = ops_malloc((size_t)rows * fe * sizeof(act_t));
+    s->cap = rows;
+}
 
 static void ep_plan(const MoeLayerIO* io, int fwd, EpPlan* p) {
     const int E = io->cfg->moe.n_expert, P = io->ep.size, El = E / P;
@@ -164,10 +192,19 @@ static void ep_plan(const MoeLayerIO* io, int fwd, EpPlan* p) {
         Rin += p->recv_rows[s];
     }
     p->Rin = Rin;
-    if (Rin > io->ep.max_rows) {   // the sizes of model/gpt.c: cannot happen when every member runs the same config
-        fprintf(stderr, "error: expert parallelism: %d rows received for this process's experts, its buffers hold %ld\n",
-                Rin, io->ep.max_rows);
-        exit(1);
+    // the buffers, sized from the counts just exchanged (grow-only)
+    {
+        const size_t d = (size_t)io->cfg->d_model, Fe = (size_t)io->cfg->moe.d_expert;
+        const size_t fin = (io->cfg->mlp == MLP_SWIGLU ? 2 : 1) * Fe;
+        if (fwd) ep_rows_grow(io->ep_rows, Rin, d, fin, Fe);
+        ep_scratch_grow(io->ep.scratch, Rin, d, fin, Fe);   // the rows received (both directions' Rin)
+        MoeEpScratch* sc = io->ep.scratch;
+        long nmap = 2 * (long)Rin + El + 1;
+        if (nmap > sc->map_cap) {
+            ops_free(sc->map);
+            sc->map = ops_malloc((size_t)nmap * sizeof(int));
+            sc->map_cap = nmap;
+        }
     }
     // host maps: perm [Rin], inv [Rin], el_off [El + 1]
     int* h = xcalloc(2 * (size_t)Rin + El + 1, sizeof(int));
@@ -189,10 +226,11 @@ static void ep_plan(const MoeLayerIO* io, int fwd, EpPlan* p) {
         }
         src += p->recv_rows[s];
     }
-    ops_from_host(io->ep.map, h, (2 * (size_t)Rin + El + 1) * sizeof(int));
-    p->d_perm = io->ep.map;
-    p->d_inv = io->ep.map + Rin;
-    p->d_eloff = io->ep.map + 2 * (size_t)Rin;
+    int* map = io->ep.scratch->map;
+    ops_from_host(map, h, (2 * (size_t)Rin + El + 1) * sizeof(int));
+    p->d_perm = map;
+    p->d_inv = map + Rin;
+    p->d_eloff = map + 2 * (size_t)Rin;
     free(h); free(off); free(cnt); free(rc);
 }
 
@@ -208,16 +246,19 @@ static void ep_experts_forward(const MoeLayerIO* io) {
     const int d = c->d_model, sw = c->mlp == MLP_SWIGLU ? 2 : 1, Fe = mc->d_expert;
     const size_t rb = (size_t)d * sizeof(act_t);
     EpPlan p;
-    ep_plan(io, 1, &p);
-    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;    // [El, sw*Fe, d]
-    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;       // [El, d, Fe]
-    x->rows(x->ctx, a->xp, p.send_rows, x->recv, p.recv_rows, rb);
-    ops_moe_gather(a->xe, x->recv, p.d_perm, p.Rin, 1, d);                    // expert-major
-    ops_grouped_matmul_forward(a->ep_pre, a->xe, w_in, p.d_eloff, p.El, d, sw * Fe);
-    ffn_act_forward(c, a->ep_act, a->ep_pre, p.Rin, Fe);
-    ops_grouped_matmul_forward(x->recv, a->ep_act, w_out, p.d_eloff, p.El, Fe, d);  // ye, expert-major
-    ops_moe_gather(x->send, x->recv, p.d_inv, p.Rin, 1, d);                   // member-major
-    x->rows(x->ctx, x->send, p.recv_rows, a->yp, p.send_rows, rb);           // back to the rows' owners
+    ep_plan(io, 1, &p);   // also sizes the buffers from the counts
+    const MoeEpScratch* sc = x->scratch;
+    const MoeEpRows* er = io->ep_rows;   // [Rin, *]: kept for the backward
+    // this member's experts: the model holds only them (model/params.h, an expert shard)
+    const act_t* w_in = io->w.moe_w_in;     // [El, sw*Fe, d]
+    const act_t* w_out = io->w.moe_w_out;   // [El, d, Fe]
+    x->rows(x->ctx, a->xp, p.send_rows, sc->recv, p.recv_rows, rb);
+    ops_moe_gather(er->xe, sc->recv, p.d_perm, p.Rin, 1, d);                  // expert-major
+    ops_grouped_matmul_forward(er->pre, er->xe, w_in, p.d_eloff, p.El, d, sw * Fe);
+    ffn_act_forward(c, er->act, er->pre, p.Rin, Fe);
+    ops_grouped_matmul_forward(sc->recv, er->act, w_out, p.d_eloff, p.El, Fe, d);  // ye, expert-major
+    ops_moe_gather(sc->send, sc->recv, p.d_inv, p.Rin, 1, d);                 // member-major
+    x->rows(x->ctx, sc->send, p.recv_rows, a->yp, p.send_rows, rb);          // back to the rows' owners
     ep_plan_free(&p);
 }
 
@@ -226,24 +267,25 @@ static void ep_experts_forward(const MoeLayerIO* io) {
 static void ep_experts_backward(const MoeLayerIO* io) {
     const ModelConfig* c = io->cfg;
     const MoeConfig* mc = &c->moe;
-    const MoeActs* a = &io->a;
     const MoeBackwardBufs* b = &io->b;
     const MoeExchange* x = &io->ep;
     const int d = c->d_model, sw = c->mlp == MLP_SWIGLU ? 2 : 1, Fe = mc->d_expert;
     const size_t rb = (size_t)d * sizeof(act_t);
     EpPlan p;
     ep_plan(io, 0, &p);
-    const act_t* w_in = io->w.moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
-    const act_t* w_out = io->w.moe_w_out + (size_t)p.q * p.El * d * Fe;
-    float* g_in = io->g->moe_w_in + (size_t)p.q * p.El * sw * Fe * d;
-    float* g_out = io->g->moe_w_out + (size_t)p.q * p.El * d * Fe;
-    x->rows(x->ctx, b->d_yp, p.send_rows, x->recv, p.recv_rows, rb);
-    ops_moe_gather(x->send, x->recv, p.d_perm, p.Rin, 1, d);                  // d ye, expert-major
-    ops_grouped_matmul_backward(b->d_ep_act, g_out, x->send, a->ep_act, w_out, p.d_eloff, p.El, Fe, d);
-    ffn_act_backward(c, b->d_ep_pre, b->d_ep_act, a->ep_pre, p.Rin, Fe);
-    ops_grouped_matmul_backward(x->send, g_in, b->d_ep_pre, a->xe, w_in, p.d_eloff, p.El, d, sw * Fe);  // d xe
-    ops_moe_gather(x->recv, x->send, p.d_inv, p.Rin, 1, d);                   // member-major
-    x->rows(x->ctx, x->recv, p.recv_rows, b->d_yp, p.send_rows, rb);         // d xp, to the rows' owners
+    const MoeEpScratch* sc = x->scratch;
+    const MoeEpRows* er = io->ep_rows;   // the forward's received rows
+    const act_t* w_in = io->w.moe_w_in;
+    const act_t* w_out = io->w.moe_w_out;
+    float* g_in = io->g->moe_w_in;     // [El, sw*Fe, d], this member's experts only
+    float* g_out = io->g->moe_w_out;
+    x->rows(x->ctx, b->d_yp, p.send_rows, sc->recv, p.recv_rows, rb);
+    ops_moe_gather(sc->send, sc->recv, p.d_perm, p.Rin, 1, d);                // d ye, expert-major
+    ops_grouped_matmul_backward(sc->d_act, g_out, sc->send, er->act, w_out, p.d_eloff, p.El, Fe, d);
+    ffn_act_backward(c, sc->d_pre, sc->d_act, er->pre, p.Rin, Fe);
+    ops_grouped_matmul_backward(sc->send, g_in, sc->d_pre, er->xe, w_in, p.d_eloff, p.El, d, sw * Fe);  // d xe
+    ops_moe_gather(sc->recv, sc->send, p.d_inv, p.Rin, 1, d);                 // member-major
+    x->rows(x->ctx, sc->recv, p.recv_rows, b->d_yp, p.send_rows, rb);        // d xp, to the rows' owners
     ep_plan_free(&p);
 }
 
@@ -272,6 +314,11 @@ double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
     ops_to_host(&R, a->offsets + E, sizeof(int));
     // routed experts: each expert's FFN over its contiguous rows of the permuted tokens
     ops_moe_gather(a->xp, a->ln2, a->row_slot, R, k, d);
+    if (io->ep_shard && !ep_on(io)) {   // model/gpt.h: every member of the group must take part
+        fprintf(stderr, "error: this process holds %d of the %d experts (expert parallelism) and was asked to run "
+                "the MoE layer without its group's exchange\n", E / io->ep_shard, E);
+        exit(1);
+    }
     if (ep_on(io)) {
         // expert parallelism: the rows travel to the members that hold their experts and back
         // (the trainer refuses recomputation with it: the received rows are not kept twice)

@@ -64,10 +64,9 @@ typedef struct {   // the layer's activations, written by the forward and kept f
     int *topk_idx, *counts, *offsets, *row_slot, *slot_row;
     act_t *xp, *ep_pre, *ep_act, *yp, *sh_pre, *sh_act, *sh_out;
     float* sh_z;
-    // expert parallelism (MoeExchange below; NULL without it): ep_pre and ep_act then hold the
-    // rows this process received, [P*S, *] at most
+    // expert parallelism (MoeExchange below; NULL without it): the received rows live in the
+    // layer's MoeEpRows instead of ep_pre and ep_act (sized from the exchanged counts)
     int* ep_rc;            // [P * El] rows received from group member s for local expert j (at s*El + j)
-    act_t* xe;             // [P*S, d] the received rows, expert-major (expert j's rows from s = 0, 1, ...)
 } MoeActs;
 typedef struct {   // the backward's input, output and scratch (the scratch may be shared by layers)
     const float* dout;       // [N, d] dL/d(layer output), fp32
@@ -84,6 +83,25 @@ typedef struct {   // the backward's input, output and scratch (the scratch may 
 // over the rows of all members and sends the outputs back to the same positions; the
 // backward sends d yp the same way and returns d xp. The layer calls the exchange through
 // these hooks (the trainer's comm layer, train/comm.h); it never calls MPI itself.
+// Expert parallelism's row buffers, sized from the exchanged counts: Rin, the rows this member
+// receives in a forward (sum over members and local experts of the counts), is known only after
+// the counts' all-to-all, and is about S under balanced routing (the group's P*S slots split over
+// P members), P*S at worst (every slot of the group to this member). The buffers grow to the
+// largest Rin seen (backend memory, ops_malloc; never shrunk; freed by moe_ep_free).
+typedef struct {   // one layer's, kept from its forward for its backward
+    act_t *xe, *pre, *act;   // [cap, d] the received rows, expert-major; [cap, Fin_e]; [cap, Fe]
+    long cap;
+} MoeEpRows;
+typedef struct {   // the exchange's scratch, shared by the layers
+    act_t *send, *recv;      // [cap, d] each
+    act_t *d_pre, *d_act;    // [cap, Fin_e], [cap, Fe] the backward's
+    long cap;
+    int* map;                // [map_cap] perm, inv, el_off (ep_plan)
+    long map_cap;
+} MoeEpScratch;
+void moe_ep_rows_free(MoeEpRows* r);
+void moe_ep_scratch_free(MoeEpScratch* s);
+
 typedef struct {
     int size, rank;          // P and this process's member index q; size <= 1 or counts == NULL: off
     // send[P*n] ints, n to each member in member order -> recv[P*n], n from each member
@@ -93,10 +111,7 @@ typedef struct {
     void (*rows)(void* ctx, const void* send, const int* send_rows, void* recv, const int* recv_rows,
                  size_t row_bytes);
     void* ctx;
-    // scratch shared by the layers: two row buffers [P*S, d] and an integer buffer [2*P*S + El + 1]
-    act_t *send, *recv;
-    int* map;
-    long max_rows;           // rows the received-row buffers hold (model/gpt.c: P*S, or E*C with a capacity)
+    MoeEpScratch* scratch;   // the exchange's buffers (the model's), grown to the rows received
 } MoeExchange;
 
 typedef struct {
@@ -112,6 +127,8 @@ typedef struct {
     void (*reduce)(void* ctx, double* x, int n);
     void* reduce_ctx;
     MoeExchange ep;          // expert parallelism (off when ep.counts is NULL)
+    MoeEpRows* ep_rows;      // the layer's received rows (expert parallelism; the model's)
+    int ep_shard;            // P when the weights hold only this member's E / P experts (then ep must be on), else 0
 } MoeLayerIO;
 
 // Forward of one MoE layer: out[N, d] += the layer's output for the normed input io->a.ln2.

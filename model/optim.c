@@ -4,13 +4,23 @@
 #include <string.h>
 
 void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi) {
+    optim_init_ranges(o, model, lo, hi, hi, hi);
+}
+
+void optim_init_ranges(Optim* o, const GPT* model, size_t lo, size_t hi, size_t xlo, size_t xhi) {
     memset(o, 0, sizeof(*o));
     if (hi > model->table.total) hi = model->table.total;
     if (lo > hi) lo = hi;
+    if (xhi > model->table.total) xhi = model->table.total;
+    if (xlo > xhi) xlo = xhi;
+    if (xlo == hi && xhi > xlo) { hi = xhi; xlo = xhi; }   // adjacent: one range
+    if (xhi == xlo) xlo = xhi = hi;
     o->lo = lo;
     o->hi = hi;
-    o->m = ops_malloc(optim_moment_bytes(lo, hi));
-    o->v = ops_malloc(optim_moment_bytes(lo, hi));
+    o->xlo = xlo;
+    o->xhi = xhi;
+    o->m = ops_malloc(optim_moment_bytes(lo, hi) + optim_moment_bytes(xlo, xhi));
+    o->v = ops_malloc(optim_moment_bytes(lo, hi) + optim_moment_bytes(xlo, xhi));
 }
 
 size_t optim_moment_bytes(size_t lo, size_t hi) { return (hi - lo) * sizeof(float); }
@@ -29,15 +39,19 @@ void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float gra
     float scale = 1.0f;
     if (tc->grad_clip > 0.0f && grad_norm > tc->grad_clip) scale = tc->grad_clip / (grad_norm + 1e-6f);
     o->t++;
-    for (int i = 0; i < model->table.n; i++) {
-        // the part [a, b) of tensor i inside this process's range
-        const ParamInfo* p = &model->table.p[i];
-        size_t a = p->offset > o->lo ? p->offset : o->lo;
-        size_t b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
-        if (a >= b) continue;
-        ops_adamw(model->params + a, model->grads + a, o->m + (a - o->lo), o->v + (a - o->lo),
-                  b - a, lr, tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f,
-                  scale, o->t);
+    for (int r = 0; r < 2; r++) {   // this process's range(s)
+        const size_t lo = r == 0 ? o->lo : o->xlo, hi = r == 0 ? o->hi : o->xhi;
+        for (int i = 0; i < model->table.n && hi > lo; i++) {
+            // the part [a, b) of tensor i inside the range
+            const ParamInfo* p = &model->table.p[i];
+            size_t a = p->offset > lo ? p->offset : lo;
+            size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a >= b) continue;
+            const size_t k = optim_moment_index(o, a);
+            ops_adamw(model->params + a, model->grads + a, o->m + k, o->v + k,
+                      b - a, lr, tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f,
+                      scale, o->t);
+        }
     }
     // the GEMMs' compute copy of the weights is refreshed at the next forward (after the
     // ZeRO-1 all-gather, where there is one), rounded with a seed of update t

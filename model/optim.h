@@ -4,12 +4,20 @@
 #include "gpt.h"
 
 typedef struct {
-    float* m;        // [hi - lo] first moment of the parameters this process updates, backend memory
-    float* v;        // [hi - lo] second moment
+    float* m;        // [(hi - lo) + (xhi - xlo)] first moment of the parameters this process
+                     // updates, backend memory: those of [lo, hi), then those of [xlo, xhi)
+    float* v;        // the same, second moment
     int t;           // AdamW steps taken (bias correction)
     size_t lo, hi;   // the range of the flat parameter arena this process updates:
                      // [0, table.total) unless ZeRO-1 gives it one shard (train/dist.h)
+    size_t xlo, xhi; // a second range (expert parallelism: this replica's part of the expert
+                     // shard, train/dist.h); empty (xlo = xhi = hi) otherwise
 } Optim;
+// The index into m and v of the arena's float a (inside [lo, hi) or [xlo, xhi)).
+static inline size_t optim_moment_index(const Optim* o, size_t a) {
+    return a >= o->lo && a < o->hi ? a - o->lo : (o->hi - o->lo) + (a - o->xlo);
+}
+static inline size_t optim_moment_count(const Optim* o) { return (o->hi - o->lo) + (o->xhi - o->xlo); }
 
 // Bytes optim_init_range asks ops_malloc for each of m and v (fp32) over the range [lo, hi)
 // (the memory planner, train/plan.h, sizes the AdamW line with it).
@@ -18,6 +26,8 @@ size_t optim_moment_bytes(size_t lo, size_t hi);
 void optim_init(Optim* o, const GPT* model);
 // AdamW state for the arena range [lo, hi) only (ZeRO-1: this process's shard).
 void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi);
+// AdamW state for the two ranges [lo, hi) and [xlo, xhi) (train/dist.h: Dist.lo .. xhi).
+void optim_init_ranges(Optim* o, const GPT* model, size_t lo, size_t hi, size_t xlo, size_t xhi);
 void optim_free(Optim* o);
 // Global L2 norm of all gradients (before clipping).
 float optim_grad_norm(const GPT* model);

@@ -29,8 +29,13 @@ static void add(ParamTable* t, const char* name, int rows, int cols, int residua
     add3(t, name, rows, cols, 0, residual);
 }
 
-void param_table_build(ParamTable* t, const ModelConfig* c) {
+size_t param_expert_numel(const ParamInfo* p) { return (size_t)p->shape[1] * p->shape[2]; }
+
+void param_table_build(ParamTable* t, const ModelConfig* c) { param_table_build_ep(t, c, 1, 0); }
+
+void param_table_build_ep(ParamTable* t, const ModelConfig* c, int ep_size, int ep_rank) {
     memset(t, 0, sizeof(*t));
+    const int El = c->moe.n_expert > 0 && ep_size > 1 ? c->moe.n_expert / ep_size : c->moe.n_expert;
     int d = c->d_model, hd = c->head_dim, F = c->d_ff;
     OpsAttnShape s = config_attn_shape(c, 0, 0, OPS_ATTN_FUSED);   // (B, T unused: columns only)
     int qkv_rows = ops_attn_qkv_cols(&s);
@@ -69,8 +74,11 @@ void param_table_build(ParamTable* t, const ModelConfig* c) {
             const MoeConfig* e = &c->moe;
             int Fe = e->d_expert, Fs = e->d_shared_expert, sw = c->mlp == MLP_SWIGLU ? 2 : 1;
             P("moe.router", e->n_expert, d, 0);
-            snprintf(nm, sizeof(nm), "h.%d.moe.w_in", l); add3(t, nm, e->n_expert, sw * Fe, d, 0);
-            snprintf(nm, sizeof(nm), "h.%d.moe.w_out", l); add3(t, nm, e->n_expert, d, Fe, 1);
+            // this table's experts: all E, or member ep_rank's El of them
+            snprintf(nm, sizeof(nm), "h.%d.moe.w_in", l); add3(t, nm, El, sw * Fe, d, 0);
+            t->p[t->n - 1].expert_lo = ep_size > 1 ? ep_rank * El : 0; t->p[t->n - 1].expert_n = El;
+            snprintf(nm, sizeof(nm), "h.%d.moe.w_out", l); add3(t, nm, El, d, Fe, 1);
+            t->p[t->n - 1].expert_lo = ep_size > 1 ? ep_rank * El : 0; t->p[t->n - 1].expert_n = El;
             if (e->n_shared_expert) {
                 P("moe.shared_w_in", sw * Fs, d, 0);
                 P("moe.shared_w_out", d, Fs, 1);
@@ -82,6 +90,47 @@ void param_table_build(ParamTable* t, const ModelConfig* c) {
     add(t, "lnf.w", d, 0, 0);
     if (ln) add(t, "lnf.b", d, 0, 0);
     if (!c->tie_embeddings) add(t, "lm_head", c->padded_vocab, d, 0);
+    t->ep_size = ep_size > 1 && c->moe.n_expert > 0 ? ep_size : 1;
+    t->ep_rank = t->ep_size > 1 ? ep_rank : 0;
+    t->dense_total = t->total;
+    if (t->ep_size == 1) return;
+    // expert parallelism: the dense tensors first (in table order), then the expert shards, so
+    // that the dense region is reduced over every process and the experts over their replicas
+    size_t at = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->p[i].expert_n) continue;
+        t->p[i].offset = at;
+        at += (t->p[i].numel + 15) & ~(size_t)15;
+    }
+    at = (at + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK * OPS_SUMSQ_CHUNK;   // whole norm chunks
+    t->dense_total = at;
+    for (int i = 0; i < t->n; i++) {
+        if (!t->p[i].expert_n) continue;
+        t->p[i].offset = at;
+        at += (t->p[i].numel + 15) & ~(size_t)15;
+    }
+    t->total = at;
+}
+
+void param_table_map(const ParamTable* t, const ParamTable* g, size_t a, size_t b,
+                     void (*f)(void* ctx, size_t local, size_t global, size_t n), void* ctx) {
+    // pieces in t's arena order: sort t's tensors by offset (a few hundred at most)
+    int* order = malloc((size_t)(t->n ? t->n : 1) * sizeof(int));
+    if (!order) { fprintf(stderr, "error: out of memory (param_table_map)\n"); exit(1); }
+    for (int i = 0; i < t->n; i++) order[i] = i;
+    for (int i = 1; i < t->n; i++)   // insertion sort: the table is nearly in order already
+        for (int j = i; j > 0 && t->p[order[j - 1]].offset > t->p[order[j]].offset; j--) {
+            int x = order[j]; order[j] = order[j - 1]; order[j - 1] = x;
+        }
+    for (int k = 0; k < t->n; k++) {
+        const ParamInfo* p = &t->p[order[k]];
+        size_t lo = p->offset > a ? p->offset : a, hi = p->offset + p->numel < b ? p->offset + p->numel : b;
+        if (lo >= hi) continue;
+        const ParamInfo* q = &g->p[order[k]];   // the same config: the same tensors in the same order
+        size_t base = q->offset + (p->expert_n ? (size_t)p->expert_lo * param_expert_numel(p) : 0);
+        f(ctx, lo, base + (lo - p->offset), hi - lo);
+    }
+    free(order);
 }
 
 void param_table_free(ParamTable* t) { free(t->p); memset(t, 0, sizeof(*t)); }
@@ -147,6 +196,20 @@ void params_init(float* host, const ParamTable* t, const ModelConfig* c, unsigne
         }
         double std = c->init_std;
         if (p->residual_proj) std /= sqrt(2.0 * c->n_layer);
+        if (p->expert_n && t->ep_size > 1) {
+            // an expert shard: every expert drawn by its global index, the others' draws
+            // discarded (rng_normal takes two draws), so the model is that of ep_size 1
+            const size_t pe = param_expert_numel(p);
+            for (int e = 0; e < c->moe.n_expert; e++) {
+                int j = e - p->expert_lo;
+                if (j < 0 || j >= p->expert_n) {
+                    for (size_t i = 0; i < 2 * pe; i++) rng_next(&rng);
+                    continue;
+                }
+                for (size_t i = 0; i < pe; i++) x[(size_t)j * pe + i] = (float)(std * rng_normal(&rng));
+            }
+            continue;
+        }
         for (size_t j = 0; j < p->numel; j++) x[j] = (float)(std * rng_normal(&rng));
     }
 }

@@ -12,15 +12,37 @@ typedef struct {
     size_t numel;
     int decay;           // weight decay applies (2-D and 3-D parameters)
     int residual_proj;   // output projection into the residual stream (init std scaled)
+    // the stacked experts of an MoE layer (moe.w_in, moe.w_out; 0, 0 for every other tensor):
+    // shape[0] = expert_n experts, the global experts expert_lo .. expert_lo + expert_n - 1
+    // (all n_expert of them, expert_lo 0, unless the table is an expert-parallel shard)
+    int expert_lo, expert_n;
 } ParamInfo;
 
 typedef struct {
     ParamInfo* p;
     int n;
     size_t total;        // floats in the arena
+    // Expert parallelism ([moe] expert_parallel = P > 1, docs/distributed.md): member q of a
+    // group of P holds only the experts q*El .. q*El + El - 1 (El = n_expert / P) of each MoE
+    // layer. Its arena is then [dense | experts]: every other tensor first, in table order, from
+    // offset 0 (the dense region, dense_total floats, a whole number of OPS_SUMSQ_CHUNK); the
+    // expert shards after it, in table order. ep_size 1: the whole model in table order
+    // (dense_total = total), the layout of model.bin.
+    int ep_size, ep_rank;
+    size_t dense_total;
 } ParamTable;
 
+// The whole model (ep_size 1: model.bin's table).
 void param_table_build(ParamTable* t, const ModelConfig* c);
+// Member ep_rank of a group of ep_size (ep_size divides n_expert; 1 = param_table_build).
+void param_table_build_ep(ParamTable* t, const ModelConfig* c, int ep_size, int ep_rank);
+// Floats of one expert of a stacked expert tensor (shape[1] * shape[2]).
+size_t param_expert_numel(const ParamInfo* p);
+// Where the floats [a, b) of table t's arena lie in the whole model's arena (table g, built with
+// ep_size 1 from the same config): calls f(ctx, local_offset, global_offset, count) for each
+// contiguous piece, in t's arena order (padding between tensors is skipped).
+void param_table_map(const ParamTable* t, const ParamTable* g, size_t a, size_t b,
+                     void (*f)(void* ctx, size_t local, size_t global, size_t n), void* ctx);
 void param_table_free(ParamTable* t);
 const ParamInfo* param_find(const ParamTable* t, const char* name);   // NULL if absent
 
@@ -70,5 +92,8 @@ void weights_free(ModelWeights* w);
 // moe.shared_w_out) ~ N(0, init_std / sqrt(2 * n_layer)), norm weights 1, norm biases 0; the
 // Gated DeltaNet's A_log = log(U(0, 16]), dt_bias 1, conv_w ~ U(-1/sqrt(K), 1/sqrt(K)) (as
 // transformers' Qwen3-Next). Deterministic in the seed; parameters are drawn in table order.
+// An expert-parallel shard (ParamTable.ep_size > 1) draws every expert of a stacked expert tensor
+// in the order of their global index and keeps its own: each expert gets the values it has in
+// the whole model, whatever the P (docs/distributed.md).
 void params_init(float* host_arena, const ParamTable* t, const ModelConfig* c,
                  unsigned long long seed);

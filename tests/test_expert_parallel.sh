@@ -18,13 +18,20 @@
 #     moe_max_load and moe_dropped of P = 2 and 4 equal those of P = 1 on as many processes
 #     (1e-6 relative: the routing is the same, the values differ by the weights' roundoff), and
 #     moe_max_load (from the expert counts summed over all processes) equals 1 process's.
+#   - the storage is sharded: each process holds the dense parameters and n_expert / P experts
+#     of each MoE layer (the start line's floats against the arithmetic of the config, and their
+#     sum against the whole model in the 1-process model.bin);
 #   - 2 micro-steps a step with the gradients reduced layer by layer (GATEDGPT_DIST_OVERLAP),
-#     evaluations, probes and samples (rank 0 alone): P = 2 vs data parallelism on 2, same bounds,
-#     the validation losses within 1e-6;
-#   - ZeRO-1 under P = 2 trains bit for bit like ZeRO-0 (losses, model.bin);
+#     evaluations, probes and samples (rank 0 with the other members of its group, which hold
+#     the experts it lacks): P = 2 vs data parallelism on 2, same bounds, the validation losses
+#     within 1e-6;
+#   - ZeRO-1 under P = 2 trains bit for bit like ZeRO-0 (losses, model.bin), on 2 processes and
+#     on 4 (there the expert shards' AdamW state is cut between 2 replicas);
+#   - gatedgpt_ckpt inspects and evaluates P = 2 on 4's ZeRO-1 checkpoint (global expert shapes);
 #   - checkpoints hold every expert by its global index: P = 2's ZeRO-1 checkpoint of step 3
-#     resumes under P = 4 on 4 processes and under 1 process, and tracks the straight run to
-#     step 6 within the same bounds (losses of steps 4-6, parameters at 6);
+#     resumes under P = 4 and P = 2 on 4 processes and under 1 process, and P = 2 on 4's (the
+#     replicas' shards) under 1 process, and 1 process's under P = 2 on 2 (ZeRO-1); each tracks
+#     the straight run to step 6 within the same bounds (losses of steps 4-6, parameters at 6);
 #   - bad input: P not dividing n_expert, P > 1 on one process, P not dividing the process count,
 #     expert_parallel in a dense model, recomputation with P > 1: one-line errors, non-zero exit.
 # With a second argument `cudaemu`, only this: the emulated CUDA trainer (train_gpt_cudaemu,
@@ -103,6 +110,21 @@ for v in 1 2; do
     cmp_runs "dropless ${ov[*]}, P = 4 on 4 processes vs 1 process" d${v}_ep4n4 d${v}_one
 done
 
+# the storage: the dense floats on every process, El = 4 / P experts of each of the 2 MoE layers:
+# w_in [El, 2 x 64, 64] (swiglu) + w_out [El, 64, 64] = El x 12288 floats a layer (multiples of 16:
+# no padding); the dense region = the whole model's arena (the 1-process model.bin) less its 4
+# experts' worth, rounded up to whole 4096-float norm chunks (train/dist.h)
+held() { grep -o "held per process: [0-9]* floats ([0-9]* dense + [0-9]* experts)" "$TMP/$1.out" | tr -dc '0-9 ' | awk '{print $1, $2, $3}'; }
+read -r t2 d2 x2 <<<"$(held d1_ep2n2)"
+read -r t4 d4 x4 <<<"$(held d1_ep4n4)"
+whole=$("$PY" -c "import struct,sys; b=open(sys.argv[1],'rb').read(48); print(struct.unpack('<Q', b[40:48])[0])" "$(ck d1_one)/model.bin")
+check "storage: P = 2 holds 2 layers x 2 experts x 12288 expert floats (${x2:-none})" [ "${x2:-0}" -eq 49152 ]
+check "storage: P = 4 holds 2 layers x 1 expert x 12288 expert floats (${x4:-none})" [ "${x4:-0}" -eq 24576 ]
+check "storage: the dense floats are the same under P = 2 and 4 (${d2:-none}, ${d4:-none})" [ "${d2:-0}" -eq "${d4:-1}" ]
+check "storage: held = dense + experts under P = 2 (${t2:-none})" [ "${t2:-0}" -eq $(( ${d2:-1} + ${x2:-1} )) ]
+check "storage: the dense region ${d2:-none} = the whole model's arena ${whole:-none} less 4 x 2 x 12288 expert floats, in 4096-float chunks" [ $(( (${whole:-0} - 98304 + 4095) / 4096 * 4096 )) -eq "${d2:-0}" ]
+echo "storage per process: P = 2: ${d2:-?} dense + ${x2:-?} expert floats; P = 4: ${d4:-?} + ${x4:-?}; the whole model: ${whole:-?}"
+
 # capacity-limited: against data parallelism on the same process count (the same drops)
 C=(--moe.capacity_factor=1 --moe.router=softmax_topk --moe.n_shared_expert=1 --moe.d_shared_expert=32)
 run c_dp2 2 "${C[@]}"
@@ -162,25 +184,46 @@ print("validation losses at steps 0, 3, 6: max relative difference %.3g (toleran
 sys.exit(0 if d <= 1e-6 else 1)
 PYEOF
 rc=$?
-check "2 micro-steps, rank 0's evaluations (every expert local), P = 2 vs P = 1: $(cat "$TMP/ms.val")" [ $rc -eq 0 ]
+check "2 micro-steps, the evaluations of rank 0's group, P = 2 vs P = 1: $(cat "$TMP/ms.val")" [ $rc -eq 0 ]
 
 # ZeRO-1 under expert parallelism: bit for bit ZeRO-0
 run z1_ep2n2 2 "${V1[@]}" --moe.expert_parallel=2 --train.zero_stage=1
 check "P = 2, ZeRO-1 vs ZeRO-0: losses and grad norms bitwise" "$PY" tests/compare_ckpt.py losses "$TMP/z1_ep2n2/log.jsonl" "$TMP/d1_ep2n2/log.jsonl" 0
 check "P = 2, ZeRO-1 vs ZeRO-0: model.bin byte for byte" cmp -s "$(ck z1_ep2n2)/model.bin" "$(ck d1_ep2n2)/model.bin"
-# resume P = 2's checkpoint of step 3 under P = 4 (4 processes) and P = 1 (1 process)
+run z1_ep2n4 4 "${V1[@]}" --moe.expert_parallel=2 --train.zero_stage=1
+check "P = 2 on 4 processes (2 replicas), ZeRO-1 vs ZeRO-0: losses and grad norms bitwise" "$PY" tests/compare_ckpt.py losses "$TMP/z1_ep2n4/log.jsonl" "$TMP/d1_ep2n4/log.jsonl" 0
+check "P = 2 on 4 processes (2 replicas), ZeRO-1 vs ZeRO-0: model.bin byte for byte" cmp -s "$(ck z1_ep2n4)/model.bin" "$(ck d1_ep2n4)/model.bin"
+# resume P = 2's checkpoint of step 3 under P = 4 and P = 2 (4 processes) and P = 1 (1 process);
+# P = 2 on 4's (each replica's part of the expert shards' AdamW state) under 1 process
 ck3="$TMP/z1_ep2n2/checkpoints/step_00000003"
 run r_ep4n4 4 "${V1[@]}" --moe.expert_parallel=4 --resume "$ck3"
+run r_ep2n4 4 "${V1[@]}" --moe.expert_parallel=2 --resume "$ck3"
 run r_one 1 "${V1[@]}" --resume "$ck3"
-for r in r_ep4n4 r_one; do
+run r2_one 1 "${V1[@]}" --resume "$TMP/z1_ep2n4/checkpoints/step_00000003"
+run r3_ep2n2 2 "${V1[@]}" --moe.expert_parallel=2 --train.zero_stage=1 --resume "$TMP/d1_one/checkpoints/step_00000003"
+for r in r_ep4n4 r_ep2n4 r_one r2_one r3_ep2n2; do
+    # the checkpoint's writer and its straight run
+    from="P = 2 on 2 (ZeRO-1, step 3)"; ref=d1_ep2n2
+    [ $r = r2_one ] && { from="P = 2 on 4 (ZeRO-1, step 3)"; ref=d1_ep2n4; }
+    [ $r = r3_ep2n2 ] && { from="1 process (step 3)"; ref=d1_one; }
     check "$r: resumed from step 3" grep -q '"type":"resume","step":3' "$TMP/$r/log.jsonl"
-    stats "resume of P = 2 (ZeRO-1, step 3) as $r vs the straight run, steps 4-6" $r d1_ep2n2 loss grad_norm
-    "$PY" tests/compare_ckpt.py params "$(ck $r)" "$(ck d1_ep2n2)" 3e-4 1e-5 >"$TMP/$r.p" 2>&1
+    stats "resume of $from as $r vs the straight run, steps 4-6" $r $ref loss grad_norm
+    "$PY" tests/compare_ckpt.py params "$(ck $r)" "$(ck $ref)" 3e-4 1e-5 >"$TMP/$r.p" 2>&1
     rc=$?
-    check "resume as $r vs the straight run at step 6: $(cat "$TMP/$r.p")" [ $rc -eq 0 ]
-    echo "resume as $r vs the straight run at step 6: $(cat "$TMP/$r.p")"
+    check "resume of $from as $r vs the straight run at step 6: $(cat "$TMP/$r.p")" [ $rc -eq 0 ]
+    echo "resume of $from as $r vs the straight run at step 6: $(cat "$TMP/$r.p")"
 done
 check "resume under P = 1: says the key changed" grep -q "resume: \[moe\] expert_parallel = 1 (checkpoint: 2): accepted" "$TMP/r_one.out"
+# the tools read an expert-parallel checkpoint as any other (model.bin: the whole model; the rank
+# files' AdamW segments): the expert tensors by their global shape, the writer's ZeRO stage from
+# the segments, and an evaluation of the ZeRO-1 checkpoint (segments of shards) equal to the
+# ZeRO-0 twin's (the same model.bin, checked above), to the last digit printed
+"$build/gatedgpt_ckpt" inspect "$(ck z1_ep2n4)" >"$TMP/inspect.out" 2>&1
+check "gatedgpt_ckpt inspect of P = 2 on 4 (ZeRO-1): the whole expert tensors" grep -q "^h.1.moe.w_out  *\[4, 64, 64\]" "$TMP/inspect.out"
+check "gatedgpt_ckpt inspect of P = 2 on 4 (ZeRO-1): the writer's ZeRO-1 shards" grep -q "written by 4 processes, zero_stage 1" "$TMP/inspect.out"
+e1=$("$build/gatedgpt_ckpt" eval "$(ck z1_ep2n4)" --batches 2 2>&1 | grep -o "loss [0-9.]*")
+e0=$("$build/gatedgpt_ckpt" eval "$(ck d1_ep2n4)" --batches 2 2>&1 | grep -o "loss [0-9.]*")
+check "gatedgpt_ckpt eval: P = 2 on 4, ZeRO-1 (${e1:-none}) = ZeRO-0 (${e0:-none})" [ "${e1:-none}" = "${e0:-missing}" ]
 
 # bad input: one line each, non-zero exit
 one_bad() {  # one_bad WHAT NP PATTERN [overrides...]

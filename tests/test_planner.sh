@@ -11,6 +11,8 @@
 #   - the arena lines to the byte against what the trainer counts in ops_malloc: params =
 #     weights + master + grads, adamw (rank 0's shard), activations = activations + logits +
 #     backward (the counts come from the allocation wrapper, the plan from the size functions);
+#   - the MoE with expert parallelism (P = 2 on 2 processes, P = 4 on 4): the same two checks
+#     (each process holds 1/P of the experts; the received rows at balanced routing);
 #   - the paper MoE (configs/paper/moe_15b_a2b_gated.ini) on 8 H200s: the parameter lines against
 #     the parameter count of its header (15,778,553,856, derived there by hand) times the bytes
 #     per parameter, and the ZeRO-1 shard by docs/distributed.md's rule, in Python;
@@ -121,6 +123,31 @@ for cfg in $CONFIGS; do
         check "$name: activations + logits + backward $acts == held $(held 3 "$TMP/$name.out")" [ "$acts" = "$(held 3 "$TMP/$name.out")" ]
     done
 done
+
+# expert parallelism (tiny_moe_gated, [moe] expert_parallel = P): each process holds the dense
+# parameters and 1/P of the experts, and the received rows in buffers sized from the counts (the
+# plan's "expert rows" line, at balanced routing): P = 2 on 2 processes (zero_stage 0), P = 4 on 4
+# (zero_stage 1: the experts' AdamW state over 1 replica): the same checks
+if [ "$have_mpi" = 1 ]; then
+    for run in 2:0:2 4:1:4; do
+        IFS=: read -r np z ep <<< "$run"
+        name="moe_ep$ep.np$np.z$z"
+        C=(--config configs/tiny_moe_gated.ini --moe.expert_parallel="$ep")
+        "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --check --nproc "$np" > "$TMP/$name.plan" 2>&1
+        check "$name: --check --nproc $np plans the expert rows" grep -q "^  expert rows .*at balanced routing" "$TMP/$name.plan"
+        launch "$np" "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
+        check "$name: trains (rc $?)" grep -q "^memory: peak RSS" "$TMP/$name.out"
+        plan=$(field total "$TMP/$name.plan"); rss=$(peak "peak RSS" "$TMP/$name.out")
+        ratio=$("$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / max(int(sys.argv[2] or 0), 1)))" "$plan" "${rss:-0}")
+        echo "$name: plan $plan bytes, peak RSS ${rss:-?} bytes: plan / RSS = $ratio"
+        check "$name: plan total $plan within 10% of the peak RSS ${rss:-?} (ratio $ratio)" within10 "$plan" "${rss:-0}"
+        w=$(field weights "$TMP/$name.plan"); m=$(field master "$TMP/$name.plan"); g=$(field grads "$TMP/$name.plan")
+        acts=$(( $(field activations "$TMP/$name.plan") + $(field logits "$TMP/$name.plan") + $(field backward "$TMP/$name.plan") ))
+        check "$name: params $((w + m + g)) == held $(held 1 "$TMP/$name.out")" [ "$((w + m + g))" = "$(held 1 "$TMP/$name.out")" ]
+        check "$name: adamw $(field adamw "$TMP/$name.plan") == held $(held 2 "$TMP/$name.out")" [ "$(field adamw "$TMP/$name.plan")" = "$(held 2 "$TMP/$name.out")" ]
+        check "$name: activations + logits + backward $acts == held $(held 3 "$TMP/$name.out")" [ "$acts" = "$(held 3 "$TMP/$name.out")" ]
+    done
+fi
 
 # -------------------------------------------------------------------------------------------------
 # the paper MoE on 8 H200s: the parameter lines by independent arithmetic

@@ -363,10 +363,22 @@ int checkpoint_begin(const char* dir, int step) {
 
 // model.bin payload: u32 n_tensors, u32 0, u64 arena floats, n_tensors x 120-byte records
 // (name[64], u32 ndim, u32 0, u64 shape[4], u64 offset, u64 numel), then the arena (f32).
+static CkptGather g_gather;
+static void* g_gather_ctx;
+void checkpoint_set_gather(CkptGather gather, void* ctx) { g_gather = gather; g_gather_ctx = ctx; }
+
+// model.bin from table t and its arena: `whole` (host) when set, else m->params (backend memory)
+static int write_model_file(const char* dir, int step, const Config* cfg, const GPT* m, const ParamTable* t,
+                            const float* whole);
+
 int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m) {
+    return write_model_file(dir, step, cfg, m, &m->table, NULL);
+}
+
+static int write_model_file(const char* dir, int step, const Config* cfg, const GPT* m, const ParamTable* t,
+                            const float* whole) {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     tmp_path(tmp, sizeof tmp, dir, step);
-    const ParamTable* t = &m->table;
 
     snprintf(path, sizeof path, "%s/model.bin", tmp);
     Writer w;
@@ -390,12 +402,16 @@ int checkpoint_write_model(const char* dir, int step, const Config* cfg, const G
     }
     // the arena, from backend memory, in chunks (with a pause in the middle for the crash test)
     size_t chunk = (size_t)1 << 20, done = 0;
-    float* host = malloc(chunk * sizeof(float));
-    if (!host) { fclose(w.f); unlink(path); return ck_error(path, "out of memory"); }
+    float* host = whole ? NULL : malloc(chunk * sizeof(float));
+    if (!whole && !host) { fclose(w.f); unlink(path); return ck_error(path, "out of memory"); }
     while (done < t->total) {
         size_t n = t->total - done < chunk ? t->total - done : chunk;
-        ops_to_host(host, m->params + done, n * sizeof(float));
-        w_put(&w, host, n * sizeof(float));
+        if (whole) {
+            w_put(&w, whole + done, n * sizeof(float));
+        } else {
+            ops_to_host(host, m->params + done, n * sizeof(float));
+            w_put(&w, host, n * sizeof(float));
+        }
         if (done < t->total / 2 && done + n >= t->total / 2) { fflush(w.f); ck_pause(); }
         done += n;
     }
@@ -430,8 +446,42 @@ static void w_spike(Writer* w, const SpikeWindow* s) {
 //   u64 data_seed, i64 epoch, i64 shard_idx, i64 batch_idx, u64 opt_offset, u64 opt_count,
 //   spike window (loss), spike window (grad): i32 window, i32 n, i32 head, i32 0, f64 buf[window],
 //   f32 m[opt_count], f32 v[opt_count]
+// The AdamW segments of an expert shard: o's ranges in t's arena as pieces of the whole
+// model's arena (table g): local offset, global offset, count
+typedef struct { size_t local, global, n; } CkSeg;
+typedef struct { CkSeg* s; int n, cap; } CkSegs;
+static void seg_add(void* ctx, size_t local, size_t global, size_t n) {
+    CkSegs* v = (CkSegs*)ctx;
+    if (v->n > 0 && v->s[v->n - 1].local + v->s[v->n - 1].n == local && v->s[v->n - 1].global + v->s[v->n - 1].n == global) {
+        v->s[v->n - 1].n += n;   // contiguous in both: one segment
+        return;
+    }
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 64;
+        v->s = realloc(v->s, (size_t)v->cap * sizeof(CkSeg));
+        if (!v->s) { fprintf(stderr, "error: out of memory (checkpoint segments)\n"); exit(1); }
+    }
+    v->s[v->n++] = (CkSeg){ local, global, n };
+}
+static void optim_segments(const Optim* o, const ParamTable* t, const ParamTable* g, CkSegs* v) {
+    memset(v, 0, sizeof(*v));
+    param_table_map(t, g, o->lo, o->hi, seg_add, v);
+    if (o->xhi > o->xlo) param_table_map(t, g, o->xlo, o->xhi, seg_add, v);
+}
+
+#define CKPT_SEGMENTS UINT64_MAX   // opt_offset of a rank file whose AdamW state is in segments
+
+static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o,
+                           size_t offset, size_t count, const CkSegs* segs, const CkptTrainState* st);
+
 int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const Optim* o,
                           size_t offset, size_t count, const CkptTrainState* st) {
+    return write_rank_file(dir, step, rank, nproc, o, offset, count, NULL, st);
+}
+
+// segs: NULL, or the segments (then offset and count are unused)
+static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o,
+                           size_t offset, size_t count, const CkSegs* segs, const CkptTrainState* st) {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     tmp_path(tmp, sizeof tmp, dir, step);
     snprintf(path, sizeof path, "%s/rank_%05d.bin", tmp, rank);
@@ -448,19 +498,34 @@ int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const 
     w_i64(&w, st->data.epoch);
     w_i64(&w, st->data.shard_idx);
     w_i64(&w, st->data.batch_idx);
-    w_u64(&w, offset);
-    w_u64(&w, count);
+    if (segs) {   // expert parallelism: u64 CKPT_SEGMENTS, u64 count, u64 nseg, nseg x (u64 offset, u64 count)
+        count = 0;
+        for (int i = 0; i < segs->n; i++) count += segs->s[i].n;
+        w_u64(&w, CKPT_SEGMENTS);
+        w_u64(&w, count);
+        w_u64(&w, (uint64_t)segs->n);
+        for (int i = 0; i < segs->n; i++) { w_u64(&w, segs->s[i].global); w_u64(&w, segs->s[i].n); }
+    } else {
+        w_u64(&w, offset);
+        w_u64(&w, count);
+    }
     w_spike(&w, st->loss_win);
     w_spike(&w, st->grad_win);
     size_t chunk = (size_t)1 << 20;
     float* host = malloc(chunk * sizeof(float));
     if (!host) { fclose(w.f); unlink(path); return ck_error(path, "out of memory"); }
+    const CkSeg one = { offset, offset, count };
+    const CkSeg* list = segs ? segs->s : &one;
+    const int nlist = segs ? segs->n : 1;
     for (int which = 0; which < 2; which++) {
-        const float* src = (which == 0 ? o->m : o->v) + (offset - o->lo);   // o holds [lo, hi)
-        for (size_t done = 0; done < count; done += chunk) {
-            size_t n = count - done < chunk ? count - done : chunk;
-            ops_to_host(host, src + done, n * sizeof(float));
-            w_put(&w, host, n * sizeof(float));
+        for (int k = 0; k < nlist; k++) {
+            // o holds [lo, hi) and [xlo, xhi): the segment's moments are contiguous in one of them
+            const float* src = (which == 0 ? o->m : o->v) + optim_moment_index(o, list[k].local);
+            for (size_t done = 0; done < list[k].n; done += chunk) {
+                size_t n = list[k].n - done < chunk ? list[k].n - done : chunk;
+                ops_to_host(host, src + done, n * sizeof(float));
+                w_put(&w, host, n * sizeof(float));
+            }
         }
         if (which == 0) { fflush(w.f); ck_pause(); }
     }
@@ -548,8 +613,29 @@ int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GP
     if (!agree) agree = agree_alone;
     // the directory exists before anyone writes into it
     if (agree(ctx, rank == 0 && checkpoint_begin(dir, step) != 0)) return -1;
-    int failed = rank == 0 && checkpoint_write_model(dir, step, cfg, m) != 0;
-    if (!failed) failed = checkpoint_write_rank(dir, step, rank, nproc, o, o->lo, o->hi - o->lo, st) != 0;
+    int failed = 0;
+    if (m->table.ep_size > 1) {
+        // an expert shard: the whole model from the group (every member calls the gather), and
+        // this rank's AdamW state as segments of the whole model's arena
+        float* whole = g_gather ? g_gather(g_gather_ctx, m) : NULL;
+        ParamTable g;
+        param_table_build(&g, &m->cfg);
+        if (rank == 0) {
+            if (!whole) failed = ck_error(dir, "the experts of this expert-parallel model were not gathered (no checkpoint_set_gather)");
+            else failed = write_model_file(dir, step, cfg, m, &g, whole) != 0;
+        }
+        free(whole);
+        if (!failed) {
+            CkSegs segs;
+            optim_segments(o, &m->table, &g, &segs);
+            failed = write_rank_file(dir, step, rank, nproc, o, 0, 0, &segs, st) != 0;
+            free(segs.s);
+        }
+        param_table_free(&g);
+    } else {
+        failed = rank == 0 && checkpoint_write_model(dir, step, cfg, m) != 0;
+        if (!failed) failed = checkpoint_write_rank(dir, step, rank, nproc, o, o->lo, o->hi - o->lo, st) != 0;
+    }
     failed = agree(ctx, failed);
     if (rank == 0) {   // DONE only when every rank wrote its file
         if (!failed && checkpoint_commit(dir, step, nproc) != 0) failed = 1;
@@ -695,6 +781,10 @@ typedef struct {
     uint64_t seed;
     int64_t pos[3];            // the data position: epoch, shard_idx, batch_idx
     uint64_t off, cnt;         // the slice [off, off + cnt) of the arena its m and v cover
+    // a file in segments (off = CKPT_SEGMENTS: expert parallelism): m and v are the nseg
+    // segments [seg[2i], seg[2i] + seg[2i+1]) of the whole arena one after the other, cnt floats
+    uint64_t nseg;
+    uint64_t* seg;             // [2 * nseg] malloc'd (NULL for a slice)
 } RankHead;
 
 // Reads n bytes of the payload for the checksum only.
@@ -721,12 +811,39 @@ static int open_rank_file(Reader* r, char* file, size_t n, const char* path, int
         fclose(r->f);
         return -1;
     }
+    h->nseg = 0;
+    h->seg = NULL;
+    if (h->off == CKPT_SEGMENTS) {
+        if (r_get(r, &h->nseg, 8) != 0) { fclose(r->f); return -1; }
+        if (h->nseg > ((uint64_t)1 << 24)) { fclose(r->f); return ck_error(file, "%llu AdamW segments (damaged?)", (unsigned long long)h->nseg); }
+        h->seg = malloc((size_t)(h->nseg ? h->nseg : 1) * 2 * sizeof(uint64_t));
+        if (!h->seg) { fclose(r->f); return ck_error(file, "out of memory"); }
+        if (r_get(r, h->seg, (size_t)h->nseg * 2 * sizeof(uint64_t)) != 0) { free(h->seg); h->seg = NULL; fclose(r->f); return -1; }
+        uint64_t sum = 0;
+        for (uint64_t i = 0; i < h->nseg; i++) {
+            uint64_t a = h->seg[2 * i], n = h->seg[2 * i + 1];
+            if (a > total || n > total - a) {
+                fclose(r->f);
+                ck_error(file, "holds AdamW segment [%llu, %llu), outside the arena of %zu floats (damaged?)",
+                         (unsigned long long)a, (unsigned long long)(a + n), total);
+                free(h->seg); h->seg = NULL;
+                return -1;
+            }
+            sum += n;
+        }
+        if (sum != h->cnt) {
+            fclose(r->f);
+            free(h->seg); h->seg = NULL;
+            return ck_error(file, "AdamW segments of %llu floats, the file says %llu (damaged?)", (unsigned long long)sum,
+                            (unsigned long long)h->cnt);
+        }
+    }
     if (h->rank != f || h->nproc < 1 || f >= h->nproc || (nproc > 0 && h->nproc != nproc)) {
         fclose(r->f);
         return ck_error(file, "says it was written by rank %d of %d processes, but it is rank file %d of a checkpoint of %d "
                         "(a file from another checkpoint?)", h->rank, h->nproc, f, nproc > 0 ? nproc : h->nproc);
     }
-    if (h->off > total || h->cnt > total - h->off) {
+    if (!h->seg && (h->off > total || h->cnt > total - h->off)) {
         fclose(r->f);
         return ck_error(file, "holds AdamW state for floats [%llu, %llu), outside the arena of %zu floats (damaged?)",
                         (unsigned long long)h->off, (unsigned long long)(h->off + h->cnt), total);
@@ -753,6 +870,124 @@ static int read_rank_rest(Reader* r, const RankHead* h, CkptTrainState* st, size
 fail:
     fclose(r->f);
     return -1;
+}
+
+// A piece to copy: floats [fpos, fpos + n) of a file's m (and v) to o's moments at k
+typedef struct { size_t fpos, k, n; } CkPiece;
+
+static int same_global_state(const char* file, const char* path, int f0, const RankHead* h, const RankHead* h0) {
+    if (h->step != h0->step || h->t != h0->t || h->nonfinite != h0->nonfinite || h->shuffle != h0->shuffle ||
+        h->seed != h0->seed || memcmp(h->pos, h0->pos, sizeof h->pos) != 0)
+        return ck_error(file, "step %lld, AdamW t %d, data position (%lld, %lld, %lld), but %s/rank_%05d.bin has step %lld, t %d, "
+                        "position (%lld, %lld, %lld) (files of different checkpoints?)", (long long)h->step, h->t, (long long)h->pos[0],
+                        (long long)h->pos[1], (long long)h->pos[2], path, f0, (long long)h0->step, h0->t, (long long)h0->pos[0],
+                        (long long)h0->pos[1], (long long)h0->pos[2]);
+    return 0;
+}
+
+// The AdamW state of o's ranges as pieces of the whole model's arena (mine: segments with
+// local = the index into o's moments), from rank files in slices or in segments, by global
+// offset (expert parallelism on either side, docs/formats.md). Every file's m and v whose
+// pieces are not all had yet is read whole into host memory (one file at a time).
+static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, int rank, size_t total,
+                              size_t floats, const CkSegs* mine) {
+    char file[CKPT_PATH_MAX + 32];
+    Reader r;
+    RankHead h0, h;
+    memset(&h0, 0, sizeof h0);
+    if (open_rank_file(&r, file, sizeof file, path, 0, 0, total, &h0) != 0) return -1;
+    fclose(r.f);
+    free(h0.seg);
+    const int nproc = h0.nproc;
+    const size_t cnt = optim_moment_count(o);
+    float* host_m = calloc(cnt ? cnt : 1, sizeof(float));
+    float* host_v = calloc(cnt ? cnt : 1, sizeof(float));
+    unsigned char* have = calloc(cnt ? cnt : 1, 1);
+    CkPiece* pc = NULL;
+    float *fm = NULL, *fv = NULL;
+    int rc = -1, nread = 0, f0 = 0, zero_stage = 0;
+    uint64_t all_cnt = 0;   // the files' floats: each of the model's once under ZeRO-1 (segments)
+    if (!host_m || !host_v || !have) { ck_error(path, "out of memory for the AdamW state (%zu floats)", cnt); goto done; }
+    for (int i = 0; i < nproc; i++) {
+        // this rank's own file first (the writer's layout), then the others in rank order
+        const int f = i == 0 ? (rank < nproc ? rank : 0) : (i <= rank && rank < nproc ? i - 1 : i);
+        if (open_rank_file(&r, file, sizeof file, path, f, nproc, total, &h) != 0) goto done;
+        if (!h.seg && h.cnt != total) zero_stage = 1;
+        all_cnt += h.cnt;
+        // the pieces of my segments in this file
+        uint64_t one[2] = { h.off, h.cnt };
+        const uint64_t* fs = h.seg ? h.seg : one;
+        const uint64_t fn = h.seg ? h.nseg : 1;
+        int npc = 0, need = 0;
+        free(pc);
+        pc = NULL;
+        size_t cap = 0, fpos = 0;
+        for (uint64_t j = 0; j < fn; j++) {
+            const size_t a = fs[2 * j], b = a + fs[2 * j + 1];
+            for (int k = 0; k < mine->n; k++) {
+                const size_t c = mine->s[k].global, e = c + mine->s[k].n;
+                const size_t lo = a > c ? a : c, hi = b < e ? b : e;
+                if (lo >= hi) continue;
+                if ((size_t)npc == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    pc = realloc(pc, cap * sizeof(CkPiece));
+                    if (!pc) { fclose(r.f); ck_error(path, "out of memory"); goto done; }
+                }
+                pc[npc++] = (CkPiece){ fpos + (lo - a), mine->s[k].local + (lo - c), hi - lo };
+                for (size_t x = 0; x < hi - lo && !need; x++) need = !have[mine->s[k].local + (lo - c) + x];
+            }
+            fpos += b - a;
+        }
+        if (!need && nread > 0) { fclose(r.f); free(h.seg); continue; }
+        if (nread == 0) { h0 = h; f0 = f; }
+        else if (same_global_state(file, path, f0, &h, &h0) != 0) { fclose(r.f); free(h.seg); goto done; }
+        if (r_spike(&r, nread == 0 ? (st ? st->loss_win : NULL) : NULL) != 0 ||
+            r_spike(&r, nread == 0 ? (st ? st->grad_win : NULL) : NULL) != 0) { fclose(r.f); free(h.seg); goto done; }
+        free(fm); free(fv);
+        fm = malloc((size_t)(h.cnt ? h.cnt : 1) * sizeof(float));
+        fv = malloc((size_t)(h.cnt ? h.cnt : 1) * sizeof(float));
+        if (!fm || !fv) { fclose(r.f); free(h.seg); ck_error(file, "out of memory for %llu floats", (unsigned long long)h.cnt); goto done; }
+        if (r_get(&r, fm, (size_t)h.cnt * sizeof(float)) != 0 || r_get(&r, fv, (size_t)h.cnt * sizeof(float)) != 0) {
+            fclose(r.f); free(h.seg); goto done;
+        }
+        free(h.seg);
+        if (r_close(&r) != 0) goto done;
+        for (int k = 0; k < npc; k++) {
+            memcpy(host_m + pc[k].k, fm + pc[k].fpos, pc[k].n * sizeof(float));
+            memcpy(host_v + pc[k].k, fv + pc[k].fpos, pc[k].n * sizeof(float));
+            memset(have + pc[k].k, 1, pc[k].n);
+        }
+        nread++;
+    }
+    for (int k = 0; k < mine->n; k++)
+        for (size_t x = 0; x < mine->s[k].n; x++)
+            if (!have[mine->s[k].local + x]) {
+                ck_error(path, "float %zu of the AdamW state (whole arena) is in none of its %d rank files (damaged or incomplete "
+                         "checkpoint)", mine->s[k].global + x, nproc);
+                goto done;
+            }
+    ops_from_host(o->m, host_m, cnt * sizeof(float));
+    ops_from_host(o->v, host_v, cnt * sizeof(float));
+    o->t = h0.t;
+    if (st) {
+        st->step = (int)h0.step;
+        st->nonfinite_run = h0.nonfinite;
+        st->lr = h0.lr;
+        st->data_shuffle = h0.shuffle;
+        st->data_seed = h0.seed;
+        st->data.epoch = h0.pos[0];
+        st->data.shard_idx = h0.pos[1];
+        st->data.batch_idx = h0.pos[2];
+        st->ckpt_nproc = nproc;
+        // segments (expert parallelism): ZeRO-1 holds every float of the model once over the
+        // files (floats: the tensors' elements), zero_stage 0 the dense ones once per process
+        if (h0.off == CKPT_SEGMENTS) zero_stage = all_cnt == floats;
+        st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
+    }
+    rc = 0;
+done:
+    free(host_m); free(host_v); free(have); free(pc); free(fm); free(fv);
+    return rc;
 }
 
 // The AdamW state of o's range [o->lo, o->hi) and the global state st (checkpoint_load).
@@ -838,9 +1073,32 @@ done:
     return rc;
 }
 
+// param_table_map's copy of a whole host arena's pieces into a shard's host arena
+typedef struct { float* dst; const float* src; } CkCopy;
+static void copy_piece(void* ctx, size_t local, size_t global, size_t n) {
+    CkCopy* c = (CkCopy*)ctx;
+    memcpy(c->dst + local, c->src + global, n * sizeof(float));
+}
+
+static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, const ParamTable* t,
+                                const ParamTable* g);
+
 int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, int nproc) {
+    (void)nproc;   // the reader's process count: any count may read any checkpoint (elastic resume)
+    if (m->table.ep_size <= 1) return load_model_and_state(path, m, o, st, rank, &m->table, &m->table);
+    // an expert shard: model.bin holds the whole model (table g), this process takes its part
+    ParamTable g;
+    param_table_build(&g, &m->cfg);
+    int rc = load_model_and_state(path, m, o, st, rank, &m->table, &g);
+    param_table_free(&g);
+    return rc;
+}
+
+// t: m's table; g: the whole model's (model.bin's; t itself when m holds every expert)
+static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainState* st, int rank, const ParamTable* tm,
+                                const ParamTable* g) {
     char file[CKPT_PATH_MAX + 32];
-    const ParamTable* t = &m->table;
+    const ParamTable* t = g;   // what model.bin holds
     Reader r;
     snprintf(file, sizeof file, "%s/model.bin", path);
     if (r_open(&r, file, CKPT_KIND_MODEL) != 0) return -1;
@@ -874,13 +1132,39 @@ int checkpoint_load(const char* path, GPT* m, Optim* o, CkptTrainState* st, int 
     if (!host) { ck_error(file, "out of memory for %zu floats", t->total); goto fail; }
     if (r_get(&r, host, t->total * sizeof(float)) != 0) { free(host); goto fail; }
     if (r_close(&r) != 0) { free(host); return -1; }
-    ops_from_host(m->params, host, t->total * sizeof(float));
+    if (tm != g) {   // this process's experts (by global index) and every dense tensor
+        float* mine = calloc(tm->total ? tm->total : 1, sizeof(float));
+        if (!mine) { free(host); return ck_error(file, "out of memory for %zu floats", tm->total); }
+        CkCopy cc = { mine, host };
+        param_table_map(tm, g, 0, tm->total, copy_piece, &cc);
+        free(host);
+        host = mine;
+    }
+    ops_from_host(m->params, host, tm->total * sizeof(float));
     gpt_params_changed(m, 0);   // the compute copy of the weights follows (again below, with t)
-    if (!o) { free(host); return 0; }
-
     free(host);
-    (void)nproc;   // the reader's process count: any count may read any checkpoint (elastic resume)
-    if (load_rank_state(path, o, st, rank, t->total) != 0) return -1;
+    if (!o) return 0;
+
+    // the AdamW state: by slice (the same layout on both sides, or another process count), or by
+    // segments of the whole arena when either side is an expert shard
+    RankHead h;
+    if (open_rank_file(&r, file, sizeof file, path, 0, 0, g->total, &h) != 0) return -1;
+    fclose(r.f);
+    const int segmented = h.seg != NULL;
+    free(h.seg);
+    int rc;
+    if (tm == g && !segmented) {
+        rc = load_rank_state(path, o, st, rank, t->total);
+    } else {
+        CkSegs mine;
+        optim_segments(o, tm, g, &mine);
+        for (int k = 0; k < mine.n; k++) mine.s[k].local = optim_moment_index(o, mine.s[k].local);
+        size_t floats = 0;
+        for (int i = 0; i < g->n; i++) floats += g->p[i].numel;
+        rc = load_rank_segments(path, o, st, rank, g->total, floats, &mine);
+        free(mine.s);
+    }
+    if (rc != 0) return -1;
     gpt_params_changed(m, o->t);   // round as the uninterrupted run did after update t
     return 0;
 fail:

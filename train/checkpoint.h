@@ -92,6 +92,17 @@ typedef int (*CkptAgree)(void* ctx, int failed);
 int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
                           const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx);
 
+// Expert parallelism (a model built by gpt_build_ep with ep_size > 1 holds only its experts):
+// checkpoints still hold the whole model, every expert by its global index (docs/formats.md).
+// model.bin is written by rank 0 from the whole model's arena in the ep_size-1 layout, which
+// the trainer's gather assembles: checkpoint_save_ranks calls gather(ctx, m) on every rank
+// (rank 0 gets a malloc'd host copy of the whole arena, which it frees; the others NULL; the
+// members of rank 0's group take part). Rank files then hold AdamW segments (docs/formats.md),
+// each at its offset in the whole model's arena, and any reader (any process count, any P)
+// assembles its own parts from them by global offset.
+typedef float* (*CkptGather)(void* ctx, const GPT* m);
+void checkpoint_set_gather(CkptGather gather, void* ctx);
+
 // ---- reading
 // Checks DONE, then every file it lists: magic, version, size, checksum, and that the
 // checksum is the one DONE recorded. Returns 0 (info filled when not NULL) or -1 with one line

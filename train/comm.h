@@ -17,6 +17,11 @@ typedef struct {
     // expert parallelism (comm_ep_init): groups of ep_size consecutive ranks exchange MoE tokens
     int ep_size, ep_rank;  // the group's size P and this rank's index in it (rank % P); 1, 0 = off
     void* ep_comm;         // the group's communicator (MPI_Comm*), NULL when off
+    // the replica group (comm_ep_init): the rep_size = size / ep_size ranks with this ep_rank
+    // (ranks ep_rank, ep_rank + P, ...), which hold the same experts; this rank is rep_rank =
+    // rank / P of them. Without expert parallelism: every rank (rep_size = size, rep_rank = rank).
+    int rep_size, rep_rank;
+    void* rep_comm;        // its communicator (MPI_Comm*), NULL when off
     double ep_seconds;     // wall time in the group's all-to-alls (also counted in seconds)
     double ep_bytes;       // payload bytes this rank sent to other ranks by them (rows, not counts)
 } Comm;
@@ -57,8 +62,17 @@ void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n);
 void comm_ep_alltoallv(Comm* c, const void* send, const int* send_rows, void* recv, const int* recv_rows,
                        size_t row_bytes);
 
+// Within the replica group (Comm.rep_*): comm_reduce_scatter_sum_f32 and comm_allgather_f32
+// with rep_size shards (off, cnt [rep_size]). Nothing without expert parallelism.
+void comm_rep_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
+void comm_rep_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
+// Within the group: every member's send[n] (host) to member 0's recv[P * n], in member order
+// (the checkpoint's expert gather); recv is unused elsewhere.
+void comm_ep_gather_f32(Comm* c, const float* send, size_t n, float* recv);
 // Within the group: member 0's bytes buf[n] to every member (the group's NCCL id).
 void comm_ep_broadcast(Comm* c, void* buf, size_t n);
+// Within the replica group: its member 0's bytes buf[n] to every member (its NCCL id).
+void comm_rep_broadcast(Comm* c, void* buf, size_t n);
 
 // Host memory of comm_reduce_scatter_sum_f32 over `floats` floats (the memory planner,
 // train/plan.h): *held, what this layer keeps between calls (MPI: the receive buffer of this

@@ -54,12 +54,14 @@ void comm_init(Comm* c, int* argc, char*** argv) {
           "MPI_Comm_split_type");
     MPI_Comm_rank(node, &c->local_rank);
     MPI_Comm_free(&node);
+    c->ep_size = 1; c->rep_size = c->size; c->rep_rank = c->rank;   // until comm_ep_init
 }
 
 void comm_finalize(Comm* c) {
     if (!c->mpi) return;
     MPI_Barrier(MPI_COMM_WORLD);
     if (c->ep_comm) { MPI_Comm_free((MPI_Comm*)c->ep_comm); free(c->ep_comm); c->ep_comm = NULL; }
+    if (c->rep_comm) { MPI_Comm_free((MPI_Comm*)c->rep_comm); free(c->rep_comm); c->rep_comm = NULL; }
     g_inited = 0;
     MPI_Finalize();
     free(g_recv);
@@ -107,8 +109,8 @@ void comm_allreduce_max_f64(Comm* c, double* x, size_t n) { allreduce(c, x, n, M
 
 // Shard counts and displacements as MPI ints; a shard over INT_MAX floats is refused (a model
 // of more than 2^31 * nproc parameters: shard in pieces when that day comes).
-static void int_counts(const Comm* c, const size_t* off, const size_t* cnt, int* ioff, int* icnt) {
-    for (int r = 0; r < c->size; r++) {
+static void int_counts(const Comm* c, int n, const size_t* off, const size_t* cnt, int* ioff, int* icnt) {
+    for (int r = 0; r < n; r++) {
         if (cnt[r] > INT_MAX || off[r] > INT_MAX) {
             fprintf(stderr, "error: rank %d: ZeRO-1 shard of %zu floats at %zu is beyond MPI's int counts (use more processes or zero_stage = 0)\n",
                     c->rank, cnt[r], off[r]);
@@ -126,42 +128,57 @@ void comm_reduce_scatter_bytes(int size, size_t floats, size_t shard, size_t* he
     *temp = size > 1 ? COMM_MPI_RS_TEMP_FACTOR * floats * sizeof(float) : 0;
 }
 
-void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
-    if (c->size == 1) return;
+// reduce-scatter over communicator g of n members, this one `me` (the world, or a replica group)
+static void reduce_scatter(Comm* c, MPI_Comm g, int n, int me, float* x, const size_t* off, const size_t* cnt) {
+    if (n == 1) return;
     double t = now_s();
-    int* ioff = malloc(2 * (size_t)c->size * sizeof(int));
+    int* ioff = malloc(2 * (size_t)n * sizeof(int));
     if (!ioff) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
-    int* icnt = ioff + c->size;
-    int_counts(c, off, cnt, ioff, icnt);
+    int* icnt = ioff + n;
+    int_counts(c, n, off, cnt, ioff, icnt);
     // MPI_Reduce_scatter's in-place form takes the whole x and leaves rank r's block at the
     // start of x; reduce into a separate buffer and copy it to its place instead.
-    if (cnt[c->rank] > g_recv_n) {
+    if (cnt[me] > g_recv_n) {
         free(g_recv);
-        g_recv_n = cnt[c->rank];
+        g_recv_n = cnt[me];
         size_t held, temp;
-        comm_reduce_scatter_bytes(c->size, 0, g_recv_n, &held, &temp);   // what the planner counts
+        comm_reduce_scatter_bytes(n, 0, g_recv_n, &held, &temp);   // what the planner counts
         g_recv = malloc(held);
         if (!g_recv) { fprintf(stderr, "error: rank %d: out of memory in reduce-scatter\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
     }
     float* mine = g_recv;
     // the shards are contiguous and in rank order (off[r+1] = off[r] + cnt[r]) from off[0]
-    check(MPI_Reduce_scatter(x + off[0], mine, icnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
-    if (cnt[c->rank]) memcpy(x + off[c->rank], mine, cnt[c->rank] * sizeof(float));
+    check(MPI_Reduce_scatter(x + off[0], mine, icnt, MPI_FLOAT, MPI_SUM, g), "MPI_Reduce_scatter");
+    if (cnt[me]) memcpy(x + off[me], mine, cnt[me] * sizeof(float));
     free(ioff);
     c->seconds += now_s() - t;
 }
 
-void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
-    if (c->size == 1) return;
+static void allgather(Comm* c, MPI_Comm g, int n, float* x, const size_t* off, const size_t* cnt) {
+    if (n == 1) return;
     double t = now_s();
-    int* ioff = malloc(2 * (size_t)c->size * sizeof(int));
+    int* ioff = malloc(2 * (size_t)n * sizeof(int));
     if (!ioff) { fprintf(stderr, "error: rank %d: out of memory in allgather\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
-    int* icnt = ioff + c->size;
-    int_counts(c, off, cnt, ioff, icnt);
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, icnt, ioff, MPI_FLOAT, MPI_COMM_WORLD),
-          "MPI_Allgatherv");
+    int* icnt = ioff + n;
+    int_counts(c, n, off, cnt, ioff, icnt);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, icnt, ioff, MPI_FLOAT, g), "MPI_Allgatherv");
     free(ioff);
     c->seconds += now_s() - t;
+}
+
+void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
+    reduce_scatter(c, MPI_COMM_WORLD, c->size, c->rank, x, off, cnt);
+}
+void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
+    allgather(c, MPI_COMM_WORLD, c->size, x, off, cnt);
+}
+void comm_rep_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
+    if (c->rep_size <= 1) return;
+    reduce_scatter(c, *(MPI_Comm*)c->rep_comm, c->rep_size, c->rep_rank, x, off, cnt);
+}
+void comm_rep_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
+    if (c->rep_size <= 1) return;
+    allgather(c, *(MPI_Comm*)c->rep_comm, c->rep_size, x, off, cnt);
 }
 
 void comm_broadcast(Comm* c, void* buf, size_t n) {
@@ -177,6 +194,7 @@ void comm_broadcast(Comm* c, void* buf, size_t n) {
 // ---- expert parallelism ----
 int comm_ep_init(Comm* c, int P) {
     c->ep_size = 1; c->ep_rank = 0; c->ep_comm = NULL;
+    c->rep_size = c->size; c->rep_rank = c->rank; c->rep_comm = NULL;
     if (P == 1) return 0;
     if (P < 1 || c->size % P != 0) {
         fprintf(stderr, "error: rank %d: [moe] expert_parallel = %d does not divide the %d processes: each group of "
@@ -192,7 +210,24 @@ int comm_ep_init(Comm* c, int P) {
     MPI_Comm_rank(*g, &c->ep_rank);
     c->ep_size = P;
     c->ep_comm = g;
+    // the replica group: the members with this member index in every group (ranks q, q + P, ...),
+    // which hold the same experts; key: the rank, so replica index = rank / P
+    MPI_Comm* h = malloc(sizeof(MPI_Comm));
+    if (!h) { fprintf(stderr, "error: rank %d: out of host memory (expert parallelism)\n", c->rank); return -1; }
+    check(MPI_Comm_split(MPI_COMM_WORLD, c->rank % P, c->rank, h), "MPI_Comm_split (expert replicas)");
+    MPI_Comm_set_errhandler(*h, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(*h, &c->rep_rank);
+    MPI_Comm_size(*h, &c->rep_size);
+    c->rep_comm = h;
     return 0;
+}
+
+void comm_ep_gather_f32(Comm* c, const float* send, size_t n, float* recv) {
+    if (c->ep_size <= 1) { memmove(recv, send, n * sizeof(float)); return; }
+    if (n > INT_MAX) { fprintf(stderr, "error: rank %d: comm_ep_gather_f32 of %zu floats\n", c->rank, n); MPI_Abort(MPI_COMM_WORLD, 1); }
+    double t = now_s();
+    check(MPI_Gather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, 0, *(MPI_Comm*)c->ep_comm), "MPI_Gather (expert shards)");
+    c->seconds += now_s() - t;
 }
 
 void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n) {
@@ -235,4 +270,10 @@ void comm_ep_broadcast(Comm* c, void* buf, size_t n) {
     if (c->ep_size <= 1) return;
     if (n > INT_MAX) { fprintf(stderr, "error: rank %d: comm_ep_broadcast of %zu bytes\n", c->rank, n); MPI_Abort(MPI_COMM_WORLD, 1); }
     check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, *(MPI_Comm*)c->ep_comm), "MPI_Bcast (expert parallelism)");
+}
+
+void comm_rep_broadcast(Comm* c, void* buf, size_t n) {
+    if (c->rep_size <= 1 || !c->rep_comm) return;
+    if (n > INT_MAX) { fprintf(stderr, "error: rank %d: comm_rep_broadcast of %zu bytes\n", c->rank, n); MPI_Abort(MPI_COMM_WORLD, 1); }
+    check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, *(MPI_Comm*)c->rep_comm), "MPI_Bcast (expert replicas)");
 }

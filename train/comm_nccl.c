@@ -32,8 +32,9 @@ static double now_s(void) {
 
 // The communicator's side stream for the collectives and the event the compute stream records
 // before them (nccl_init and the expert-parallel group's communicator alike).
-static void nccl_attach(NcclComm* n, ncclComm_t comm) {
+static void nccl_attach(NcclComm* n, ncclComm_t comm, int nranks) {
     n->nccl = comm;
+    n->nranks = nranks;
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     n->stream = s;
@@ -67,7 +68,7 @@ int nccl_init(NcclComm* n, Comm* c, int use_current_device) {
     comm_broadcast(c, &id, sizeof id);
     ncclComm_t comm;
     NCCL_CHECK(ncclCommInitRank(&comm, c->size, id, c->rank));
-    nccl_attach(n, comm);
+    nccl_attach(n, comm, c->size);
     return 0;
 }
 
@@ -93,7 +94,7 @@ void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count) {
 void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
     wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < n->comm->size; r++)
+    for (int r = 0; r < n->nranks; r++)
         if (cnt[r] > 0)   // every rank skips the same empty pieces (sub-ranges of the arena)
             NCCL_CHECK(ncclReduce(x + off[r], x + off[r], cnt[r], ncclFloat, ncclSum, r,
                               (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
@@ -103,7 +104,7 @@ void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const
 void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt) {
     wait_for_compute(n);
     NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < n->comm->size; r++)
+    for (int r = 0; r < n->nranks; r++)
         if (cnt[r] > 0)
             NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,
                                  (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
@@ -130,10 +131,27 @@ int nccl_ep_init(NcclComm* n, Comm* c) {
                 "through the host\n", c->rank, ncclGetErrorString(r));
         return -1;
     }
-    nccl_attach(n, comm);
+    nccl_attach(n, comm, c->ep_size);
     return 0;
 }
 
+int nccl_rep_init(NcclComm* n, Comm* c) {
+    memset(n, 0, sizeof(*n));
+    n->comm = c;
+    CUDA_CHECK(cudaGetDevice(&n->device));
+    ncclUniqueId id;
+    if (c->rep_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    comm_rep_broadcast(c, &id, sizeof id);
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRank(&comm, c->rep_size, id, c->rep_rank);
+    if (r != ncclSuccess) {
+        fprintf(stderr, "note: rank %d: NCCL refused the expert replica group's communicator (%s): the experts' gradients "
+                "go through the host\n", c->rank, ncclGetErrorString(r));
+        return -1;
+    }
+    nccl_attach(n, comm, c->rep_size);
+    return 0;
+}
 void nccl_ep_alltoallv(NcclComm* n, const void* send, const int* send_rows, void* recv, const int* recv_rows,
                        size_t row_bytes) {
     const int P = n->comm->ep_size;

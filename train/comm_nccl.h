@@ -28,6 +28,7 @@ typedef struct {
     int device;          // CUDA device of this process
     void* compute_done;  // cudaEvent_t recorded on the compute stream before each collective
     double seconds;      // wall time in nccl_sync (waiting for collectives)
+    int nranks;          // members of this communicator (the world, a group or a replica group)
 } NcclComm;
 
 // Builds the NCCL communicator on the process's GPU: the current device when use_current_device
@@ -47,6 +48,12 @@ void nccl_sync(NcclComm* n);
 // the group's MPI communicator. Returns -1 (with a note) when NCCL refuses it; the caller then
 // stages the rows through the host.
 int nccl_ep_init(NcclComm* n, Comm* c);
+// Expert parallelism: a communicator over this process's replica group (Comm.rep_size members,
+// Comm.rep_rank this one), for the experts' gradient reduction and ZeRO-1 all-gather; the id
+// from member 0 over the replica group's MPI communicator. nccl_reduce_scatter_sum_f32 and
+// nccl_allgather_f32 then take rep_size shards. Returns -1 with a note when NCCL refuses (the
+// caller then stages the expert region through the host).
+int nccl_rep_init(NcclComm* n, Comm* c);
 // The experts' all-to-all on device memory: send_rows[p] rows of row_bytes to member p (in
 // member order in send) and recv_rows[p] rows from member p into recv, as one group of
 // ncclSend / ncclRecv; waits for it (the layer's next kernels read recv).

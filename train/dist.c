@@ -25,25 +25,48 @@ size_t dist_host_bytes(size_t total, int size) {
     return 2 * (size_t)size * sizeof(size_t) + (nchunks ? nchunks : 1) * sizeof(double);
 }
 
-int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
+int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) { return dist_init_ep(d, c, zero_stage, total, total); }
+
+int dist_init_ep(Dist* d, Comm* c, int zero_stage, size_t total, size_t dense) {
     memset(d, 0, sizeof(*d));
     d->comm = c;
     d->zero_stage = zero_stage;
     d->total = total;
-    int n = c->size;
+    if (c->ep_size <= 1 || dense > total) dense = total;
+    d->dense = dense;
+    int n = c->size, nr = c->ep_size > 1 ? c->rep_size : 1;
     d->off = calloc((size_t)n, sizeof(size_t));
     d->cnt = calloc((size_t)n, sizeof(size_t));
-    d->nchunks = (total + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    d->xoff = calloc((size_t)nr, sizeof(size_t));
+    d->xcnt = calloc((size_t)nr, sizeof(size_t));
+    d->nchunks = (dense + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     d->part = calloc(d->nchunks ? d->nchunks : 1, sizeof(double));
-    if (!d->off || !d->cnt || !d->part) { fprintf(stderr, "error: out of host memory (dist_init)\n"); exit(1); }
+    d->nxchunks = (total - dense + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    d->xpart = calloc(d->nxchunks ? d->nxchunks * (size_t)c->ep_size : 1, sizeof(double));
+    if (!d->off || !d->cnt || !d->xoff || !d->xcnt || !d->part || !d->xpart) {
+        fprintf(stderr, "error: out of host memory (dist_init)\n");
+        exit(1);
+    }
     for (int r = 0; r < n; r++) {
         size_t a, b;
-        dist_shard(total, n, r, &a, &b);
+        dist_shard(dense, n, r, &a, &b);
         d->off[r] = a;
         d->cnt[r] = b - a;
     }
-    if (zero_stage == 1) { d->lo = d->off[c->rank]; d->hi = d->lo + d->cnt[c->rank]; }
-    else { d->lo = 0; d->hi = total; }
+    for (int r = 0; r < nr; r++) {   // the expert region's replica shards (dense is whole norm chunks)
+        size_t a, b;
+        dist_shard(total - dense, nr, r, &a, &b);
+        d->xoff[r] = dense + a;
+        d->xcnt[r] = b - a;
+    }
+    if (zero_stage == 1) {
+        d->lo = d->off[c->rank]; d->hi = d->lo + d->cnt[c->rank];
+        int q = nr > 1 ? c->rep_rank : 0;
+        d->xlo = d->xoff[q]; d->xhi = d->xlo + d->xcnt[q];
+    } else {
+        d->lo = 0; d->hi = dense;
+        d->xlo = dense; d->xhi = total;
+    }
     const char* ov = getenv("GATEDGPT_DIST_OVERLAP");
     d->overlap = ov && strcmp(ov, "1") == 0;
 #ifdef GATEDGPT_DEVICE_ARENAS
@@ -64,6 +87,11 @@ int dist_init(Dist* d, Comm* c, int zero_stage, size_t total) {
             if (e && nccl_ep_init(e, c) == 0) d->nccl_ep = e;
             else free(e);
         }
+        if (c->ep_size > 1 && c->rep_size > 1 && d->total > d->dense) {   // the experts' gradients over their replicas
+            NcclComm* e = calloc(1, sizeof(NcclComm));
+            if (e && nccl_rep_init(e, c) == 0) d->nccl_rep = e;   // else staged through the host
+            else free(e);
+        }
 #else
         fprintf(stderr, "error: rank %d: this CUDA build has no NCCL, which data parallelism on GPUs needs: install "
                 "NCCL (libnccl-dev) and rebuild, or run one process\n", c->rank);
@@ -79,8 +107,9 @@ void dist_free(Dist* d) {
 #ifdef GATEDGPT_NCCL
     if (d->nccl) { nccl_free((NcclComm*)d->nccl); free(d->nccl); }
     if (d->nccl_ep) { nccl_free((NcclComm*)d->nccl_ep); free(d->nccl_ep); }
+    if (d->nccl_rep) { nccl_free((NcclComm*)d->nccl_rep); free(d->nccl_rep); }
 #endif
-    free(d->off); free(d->cnt); free(d->part);
+    free(d->off); free(d->cnt); free(d->xoff); free(d->xcnt); free(d->part); free(d->xpart);
     memset(d, 0, sizeof(*d));
 }
 
@@ -129,17 +158,63 @@ static int cmp_range(const void* a, const void* b) {
     return x < y ? -1 : x > y;
 }
 
+#ifdef GATEDGPT_DEVICE_ARENAS
+// The expert region of a device arena through host memory over the replica group's MPI
+// communicator: reduce (reduce-scatter, and all-gather for zero_stage 0) or, reduce = 0, the
+// ZeRO-1 all-gather of the parameters.
+static void rep_staged(Dist* d, float* x, int reduce) {
+    const size_t n = d->total - d->dense;
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) { fprintf(stderr, "error: out of host memory (expert replica reduction)\n"); exit(1); }
+    size_t* off = malloc(2 * (size_t)d->comm->rep_size * sizeof(size_t));
+    if (!off) { fprintf(stderr, "error: out of host memory (expert replica reduction)\n"); exit(1); }
+    size_t* cnt = off + d->comm->rep_size;
+    for (int r = 0; r < d->comm->rep_size; r++) { off[r] = d->xoff[r] - d->dense; cnt[r] = d->xcnt[r]; }
+    ops_to_host(h, x + d->dense, n * sizeof(float));
+    if (reduce) comm_rep_reduce_scatter_sum_f32(d->comm, h, off, cnt);
+    if (!reduce || d->zero_stage == 0) comm_rep_allgather_f32(d->comm, h, off, cnt);
+    ops_from_host(x + d->dense, h, n * sizeof(float));
+    free(off); free(h);
+}
+#endif
+
+// The expert region over the replica group (expert parallelism; nothing otherwise): reduce-
+// scatter, and for zero_stage 0 all-gather. NCCL: enqueued on the replica communicator.
+static void reduce_experts(Dist* d, float* grads) {
+    if (d->total <= d->dense || d->comm->ep_size <= 1 || d->comm->rep_size <= 1) return;
+#ifdef GATEDGPT_NCCL
+    if (d->nccl_rep) {
+        NcclComm* n = (NcclComm*)d->nccl_rep;
+        double t = n->seconds;
+        nccl_reduce_scatter_sum_f32(n, grads, d->xoff, d->xcnt);
+        if (d->zero_stage == 0) nccl_allgather_f32(n, grads, d->xoff, d->xcnt);
+        nccl_sync(n);
+        d->comm->seconds += n->seconds - t;
+        return;
+    }
+#endif
+#ifdef GATEDGPT_DEVICE_ARENAS
+    // device arenas without a replica communicator (NCCL refused it: the emulator's span every
+    // process): the expert region staged through the host for MPI
+    rep_staged(d, grads, 1);
+#else
+    comm_rep_reduce_scatter_sum_f32(d->comm, grads, d->xoff, d->xcnt);
+    if (d->zero_stage == 0) comm_rep_allgather_f32(d->comm, grads, d->xoff, d->xcnt);
+#endif
+}
+
 void dist_reduce_grads(Dist* d, float* grads) {
+    reduce_experts(d, grads);
     if (d->overlap && d->comm->size > 1) {
         // what the backward did not hand over (embeddings, final norm, LM head, any layer that
-        // was not one block): the gaps between the reduced ranges, in arena order
+        // was not one block): the gaps between the reduced ranges of the dense region, in order
         qsort(d->done, (size_t)d->ndone, sizeof(*d->done), cmp_range);
         size_t at = 0;
         for (int i = 0; i < d->ndone; i++) {
             reduce_scatter_range(d, grads, at, d->done[i][0]);
             if (d->done[i][1] > at) at = d->done[i][1];
         }
-        reduce_scatter_range(d, grads, at, d->total);
+        reduce_scatter_range(d, grads, at, d->dense);
         d->ndone = 0;
 #ifdef GATEDGPT_NCCL
         if (d->nccl) {
@@ -181,15 +256,45 @@ float dist_grad_norm(Dist* d, const float* grads) {
         ops_sumsq_chunks(d->part + d->lo / OPS_SUMSQ_CHUNK, grads + d->lo, d->hi - d->lo);
         comm_allreduce_sum_f64(d->comm, d->part, d->nchunks);
     } else {
-        ops_sumsq_chunks(d->part, grads, d->total);
+        ops_sumsq_chunks(d->part, grads, d->dense);
     }
     double s = 0.0;
     for (size_t i = 0; i < d->nchunks; i++) s += d->part[i];
+    if (d->nxchunks > 0) {
+        // the expert shards: member q's chunk sums at [q * nxchunks, ...), filled by the replica
+        // that owns each chunk (ZeRO-1) or by replica 0 (zero_stage 0: every replica has them
+        // all), zeros elsewhere; summed over all processes, every expert's chunk appears once
+        const size_t nx = d->nxchunks;
+        memset(d->xpart, 0, (size_t)d->comm->ep_size * nx * sizeof(double));
+        if (d->zero_stage == 1 || d->comm->rep_rank == 0)
+            ops_sumsq_chunks(d->xpart + (size_t)d->comm->ep_rank * nx + (d->xlo - d->dense) / OPS_SUMSQ_CHUNK,
+                             grads + d->xlo, d->xhi - d->xlo);
+        comm_allreduce_sum_f64(d->comm, d->xpart, (size_t)d->comm->ep_size * nx);
+        for (size_t i = 0; i < (size_t)d->comm->ep_size * nx; i++) s += d->xpart[i];
+    }
     return (float)sqrt(s);
 }
 
 void dist_gather_params(Dist* d, float* params) {
     if (d->zero_stage != 1) return;
+    if (d->total > d->dense && d->comm->ep_size > 1 && d->comm->rep_size > 1) {   // the experts, over their replicas
+#ifdef GATEDGPT_NCCL
+        if (d->nccl_rep) {
+            NcclComm* n = (NcclComm*)d->nccl_rep;
+            double t = n->seconds;
+            nccl_allgather_f32(n, params, d->xoff, d->xcnt);
+            nccl_sync(n);
+            d->comm->seconds += n->seconds - t;
+        } else
+#endif
+        {
+#ifdef GATEDGPT_DEVICE_ARENAS
+            rep_staged(d, params, 0);
+#else
+            comm_rep_allgather_f32(d->comm, params, d->xoff, d->xcnt);
+#endif
+        }
+    }
 #ifdef GATEDGPT_NCCL
     if (d->nccl) {
         NcclComm* n = (NcclComm*)d->nccl;

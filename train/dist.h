@@ -17,17 +17,32 @@
 #include <stddef.h>
 #include "comm.h"
 
+//
+// Expert parallelism (Comm.ep_size = P > 1, the model an expert shard: model/params.h): the
+// arena is [dense | experts]. The dense region [0, dense) is reduced and sharded over all
+// processes as above. The expert region [dense, total) holds this member's experts, which only
+// its replica group holds too (Comm.rep_*: the size / P processes with the same member index
+// in every group): it is reduced over the replica group only and, under ZeRO-1, cut into
+// rep_size shards of whole norm chunks, one per replica. The global norm counts every expert
+// once: each member's expert chunk sums are added over the P members, not over the replicas.
 typedef struct {
     Comm* comm;
     int zero_stage;        // 0 or 1
     size_t total;          // floats in the parameter / gradient arenas
-    size_t* off;           // [size] start of each rank's shard
+    size_t dense;          // the dense region [0, dense) (= total without expert parallelism)
+    size_t* off;           // [size] start of each rank's shard of the dense region
     size_t* cnt;           // [size] its length
-    size_t lo, hi;         // the range this process updates: its shard (ZeRO-1) or [0, total)
-    size_t nchunks;        // norm chunks over the arena
+    size_t lo, hi;         // the dense range this process updates: its shard (ZeRO-1) or [0, dense)
+    size_t* xoff;          // [rep_size] start of each replica's shard of the expert region (absolute)
+    size_t* xcnt;          // [rep_size] its length
+    size_t xlo, xhi;       // the expert range this process updates (empty, = total, without experts)
+    size_t nchunks;        // norm chunks over the dense region
     double* part;          // [nchunks] host: per-chunk sums of squares
+    size_t nxchunks;       // norm chunks over the expert region (0 without expert parallelism)
+    double* xpart;         // [ep_size * nxchunks] host: every member's expert chunk sums
     void* nccl;            // NcclComm* when the arena collectives run on NCCL, else NULL
     void* nccl_ep;         // NcclComm* over the expert-parallel group (comm_ep_init before dist_init), else NULL
+    void* nccl_rep;        // NcclComm* over the replica group (more than one replica), else NULL
     // Overlap: the gradients of a layer are reduce-scattered as soon as the backward pass has
     // finished it (dist_reduce_range, from GPT.grads_ready), the rest in dist_reduce_grads. On
     // NCCL the reductions run on their own stream while the backward goes on; on MPI they block
@@ -42,6 +57,9 @@ typedef struct {
 // start). GATEDGPT_NCCL_SINGLE=1 in the environment runs the NCCL path with one process too
 // (tests/test_gpu_train.sh: it must give the same bits as the single-process path).
 int dist_init(Dist* d, Comm* c, int zero_stage, size_t total);
+// The same over an arena whose floats [dense, total) are this member's expert shard
+// (ParamTable.dense_total; comm_ep_init first). dense = total: dist_init.
+int dist_init_ep(Dist* d, Comm* c, int zero_stage, size_t total, size_t dense);
 // The shard [*lo, *hi) of rank `rank` of `size` over an arena of `total` floats (the layout
 // above; what a ZeRO-1 checkpoint's rank file holds).
 void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi);
@@ -54,7 +72,8 @@ size_t dist_host_bytes(size_t total, int size);
 // of grads; 1: only [lo, hi) is valid afterwards. Both stages add each element's values in
 // the same order (one reduce-scatter), so their sums have the same bits.
 void dist_reduce_grads(Dist* d, float* grads);
-// sqrt of the sum of squares of all gradients of the global batch (after dist_reduce_grads).
+// sqrt of the sum of squares of all gradients of the global batch (after dist_reduce_grads):
+// with expert parallelism every expert counted once.
 float dist_grad_norm(Dist* d, const float* grads);
 // ZeRO-1: every process's updated shard of params[total] to all processes (no-op for 0).
 void dist_gather_params(Dist* d, float* params);

@@ -132,9 +132,12 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     const char* act = lay.act_bytes == 2 ? "bf16" : "fp32";
 
     // ---- parameters, gradients, AdamW (model/gpt.h gpt_param_allocs, model/optim.h) ----
+    // expert parallelism: this process's arena, member 0's expert shard (every member's is the
+    // same size): the dense region and El = n_expert / P experts of each MoE layer
+    const int EPP = mc->moe.n_expert > 0 && mc->moe.expert_parallel > 1 ? mc->moe.expert_parallel : 1;
     ParamTable pt;
-    param_table_build(&pt, mc);
-    const size_t n = pt.total;
+    param_table_build_ep(&pt, mc, EPP, 0);
+    const size_t n = pt.total, nd = pt.dense_total;
     param_table_free(&pt);
     p->n_params = n;
     size_t req[GPT_PARAM_ALLOCS];
@@ -145,20 +148,26 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     else
         snprintf(p->what[PLAN_WEIGHTS], sizeof p->what[0], "parameters in fp32: the GEMMs read the master copy itself (no second copy)");
     p->bytes[PLAN_MASTER] = scratch_alloc_bytes(req[GPT_ALLOC_MASTER], al);
-    if (mc->moe.n_expert > 0 && mc->moe.expert_parallel > 1)   // docs/distributed.md: the experts are not sharded yet
-        snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes; every process "
-                 "holds all, every expert too: expert_parallel = %d computes 1/%d of them here, stores all)", n,
-                 mc->moe.expert_parallel, mc->moe.expert_parallel);
+    if (EPP > 1)   // docs/distributed.md "Expert parallelism": the experts are sharded
+        snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes: the %zu dense "
+                 "on every process, %zu of the experts: 1/%d of them, expert_parallel = %d)", n, nd, n - nd, EPP, EPP);
     else
         snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes; every process holds all)", n);
     p->bytes[PLAN_GRADS] = scratch_alloc_bytes(req[GPT_ALLOC_GRADS], al);
     snprintf(p->what[PLAN_GRADS], sizeof p->what[0], "fp32 gradients, the whole arena on every process (%zu x 4 bytes)", n);
-    size_t lo = 0, hi = n, slo = 0, shi = n;
-    if (P > 1) dist_shard(n, P, 0, &slo, &shi);   // rank 0's shard: the largest
-    if (p->zero_stage == 1) { lo = slo; hi = shi; }
+    // train/dist.h: the dense region sharded over the P processes, the expert region over the
+    // replica group (P / expert_parallel processes)
+    size_t lo = 0, hi = nd, slo = 0, shi = nd, xlo = nd, xhi = n, xs = 0, xe = n - nd;
+    if (P > 1) dist_shard(nd, P, 0, &slo, &shi);   // rank 0's shard: the largest
+    if (P / EPP > 1) dist_shard(n - nd, P / EPP, 0, &xs, &xe);
+    if (p->zero_stage == 1) { lo = slo; hi = shi; xlo = nd + xs; xhi = nd + xe; }
     p->shard_lo = lo; p->shard_hi = hi;
-    p->bytes[PLAN_ADAMW] = 2 * scratch_alloc_bytes(optim_moment_bytes(lo, hi), al);
-    if (p->zero_stage == 1)
+    p->bytes[PLAN_ADAMW] = 2 * scratch_alloc_bytes(optim_moment_bytes(lo, hi) + optim_moment_bytes(xlo, xhi), al);
+    if (p->zero_stage == 1 && EPP > 1)
+        snprintf(p->what[PLAN_ADAMW], sizeof p->what[0], "AdamW m and v, fp32, for rank 0's shards: %zu of the %zu dense "
+                 "parameters (zero_stage 1 over %d processes) + %zu of its %zu expert parameters (over %d replicas)",
+                 hi - lo, nd, P, xhi - xlo, n - nd, P / EPP);
+    else if (p->zero_stage == 1)
         snprintf(p->what[PLAN_ADAMW], sizeof p->what[0], "AdamW m and v, fp32, for rank 0's shard: %zu of %zu parameters "
                  "(zero_stage 1 over %d processes: the largest shard)", hi - lo, n, P);
     else
@@ -171,6 +180,13 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     p->bytes[PLAN_ACTS] = ab.by[GPT_ACTS_SAVED];
     snprintf(p->what[PLAN_ACTS], sizeof p->what[0], "kept for the backward, one micro-batch of %d x %d tokens (%s tensors, "
              "%.1f KiB per token)", B, T, lay.act_bytes == 2 ? "bf16 and fp32" : "fp32", ab.by[GPT_ACTS_SAVED] / 1024.0 / N);
+    p->bytes[PLAN_EP_ROWS] = ab.ep_rows;
+    if (EPP > 1)
+        snprintf(p->what[PLAN_EP_ROWS], sizeof p->what[0], "expert parallelism's received rows, sized from the exchanged counts "
+                 "(model/moe.h), at balanced routing: %zu rows a member (dropless imbalance: up to max/mean load x as many)",
+                 (size_t)B * T * mc->moe.top_k);
+    else
+        snprintf(p->what[PLAN_EP_ROWS], sizeof p->what[0], "no expert parallelism: none");
     p->bytes[PLAN_LOGITS] = ab.by[GPT_ACTS_LOGITS];
     snprintf(p->what[PLAN_LOGITS], sizeof p->what[0], "logits [%zu, %d] in %s (their gradient overwrites them), per-token loss and "
              "logsumexp, token ids", N, mc->padded_vocab, act);
@@ -213,7 +229,9 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     const size_t dist_host = dist_host_bytes(n, P);
     if (!cuda) {
         size_t held = 0, temp = 0;
-        comm_reduce_scatter_bytes(P, n, shi - slo, &held, &temp);
+        // one receive buffer, the largest shard reduced: the dense one, or (replicas) the experts'
+        const size_t rshard = P / EPP > 1 && xe - xs > shi - slo ? xe - xs : shi - slo;
+        comm_reduce_scatter_bytes(P, nd, rshard, &held, &temp);
         // MPI's temporaries live inside the reduce-scatter, after the backward has freed the
         // kernels' temporaries: the heap reuses that memory, so only the excess over the
         // scratch line adds to the peak
@@ -221,7 +239,7 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
         p->bytes[PLAN_COMM] = held + dist_host + excess;
         if (P > 1)
             snprintf(p->what[PLAN_COMM], sizeof p->what[0], "the reduce-scatter's receive shard (%.2f MiB), the norm chunks (%.2f MiB), "
-                     "MPI's transient 2 x %.2f MiB beyond the scratch it reuses (%.2f MiB)", mib(held), mib(dist_host), mib(n * 4), mib(excess));
+                     "MPI's transient 2 x %.2f MiB beyond the scratch it reuses (%.2f MiB)", mib(held), mib(dist_host), mib(nd * 4), mib(excess));
         else
             snprintf(p->what[PLAN_COMM], sizeof p->what[0], "one process: nothing exchanged; the norm's chunk sums (%.2f MiB)", mib(dist_host));
     } else {
@@ -309,7 +327,7 @@ int plan_largest_batch(const Config* cfg, const PlanOptions* o) {
 }
 
 static const char* LINE_NAMES[PLAN_LINES] = {"weights", "master", "grads", "adamw", "activations", "logits",
-                                             "backward", "kv cache", "scratch", "comm", "host", "runtime"};
+                                             "backward", "expert rows", "kv cache", "scratch", "comm", "host", "runtime"};
 
 void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f) {
     const int cuda = o->layout != PLAN_LAYOUT_CPU;

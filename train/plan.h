@@ -26,6 +26,7 @@ enum {
     PLAN_ACTS,          // tensors kept for the backward, one micro-batch
     PLAN_LOGITS,        // logits, losses, logsumexp, token ids
     PLAN_BACKWARD,      // the backward's buffers
+    PLAN_EP_ROWS,       // expert parallelism: the received rows' buffers (balanced routing)
     PLAN_KV,            // the sampler's KV cache, beyond the training arena it replaces
     PLAN_SCRATCH,       // the kernels' scratch (+ the GEMM library's workspace on the CPU)
     PLAN_COMM,          // communication buffers
