@@ -39,8 +39,27 @@ static void exit_hook(void) {
     if (g_inited && g_size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+// Whether a launcher (mpirun / mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH; srun) started
+// this process: each sets one of these in its processes' environment.
+static int launched_by_mpi(void) {
+    static const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                                 "MV2_COMM_WORLD_SIZE", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
 void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof(*c));
+    if (!launched_by_mpi()) {
+        // Run without a launcher: one process, and MPI is not started. A singleton MPI_Init would
+        // only make a world of 1, and Open MPI's spawns its daemon (orted) for it: 0.3-0.6 s per
+        // run on the 2-core host (`train_gpt --check`: docs/distributed.md), paid by every
+        // single-process run and tool call. Every collective below returns at size 1.
+        c->size = 1;
+        c->ep_size = 1; c->rep_size = 1;
+        return;
+    }
     check(MPI_Init(argc, argv), "MPI_Init");
     g_inited = 1;
     atexit(exit_hook);
@@ -79,6 +98,7 @@ void comm_abort(Comm* c, int code, const char* why) {
 
 const char* comm_name(const Comm* c) {
     static char name[MPI_MAX_LIBRARY_VERSION_STRING + 64];
+    if (!c->mpi) return "one process (not started by an MPI launcher: MPI not initialised)";
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(lib, &len);
