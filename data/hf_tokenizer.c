@@ -570,8 +570,8 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     const cJSON* merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
     const int M = cJSON_GetArraySize(merges);
     t->n_merges = M;
-    t->merges = malloc(((size_t)M * 2 + 2) * sizeof(int));
-    t->merge_ids = malloc(((size_t)M + 1) * sizeof(int));
+    t->merges = calloc((size_t)M * 2 + 2, sizeof(int));
+    t->merge_ids = calloc((size_t)M + 1, sizeof(int));
     int* made_at = malloc((size_t)V * sizeof(int));  // the first merge that makes each id
     size_t cap = 2 * longest + 2;
     char* sbuf = malloc(cap + 1);
@@ -665,7 +665,9 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
         size_t at = end ? (size_t)(end - H->json) : 0;
         int line, col;
         hf_line_col(H->json, at, &line, &col);
-        hf_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
+        if (at >= H->json_len)
+            hf_error(path, "broken JSON: the text ends inside it at line %d, column %d (byte %zu); truncated?", line, col, at);
+        else hf_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
         tokenizer_free(t);
         return -1;
     }

@@ -814,6 +814,10 @@ static HeapItem heap_pop(PairTable* pt) {
 }
 
 int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int vocab_size) {
+    return tokenizer_train_field(t, files, nfiles, vocab_size, NULL);
+}
+
+int tokenizer_train_field(Tokenizer* t, const char* const* files, int nfiles, int vocab_size, const char* jsonl_field) {
     memset(t, 0, sizeof(*t));
     const char* what = nfiles > 0 ? files[0] : "(no files)";
     if (vocab_size < 257 || vocab_size > (1 << 30)) {
@@ -825,7 +829,7 @@ int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int voca
     // 1. distinct pre-tokens and their counts, one streaming pass over the files
     PieceCounts pc = {0};
     if (pc_rehash(&pc) != 0) { tok_error(what, "out of memory"); return -1; }
-    TokenizerStream st = {.piece = pc_add, .ctx = &pc};
+    TokenizerStream st = {.piece = pc_add, .ctx = &pc, .jsonl_field = jsonl_field};
     for (int f = 0; f < nfiles; f++) {
         if (tokenizer_stream_file(files[f], &st) != 0) {
             if (pc.oom) tok_error(files[f], "out of memory counting pre-tokens");

@@ -67,6 +67,9 @@ typedef struct {
 // corpus has fewer distinct pairs than merges wanted, training stops early with a note on stderr
 // and the vocabulary is smaller.
 int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int vocab_size);
+// The same, reading *.jsonl files as JSON lines with the document in string field jsonl_field
+// (TokenizerStream.jsonl_field; NULL: all files are plain text).
+int tokenizer_train_field(Tokenizer* t, const char* const* files, int nfiles, int vocab_size, const char* jsonl_field);
 // Writes path.tmp, fsyncs it and renames it to path.
 int tokenizer_save(const Tokenizer* t, const char* path);
 // Our format, or llm.c's gpt2_tokenizer.bin (decode only). On failure *t needs no free.
