@@ -94,6 +94,11 @@ def text(r, added=(), invalid=True, max_chunks=24):
     return b"".join(out).replace(b"\0", b"")
 
 
+# hand-written cases every fixture holds: White_Space that ASCII \s lacks, and U+180E that is not White_Space
+EDGE = ["a\u00a0b c", "x \u3000 y\u3000\u3000z", "\u0085\u0085w", "q\u180e r", "\u2028\u2029 k", "\u00a0\u00a0\u00a0",
+        "Hello Привет world", "Привет, Привет!", "don'ſ 'ſ", "tab\t\u00a0\n\u3000end"]
+
+
 def texts(n, seed, added=(), invalid=True, max_chunks=24):
     r = random.Random(seed)
     return [text(r, added, invalid, max_chunks) for _ in range(n)]
@@ -106,7 +111,9 @@ def corpus(nbytes, seed):
     vocab = {s: [_word(r, s) for _ in range(300)] for s in ALPHABETS}
     while size < nbytes:
         s = r.choice(list(ALPHABETS))
-        line = " ".join(r.choice(vocab[s]) for _ in range(r.randint(3, 15)))
+        words = [r.choice(vocab[s]) for _ in range(r.randint(3, 15))]
+        # mostly plain spaces; sometimes Unicode White_Space (so that merges with it exist)
+        line = "".join(w + (" " if r.random() < 0.85 else r.choice(SPACES)) for w in words).rstrip(" ")
         if r.random() < 0.2:
             line += " " + _chunk(r, r.choice(["digits", "code", "emoji", "contraction"]), [])
         line += r.choice([".", ",", "!", "?", "", " —"]) + "\n"

@@ -10,7 +10,7 @@ makes one); never run from `make test`, which uses the fixtures this script writ
       (Split(Llama 3's pattern) + ByteLevel, ignore_merges=True), each with special and
       non-special added tokens, on hf_texts.corpus (every script) plus KJV text if given.
   hf_tokenizers.py fixtures OUT
-      `train` with vocab 1000 into OUT, then OUT/texts.bin (hf_texts.texts(300), NUL-separated)
+      `train` with vocab 1000 into OUT, then OUT/texts.bin (hf_texts.EDGE and hf_texts.texts(290), NUL-separated)
       and OUT/ids_NAME.txt: the ids `tokenizers` gives each text (one line each), what
       tests/test_hf_tokenizer.sh compares prepare's encoder with.
   hf_tokenizers.py check --tok-encode BIN --dir DIR [--n 100000] [--seed S]
@@ -136,10 +136,33 @@ def ours(tok_encode, path, txts):
     return [[int(x) for x in ln.split()] for ln in lines]
 
 
+IGNORE_MERGES_WORD = " Привет"
+
+
+def add_whole_token(path, word):
+    """Adds word's ByteLevel spelling to model.vocab (a new id) without a merge that makes it: only
+    model.ignore_merges gives that id (as in Llama 3's vocabulary, which holds such tokens)."""
+    from tokenizers import Tokenizer
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    spelled = "".join(B2C[x] for x in word.encode("utf-8"))
+    # the next model id; added tokens above it move up one (`tokenizers` renumbers an added token
+    # whose id does not follow the model's vocabulary when it loads the file)
+    new = len(j["model"]["vocab"])
+    for a in j["added_tokens"]:
+        if a["id"] >= new:
+            a["id"] += 1
+    j["model"]["vocab"][spelled] = new
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, indent=1)
+    Tokenizer.from_file(path)
+
+
 def fixtures(out):
     from tokenizers import Tokenizer
     train(out, 1000, 400_000, None)
-    txts = hf_texts.texts(300, seed=7, added=all_added(), max_chunks=16)
+    add_whole_token(os.path.join(out, "llama3.json"), IGNORE_MERGES_WORD)
+    txts = [e.encode("utf-8") for e in hf_texts.EDGE] + hf_texts.texts(290, seed=7, added=all_added(), max_chunks=16)
     with open(os.path.join(out, "texts.bin"), "wb") as f:
         f.write(b"\0".join(txts) + b"\0")
     for name in NAMES:
