@@ -9,7 +9,8 @@
 #     all of it). tok_encode must give the same ids, text by text;
 #   - prepare --tokenizer X.json: the sidecar is X.json byte for byte; one document of 2.5 MB (cut
 #     into pre-tokens while streaming, 1 MiB at a time) gives the ids of tok_encode on the whole
-#     text; prepare --decode gives the text back, invalid UTF-8 included;
+#     text, and so does tok_encode --stream-step (the text arriving 997 or 65521 bytes at a time);
+#     prepare --decode gives the text back, invalid UTF-8 included;
 #   - .jsonl input with --field: one document per line; a line without the field is an error;
 #   - tok_encode --export-hf writes the tokenizer.json back unchanged;
 #   - bad tokenizer.json files: one line naming the file and the part, exit 1, no shards.
@@ -68,6 +69,11 @@ print("same" if ids[1:] == whole else "differ: %d vs %d ids, first difference at
 EOF
 )
     check "$name: prepare's streamed ids == tok_encode on the whole text ($res)" '[ "$res" = same ]'
+    # the same cut thousands of times: the text arriving 997 (then 65521) bytes at a time
+    for step in 997 65521; do
+        "$TOK" "$FX/$name.json" --stream-step $step "$tmp/doc.txt" > "$tmp/streamed.txt"
+        check "$name: ids streamed $step bytes at a time == the whole text's" 'cmp -s "$tmp/streamed.txt" "$tmp/whole.txt"'
+    done
     "$PREP" --decode "$out/train_000000.bin" > "$tmp/dec.txt" 2> "$tmp/err"
     eot=$([ $name = gpt2 ] && echo '<|endoftext|>' || echo '<|end_of_text|>')
     { printf '%s' "$eot"; cat "$tmp/doc.txt"; } > "$tmp/want.txt"
