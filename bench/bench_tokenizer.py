@@ -4,8 +4,9 @@
 same text, one core, side by side (bench/bench_tokenizer.sh runs it in a virtual environment).
 
 The text: KJV (data/kjv/train.txt) repeated, mixed 4:1 with multilingual text of every script
-(tests/interop/hf_texts.corpus), MB megabytes, cut into documents by "<|endoftext|>" lines (KJV
-chapters; 40 lines of the rest). The tokenizers: three byte-level BPEs of vocab 32768 that
+(tests/interop/hf_texts.corpus), --mb million characters (100: 111 MB of UTF-8), cut into
+documents by "<|endoftext|>" lines (KJV chapters; 40 lines of the rest). The repetition helps
+every encoder with a pre-token cache (ours, tokenizers'); tiktoken has none. The tokenizers: three byte-level BPEs of vocab 32768 that
 `tokenizers` trains here on 8 MB of that mix, with GPT-2's, Qwen2's and Llama 3's pre-tokenizer
 (tests/interop/hf_tokenizers.py train). tiktoken runs the same BPE: its mergeable ranks are the
 merges in order (byte b -> rank b, merge r's token -> 256 + r) and its pattern is the same regex.
