@@ -13,6 +13,9 @@
 #     prepare --decode gives the text back, invalid UTF-8 included;
 #   - .jsonl input with --field: one document per line; a line without the field is an error;
 #   - tok_encode --export-hf writes the tokenizer.json back unchanged;
+#   - a tiny model trained 3 steps on tokenizer.json shards ([data] tokenizer = the sidecar):
+#     gatedgpt_ckpt sample encodes a prompt with an added token and decodes it back; export writes
+#     the tokenizer.json unchanged and its end-of-text id into config.json;
 #   - bad tokenizer.json files: one line naming the file and the part, exit 1, no shards.
 # The check on 100,000 texts against `tokenizers` itself is `make interop`
 # (scripts/hf_tokenizer_interop.sh).
@@ -120,7 +123,26 @@ check "a .jsonl line without the field: exit 1, one line naming the file, line 2
 check "tok_encode --export-hf of qwen2.json: tokenizer.json unchanged, config names <|endoftext|>" \
     'cmp -s "$tmp/ex/tokenizer.json" "$FX/qwen2.json" && grep -q "\"eos_token\": \"<|endoftext|>\"" "$tmp/ex/tokenizer_config.json"'
 
-# ---- 5. bad tokenizer.json: one line naming the file and the part, exit 1, nothing written ----
+# ---- 5. a model trained on shards of a tokenizer.json samples and exports with it -------------------
+# (prepare's qwen2 shards of the .jsonl above are too small: KJV val text, vocab 1001, 3 steps)
+"$PREP" --train data/kjv/val.txt --tokenizer "$FX/qwen2.json" --out "$tmp/pk" --quiet > /dev/null 2>&1
+"$build/train_gpt" --config configs/tiny_gated.ini --model.vocab_size=1001 --model.n_layer=1 --model.d_model=32 --model.n_head=2 \
+    --model.n_kv_head=1 --model.head_dim=16 --model.d_ff=64 --model.max_seq_len=32 --train.batch_size=2 --train.seq_len=32 \
+    --train.steps=3 --train.warmup_steps=1 --train.threads=1 --log.val_every=0 --metrics.probe_every=0 --log.sample_every=0 \
+    --checkpoint.checkpoint_every=3 --data.train_glob="$tmp/pk/train_*.bin" --data.val_glob="$tmp/pk/train_*.bin" \
+    --data.tokenizer="$tmp/pk/tokenizer.json" --log.run_dir="$tmp/run" > "$tmp/train.log" 2>&1
+rc=$?
+check "train_gpt on tokenizer.json shards (rc $rc): $(tail -1 "$tmp/train.log")" '[ $rc -eq 0 ]'
+"$build/gatedgpt_ckpt" sample "$tmp/run/checkpoints" --prompt "Привет <|im_start|>And God" --tokens 8 --greedy > "$tmp/sample.txt" 2>&1
+rc=$?
+check "gatedgpt_ckpt sample encodes the prompt and decodes with the sidecar tokenizer.json (rc $rc: $(head -c 300 "$tmp/sample.txt"))" \
+    '[ $rc -eq 0 ] && grep -q "Привет <|im_start|>And God" "$tmp/sample.txt"'
+"$build/gatedgpt_ckpt" export "$tmp/run/checkpoints" --out "$tmp/hf" > "$tmp/export.log" 2>&1
+rc=$?
+check "gatedgpt_ckpt export ([data] tokenizer = tokenizer.json) writes it unchanged (rc $rc)" \
+    '[ $rc -eq 0 ] && cmp -s "$tmp/hf/tokenizer.json" "$FX/qwen2.json" && grep -q "\"eos_token_id\": 0" "$tmp/hf/config.json"'
+
+# ---- 6. bad tokenizer.json: one line naming the file and the part, exit 1, nothing written ----
 "$PY" - "$FX/gpt2.json" "$tmp" <<'EOF'
 import json, sys
 src, d = sys.argv[1], sys.argv[2]
