@@ -124,8 +124,8 @@ check "tok_encode --export-hf of qwen2.json: tokenizer.json unchanged, config na
     'cmp -s "$tmp/ex/tokenizer.json" "$FX/qwen2.json" && grep -q "\"eos_token\": \"<|endoftext|>\"" "$tmp/ex/tokenizer_config.json"'
 
 # ---- 5. a model trained on shards of a tokenizer.json samples and exports with it -------------------
-# (prepare's qwen2 shards of the .jsonl above are too small: KJV val text, vocab 1001, 3 steps)
-"$PREP" --train data/kjv/val.txt --tokenizer "$FX/qwen2.json" --out "$tmp/pk" --quiet > /dev/null 2>&1
+# (the 2.5 MB document above as qwen2 shards, vocab 1001, 3 steps)
+"$PREP" --train "$tmp/doc.txt" --tokenizer "$FX/qwen2.json" --out "$tmp/pk" --quiet > /dev/null 2>&1
 "$build/train_gpt" --config configs/tiny_gated.ini --model.vocab_size=1001 --model.n_layer=1 --model.d_model=32 --model.n_head=2 \
     --model.n_kv_head=1 --model.head_dim=16 --model.d_ff=64 --model.max_seq_len=32 --train.batch_size=2 --train.seq_len=32 \
     --train.steps=3 --train.warmup_steps=1 --train.threads=1 --log.val_every=0 --metrics.probe_every=0 --log.sample_every=0 \
