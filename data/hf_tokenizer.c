@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <utf8proc.h>
 
 // One line to stderr: "error: tokenizer '<file>': <message>".
 static void hf_error(const char* file, const char* fmt, ...) {
@@ -55,6 +56,11 @@ struct TokHf {
     int32_t* vslots;
     size_t vcap;
     int ignore_merges;
+    int nfc;                    // normalizer NFC (Qwen2/3): each text between added tokens is put in NFC first
+    // NFC scratch (hf_segment_nfc): the normalized text, its units' starts, the pre-tokens found
+    unsigned char* nbuf; size_t ncap;
+    size_t* ustart; size_t ucap;     // pairs (original offset, normalized offset) of each unit
+    size_t* pcs; size_t pcap;        // pairs (start, end) of pre-tokens in nbuf
     char eot_text[64];
 };
 
@@ -394,6 +400,9 @@ void hf_tokenizer_free(Tokenizer* t) {
     free(H->added);
     free(H->added_text);
     free(H->vslots);
+    free(H->nbuf);
+    free(H->ustart);
+    free(H->pcs);
     free(H);
     t->hf = NULL;
 }
@@ -470,10 +479,11 @@ static int hf_merge_parts(const cJSON* e, int r, char* buf, size_t cap, const ch
 static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     TokHf* H = t->hf;
     const cJSON* norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm) &&
-        !(strcmp(hf_type(norm), "Sequence") == 0 &&
-          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) == 0)) {
-        hf_error(path, "normalizer '%s' changes the text before splitting; not supported (want null)", hf_type(norm));
+    if (norm && strcmp(hf_type(norm), "NFC") == 0) H->nfc = 1;  // Qwen2/3: supported (utf8proc)
+    else if (norm && !cJSON_IsNull(norm) &&
+             !(strcmp(hf_type(norm), "Sequence") == 0 &&
+               cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) == 0)) {
+        hf_error(path, "normalizer '%s' changes the text before splitting; not supported (want null or NFC)", hf_type(norm));
         return -1;
     }
     const cJSON* dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
@@ -681,6 +691,129 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
 // splitting text into pre-tokens
 // ================================================================================================
 
+// grows *buf (of *cap elements of size elem) to hold need; 0, or -1 when out of memory
+static int hf_grow(void** buf, size_t* cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    void* g = realloc(*buf, c * elem);
+    if (!g) return -1;
+    *buf = g;
+    *cap = c;
+    return 0;
+}
+
+// the length of the valid UTF-8 character at p[0..n), or 0 (what Python's decoder and PCRE2 accept:
+// no overlongs, no surrogates, nothing above U+10FFFF)
+static size_t hf_valid_char(const unsigned char* p, size_t n) {
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    size_t l = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (l == 0 || l > n) return 0;
+    for (size_t k = 1; k < l; k++) if ((p[k] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && p[1] < 0xA0) return 0;   // overlong
+    if (c == 0xED && p[1] >= 0xA0) return 0;  // surrogate
+    if (c == 0xF0 && p[1] < 0x90) return 0;   // overlong
+    if (c == 0xF4 && p[1] >= 0x90) return 0;  // above U+10FFFF
+    return l;
+}
+
+// Appends NFC(p[0..n)) to H->nbuf at *w: valid UTF-8 runs normalized by utf8proc, invalid bytes
+// copied (they stay gaps for the regex, as the `tokenizers` reference treats them). -1: no memory.
+static int hf_nfc_append(TokHf* H, const unsigned char* p, size_t n, size_t* w) {
+    size_t k = 0;
+    while (k < n) {
+        size_t v = k;
+        for (size_t l; v < n && (l = hf_valid_char(p + v, n - v)) > 0;) v += l;
+        if (v > k) {
+            utf8proc_uint8_t* out = NULL;
+            utf8proc_ssize_t m = utf8proc_map(p + k, (utf8proc_ssize_t)(v - k), &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (m < 0 || hf_grow((void**)&H->nbuf, &H->ncap, *w + (size_t)m, 1) != 0) { free(out); return -1; }
+            memcpy(H->nbuf + *w, out, (size_t)m);
+            *w += (size_t)m;
+            free(out);
+            k = v;
+        }
+        size_t b = k;
+        while (b < n && hf_valid_char(p + b, n - b) == 0) b++;
+        if (b > k) {
+            if (hf_grow((void**)&H->nbuf, &H->ncap, *w + (b - k), 1) != 0) return -1;
+            memcpy(H->nbuf + *w, p + k, b - k);
+            *w += b - k;
+            k = b;
+        }
+    }
+    return 0;
+}
+
+// Pre-tokens of the segment s[i..seg) (no added token inside) for a tokenizer with normalizer NFC:
+// the text is put in NFC, then split by the regex, the pre-tokens being bytes of the normalized
+// text. final: the segment is complete; else more text may follow and only what cannot change is
+// taken. NFC is local: a boundary before an ASCII character is never crossed by normalization
+// (ASCII is NFC_QC=Yes, combining class 0), so the text is normalized in units that each start
+// at an ASCII character (or at i), and a streamed cut is made only at a unit start that is also
+// a pre-token boundary. Returns the original offset reached, or (size_t)-1 (piece failed or no memory).
+static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t i, size_t seg, int final,
+                             int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
+    TokHf* H = t->hf;
+    size_t c = seg;
+    if (!final) {  // only text before an ASCII character is stable (s[seg] exists: seg < n when streaming)
+        while (c > i && s[c] >= 0x80) c--;
+        if (c == i) return i;
+    }
+    // 1. the units and their normalized text
+    size_t w = 0, nu = 0;
+    for (size_t u = i; u < c;) {
+        size_t e = u + 1;
+        while (e < c && s[e] >= 0x80) e++;
+        if (hf_grow((void**)&H->ustart, &H->ucap, 2 * nu + 2, sizeof(size_t)) != 0) return (size_t)-1;
+        H->ustart[2 * nu] = u;
+        H->ustart[2 * nu + 1] = w;
+        nu++;
+        if (hf_nfc_append(H, s + u, e - u, &w) != 0) return (size_t)-1;
+        u = e;
+    }
+    // 2. the regex over the normalized text, pre-tokens collected
+    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(H->md);
+    size_t np = 0, k = 0;
+#define HF_PUSH(a, b) do { if (hf_grow((void**)&H->pcs, &H->pcap, 2 * np + 2, sizeof(size_t)) != 0) return (size_t)-1; \
+                           H->pcs[2 * np] = (a); H->pcs[2 * np + 1] = (b); np++; } while (0)
+    while (k < w) {
+        int rc = pcre2_jit_match(H->re, H->nbuf, w, k, final ? 0 : PCRE2_PARTIAL_HARD, H->md, NULL);
+        if (rc == PCRE2_ERROR_PARTIAL) break;
+        if (rc < 0) {
+            if (!final) break;
+            HF_PUSH(k, w);
+            k = w;
+            break;
+        }
+        size_t ms = ov[0], me = ov[1];
+        if (ms > k) HF_PUSH(k, ms);
+        if (me == ms) {
+            if (ms >= w) { k = w; break; }
+            me = ms + 1;
+            while (me < w && (H->nbuf[me] & 0xC0) == 0x80) me++;
+        }
+        HF_PUSH(ms, me);
+        k = me;
+    }
+#undef HF_PUSH
+    // 3. final: every pre-token; streaming: those up to the last one that ends at a unit start
+    size_t take = np, reached = final ? seg : i;
+    if (!final) {
+        take = 0;
+        size_t u = 0;
+        for (size_t j = 0; j < np; j++) {
+            size_t e = H->pcs[2 * j + 1];
+            while (u < nu && H->ustart[2 * u + 1] < e) u++;
+            if (u < nu && H->ustart[2 * u + 1] == e) { take = j + 1; reached = H->ustart[2 * u]; }
+        }
+    }
+    for (size_t j = 0; j < take; j++)
+        if (piece(ctx, H->nbuf + H->pcs[2 * j], H->pcs[2 * j + 1] - H->pcs[2 * j]) != 0) return (size_t)-1;
+    return reached;
+}
+
 size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, int eof,
                           int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
     const TokHf* H = t->hf;
@@ -699,6 +832,17 @@ size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, 
         size_t a = hf_find_added(H, s, n, i, lim, &alen);
         size_t seg = a != SIZE_MAX ? a : lim;
         int final = a != SIZE_MAX || eof;  // the text between i and seg is complete
+        if (H->nfc && i < seg) {
+            // bytes below 0xCC are code points below U+0300: no combining marks, nothing NFC changes
+            size_t q = i;
+            while (q < seg && s[q] < 0xCC) q++;
+            if (q < seg) {
+                size_t r = hf_segment_nfc(t, s, i, seg, final, piece, ctx);
+                if (r == (size_t)-1) return (size_t)-1;
+                if (r < seg) return r;  // streaming: the rest waits for more text
+                i = seg;
+            }
+        }
         while (i < seg) {
             int rc = pcre2_jit_match(H->re, s, seg, i, final ? 0 : PCRE2_PARTIAL_HARD, H->md, NULL);
             if (rc == PCRE2_ERROR_PARTIAL) return i;  // the next pre-token depends on text not read yet

@@ -52,7 +52,7 @@ body = b"\n".join(l for l in body.split(b"\n") if l.rstrip(b"\r") != b"<|endofte
 out = (body * (2_500_000 // len(body) + 1))[:2_500_000]
 open(sys.argv[2], "wb").write(out)
 EOF
-for name in gpt2 llama3; do
+for name in gpt2 qwen2 llama3; do
     out=$tmp/p_$name
     "$PREP" --train "$tmp/doc.txt" --tokenizer "$FX/$name.json" --out "$out" --quiet > "$tmp/prep.log" 2>&1
     rc=$?
@@ -78,8 +78,21 @@ EOF
         check "$name: ids streamed $step bytes at a time == the whole text's" 'cmp -s "$tmp/streamed.txt" "$tmp/whole.txt"'
     done
     "$PREP" --decode "$out/train_000000.bin" > "$tmp/dec.txt" 2> "$tmp/err"
-    eot=$([ $name = gpt2 ] && echo '<|endoftext|>' || echo '<|end_of_text|>')
-    { printf '%s' "$eot"; cat "$tmp/doc.txt"; } > "$tmp/want.txt"
+    eot=$([ $name = llama3 ] && echo '<|end_of_text|>' || echo '<|endoftext|>')
+    # qwen2.json has normalizer NFC: its ids decode to the text with each part between added tokens
+    # in NFC (valid UTF-8 only; python's unicodedata), as the `tokenizers` library normalizes
+    "$PY" - "$tmp/doc.txt" "$tmp/want.txt" "$eot" "$FX/$name.json" <<'EOF'
+import json, re, sys, unicodedata
+s = open(sys.argv[1], "rb").read().decode("utf-8", "surrogateescape")
+j = json.load(open(sys.argv[4], encoding="utf-8"))
+if (j.get("normalizer") or {}).get("type") == "NFC":
+    added = sorted((a["content"] for a in j["added_tokens"]), key=len, reverse=True)
+    cut = re.compile("(" + "|".join(map(re.escape, added)) + ")")
+    nfc = lambda t: "".join(p if "\udc80" <= p[0] <= "\udcff" else unicodedata.normalize("NFC", p)
+                            for p in re.findall(r"[\udc80-\udcff]+|[^\udc80-\udcff]+", t))
+    s = "".join(p if i % 2 else nfc(p) for i, p in enumerate(cut.split(s)))
+open(sys.argv[2], "wb").write(sys.argv[3].encode() + s.encode("utf-8", "surrogateescape"))
+EOF
     check "$name: prepare --decode (sidecar found by itself) == end-of-text + the text, bytes ($(head -c 200 "$tmp/err"))" \
         'cmp -s "$tmp/dec.txt" "$tmp/want.txt"'
 done
@@ -152,13 +165,13 @@ def put(name, obj):
 w = json.loads(json.dumps(j)); w["model"] = {"type": "WordPiece", "vocab": {"a": 0}, "unk_token": "[UNK]"}; put("wordpiece", w)
 u = json.loads(json.dumps(j)); u["model"] = {"type": "Unigram", "vocab": [["a", 0.0]]}; put("unigram", u)
 m = json.loads(json.dumps(j)); m["model"]["merges"][5] = ["Ġ", "ZZZnotatoken"]; put("unknown_merge", m)
-n = json.loads(json.dumps(j)); n["normalizer"] = {"type": "NFC"}; put("nfc", n)
+n = json.loads(json.dumps(j)); n["normalizer"] = {"type": "NFKC"}; put("nfkc", n)
 p = json.loads(json.dumps(j)); p["pre_tokenizer"] = {"type": "Whitespace"}; put("whitespace", p)
 b = json.loads(json.dumps(j)); del b["model"]["vocab"]["Ā"]; put("no_byte", b)
 open(f"{d}/broken.json", "w").write(open(src).read()[:20000])
 EOF
 for c in "wordpiece:model.type is 'WordPiece'" "unigram:model.type is 'Unigram'" \
-         "unknown_merge:model.merges\[5\].*ZZZnotatoken.*not in model.vocab" "nfc:normalizer 'NFC'" \
+         "unknown_merge:model.merges\[5\].*ZZZnotatoken.*not in model.vocab" "nfkc:normalizer 'NFKC'" \
          "whitespace:pre_tokenizer 'Whitespace'" "no_byte:no token for byte 0x00" "broken:broken JSON at line"; do
     f=${c%%:*}; want=${c#*:}
     "$PREP" --train "$tmp/doc.txt" --tokenizer "$tmp/$f.json" --out "$tmp/bad_$f" --quiet > /dev/null 2> "$tmp/err"

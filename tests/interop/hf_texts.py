@@ -39,6 +39,11 @@ CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", 
 CODE = ["def f(x):\n    return x**2  # sq\n", "for (int i = 0; i < n; i++) { a[i] += b[i]; }",
         "if x != None and y >= 3:\n\tprint(f'{x!r}')", "<div class=\"a\">&amp;</div>", "SELECT * FROM t WHERE id=42;",
         "camelCaseName snake_case_name CONST_NAME", "x = [1, 2, 3]\n\n\n", "#include <stdio.h>\r\n", "  \t// TODO\n"]
+# not in NFC (for a normalizer NFC, Qwen2/3's): decomposed letters, marks out of canonical order,
+# Hangul jamo, singletons (Angstrom, Ohm), composition exclusions, a mark with no base
+DECOMPOSED = ["e\u0301", "A\u030a", "n\u0303", "a\u0323\u0302", "a\u0302\u0323", "\u1100\u1161\u11a8", "\u212b",
+              "\u2126", "\u0958", "\u03b1\u0301", "\u0301", "o\u0308\u0304", "\u0915\u093c", "Z\u0338", ">\u0338",
+              "\u0e40\u0e01\u0e48", "\u30ab\u3099", "i\u0307\u0301"]
 INVALID = [b"\xff", b"\xfe\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc0\x80", b"\xed\xa0\x80",
            b"\xf5\x80\x80\x80", b"\xc3\x28", b"\xa0\xa1", b"\xe0\x80\xaf"]
 
@@ -62,6 +67,8 @@ def _chunk(r, kind, added):
         return "".join(r.choice(d) for _ in range(r.randint(1, 12)))
     if kind == "space":
         return "".join(r.choice(SPACES) for _ in range(r.randint(1, 3)))
+    if kind == "decomposed":
+        return "".join(r.choice(DECOMPOSED) for _ in range(r.randint(1, 3)))
     if kind == "contraction":
         return r.choice(LATIN) * r.randint(0, 3) + r.choice(CONTRACTIONS)
     if kind == "added" and added:
@@ -70,7 +77,7 @@ def _chunk(r, kind, added):
     return r.choice(PUNCT)
 
 
-KINDS = list(ALPHABETS) + ["emoji", "code", "digits", "space", "contraction", "punct"]
+KINDS = list(ALPHABETS) + ["emoji", "code", "digits", "space", "contraction", "punct", "decomposed"]
 
 
 def text(r, added=(), invalid=True, max_chunks=24):
@@ -96,7 +103,8 @@ def text(r, added=(), invalid=True, max_chunks=24):
 
 # hand-written cases every fixture holds: White_Space that ASCII \s lacks, and U+180E that is not White_Space
 EDGE = ["a\u00a0b c", "x \u3000 y\u3000\u3000z", "\u0085\u0085w", "q\u180e r", "\u2028\u2029 k", "\u00a0\u00a0\u00a0",
-        "Hello Привет world", "Привет, Привет!", "don'ſ 'ſ", "tab\t\u00a0\n\u3000end"]
+        "Hello Привет world", "Привет, Привет!", "don'ſ 'ſ", "tab\t\u00a0\n\u3000end",
+        "Cafe\u0301 re\u0301sume\u0301", "\u1100\u1161\u11a8\u1100\u1161 \u212b\u2126", "<|im_end|>\u0338 [TOOL]e\u0301"]
 
 
 def texts(n, seed, added=(), invalid=True, max_chunks=24):

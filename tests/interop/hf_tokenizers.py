@@ -5,17 +5,18 @@ makes one); never run from `make test`, which uses the fixtures this script writ
 
   hf_tokenizers.py train DIR [--vocab N] [--corpus-bytes B] [--kjv FILE]
       trains three byte-level BPEs with `tokenizers` itself, one per pre-tokenizer: gpt2.json
-      (ByteLevel(use_regex=True), GPT-2's pattern), qwen2.json (Split(Qwen2's pattern) +
+      (ByteLevel(use_regex=True), GPT-2's pattern), qwen2.json (normalizer NFC, Split(Qwen2's pattern) +
       ByteLevel; its merges rewritten in the older "a b" string form) and llama3.json
       (Split(Llama 3's pattern) + ByteLevel, ignore_merges=True), each with special and
       non-special added tokens, on hf_texts.corpus (every script) plus KJV text if given.
   hf_tokenizers.py fixtures OUT
-      `train` with vocab 1000 into OUT, then OUT/texts.bin (hf_texts.EDGE and hf_texts.texts(290), NUL-separated)
+      `train` with vocab 1000 into OUT, then OUT/texts.bin (hf_texts.EDGE and hf_texts.texts, 300 in all, NUL-separated)
       and OUT/ids_NAME.txt: the ids `tokenizers` gives each text (one line each), what
       tests/test_hf_tokenizer.sh compares prepare's encoder with.
   hf_tokenizers.py check --tok-encode BIN --dir DIR [--n 100000] [--seed S]
       for each DIR/NAME.json: the ids of BIN (tok_encode --nul) on hf_texts.texts(n) against the
-      `tokenizers` library's, and decode(ids) == text (token bytes from the file's vocabulary).
+      `tokenizers` library's, and decode(ids) == text (token bytes from the file's vocabulary; the text in NFC, valid parts,
+      for a tokenizer with normalizer NFC).
       Prints a table per tokenizer; exit 1 on any mismatch.
 
 Reference ids of a text with bytes that are not UTF-8: the text is cut at runs of such bytes
@@ -70,7 +71,7 @@ def all_added():
 
 
 def train(out_dir, vocab, corpus_bytes, kjv):
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, Regex
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, normalizers, Regex
     os.makedirs(out_dir, exist_ok=True)
     text = hf_texts.corpus(corpus_bytes, seed=11)
     if kjv:
@@ -86,6 +87,8 @@ def train(out_dir, vocab, corpus_bytes, kjv):
                 pre_tokenizers.Split(Regex(PATTERNS[name]), behavior="isolated", invert=False),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         tok.decoder = decoders.ByteLevel()
+        if name == "qwen2":  # as Qwen2/3's tokenizer.json
+            tok.normalizer = normalizers.NFC()
         special, plain = ADDED[name]
         trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=special, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -114,6 +117,15 @@ def ref_ids(tok, b):
         else:
             ids += tok.encode(part, add_special_tokens=False).ids
     return ids
+
+
+def nfc_bytes(b):
+    """b with its valid UTF-8 parts in NFC (what a tokenizer with normalizer NFC decodes to)."""
+    import unicodedata
+    s = b.decode("utf-8", "surrogateescape")
+    parts = re.findall(r"[\udc80-\udcff]+|[^\udc80-\udcff]+", s)
+    return b"".join(p.encode("utf-8", "surrogateescape") if "\udc80" <= p[0] <= "\udcff"
+                    else unicodedata.normalize("NFC", p).encode("utf-8") for p in parts)
 
 
 def token_bytes(path):
@@ -162,7 +174,7 @@ def fixtures(out):
     from tokenizers import Tokenizer
     train(out, 1000, 400_000, None)
     add_whole_token(os.path.join(out, "llama3.json"), IGNORE_MERGES_WORD)
-    txts = [e.encode("utf-8") for e in hf_texts.EDGE] + hf_texts.texts(290, seed=7, added=all_added(), max_chunks=16)
+    txts = [e.encode("utf-8") for e in hf_texts.EDGE] + hf_texts.texts(300 - len(hf_texts.EDGE), seed=7, added=all_added(), max_chunks=16)
     with open(os.path.join(out, "texts.bin"), "wb") as f:
         f.write(b"\0".join(txts) + b"\0")
     for name in NAMES:
@@ -184,6 +196,7 @@ def check(tok_encode, d, n, seed):
         tok = Tokenizer.from_file(path)
         got = ours(tok_encode, path, txts)
         tb = token_bytes(path)
+        nfc = (json.load(open(path, encoding="utf-8")).get("normalizer") or {}).get("type") == "NFC"
         mism = rt = ninv = 0
         first = None
         for t, g in zip(txts, got):
@@ -191,7 +204,7 @@ def check(tok_encode, d, n, seed):
             if g != want:
                 mism += 1
                 first = first or (t, g, want)
-            if b"".join(tb[i] for i in g) != t:
+            if b"".join(tb[i] for i in g) != (nfc_bytes(t) if nfc else t):
                 rt += 1
             ninv += t != t.decode("utf-8", "replace").encode("utf-8")
         print(f"  {name:7s} vocab {tok.get_vocab_size():6d}: ids differ on {mism} of {n} texts "
