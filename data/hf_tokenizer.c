@@ -725,7 +725,14 @@ static int hf_nfc_append(TokHf* H, const unsigned char* p, size_t n, size_t* w) 
     while (k < n) {
         size_t v = k;
         for (size_t l; v < n && (l = hf_valid_char(p + v, n - v)) > 0;) v += l;
-        if (v > k) {
+        size_t hi = k;  // below 0xCC (code points below U+0300) NFC changes nothing: copy
+        while (hi < v && p[hi] < 0xCC) hi++;
+        if (v > k && hi == v) {
+            if (hf_grow((void**)&H->nbuf, &H->ncap, *w + (v - k), 1) != 0) return -1;
+            memcpy(H->nbuf + *w, p + k, v - k);
+            *w += v - k;
+            k = v;
+        } else if (v > k) {
             utf8proc_uint8_t* out = NULL;
             utf8proc_ssize_t m = utf8proc_map(p + k, (utf8proc_ssize_t)(v - k), &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             if (m < 0 || hf_grow((void**)&H->nbuf, &H->ncap, *w + (size_t)m, 1) != 0) { free(out); return -1; }
@@ -757,7 +764,8 @@ static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t 
                              int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
     TokHf* H = t->hf;
     size_t c = seg;
-    if (!final) {  // only text before an ASCII character is stable (s[seg] exists: seg < n when streaming)
+    if (!final) {  // only text before an ASCII character is stable (s[seg] exists: seg < n when streaming);
+                   // step 3 alone would keep the result right, this saves normalizing a unit cut short
         while (c > i && s[c] >= 0x80) c--;
         if (c == i) return i;
     }

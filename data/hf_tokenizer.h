@@ -4,7 +4,8 @@
 //
 // Pipeline, as the `tokenizers` library runs it (add_special_tokens=False):
 //   1. added tokens (added_tokens[]): every occurrence in the text is cut out, leftmost first and
-//      the longest at a position, and becomes its id;
+//      the longest at a position, and becomes its id; with normalizer NFC (Qwen2/3) each text
+//      between them is put in NFC (utf8proc) before the next step;
 //   2. the text between them is cut by the pre-tokenizer's regex: Split(Regex, "Isolated") of a
 //      Sequence [Split, ByteLevel(use_regex=false)], or GPT-2's pattern for a lone
 //      ByteLevel(use_regex=true). Matches and the gaps between them are pre-tokens. The regex runs
@@ -15,7 +16,7 @@
 //      (model.merges order; lowest first, leftmost among equals). With model.ignore_merges a
 //      pre-token that is itself in model.vocab is that id.
 // Refused with one line naming the file and the part: another model (WordPiece, Unigram,
-// WordLevel), a normalizer (NFC, Lowercase, ...), another pre-tokenizer, BPE dropout, a subword
+// WordLevel), a normalizer other than NFC (NFKC, Lowercase, ...), another pre-tokenizer, BPE dropout, a subword
 // prefix or suffix, byte_fallback, added tokens with lstrip/rstrip/single_word, a vocabulary
 // without the 256 ByteLevel characters, a merge naming a token not in the vocabulary, broken JSON.
 //
