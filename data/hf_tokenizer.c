@@ -1,6 +1,6 @@
 // data/hf_tokenizer.c: a Hugging Face tokenizer.json as a Tokenizer (rules in hf_tokenizer.h).
 // Sections: the ByteLevel alphabet; reading and checking the JSON (cJSON); the regex (PCRE2 JIT);
-// added tokens; the vocabulary and merges; splitting text into pre-tokens.
+// added tokens; the vocabulary and merges; splitting text into pre-tokens (and NFC, utf8proc).
 //
 // Why cJSON (libcjson-dev) and not jansson: both parse a Qwen-size tokenizer.json (7 MB, 151k
 // tokens, 151k merges) well under a second, but cJSON keeps an object's members as a list in

@@ -10,7 +10,7 @@
 #   2. KJV shards made with the Qwen2-style tokenizer.json, a tiny model trained 4 steps on them,
 #      `gatedgpt_ckpt export --tokenizer SHARDS/tokenizer.json`: the exported tokenizer.json is the
 #      file byte for byte, AutoTokenizer on the export gives prepare's ids for every validation
-#      document, and `gatedgpt_ckpt sample` decodes with it.
+#      document, and `gatedgpt_ckpt sample` decodes with it. (The qwen2 tokenizers carry Qwen's NFC normalizer.)
 #
 # usage: scripts/hf_tokenizer_interop.sh [--build DIR] [--n TEXTS]
 set -euo pipefail
