@@ -4,8 +4,10 @@
 #   make test-gpu build, run the GPU tests only (ctest -L gpu: CUDA ops vs CPU ops, goldens, training)
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
 #   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
-#   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries
-#   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs)
+#   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries;
+#                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
+#   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs);
+#                 first tokenizer.json ids vs the tokenizers library on 100,000 texts (scripts/hf_tokenizer_interop.sh)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
 #   make sanitize every CUDA-emulator test (label cudaemu) with every launch under 4 schedules, shared memory
 #                 poisoned per block; then the op tests and goldens under the racecheck (docs/gpu.md "The CUDA emulator")
@@ -48,11 +50,13 @@ bench: build
 	./$(BUILD)/bench_hybrid
 	./$(BUILD)/bench_decode
 	bash bench/bench_mpi.sh --build $(BUILD)
+	bash bench/bench_tokenizer.sh --build $(BUILD)
 
 mutants: deps
 	python3 scripts/mutants.py
 
 interop: build
+	bash scripts/hf_tokenizer_interop.sh --build $(BUILD)
 	bash scripts/interop.sh --build $(BUILD)
 
 .PHONY: sanitize

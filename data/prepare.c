@@ -1,15 +1,18 @@
 // data/prepare.c: text files -> a BPE tokenizer and llm.c token shards (the `prepare` command).
 //
-//   prepare --train FILE... [--val FILE...] --out DIR [--vocab-size 8192] [--tokenizer TOK.bin]
-//           [--shard-tokens 100000000] [--stats] [--quiet]
-//   prepare --decode SHARD [--tokenizer TOK.bin]
+//   prepare --train FILE... [--val FILE...] --out DIR [--vocab-size 8192] [--tokenizer TOK]
+//           [--field NAME] [--shard-tokens 100000000] [--stats] [--quiet]
+//   prepare --decode SHARD [--tokenizer TOK]
 //
-// Trains a byte-level BPE on the train files (or loads --tokenizer), saves DIR/tokenizer.bin,
-// then encodes the train and val files, streaming, into DIR/train_000000.bin ... and
+// Trains a byte-level BPE on the train files (or loads --tokenizer: our tokenizer.bin, or a
+// Hugging Face tokenizer.json / a directory holding one, data/hf_tokenizer.h), saves it next to
+// the shards as their sidecar (DIR/tokenizer.bin, or DIR/tokenizer.json: the file's bytes
+// unchanged), then encodes the train and val files, streaming, into DIR/train_000000.bin ... and
 // DIR/val_000000.bin ... (data/shard.h; uint32 tokens when the vocabulary exceeds 65536).
 // Documents: a line holding only <|endoftext|> separates documents (a file without one is one
-// document); an end-of-text token is written before every document. --decode prints a shard
-// back as text (end-of-text as "<|endoftext|>").
+// document); in a .jsonl file each line is a document (its string field NAME, default "text").
+// An end-of-text token is written before every document. --decode prints a shard back as text
+// (end-of-text as its token text).
 //
 // Every file appears atomically (written as NAME.tmp, then renamed). Old train_*/val_* shards
 // in DIR are removed first (they would belong to another tokenizer), and train_000000.bin is
@@ -31,12 +34,13 @@
 static void usage(FILE* f) {
     fprintf(f,
         "usage: prepare --train FILE... [--val FILE...] --out DIR [options]\n"
-        "       prepare --decode SHARD [--tokenizer TOK.bin]\n"
+        "       prepare --decode SHARD [--tokenizer TOK]\n"
         "\n"
-        "Trains a byte-level BPE tokenizer on the train files (or loads one), saves DIR/tokenizer.bin,\n"
-        "and encodes the texts into llm.c token shards DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin.\n"
-        "In the input files a line holding only <|endoftext|> separates documents (a file without\n"
-        "one is a single document); an end-of-text token is written before every document.\n"
+        "Trains a byte-level BPE tokenizer on the train files (or loads one), saves it next to the shards\n"
+        "(DIR/tokenizer.bin, or DIR/tokenizer.json for a Hugging Face one), and encodes the texts into\n"
+        "llm.c token shards DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin. In text files a line holding\n"
+        "only <|endoftext|> separates documents (a file without one is a single document); in a .jsonl\n"
+        "file every line is a document. An end-of-text token is written before every document.\n"
         "\n"
         "options:\n"
         "  --train FILE...       text files for training the tokenizer and for the train shards\n"
@@ -44,9 +48,12 @@ static void usage(FILE* f) {
         "  --out DIR             output directory (created if missing); old shards in it are removed\n"
         "  --vocab-size N        vocabulary to train: 256 bytes + merges + 1 end-of-text (default 8192);\n"
         "                        above 65536 the shards hold uint32 tokens\n"
-        "  --tokenizer FILE      use this tokenizer (our format) instead of training one;\n"
-        "                        with --decode: the tokenizer to decode with (default: tokenizer.bin\n"
-        "                        in the shard's directory; llm.c's gpt2_tokenizer.bin works too)\n"
+        "  --tokenizer FILE      use this tokenizer instead of training one: our tokenizer.bin, or a Hugging\n"
+        "                        Face tokenizer.json (byte-level BPE: GPT-2, Qwen2/3, Llama 3; or a directory\n"
+        "                        holding one); with --decode: the tokenizer to decode with (default: the\n"
+        "                        tokenizer.bin or tokenizer.json in the shard's directory; llm.c's\n"
+        "                        gpt2_tokenizer.bin works too)\n"
+        "  --field NAME          the string field holding each document in .jsonl files (default text)\n"
         "  --shard-tokens N      tokens per shard (default 100000000)\n"
         "  --stats               print unigram statistics: the entropy of the train and val token\n"
         "                        frequencies and the cross-entropy of val under train's frequencies\n"
@@ -91,6 +98,7 @@ typedef struct {
     const Tokenizer* tok;
     const char* out_dir;
     const char* split;        // "train" or "val"
+    const char* field;        // the document field of .jsonl files
     int* buf;                 // the shard being filled, grown up to cap
     int64_t n, bufcap, cap;
     int shards;               // shards written so far
@@ -180,7 +188,8 @@ static int encode_split(Enc* e, char** files, int nfiles) {
         struct stat st;
         if (stat(files[i], &st) == 0) e->total += (int64_t)st.st_size;
     }
-    TokenizerStream st = {.doc_begin = enc_doc, .piece = enc_piece, .progress = enc_progress, .ctx = e};
+    TokenizerStream st = {.doc_begin = enc_doc, .piece = enc_piece, .progress = enc_progress, .ctx = e,
+                          .tok = e->tok, .jsonl_field = e->field};
     for (int i = 0; i < nfiles; i++)
         if (tokenizer_stream_file(files[i], &st) != 0) return -1;
     if (e->show) enc_progress_line(e, 1);
@@ -277,10 +286,15 @@ static int check_input(const char* what, const char* path) {
 
 static int decode_shard(const char* shard_path_arg, const char* tok_path) {
     char deflt[4096];
-    if (!tok_path) {
+    if (!tok_path) {  // the sidecar: tokenizer.bin, else tokenizer.json
         const char* slash = strrchr(shard_path_arg, '/');
-        if (slash) snprintf(deflt, sizeof(deflt), "%.*s/tokenizer.bin", (int)(slash - shard_path_arg), shard_path_arg);
-        else snprintf(deflt, sizeof(deflt), "tokenizer.bin");
+        int dl = slash ? (int)(slash - shard_path_arg) : 1;
+        const char* dir = slash ? shard_path_arg : ".";
+        snprintf(deflt, sizeof(deflt), "%.*s/tokenizer.bin", dl, dir);
+        if (access(deflt, F_OK) != 0) {
+            snprintf(deflt, sizeof(deflt), "%.*s/tokenizer.json", dl, dir);
+            if (access(deflt, F_OK) != 0) snprintf(deflt, sizeof(deflt), "%.*s/tokenizer.bin", dl, dir);
+        }
         tok_path = deflt;
     }
     Tokenizer tok;
@@ -326,7 +340,7 @@ static int parse_int(const char* opt, const char* s, long long lo, long long hi,
 // train and val have room for argc file names each
 static int prepare_main(int argc, char** argv, char** train, char** val) {
     int ntrain = 0, nval = 0, stats = 0, quiet = 0;
-    const char *out = NULL, *tok_path = NULL, *decode = NULL;
+    const char *out = NULL, *tok_path = NULL, *decode = NULL, *field = "text";
     long long vocab = 8192, shard_tokens = 100000000;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -341,6 +355,7 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
         } else if (strcmp(a, "--out") == 0 && i + 1 < argc) out = argv[++i];
         else if (strcmp(a, "--tokenizer") == 0 && i + 1 < argc) tok_path = argv[++i];
         else if (strcmp(a, "--decode") == 0 && i + 1 < argc) decode = argv[++i];
+        else if (strcmp(a, "--field") == 0 && i + 1 < argc) field = argv[++i];
         else if (strcmp(a, "--vocab-size") == 0 && i + 1 < argc) {
             if (parse_int(a, argv[++i], 257, 1 << 30, &vocab) != 0) return 1;
         } else if (strcmp(a, "--shard-tokens") == 0 && i + 1 < argc) {
@@ -376,7 +391,15 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
                     tok_path);
             return 1;
         }
-        printf("prepare: tokenizer %s: vocab_size %d\n", tok_path, tokenizer_vocab_size(&tok));
+        if (tokenizer_eot(&tok) < 0) {
+            fprintf(stderr, "error: prepare: tokenizer '%s' has no end-of-text token (looked for <|endoftext|>, "
+                            "<|end_of_text|>, </s>, <eos>); every document starts with one\n", tok_path);
+            tokenizer_free(&tok);
+            return 1;
+        }
+        printf("prepare: tokenizer %s: %s, vocab_size %d, %d merges, end-of-text id %d\n", tok_path,
+               tokenizer_is_hf(&tok) ? "Hugging Face tokenizer.json" : "ours", tokenizer_vocab_size(&tok), tok.n_merges,
+               tokenizer_eot(&tok));
     } else {
         int64_t total = 0;
         for (int i = 0; i < ntrain; i++) {
@@ -386,19 +409,25 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
         printf("prepare: training a BPE tokenizer, vocab_size %lld, on %d file%s (%.1f MB)\n", vocab, ntrain,
                ntrain == 1 ? "" : "s", (double)total / 1e6);
         fflush(stdout);
-        if (tokenizer_train(&tok, (const char* const*)train, ntrain, (int)vocab) != 0) return 1;
+        if (tokenizer_train_field(&tok, (const char* const*)train, ntrain, (int)vocab, field) != 0) return 1;
         printf("prepare: tokenizer trained in %.2f s: %d merges\n", now_s() - t0, tok.n_merges);
     }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.bin", out);
-    if (tokenizer_save(&tok, path) != 0) return 1;
+    // the sidecar: which tokenizer made the shards (a tokenizer.json is copied byte for byte); the
+    // other kind's file from an earlier run would contradict it, so it goes
+    char path[4096], other[4096];
+    int hf = tokenizer_is_hf(&tok);
+    snprintf(path, sizeof(path), "%s/%s", out, hf ? "tokenizer.json" : "tokenizer.bin");
+    snprintf(other, sizeof(other), "%s/%s", out, hf ? "tokenizer.bin" : "tokenizer.json");
+    if (tok_path && strcmp(tok_path, path) == 0) printf("prepare: %s is the tokenizer itself; kept\n", path);
+    else if (tokenizer_save(&tok, path) != 0) return 1;
+    if (unlink(other) == 0) printf("prepare: removed %s (another tokenizer's sidecar)\n", other);
     printf("prepare: wrote %s\n", path);
     fflush(stdout);
 
     // 2. the shards
     if (remove_old_shards(out) != 0) return 1;
     const int V = tokenizer_vocab_size(&tok);
-    Enc tr = {.tok = &tok, .out_dir = out, .split = "train", .cap = shard_tokens, .show = !quiet && isatty(2)};
+    Enc tr = {.tok = &tok, .out_dir = out, .split = "train", .field = field, .cap = shard_tokens, .show = !quiet && isatty(2)};
     Enc va = tr;
     va.split = "val";
     tr.counts = calloc((size_t)V, sizeof(int64_t));

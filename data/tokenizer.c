@@ -5,6 +5,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tokenizer.h"
 
+#include <cjson/cJSON.h>
+
+#include "hf_tokenizer.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -165,10 +169,25 @@ typedef struct {
     int started;         // doc_begin called for the current document
 } DocState;
 
+static int doc_piece(void* ctx, const unsigned char* p, size_t n) {
+    DocState* d = ctx;
+    if (!d->started) {
+        if (d->cb->doc_begin && d->cb->doc_begin(d->cb->ctx) != 0) return -1;
+        d->started = 1;
+    }
+    return d->cb->piece ? d->cb->piece(d->cb->ctx, p, n) : 0;
+}
+
 // Emits the final pieces of doc[0..len) (all of them when eof), keeps the rest.
 static int doc_flush(DocState* d, int eof) {
     size_t i = 0;
-    while (i < d->len) {
+    if (d->cb->tok && d->cb->tok->hf) {  // a tokenizer.json's added tokens and regex
+        i = hf_tokenizer_split(d->cb->tok, d->doc, d->len, eof, doc_piece, d);
+        if (i == 0 && !eof && d->len > STREAM_MAX_PIECE)  // a pathological pre-token: cut it
+            i = hf_tokenizer_split(d->cb->tok, d->doc, d->len, 1, doc_piece, d);
+        if (i == (size_t)-1) return -1;
+    }
+    while (!(d->cb->tok && d->cb->tok->hf) && i < d->len) {
         size_t e = tokenizer_next_piece(d->doc, d->len, i, eof);
         if (e == 0) {
             if (i == 0 && d->len > STREAM_MAX_PIECE) e = d->len;  // a pathological pre-token: cut it
@@ -214,7 +233,45 @@ static int is_separator_line(const unsigned char* line, size_t n) {
     return n == sn && memcmp(line, sep, sn) == 0;
 }
 
+// JSON lines: each non-blank line is an object whose string member `field` is one document
+static int stream_jsonl(const char* path, const TokenizerStream* stream) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int64_t lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (stream->progress) stream->progress(stream->ctx, (size_t)got);
+        size_t k = 0;
+        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
+        if (k == (size_t)got) continue;  // a blank line
+        cJSON* o = cJSON_ParseWithLength(line, (size_t)got);
+        const cJSON* v = o ? cJSON_GetObjectItemCaseSensitive(o, stream->jsonl_field) : NULL;
+        if (!o) tok_error(path, "line %lld is not JSON (a .jsonl file holds one JSON object a line)", (long long)lineno);
+        else if (!cJSON_IsString(v))
+            tok_error(path, "line %lld has no string field \"%s\" (choose the field with --field NAME)", (long long)lineno,
+                      stream->jsonl_field);
+        else {  // the whole document at once: cJSON has decoded its escapes
+            DocState d = {.cb = stream, .doc = (unsigned char*)v->valuestring, .len = strlen(v->valuestring)};
+            rc = d.len ? doc_flush(&d, 1) : 0;
+            cJSON_Delete(o);
+            continue;
+        }
+        cJSON_Delete(o);
+        rc = -1;
+    }
+    if (rc == 0 && ferror(f)) { tok_error(path, "read error: %s", strerror(errno)); rc = -1; }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
 int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
+    size_t plen = strlen(path);
+    if (stream->jsonl_field && plen > 6 && strcmp(path + plen - 6, ".jsonl") == 0) return stream_jsonl(path, stream);
     FILE* f = fopen(path, "rb");
     if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
     DocState d = {.cb = stream, .flush_at = STREAM_DOC_FLUSH};
@@ -349,6 +406,7 @@ void tokenizer_free(Tokenizer* t) {
     free(t->offsets);
     if (t->ranks) { u64map_free(&t->ranks->map); free(t->ranks); }
     cache_free(t->cache);
+    hf_tokenizer_free(t);
     memset(t, 0, sizeof(*t));
 }
 
@@ -384,6 +442,13 @@ static int tok_build(Tokenizer* t, int M, const char* what) {
         memcpy(dst + la, t->bytes + t->offsets[b], (size_t)(t->offsets[b + 1] - t->offsets[b]));
     }
     memcpy(t->bytes + t->offsets[V - 1], eot_text, sizeof(eot_text) - 1);
+    return tokenizer_index_merges(t, what);
+}
+
+int tokenizer_is_hf(const Tokenizer* t) { return t->hf != NULL; }
+
+int tokenizer_index_merges(Tokenizer* t, const char* what) {
+    const int M = t->n_merges;
     t->ranks = calloc(1, sizeof(TokRankMap));
     if (!t->ranks || u64map_init(&t->ranks->map, (size_t)M + 1) != 0) { tok_error(what, "out of memory"); return -1; }
     // a pair listed twice (training never writes one; a hand-made file may) keeps its first, lowest
@@ -453,7 +518,7 @@ static size_t bpe_simple(const Tokenizer* t, int* ids, size_t m) {
             if (r >= 0 && r < best) { best = r; bi = i; }
         }
         if (best == INT_MAX) break;
-        int a = ids[bi], b = ids[bi + 1], z = 256 + best;
+        int a = ids[bi], b = ids[bi + 1], z = t->merge_ids ? t->merge_ids[best] : 256 + best;
         size_t w = bi;
         for (size_t i = bi; i < m;) {
             if (i + 1 < m && ids[i] == a && ids[i + 1] == b) { ids[w++] = z; i += 2; }
@@ -512,7 +577,7 @@ static size_t bpe_heap(const Tokenizer* t, int* ids, size_t m) {
         RankPos top = rp_pop(heap, &hn);
         int i = top.pos, j = next[i];
         if (ids[i] < 0 || j < 0 || rank_of(t, ids[i], ids[j]) != top.rank) continue;  // stale
-        ids[i] = 256 + top.rank;  // node i becomes the merged token, node j dies
+        ids[i] = t->merge_ids ? t->merge_ids[top.rank] : 256 + top.rank;  // node i becomes the merged token, node j dies
         ids[j] = -1;
         next[i] = next[j];
         if (next[j] >= 0) prev[next[j]] = i;
@@ -532,7 +597,11 @@ static size_t bpe_heap(const Tokenizer* t, int* ids, size_t m) {
 }
 
 size_t tokenizer_encode_piece(const Tokenizer* t, const unsigned char* p, size_t n, int* dst) {
-    if (n == 1) { dst[0] = p[0]; return 1; }
+    if (t->hf) {  // a tokenizer.json: an added token cut out by hf_tokenizer_split is one id
+        int id = hf_tokenizer_added_id(t, p, n);
+        if (id >= 0) { dst[0] = id; return 1; }
+    }
+    if (n == 1) { dst[0] = t->byte_ids ? t->byte_ids[p[0]] : p[0]; return 1; }
     uint64_t h = hash_bytes(p, n);
     int nids = 0;
     const int* hit = t->cache ? cache_get(t->cache, p, n, h, &nids) : NULL;
@@ -540,10 +609,33 @@ size_t tokenizer_encode_piece(const Tokenizer* t, const unsigned char* p, size_t
         memcpy(dst, hit, (size_t)nids * sizeof(int));
         return (size_t)nids;
     }
-    for (size_t i = 0; i < n; i++) dst[i] = p[i];
-    size_t m = n <= 64 ? bpe_simple(t, dst, n) : bpe_heap(t, dst, n);
+    int whole = hf_tokenizer_whole_id(t, p, n);  // model.ignore_merges: a piece in the vocabulary is itself
+    if (whole >= 0) {
+        dst[0] = whole;
+        if (t->cache) cache_put(t->cache, p, n, h, dst, 1);
+        return 1;
+    }
+    if (t->byte_ids) for (size_t i = 0; i < n; i++) dst[i] = t->byte_ids[p[i]];
+    else for (size_t i = 0; i < n; i++) dst[i] = p[i];
+    size_t m = n <= 64 && !t->heap_only ? bpe_simple(t, dst, n) : bpe_heap(t, dst, n);
     if (t->cache) cache_put(t->cache, p, n, h, dst, (int)m);
     return m;
+}
+
+// tokenizer_encode of a tokenizer.json: its pre-tokens go here
+typedef struct { const Tokenizer* t; int* buf; size_t n, cap; } EncodeAcc;
+static int encode_acc_piece(void* ctx, const unsigned char* p, size_t len) {
+    EncodeAcc* a = ctx;
+    if (a->n + len > a->cap) {
+        size_t c = a->cap + a->cap / 2;
+        if (c < a->n + len) c = a->n + len;
+        int* g = realloc(a->buf, c * sizeof(int));
+        if (!g) return -1;
+        a->buf = g;
+        a->cap = c;
+    }
+    a->n += tokenizer_encode_piece(a->t, p, len, a->buf + a->n);
+    return 0;
 }
 
 int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int** out, size_t* n_out) {
@@ -551,6 +643,14 @@ int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int** out
         fprintf(stderr, "error: tokenizer_encode: this tokenizer was loaded from an llm.c file, which has no merges; "
                         "it can decode only\n");
         return -1;
+    }
+    if (t->hf) {
+        EncodeAcc a = {.t = t, .buf = *out, .n = *n_out, .cap = *n_out};
+        size_t r = len ? hf_tokenizer_split(t, (const unsigned char*)text, len, 1, encode_acc_piece, &a) : 0;
+        *out = a.buf;
+        if (r == (size_t)-1) { fprintf(stderr, "error: tokenizer_encode: out of memory\n"); return -1; }
+        *n_out = a.n;
+        return 0;
     }
     const unsigned char* s = (const unsigned char*)text;
     size_t n = *n_out, cap = n + len / 3 + 16;
@@ -714,6 +814,10 @@ static HeapItem heap_pop(PairTable* pt) {
 }
 
 int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int vocab_size) {
+    return tokenizer_train_field(t, files, nfiles, vocab_size, NULL);
+}
+
+int tokenizer_train_field(Tokenizer* t, const char* const* files, int nfiles, int vocab_size, const char* jsonl_field) {
     memset(t, 0, sizeof(*t));
     const char* what = nfiles > 0 ? files[0] : "(no files)";
     if (vocab_size < 257 || vocab_size > (1 << 30)) {
@@ -725,7 +829,7 @@ int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int voca
     // 1. distinct pre-tokens and their counts, one streaming pass over the files
     PieceCounts pc = {0};
     if (pc_rehash(&pc) != 0) { tok_error(what, "out of memory"); return -1; }
-    TokenizerStream st = {.piece = pc_add, .ctx = &pc};
+    TokenizerStream st = {.piece = pc_add, .ctx = &pc, .jsonl_field = jsonl_field};
     for (int f = 0; f < nfiles; f++) {
         if (tokenizer_stream_file(files[f], &st) != 0) {
             if (pc.oom) tok_error(files[f], "out of memory counting pre-tokens");
@@ -866,7 +970,14 @@ static uint64_t fnv1a64(const unsigned char* p, size_t n) {
     return h;
 }
 
+static int write_atomic(const char* path, const unsigned char* buf, size_t size);
+
 int tokenizer_save(const Tokenizer* t, const char* path) {
+    if (t->hf) {  // a tokenizer.json: its bytes as read
+        size_t len;
+        const char* json = hf_tokenizer_json(t, &len);
+        return write_atomic(path, (const unsigned char*)json, len);
+    }
     if (!t->can_encode) {
         tok_error(path, "cannot save a decode-only (llm.c) tokenizer in our format: it has no merges");
         return -1;
@@ -894,9 +1005,16 @@ int tokenizer_save(const Tokenizer* t, const char* path) {
     h[8] = (int32_t)(uint32_t)sum;
     h[9] = (int32_t)(uint32_t)(sum >> 32);
 
+    int rc = write_atomic(path, buf, size);
+    free(buf);
+    return rc;
+}
+
+// Writes path.tmp, fsyncs it and renames it to path; then fsyncs the directory (best effort).
+static int write_atomic(const char* path, const unsigned char* buf, size_t size) {
     size_t plen = strlen(path);
     char* tmp = malloc(plen + 5);
-    if (!tmp) { free(buf); tok_error(path, "out of memory"); return -1; }
+    if (!tmp) { tok_error(path, "out of memory"); return -1; }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = -1;
@@ -927,7 +1045,6 @@ int tokenizer_save(const Tokenizer* t, const char* path) {
         }
     }
     free(tmp);
-    free(buf);
     return rc;
 }
 
@@ -1030,6 +1147,7 @@ static int load_llmc(Tokenizer* t, const char* path, const unsigned char* buf, s
 
 int tokenizer_load(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
+    if (hf_tokenizer_is_json(path)) return hf_tokenizer_load(t, path);  // a tokenizer.json, or a directory with one
     FILE* f = fopen(path, "rb");
     if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
     struct stat st;

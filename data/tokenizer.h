@@ -38,6 +38,7 @@
 
 typedef struct TokRankMap TokRankMap;   // (a, b) -> merge rank (private)
 typedef struct TokCache TokCache;       // pre-token bytes -> ids (private)
+typedef struct TokHf TokHf;             // a Hugging Face tokenizer.json (data/hf_tokenizer.h; private)
 
 typedef struct {
     int vocab_size;          // V
@@ -49,6 +50,12 @@ typedef struct {
     int64_t* offsets;        // [V+1]: token i is bytes[offsets[i] .. offsets[i+1])
     TokRankMap* ranks;       // encoder lookup, built when can_encode
     TokCache* cache;         // encoded pre-tokens (bounded; cleared when full)
+    // a Hugging Face tokenizer.json (data/hf_tokenizer.h) has ids in any order: merge i makes id
+    // merge_ids[i] (not 256+i) and byte b starts as id byte_ids[b] (not b); NULL for our format
+    int* merge_ids;          // [M]
+    int* byte_ids;           // [256]
+    int heap_only;           // 1: some merge uses a token made by a later merge; only the heap BPE keeps rank order
+    TokHf* hf;               // its regex, added tokens and file bytes; NULL for our format
 } Tokenizer;
 
 // ---- the fixed API ----------------------------------------------------------------------------
@@ -60,6 +67,9 @@ typedef struct {
 // corpus has fewer distinct pairs than merges wanted, training stops early with a note on stderr
 // and the vocabulary is smaller.
 int tokenizer_train(Tokenizer* t, const char* const* files, int nfiles, int vocab_size);
+// The same, reading *.jsonl files as JSON lines with the document in string field jsonl_field
+// (TokenizerStream.jsonl_field; NULL: all files are plain text).
+int tokenizer_train_field(Tokenizer* t, const char* const* files, int nfiles, int vocab_size, const char* jsonl_field);
 // Writes path.tmp, fsyncs it and renames it to path.
 int tokenizer_save(const Tokenizer* t, const char* path);
 // Our format, or llm.c's gpt2_tokenizer.bin (decode only). On failure *t needs no free.
@@ -100,5 +110,20 @@ typedef struct {
     int (*piece)(void* ctx, const unsigned char* p, size_t n);
     void (*progress)(void* ctx, size_t bytes_read);
     void* ctx;
+    const Tokenizer* tok;      // whose pre-tokenizer cuts the text (NULL: ours, rules 1-6 above)
+    const char* jsonl_field;   // NULL: every file is plain text; else *.jsonl files are JSON lines
 } TokenizerStream;
 int tokenizer_stream_file(const char* path, const TokenizerStream* stream);
+
+// ---- Hugging Face tokenizer.json (data/hf_tokenizer.h) ----------------------------------------
+// tokenizer_load reads a tokenizer.json (a file starting with '{') or a directory holding one;
+// tokenizer_save then writes that file's bytes back unchanged. TokenizerStream.tok selects the
+// pre-tokenizer used by tokenizer_stream_file: NULL or one of ours: the rules above; a
+// tokenizer.json's: its added tokens, then its Split regex. TokenizerStream.jsonl_field, when not
+// NULL, reads files whose name ends in .jsonl as JSON lines: one document per line, the text in
+// that string field (other files stay plain text).
+
+// Builds t->ranks and t->cache from t->merges (used by data/hf_tokenizer.c).
+int tokenizer_index_merges(Tokenizer* t, const char* what);
+// 1 for a tokenizer loaded from a tokenizer.json
+int tokenizer_is_hf(const Tokenizer* t);

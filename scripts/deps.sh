@@ -7,6 +7,7 @@ PACKAGES=(
   cmake make gcc pkg-config     # build
   libinih-dev                   # INI parsing of configs
   zlib1g-dev                    # crc32 checksums of checkpoint files
+  libpcre2-dev libcjson-dev libutf8proc-dev   # Hugging Face tokenizer.json: its regex (PCRE2, JIT), the JSON, NFC (data/hf_tokenizer.c)
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback
   libxsmm-dev                   # LIBXSMM: JIT kernels for the delta rule's small GEMMs (kernels/cpu/gemm_small.c)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_deps.sh [DIR]: stage, from this machine's Debian packages, what a bare GPU machine
-# lacks for scripts/gpu_check.sh: libinih and zlib (static libraries and headers) and the
+# lacks for scripts/gpu_check.sh: libinih, zlib, PCRE2 and utf8proc (static libraries and headers), cJSON
+# (its shared library: Debian has no static one) and the
 # cudnn-frontend headers (scripts/cudnn_frontend.sh) into DIR (default
 # gpu-deps/ in the repository, ignored by git). Carry DIR to the GPU machine with the working
 # tree; gpu_check.sh finds it there (CMAKE_PREFIX_PATH). No BLAS is staged: without one,
@@ -27,6 +28,18 @@ for p in /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/libz.a; do
         break
     fi
 done
+# PCRE2 (static) and cJSON (Debian ships it shared only: the binaries find it by their build RPATH)
+# for data/hf_tokenizer.c
+if [ -f /usr/include/pcre2.h ] && [ -f /usr/lib/x86_64-linux-gnu/libpcre2-8.a ]; then
+    cp /usr/include/pcre2.h "$dir/include/" && cp /usr/lib/x86_64-linux-gnu/libpcre2-8.a "$dir/lib/"
+else echo "gpu_deps: error: pcre2.h or libpcre2-8.a not found: apt-get install libpcre2-dev (scripts/deps.sh)" >&2; exit 1; fi
+if [ -f /usr/include/cjson/cJSON.h ] && [ -e /usr/lib/x86_64-linux-gnu/libcjson.so.1 ]; then
+    mkdir -p "$dir/include/cjson" && cp /usr/include/cjson/cJSON.h "$dir/include/cjson/"
+    cp -L /usr/lib/x86_64-linux-gnu/libcjson.so.1 "$dir/lib/libcjson.so.1" && ln -sf libcjson.so.1 "$dir/lib/libcjson.so"
+else echo "gpu_deps: error: cjson/cJSON.h or libcjson.so.1 not found: apt-get install libcjson-dev (scripts/deps.sh)" >&2; exit 1; fi
+if [ -f /usr/include/utf8proc.h ] && [ -f /usr/lib/x86_64-linux-gnu/libutf8proc.a ]; then
+    cp /usr/include/utf8proc.h "$dir/include/" && cp /usr/lib/x86_64-linux-gnu/libutf8proc.a "$dir/lib/"
+else echo "gpu_deps: error: utf8proc.h or libutf8proc.a not found: apt-get install libutf8proc-dev (scripts/deps.sh)" >&2; exit 1; fi
 # the cudnn-frontend headers (header-only) for the cuDNN attention, if fetched here
 if bash scripts/cudnn_frontend.sh && [ -f third_party/cudnn_frontend/include/cudnn_frontend.h ]; then
     cp -r third_party/cudnn_frontend/include/. "$dir/include/"

@@ -1,4 +1,5 @@
-// tools/export_tokenizer.c: tokenizer.bin -> tokenizer.json + tokenizer_config.json +
+// tools/export_tokenizer.c: tokenizer.bin (or an imported tokenizer.json, written back unchanged) ->
+// tokenizer.json + tokenizer_config.json +
 // special_tokens_map.json for Hugging Face (layout in export_tokenizer.h and docs/formats.md).
 //
 // The `tokenizers` pipeline that reproduces tokenizer_encode:
@@ -14,6 +15,8 @@
 // no two tokens share their bytes; that is checked.
 #define _GNU_SOURCE
 #include "export_tokenizer.h"
+
+#include "data/hf_tokenizer.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -156,32 +159,45 @@ static char* tokenizer_json(const Tokenizer* t, size_t* len) {
 int export_tokenizer_hf(const char* out_dir, const Tokenizer* tok, int model_max_length, FILE* log) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", out_dir);
-    if (check_exportable(tok, path) != 0) return -1;
+    const int hf = tokenizer_is_hf(tok);
+    if (!hf && check_exportable(tok, path) != 0) return -1;
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "error: export: cannot create the output directory '%s': %s\n", out_dir, strerror(errno));
         return -1;
     }
     size_t len = 0;
-    char* text = tokenizer_json(tok, &len);
-    if (!text) { fprintf(stderr, "error: export: '%s': out of memory\n", path); return -1; }
-    int rc = write_file_atomic(path, text, len);
-    free(text);
+    int rc;
+    char* text;
+    if (hf) {  // a tokenizer.json that was loaded: written back byte for byte
+        const char* json = hf_tokenizer_json(tok, &len);
+        rc = write_file_atomic(path, json, len);
+    } else {
+        text = tokenizer_json(tok, &len);
+        if (!text) { fprintf(stderr, "error: export: '%s': out of memory\n", path); return -1; }
+        rc = write_file_atomic(path, text, len);
+        free(text);
+    }
     if (rc != 0) return -1;
-    if (log) fprintf(log, "export: %s: byte-level BPE, vocab_size %d, %d merges, end-of-text id %d\n", path,
-                     tok->vocab_size, tok->n_merges, tok->eot);
+    if (log) fprintf(log, "export: %s: %sbyte-level BPE, vocab_size %d, %d merges, end-of-text id %d\n", path,
+                     hf ? "the imported tokenizer.json unchanged: " : "", tok->vocab_size, tok->n_merges, tok->eot);
 
-    // tokenizer_config.json: the class to load it with, the special tokens, the maximum length
-    static const char eot[] = TOKENIZER_EOT_TEXT;
+    // tokenizer_config.json: the class to load it with, the special tokens, the maximum length.
+    // An imported tokenizer.json keeps its added tokens as tokens (split_special_tokens false:
+    // prepare cut them out of the text too); ours encodes "<|endoftext|>" in a text as bytes.
+    const char* eot = hf ? hf_tokenizer_eot_text(tok) : TOKENIZER_EOT_TEXT;
     text = NULL;
     FILE* f = open_memstream(&text, &len);
     if (!f) { fprintf(stderr, "error: export: out of memory\n"); return -1; }
     fprintf(f, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n");
-    fprintf(f, "  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n  \"unk_token\": \"%s\",\n", eot, eot, eot);
+    if (tok->eot >= 0)  // an imported tokenizer.json may have no end-of-text token
+        fprintf(f, "  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n  \"unk_token\": \"%s\",\n", eot, eot, eot);
     fprintf(f, "  \"add_bos_token\": false,\n  \"add_eos_token\": false,\n  \"add_prefix_space\": false,\n");
-    fprintf(f, "  \"clean_up_tokenization_spaces\": false,\n  \"split_special_tokens\": true,\n");
+    fprintf(f, "  \"clean_up_tokenization_spaces\": false,\n  \"split_special_tokens\": %s,\n", hf ? "false" : "true");
     if (model_max_length > 0) fprintf(f, "  \"model_max_length\": %d,\n", model_max_length);
-    fprintf(f, "  \"added_tokens_decoder\": {\"%d\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
-               "\"rstrip\": false, \"single_word\": false, \"special\": true}}\n}\n", tok->eot, eot);
+    if (tok->eot >= 0)
+        fprintf(f, "  \"added_tokens_decoder\": {\"%d\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
+                   "\"rstrip\": false, \"single_word\": false, \"special\": true}}\n}\n", tok->eot, eot);
+    else fprintf(f, "  \"added_tokens_decoder\": {}\n}\n");
     if (fclose(f) != 0) { free(text); fprintf(stderr, "error: export: out of memory\n"); return -1; }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", out_dir);
     rc = write_file_atomic(path, text, len);
@@ -192,7 +208,8 @@ int export_tokenizer_hf(const char* out_dir, const Tokenizer* tok, int model_max
     text = NULL;
     f = open_memstream(&text, &len);
     if (!f) { fprintf(stderr, "error: export: out of memory\n"); return -1; }
-    fprintf(f, "{\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n  \"unk_token\": \"%s\"\n}\n", eot, eot, eot);
+    if (tok->eot >= 0) fprintf(f, "{\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n  \"unk_token\": \"%s\"\n}\n", eot, eot, eot);
+    else fprintf(f, "{}\n");
     if (fclose(f) != 0) { free(text); fprintf(stderr, "error: export: out of memory\n"); return -1; }
     snprintf(path, sizeof path, "%s/special_tokens_map.json", out_dir);
     rc = write_file_atomic(path, text, len);

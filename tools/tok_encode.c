@@ -9,13 +9,19 @@
 //       without one counts too): one line of ids per text (an empty line for an empty text).
 //   tok_encode TOKENIZER --export-hf DIR [--model-max-length N]
 //       writes DIR/tokenizer.json, tokenizer_config.json and special_tokens_map.json.
-// TOKENIZER is a tokenizer.bin in our format (prepare writes one). Errors: one line, exit 1.
+//   tok_encode TOKENIZER.json --stream-step N [FILE]
+//       (a tokenizer.json) the same ids as without it, but cut into pre-tokens the way prepare
+//       streams a file: the text arrives N bytes at a time and each call cuts only what is final
+//       (hf_tokenizer_split with eof 0), the rest waits for more; for tests of that logic.
+// TOKENIZER is a tokenizer.bin in our format (prepare writes one), or a Hugging Face
+// tokenizer.json (data/hf_tokenizer.h). Errors: one line, exit 1.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "tools/export_tokenizer.h"
 
@@ -23,6 +29,7 @@ static void usage(FILE* f) {
     fprintf(f,
         "usage: tok_encode TOKENIZER [--nul] [FILE]\n"
         "       tok_encode TOKENIZER --export-hf DIR [--model-max-length N]\n"
+        "       tok_encode TOKENIZER.json --stream-step N [FILE]\n"
         "\n"
         "Prints the token ids of FILE (default stdin) on one line. --nul: the input holds texts each\n"
         "ended by a NUL byte; one line of ids per text. --export-hf: writes the tokenizer as Hugging\n"
@@ -39,15 +46,55 @@ static int print_ids(const Tokenizer* tok, const char* text, size_t len) {
     return 0;
 }
 
+typedef struct { const Tokenizer* tok; int* ids; size_t n, cap; } StreamIds;
+static int stream_piece(void* ctx, const unsigned char* p, size_t len) {
+    StreamIds* s = ctx;
+    if (s->n + len > s->cap) {
+        size_t c = 2 * (s->n + len);
+        int* g = realloc(s->ids, c * sizeof(int));
+        if (!g) return -1;
+        s->ids = g;
+        s->cap = c;
+    }
+    s->n += tokenizer_encode_piece(s->tok, p, len, s->ids + s->n);
+    return 0;
+}
+
+// text[0..len) fed step bytes at a time to hf_tokenizer_split (eof 0), then the rest with eof 1
+static int print_ids_streamed(const Tokenizer* tok, const char* text, size_t len, size_t step) {
+    StreamIds s = {.tok = tok};
+    const unsigned char* u = (const unsigned char*)text;
+    size_t pos = 0;  // bytes cut into pre-tokens so far
+    for (size_t k = step; k < len; k += step) {
+        size_t r = hf_tokenizer_split(tok, u + pos, k - pos, 0, stream_piece, &s);
+        if (r == (size_t)-1) { free(s.ids); fprintf(stderr, "error: tok_encode: out of memory\n"); return -1; }
+        pos += r;
+    }
+    if (pos < len && hf_tokenizer_split(tok, u + pos, len - pos, 1, stream_piece, &s) == (size_t)-1) {
+        free(s.ids);
+        fprintf(stderr, "error: tok_encode: out of memory\n");
+        return -1;
+    }
+    for (size_t i = 0; i < s.n; i++) printf(i ? " %d" : "%d", s.ids[i]);
+    putchar('\n');
+    free(s.ids);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) { usage(stdout); return 0; }
     if (argc < 2) { usage(stderr); return 1; }
     const char *tok_path = argv[1], *file = NULL, *export_dir = NULL;
     int nul = 0;
-    long max_len = 0;
+    long max_len = 0, step = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--nul") == 0) nul = 1;
         else if (strcmp(argv[i], "--export-hf") == 0 && i + 1 < argc) export_dir = argv[++i];
+        else if (strcmp(argv[i], "--stream-step") == 0 && i + 1 < argc) {
+            char* end;
+            step = strtol(argv[++i], &end, 10);
+            if (*end || step < 1) { fprintf(stderr, "error: tok_encode: --stream-step must be a positive integer, got '%s'\n", argv[i]); return 1; }
+        }
         else if (strcmp(argv[i], "--model-max-length") == 0 && i + 1 < argc) {
             char* end;
             max_len = strtol(argv[++i], &end, 10);
@@ -90,7 +137,12 @@ int main(int argc, char** argv) {
         }
     }
     if (file) fclose(in);
-    if (rc == 0 && !nul) rc = print_ids(&tok, buf, len) == 0 ? 0 : 1;
+    if (step && !tokenizer_is_hf(&tok)) {
+        fprintf(stderr, "error: tok_encode: --stream-step needs a tokenizer.json ('%s' is not one)\n", tok_path);
+        rc = 1;
+    }
+    if (rc == 0 && step && !nul) rc = print_ids_streamed(&tok, buf, len, (size_t)step) == 0 ? 0 : 1;
+    else if (rc == 0 && !nul) rc = print_ids(&tok, buf, len) == 0 ? 0 : 1;
     for (size_t s = 0; rc == 0 && nul && s < len;) {
         char* z = memchr(buf + s, '\0', len - s);
         size_t e = z ? (size_t)(z - buf) : len;
