@@ -44,6 +44,25 @@ within10() { "$PY" -c "import sys; p, r = int(sys.argv[1]), int(sys.argv[2]); sy
 # the trainer's "memory: the backend holds params P + adamw A + activations C + scratch S = T bytes"
 held() { grep -m1 "^memory: the backend holds" "$2" | sed 's/.*params \([0-9]*\) + adamw \([0-9]*\) + activations \([0-9]*\) + scratch \([0-9]*\) = \([0-9]*\) bytes.*/\1 \2 \3 \4 \5/' | awk -v k="$1" '{print $k}'; }
 peak() { grep -m1 "^memory: peak RSS" "$2" | sed "s/.*$1 \([0-9]*\) bytes.*/\1/"; }
+# train_vs_plan NAME NP ARGS...: train ARGS on NP processes into $TMP/NAME.out and check it against
+# the plan already in $TMP/NAME.plan: the total within 10% of the peak RSS, and the arena lines
+# (params, adamw, activations) to the byte against what the trainer holds
+train_vs_plan() {
+    local name=$1 np=$2
+    shift 2
+    launch "$np" "$build/train_gpt" "$@" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
+    check "$name: trains (rc $?)" grep -q "^memory: peak RSS" "$TMP/$name.out"
+    local plan rss ratio w m g acts
+    plan=$(field total "$TMP/$name.plan"); rss=$(peak "peak RSS" "$TMP/$name.out")
+    ratio=$("$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / max(int(sys.argv[2] or 0), 1)))" "$plan" "${rss:-0}")
+    echo "$name: plan $plan bytes, peak RSS ${rss:-?} bytes: plan / RSS = $ratio"
+    check "$name: plan total $plan within 10% of the peak RSS ${rss:-?} (ratio $ratio)" within10 "$plan" "${rss:-0}"
+    w=$(field weights "$TMP/$name.plan"); m=$(field master "$TMP/$name.plan"); g=$(field grads "$TMP/$name.plan")
+    acts=$(( $(field activations "$TMP/$name.plan") + $(field logits "$TMP/$name.plan") + $(field backward "$TMP/$name.plan") ))
+    check "$name: params $((w + m + g)) == held $(held 1 "$TMP/$name.out")" [ "$((w + m + g))" = "$(held 1 "$TMP/$name.out")" ]
+    check "$name: adamw $(field adamw "$TMP/$name.plan") == held $(held 2 "$TMP/$name.out")" [ "$(field adamw "$TMP/$name.plan")" = "$(held 2 "$TMP/$name.out")" ]
+    check "$name: activations + logits + backward $acts == held $(held 3 "$TMP/$name.out")" [ "$acts" = "$(held 3 "$TMP/$name.out")" ]
+}
 
 if [ "$mode" = "--emu" ]; then
     # ---------------------------------------------------------------------------------------------
@@ -110,17 +129,7 @@ for cfg in $CONFIGS; do
         name="$cfg.np$np.z$z.$rc"
         "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --train.recompute="$rc" --check --nproc "$np" > "$TMP/$name.plan" 2>&1
         check "$name: --check --nproc $np prints a plan" grep -q "^  total " "$TMP/$name.plan"
-        launch "$np" "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --train.recompute="$rc" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
-        check "$name: trains (rc $?)" grep -q "^memory: peak RSS" "$TMP/$name.out"
-        plan=$(field total "$TMP/$name.plan"); rss=$(peak "peak RSS" "$TMP/$name.out")
-        ratio=$("$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / max(int(sys.argv[2] or 0), 1)))" "$plan" "${rss:-0}")
-        echo "$name: plan $plan bytes, peak RSS ${rss:-?} bytes: plan / RSS = $ratio"
-        check "$name: plan total $plan within 10% of the peak RSS ${rss:-?} (ratio $ratio)" within10 "$plan" "${rss:-0}"
-        w=$(field weights "$TMP/$name.plan"); m=$(field master "$TMP/$name.plan"); g=$(field grads "$TMP/$name.plan")
-        acts=$(( $(field activations "$TMP/$name.plan") + $(field logits "$TMP/$name.plan") + $(field backward "$TMP/$name.plan") ))
-        check "$name: params $((w + m + g)) == held $(held 1 "$TMP/$name.out")" [ "$((w + m + g))" = "$(held 1 "$TMP/$name.out")" ]
-        check "$name: adamw $(field adamw "$TMP/$name.plan") == held $(held 2 "$TMP/$name.out")" [ "$(field adamw "$TMP/$name.plan")" = "$(held 2 "$TMP/$name.out")" ]
-        check "$name: activations + logits + backward $acts == held $(held 3 "$TMP/$name.out")" [ "$acts" = "$(held 3 "$TMP/$name.out")" ]
+        train_vs_plan "$name" "$np" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --train.recompute="$rc"
     done
 done
 
@@ -135,17 +144,7 @@ if [ "$have_mpi" = 1 ]; then
         C=(--config configs/tiny_moe_gated.ini --moe.expert_parallel="$ep")
         "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --check --nproc "$np" > "$TMP/$name.plan" 2>&1
         check "$name: --check --nproc $np plans the expert rows" grep -q "^  expert rows .*at balanced routing" "$TMP/$name.plan"
-        launch "$np" "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z" --log.run_dir="$TMP/$name" > "$TMP/$name.out" 2>&1
-        check "$name: trains (rc $?)" grep -q "^memory: peak RSS" "$TMP/$name.out"
-        plan=$(field total "$TMP/$name.plan"); rss=$(peak "peak RSS" "$TMP/$name.out")
-        ratio=$("$PY" -c "import sys; print('%.3f' % (int(sys.argv[1]) / max(int(sys.argv[2] or 0), 1)))" "$plan" "${rss:-0}")
-        echo "$name: plan $plan bytes, peak RSS ${rss:-?} bytes: plan / RSS = $ratio"
-        check "$name: plan total $plan within 10% of the peak RSS ${rss:-?} (ratio $ratio)" within10 "$plan" "${rss:-0}"
-        w=$(field weights "$TMP/$name.plan"); m=$(field master "$TMP/$name.plan"); g=$(field grads "$TMP/$name.plan")
-        acts=$(( $(field activations "$TMP/$name.plan") + $(field logits "$TMP/$name.plan") + $(field backward "$TMP/$name.plan") ))
-        check "$name: params $((w + m + g)) == held $(held 1 "$TMP/$name.out")" [ "$((w + m + g))" = "$(held 1 "$TMP/$name.out")" ]
-        check "$name: adamw $(field adamw "$TMP/$name.plan") == held $(held 2 "$TMP/$name.out")" [ "$(field adamw "$TMP/$name.plan")" = "$(held 2 "$TMP/$name.out")" ]
-        check "$name: activations + logits + backward $acts == held $(held 3 "$TMP/$name.out")" [ "$acts" = "$(held 3 "$TMP/$name.out")" ]
+        train_vs_plan "$name" "$np" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z"
     done
 fi
 

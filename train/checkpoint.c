@@ -889,6 +889,27 @@ static int same_global_state(const char* file, const char* path, int f0, const R
 // local = the index into o's moments), from rank files in slices or in segments, by global
 // offset (expert parallelism on either side, docs/formats.md). Every file's m and v whose
 // pieces are not all had yet is read whole into host memory (one file at a time).
+// What the loaders hand back once the rank files are read: this process's AdamW m and v [cnt]
+// (host copies) to the device, the step counter, and (st not NULL) the training state of the
+// first file h0 with the writer's process count and ZeRO stage.
+static void restore_state(Optim* o, CkptTrainState* st, const RankHead* h0, const float* host_m, const float* host_v,
+                          size_t cnt, int nproc, int zero_stage) {
+    ops_from_host(o->m, host_m, cnt * sizeof(float));
+    ops_from_host(o->v, host_v, cnt * sizeof(float));
+    o->t = h0->t;
+    if (!st) return;
+    st->step = (int)h0->step;
+    st->nonfinite_run = h0->nonfinite;
+    st->lr = h0->lr;
+    st->data_shuffle = h0->shuffle;
+    st->data_seed = h0->seed;
+    st->data.epoch = h0->pos[0];
+    st->data.shard_idx = h0->pos[1];
+    st->data.batch_idx = h0->pos[2];
+    st->ckpt_nproc = nproc;
+    st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
+}
+
 static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, int rank, size_t total,
                               size_t floats, const CkSegs* mine) {
     char file[CKPT_PATH_MAX + 32];
@@ -966,24 +987,10 @@ static int load_rank_segments(const char* path, Optim* o, CkptTrainState* st, in
                          "checkpoint)", mine->s[k].global + x, nproc);
                 goto done;
             }
-    ops_from_host(o->m, host_m, cnt * sizeof(float));
-    ops_from_host(o->v, host_v, cnt * sizeof(float));
-    o->t = h0.t;
-    if (st) {
-        st->step = (int)h0.step;
-        st->nonfinite_run = h0.nonfinite;
-        st->lr = h0.lr;
-        st->data_shuffle = h0.shuffle;
-        st->data_seed = h0.seed;
-        st->data.epoch = h0.pos[0];
-        st->data.shard_idx = h0.pos[1];
-        st->data.batch_idx = h0.pos[2];
-        st->ckpt_nproc = nproc;
-        // segments (expert parallelism): ZeRO-1 holds every float of the model once over the
-        // files (floats: the tensors' elements), zero_stage 0 the dense ones once per process
-        if (h0.off == CKPT_SEGMENTS) zero_stage = all_cnt == floats;
-        st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
-    }
+    // segments (expert parallelism): ZeRO-1 holds every float of the model once over the files
+    // (floats: the tensors' elements), zero_stage 0 the dense ones once per process
+    if (h0.off == CKPT_SEGMENTS) zero_stage = all_cnt == floats;
+    restore_state(o, st, &h0, host_m, host_v, cnt, nproc, zero_stage);
     rc = 0;
 done:
     free(host_m); free(host_v); free(have); free(pc); free(fm); free(fv);
@@ -1052,21 +1059,7 @@ static int load_rank_state(const char* path, Optim* o, CkptTrainState* st, int r
         size_t a = h.off > lo ? h.off : lo, b = h.off + h.cnt < hi ? h.off + h.cnt : hi;
         if (read_rank_rest(&r, &h, i == 0 ? st : NULL, a, b > a ? b : a, lo, host_m, host_v) != 0) goto done;
     }
-    ops_from_host(o->m, host_m, cnt * sizeof(float));
-    ops_from_host(o->v, host_v, cnt * sizeof(float));
-    o->t = h0.t;
-    if (st) {
-        st->step = (int)h0.step;
-        st->nonfinite_run = h0.nonfinite;
-        st->lr = h0.lr;
-        st->data_shuffle = h0.shuffle;
-        st->data_seed = h0.seed;
-        st->data.epoch = h0.pos[0];
-        st->data.shard_idx = h0.pos[1];
-        st->data.batch_idx = h0.pos[2];
-        st->ckpt_nproc = nproc;
-        st->ckpt_zero_stage = nproc > 1 ? zero_stage : 0;
-    }
+    restore_state(o, st, &h0, host_m, host_v, cnt, nproc, zero_stage);
     rc = 0;
 done:
     free(heads); free(src); free(host_m); free(host_v);
