@@ -419,6 +419,9 @@ static int check_memory_plan(Run* r) {
         }
     }
     o.device_shared = o.layout == PLAN_LAYOUT_CPU;
+    // the runtime line measures this process: with MPI's memory when the planned run has several
+    // processes (each starts MPI) and this one was started without a launcher (no MPI yet)
+    if (o.layout == PLAN_LAYOUT_CPU && o.nproc > 1) comm_start_mpi(r->comm, NULL, NULL);
     o.runtime_rss = plan_self_rss();
     Plan p;
     if (plan_build(cfg, cfg->train.batch_size, &o, &p) != 0) return 1;

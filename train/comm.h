@@ -26,8 +26,13 @@ typedef struct {
     double ep_bytes;       // payload bytes this rank sent to other ranks by them (rows, not counts)
 } Comm;
 
-// Initialises MPI when this binary was built with it (a plain ./train_gpt is rank 0 of 1).
+// Initialises MPI when this binary was built with it and an MPI launcher started the process
+// (a plain ./train_gpt is rank 0 of 1 and leaves MPI unstarted: docs/distributed.md).
 void comm_init(Comm* c, int* argc, char*** argv);
+// Starts MPI in a process comm_init left without it (still rank 0 of 1): for the memory plan of
+// a run of several processes, whose measured runtime line must include MPI's own memory. A
+// no-op when MPI is running or not built.
+void comm_start_mpi(Comm* c, int* argc, char*** argv);
 // Finalises MPI after a barrier. Call once, on success only; errors go through comm_abort.
 void comm_finalize(Comm* c);
 // Stops every rank of the job: prints "error: rank R of N: <why>" and calls MPI_Abort

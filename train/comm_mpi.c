@@ -60,6 +60,11 @@ void comm_init(Comm* c, int* argc, char*** argv) {
         c->ep_size = 1; c->rep_size = 1;
         return;
     }
+    comm_start_mpi(c, argc, argv);
+}
+
+void comm_start_mpi(Comm* c, int* argc, char*** argv) {
+    if (c->mpi) return;
     check(MPI_Init(argc, argv), "MPI_Init");
     g_inited = 1;
     atexit(exit_hook);
