@@ -22,15 +22,6 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
-// One line to stderr: "error: tokenizer '<file>': <message>".
-static void hf_error(const char* file, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: tokenizer '%s': ", file);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 // GPT-2's pattern: what ByteLevel(use_regex=true) splits with
 #define HF_GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -165,7 +156,7 @@ static int hf_is_unset(const cJSON* o, const char* key) {
 static char* hf_translate(const char* pat, const char* path) {
     size_t n = strlen(pat);
     char* out = malloc(n * (sizeof(HF_WHITE_SPACE) + 4) + 1);
-    if (!out) { hf_error(path, "out of memory"); return NULL; }
+    if (!out) { tok_error(path, "out of memory"); return NULL; }
     size_t w = 0;
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
@@ -176,7 +167,7 @@ static char* hf_translate(const char* pat, const char* path) {
             if (d == 's') rep = in_class ? HF_WHITE_SPACE : "[" HF_WHITE_SPACE "]";
             else if (d == 'S' && !in_class) rep = "[^" HF_WHITE_SPACE "]";
             else if (d == 'S') {
-                hf_error(path, "pre_tokenizer Split regex: \\S inside a [...] class is not supported");
+                tok_error(path, "pre_tokenizer Split regex: \\S inside a [...] class is not supported");
                 free(out);
                 return NULL;
             }
@@ -211,7 +202,7 @@ static int hf_compile(TokHf* H, const char* pattern, const char* path) {
     if (!H->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        hf_error(path, "pre_tokenizer Split regex does not compile (PCRE2, near pattern offset %zu): %s", (size_t)at, msg);
+        tok_error(path, "pre_tokenizer Split regex does not compile (PCRE2, near pattern offset %zu): %s", (size_t)at, msg);
         return -1;
     }
     // PARTIAL_HARD too: streaming asks whether a match could change with more text
@@ -219,11 +210,11 @@ static int hf_compile(TokHf* H, const char* pattern, const char* path) {
     if (err != 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        hf_error(path, "PCRE2 JIT compilation of the pre_tokenizer regex failed: %s (a PCRE2 built without JIT?)", msg);
+        tok_error(path, "PCRE2 JIT compilation of the pre_tokenizer regex failed: %s (a PCRE2 built without JIT?)", msg);
         return -1;
     }
     H->md = pcre2_match_data_create_from_pattern(H->re, NULL);
-    if (!H->md) { hf_error(path, "out of memory"); return -1; }
+    if (!H->md) { tok_error(path, "out of memory"); return -1; }
     return 0;
 }
 
@@ -231,47 +222,47 @@ static int hf_compile(TokHf* H, const char* pattern, const char* path) {
 static const char* hf_pre_tokenizer(const cJSON* root, const char* path) {
     const cJSON* pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (!pt || cJSON_IsNull(pt)) {
-        hf_error(path, "pre_tokenizer is null: not a byte-level BPE (want ByteLevel, or Sequence [Split, ByteLevel])");
+        tok_error(path, "pre_tokenizer is null: not a byte-level BPE (want ByteLevel, or Sequence [Split, ByteLevel])");
         return NULL;
     }
     const char* ty = hf_type(pt);
     if (strcmp(ty, "ByteLevel") == 0) {
         if (hf_is_true(pt, "add_prefix_space")) {
-            hf_error(path, "pre_tokenizer ByteLevel add_prefix_space is true: adding a space changes the text; not supported");
+            tok_error(path, "pre_tokenizer ByteLevel add_prefix_space is true: adding a space changes the text; not supported");
             return NULL;
         }
         const cJSON* ur = cJSON_GetObjectItemCaseSensitive(pt, "use_regex");
         if (ur && !cJSON_IsTrue(ur)) {
-            hf_error(path, "pre_tokenizer ByteLevel without use_regex and without a Split: no pre-tokenizer regex");
+            tok_error(path, "pre_tokenizer ByteLevel without use_regex and without a Split: no pre-tokenizer regex");
             return NULL;
         }
         return HF_GPT2_PATTERN;
     }
     const cJSON* list = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
     if (strcmp(ty, "Sequence") != 0 || cJSON_GetArraySize(list) != 2) {
-        hf_error(path, "pre_tokenizer '%s' is not supported (want ByteLevel, or Sequence [Split, ByteLevel])",
+        tok_error(path, "pre_tokenizer '%s' is not supported (want ByteLevel, or Sequence [Split, ByteLevel])",
                  ty[0] ? ty : "?");
         return NULL;
     }
     const cJSON* sp = cJSON_GetArrayItem(list, 0);
     const cJSON* bl = cJSON_GetArrayItem(list, 1);
     if (strcmp(hf_type(sp), "Split") != 0 || strcmp(hf_type(bl), "ByteLevel") != 0) {
-        hf_error(path, "pre_tokenizer Sequence [%s, %s] is not supported (want [Split, ByteLevel])", hf_type(sp), hf_type(bl));
+        tok_error(path, "pre_tokenizer Sequence [%s, %s] is not supported (want [Split, ByteLevel])", hf_type(sp), hf_type(bl));
         return NULL;
     }
     if (hf_is_true(bl, "use_regex") || hf_is_true(bl, "add_prefix_space")) {
-        hf_error(path, "pre_tokenizer Sequence: its ByteLevel must have use_regex and add_prefix_space false");
+        tok_error(path, "pre_tokenizer Sequence: its ByteLevel must have use_regex and add_prefix_space false");
         return NULL;
     }
     const cJSON* beh = cJSON_GetObjectItemCaseSensitive(sp, "behavior");
     if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0 || hf_is_true(sp, "invert")) {
-        hf_error(path, "pre_tokenizer Split: behavior '%s'%s is not supported (want Isolated, invert false)",
+        tok_error(path, "pre_tokenizer Split: behavior '%s'%s is not supported (want Isolated, invert false)",
                  cJSON_IsString(beh) ? beh->valuestring : "?", hf_is_true(sp, "invert") ? " with invert" : "");
         return NULL;
     }
     const cJSON* re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sp, "pattern"), "Regex");
     if (!cJSON_IsString(re)) {
-        hf_error(path, "pre_tokenizer Split: pattern is not {\"Regex\": \"...\"} (a String pattern is not supported)");
+        tok_error(path, "pre_tokenizer Split: pattern is not {\"Regex\": \"...\"} (a String pattern is not supported)");
         return NULL;
     }
     return re->valuestring;
@@ -293,7 +284,7 @@ static int hf_added_cmp_q(const void* x, const void* y) { return hf_added_cmp(x,
 
 static int hf_added_load(TokHf* H, const cJSON* root, const char* path, int* max_id) {
     const cJSON* arr = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    if (arr && !cJSON_IsNull(arr) && !cJSON_IsArray(arr)) { hf_error(path, "added_tokens is not an array"); return -1; }
+    if (arr && !cJSON_IsNull(arr) && !cJSON_IsArray(arr)) { tok_error(path, "added_tokens is not an array"); return -1; }
     int n = cJSON_GetArraySize(arr);
     size_t text = 0;
     H->added = calloc((size_t)n + 1, sizeof(HfAdded));
@@ -303,7 +294,7 @@ static int hf_added_load(TokHf* H, const cJSON* root, const char* path, int* max
         if (cJSON_IsString(c)) text += strlen(c->valuestring);
     }
     H->added_text = malloc(text + 1);
-    if (!H->added || !H->added_text) { hf_error(path, "out of memory"); return -1; }
+    if (!H->added || !H->added_text) { tok_error(path, "out of memory"); return -1; }
     int k = 0;
     size_t off = 0;
     cJSON_ArrayForEach(a, arr) {
@@ -311,13 +302,13 @@ static int hf_added_load(TokHf* H, const cJSON* root, const char* path, int* max
         const cJSON* c = cJSON_GetObjectItemCaseSensitive(a, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 30) || !cJSON_IsString(c) ||
             c->valuestring[0] == '\0') {
-            hf_error(path, "added_tokens[%d]: want an integer id in [0, 2^30) and a non-empty content string", k);
+            tok_error(path, "added_tokens[%d]: want an integer id in [0, 2^30) and a non-empty content string", k);
             return -1;
         }
         static const char* const opts[] = {"lstrip", "rstrip", "single_word"};
         for (int o = 0; o < 3; o++)
             if (hf_is_true(a, opts[o])) {
-                hf_error(path, "added_tokens[%d] '%s': %s true is not supported (only tokens matched as they are)", k,
+                tok_error(path, "added_tokens[%d] '%s': %s true is not supported (only tokens matched as they are)", k,
                          c->valuestring, opts[o]);
                 return -1;
             }
@@ -427,24 +418,24 @@ static void hf_line_col(const char* text, size_t at, int* line, int* col) {
 // model: byte-level BPE settings; returns the model object or NULL after an error
 static const cJSON* hf_model(const cJSON* root, const char* path) {
     const cJSON* m = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!cJSON_IsObject(m)) { hf_error(path, "no \"model\" object: not a tokenizer.json"); return NULL; }
+    if (!cJSON_IsObject(m)) { tok_error(path, "no \"model\" object: not a tokenizer.json"); return NULL; }
     const char* ty = hf_type(m);
     if (ty[0] && strcmp(ty, "BPE") != 0) {
-        hf_error(path, "model.type is '%s': only byte-level BPE is supported", ty);
+        tok_error(path, "model.type is '%s': only byte-level BPE is supported", ty);
         return NULL;
     }
     if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m, "vocab")) ||
         !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "merges"))) {
-        hf_error(path, "model: want a \"vocab\" object and a \"merges\" array (a BPE model)");
+        tok_error(path, "model: want a \"vocab\" object and a \"merges\" array (a BPE model)");
         return NULL;
     }
-    if (!hf_is_unset(m, "dropout")) { hf_error(path, "model.dropout is set: BPE dropout is random; not supported"); return NULL; }
+    if (!hf_is_unset(m, "dropout")) { tok_error(path, "model.dropout is set: BPE dropout is random; not supported"); return NULL; }
     if (!hf_is_unset(m, "continuing_subword_prefix") || !hf_is_unset(m, "end_of_word_suffix")) {
-        hf_error(path, "model.continuing_subword_prefix / end_of_word_suffix is set: not a byte-level BPE");
+        tok_error(path, "model.continuing_subword_prefix / end_of_word_suffix is set: not a byte-level BPE");
         return NULL;
     }
     if (hf_is_true(m, "byte_fallback")) {
-        hf_error(path, "model.byte_fallback is true: a SentencePiece-style BPE, not byte-level; not supported");
+        tok_error(path, "model.byte_fallback is true: a SentencePiece-style BPE, not byte-level; not supported");
         return NULL;
     }
     return m;
@@ -471,7 +462,7 @@ static int hf_merge_parts(const cJSON* e, int r, char* buf, size_t cap, const ch
         }
     }
     char* txt = cJSON_PrintUnformatted(e);
-    hf_error(path, "model.merges[%d] is %.60s: want \"a b\" or [\"a\", \"b\"]", r, txt ? txt : "?");
+    tok_error(path, "model.merges[%d] is %.60s: want \"a b\" or [\"a\", \"b\"]", r, txt ? txt : "?");
     free(txt);
     return -1;
 }
@@ -483,12 +474,12 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     else if (norm && !cJSON_IsNull(norm) &&
              !(strcmp(hf_type(norm), "Sequence") == 0 &&
                cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) == 0)) {
-        hf_error(path, "normalizer '%s' changes the text before splitting; not supported (want null or NFC)", hf_type(norm));
+        tok_error(path, "normalizer '%s' changes the text before splitting; not supported (want null or NFC)", hf_type(norm));
         return -1;
     }
     const cJSON* dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (dec && !cJSON_IsNull(dec) && strcmp(hf_type(dec), "ByteLevel") != 0) {
-        hf_error(path, "decoder '%s' is not supported (want ByteLevel or null)", hf_type(dec));
+        tok_error(path, "decoder '%s' is not supported (want ByteLevel or null)", hf_type(dec));
         return -1;
     }
     const char* pattern = hf_pre_tokenizer(root, path);
@@ -505,18 +496,18 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     int nv = 0;
     cJSON_ArrayForEach(e, vocab) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (1 << 30) || e->valuedouble != (double)e->valueint) {
-            hf_error(path, "model.vocab[\"%.40s\"] is not an integer id in [0, 2^30)", e->string);
+            tok_error(path, "model.vocab[\"%.40s\"] is not an integer id in [0, 2^30)", e->string);
             return -1;
         }
         if (e->valueint > max_id) max_id = e->valueint;
         nv++;
     }
-    if (max_id < 0) { hf_error(path, "model.vocab is empty"); return -1; }
+    if (max_id < 0) { tok_error(path, "model.vocab is empty"); return -1; }
     const int V = max_id + 1;
     t->vocab_size = V;
     t->offsets = calloc((size_t)V + 1, sizeof(int64_t));
     char* is_vocab = calloc((size_t)V, 1);  // 1: from model.vocab, 2: an added token
-    if (!t->offsets || !is_vocab) { free(is_vocab); hf_error(path, "out of memory"); return -1; }
+    if (!t->offsets || !is_vocab) { free(is_vocab); tok_error(path, "out of memory"); return -1; }
     int64_t* len = t->offsets + 1;
     size_t longest = 0;
     for (int k = 0; k < H->n_added; k++) { len[H->added[k].id] = H->added[k].len; is_vocab[H->added[k].id] = 2; }
@@ -525,7 +516,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
         if (l > longest) longest = l;
         if (is_vocab[e->valueint] == 2) continue;  // an added token: its content is its text
         if (is_vocab[e->valueint] == 1) {
-            hf_error(path, "model.vocab gives id %d to two tokens (one is \"%.40s\")", e->valueint, e->string);
+            tok_error(path, "model.vocab gives id %d to two tokens (one is \"%.40s\")", e->valueint, e->string);
             free(is_vocab);
             return -1;
         }
@@ -539,7 +530,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
             nb++;
         }
         if (nb < 0) {
-            hf_error(path, "model.vocab token \"%.40s\" (id %d) has U+%04X, not a ByteLevel character: not a byte-level BPE",
+            tok_error(path, "model.vocab token \"%.40s\" (id %d) has U+%04X, not a ByteLevel character: not a byte-level BPE",
                      e->string, e->valueint, cp);
             free(is_vocab);
             return -1;
@@ -549,7 +540,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     for (int i = 0; i < V; i++) t->offsets[i + 1] += t->offsets[i];
     t->bytes = malloc((size_t)t->offsets[V] + 1);
     unsigned char* tmp = malloc(longest + 1);
-    if (!t->bytes || !tmp) { free(is_vocab); free(tmp); hf_error(path, "out of memory"); return -1; }
+    if (!t->bytes || !tmp) { free(is_vocab); free(tmp); tok_error(path, "out of memory"); return -1; }
     for (int k = 0; k < H->n_added; k++)
         memcpy(t->bytes + t->offsets[H->added[k].id], H->added_text + H->added[k].off, (size_t)H->added[k].len);
     int bad;
@@ -561,7 +552,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     while (H->vcap < 2 * (size_t)nv) H->vcap *= 2;
     H->vslots = malloc(H->vcap * sizeof(int32_t));
     t->byte_ids = malloc(256 * sizeof(int));
-    if (!H->vslots || !t->byte_ids) { free(is_vocab); free(tmp); hf_error(path, "out of memory"); return -1; }
+    if (!H->vslots || !t->byte_ids) { free(is_vocab); free(tmp); tok_error(path, "out of memory"); return -1; }
     for (size_t i = 0; i < H->vcap; i++) H->vslots[i] = -1;
     for (int i = 0; i < V; i++) if (is_vocab[i] == 1) hf_vocab_put(t, i);
     free(is_vocab);
@@ -569,7 +560,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
         unsigned char c = (unsigned char)b;
         t->byte_ids[b] = hf_vocab_get(t, &c, 1);
         if (t->byte_ids[b] < 0) {
-            hf_error(path, "model.vocab has no token for byte 0x%02X (ByteLevel U+%04X): not a byte-level BPE vocabulary",
+            tok_error(path, "model.vocab has no token for byte 0x%02X (ByteLevel U+%04X): not a byte-level BPE vocabulary",
                      b, hf_byte_cp[b]);
             free(tmp);
             return -1;
@@ -588,7 +579,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     unsigned char* joined = malloc(2 * longest + 2);
     if (!t->merges || !t->merge_ids || !made_at || !sbuf || !joined) {
         free(tmp); free(made_at); free(sbuf); free(joined);
-        hf_error(path, "out of memory");
+        tok_error(path, "out of memory");
         return -1;
     }
     for (int i = 0; i < V; i++) made_at[i] = INT_MAX;
@@ -602,7 +593,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
             int l = strlen(part[s]) <= longest ? hf_unspell(part[s], tmp, &bad) : -1;
             id[s] = l > 0 ? hf_vocab_get(t, tmp, (size_t)l) : -1;
             if (id[s] < 0) {
-                hf_error(path, "model.merges[%d] (\"%.40s\", \"%.40s\") names \"%.40s\", which is not in model.vocab", r,
+                tok_error(path, "model.merges[%d] (\"%.40s\", \"%.40s\") names \"%.40s\", which is not in model.vocab", r,
                          part[0], part[1], part[s]);
                 rc = -1;
                 break;
@@ -613,7 +604,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
         if (rc != 0) break;
         int z = hf_vocab_get(t, joined, lp[0] + lp[1]);
         if (z < 0) {
-            hf_error(path, "model.merges[%d] (\"%.40s\", \"%.40s\"): their concatenation is not in model.vocab", r,
+            tok_error(path, "model.merges[%d] (\"%.40s\", \"%.40s\"): their concatenation is not in model.vocab", r,
                      part[0], part[1]);
             rc = -1;
             break;
@@ -655,15 +646,15 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     if (stat(path_in, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/tokenizer.json", path_in);
     else snprintf(path, sizeof path, "%s", path_in);
     FILE* f = fopen(path, "rb");
-    if (!f) { hf_error(path, "cannot open: %s", strerror(errno)); return -1; }
+    if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
     t->hf = calloc(1, sizeof(TokHf));
     TokHf* H = t->hf;
-    if (!H || fstat(fileno(f), &st) != 0) { fclose(f); hf_error(path, "out of memory or cannot stat"); free(H); t->hf = NULL; return -1; }
+    if (!H || fstat(fileno(f), &st) != 0) { fclose(f); tok_error(path, "out of memory or cannot stat"); free(H); t->hf = NULL; return -1; }
     H->json_len = (size_t)st.st_size;
     H->json = malloc(H->json_len + 1);
     if (!H->json || fread(H->json, 1, H->json_len, f) != H->json_len) {
         fclose(f);
-        hf_error(path, "read error: %s", strerror(errno));
+        tok_error(path, "read error: %s", strerror(errno));
         tokenizer_free(t);
         return -1;
     }
@@ -676,12 +667,12 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
         int line, col;
         hf_line_col(H->json, at, &line, &col);
         if (at >= H->json_len)
-            hf_error(path, "broken JSON: the text ends inside it at line %d, column %d (byte %zu); truncated?", line, col, at);
-        else hf_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
+            tok_error(path, "broken JSON: the text ends inside it at line %d, column %d (byte %zu); truncated?", line, col, at);
+        else tok_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
         tokenizer_free(t);
         return -1;
     }
-    int rc = cJSON_IsObject(root) ? hf_build(t, root, path) : (hf_error(path, "the JSON is not an object"), -1);
+    int rc = cJSON_IsObject(root) ? hf_build(t, root, path) : (tok_error(path, "the JSON is not an object"), -1);
     cJSON_Delete(root);
     if (rc != 0) tokenizer_free(t);
     return rc;

@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// One line to stderr: "error: tokenizer '<file>': <message>".
-static void tok_error(const char* file, const char* fmt, ...) {
+// One line to stderr: "error: tokenizer '<file>': <message>" (data/tokenizer.h).
+void tok_error(const char* file, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "error: tokenizer '%s': ", file);

@@ -127,3 +127,6 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream);
 int tokenizer_index_merges(Tokenizer* t, const char* what);
 // 1 for a tokenizer loaded from a tokenizer.json
 int tokenizer_is_hf(const Tokenizer* t);
+// One line to stderr, "error: tokenizer '<file>': <message>": the loaders' (ours and
+// data/hf_tokenizer.c's) error format
+void tok_error(const char* file, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
