@@ -624,7 +624,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     free(tmp); free(made_at); free(sbuf); free(joined);
     if (rc != 0) return -1;
 
-    // 4. end-of-text by name; the regex; the rank map and cache
+    // 4. end-of-text by name; the regex
     t->eot = -1;
     for (size_t k = 0; k < sizeof(hf_eot_names) / sizeof(hf_eot_names[0]) && t->eot < 0; k++) {
         const char* nm = hf_eot_names[k];
@@ -634,7 +634,7 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     }
     if (hf_compile(H, pattern, path) != 0) return -1;
     t->can_encode = 1;
-    return tokenizer_index_merges(t, path);
+    return 0;   // (the rank map and cache: tokenizer_load, data/tokenizer.c)
 }
 
 int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
@@ -655,7 +655,6 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     if (!H->json || fread(H->json, 1, H->json_len, f) != H->json_len) {
         fclose(f);
         tok_error(path, "read error: %s", strerror(errno));
-        tokenizer_free(t);
         return -1;
     }
     fclose(f);
@@ -669,12 +668,10 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
         if (at >= H->json_len)
             tok_error(path, "broken JSON: the text ends inside it at line %d, column %d (byte %zu); truncated?", line, col, at);
         else tok_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
-        tokenizer_free(t);
         return -1;
     }
     int rc = cJSON_IsObject(root) ? hf_build(t, root, path) : (tok_error(path, "the JSON is not an object"), -1);
     cJSON_Delete(root);
-    if (rc != 0) tokenizer_free(t);
     return rc;
 }
 

@@ -26,8 +26,9 @@
 
 #include "tokenizer.h"
 
-// Loads path (a tokenizer.json, or a directory holding one) into *t. On failure: one line on
-// stderr, -1, and *t needs no free.
+// Loads path (a tokenizer.json, or a directory holding one) into *t, all but the merges' rank
+// map and cache (tokenizer_load builds them: this file calls nothing of data/tokenizer.c). On
+// failure: one line on stderr, -1, and the caller frees *t (tokenizer_free).
 int hf_tokenizer_load(Tokenizer* t, const char* path);
 // 1 when path is a directory or a file whose first non-blank byte is '{'
 int hf_tokenizer_is_json(const char* path);

@@ -19,15 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// One line to stderr: "error: tokenizer '<file>': <message>" (data/tokenizer.h).
-void tok_error(const char* file, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: tokenizer '%s': ", file);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 // ================================================================================================
 // hashing and maps
@@ -1147,7 +1138,10 @@ static int load_llmc(Tokenizer* t, const char* path, const unsigned char* buf, s
 
 int tokenizer_load(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
-    if (hf_tokenizer_is_json(path)) return hf_tokenizer_load(t, path);  // a tokenizer.json, or a directory with one
+    if (hf_tokenizer_is_json(path)) {   // a tokenizer.json, or a directory with one
+        if (hf_tokenizer_load(t, path) != 0 || tokenizer_index_merges(t, path) != 0) { tokenizer_free(t); return -1; }
+        return 0;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
     struct stat st;

@@ -30,6 +30,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdarg.h>   // tok_error
+#include <stdio.h>
 
 #define TOKENIZER_MAGIC 20250611        // our file format (docs/formats.md)
 #define TOKENIZER_VERSION 1
@@ -123,10 +125,17 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream);
 // NULL, reads files whose name ends in .jsonl as JSON lines: one document per line, the text in
 // that string field (other files stay plain text).
 
-// Builds t->ranks and t->cache from t->merges (used by data/hf_tokenizer.c).
+// Builds t->ranks and t->cache from t->merges (tokenizer_load calls it for a tokenizer.json too).
 int tokenizer_index_merges(Tokenizer* t, const char* what);
 // 1 for a tokenizer loaded from a tokenizer.json
 int tokenizer_is_hf(const Tokenizer* t);
 // One line to stderr, "error: tokenizer '<file>': <message>": the loaders' (ours and
-// data/hf_tokenizer.c's) error format
-void tok_error(const char* file, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// data/hf_tokenizer.c's) error format; here so that neither file calls the other for it
+__attribute__((format(printf, 2, 3))) static inline void tok_error(const char* file, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: tokenizer '%s': ", file);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
