@@ -167,7 +167,7 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
     // chunks of C, a thread's task a key head with its rep = Hv / Hk value heads): the backward
     // keeps, when the forward kept nothing, per value head and chunk the state at its start and a
     // Vn [C, dv] for its reverse pass; then a state gradient per value head, and one chunk's
-    // working set (2 states, 10 [C, C], 13 [C, dk], 7 [C, dv], 5 [C]); the forward rep states and
+    // working set (2 states, 10 [C, C], 9 [C, dk], 4 [C, dv], 5 [C]); the forward rep states and
     // one more (the kept state's staging), 5 [C, C], 5 [C, dk], 3 [C, dv], 3 [C]. Recurrent: the
     // backward's checkpoints every 64 tokens and the 64 states of one chunk (+ 3 working states),
     // the forward one state. Whichever is larger.
@@ -176,7 +176,7 @@ static MemCount analytic_acts(const ModelConfig* c, int B, int T, int threads) {
         double bwd_s, fwd_s;
         if (C > 0) {
             const double stored = ops_gdn_keeps_saved() ? 0.0 : ceil(T / C) * (ss + C * dv);
-            bwd_s = rep * (stored + ss) + 2 * ss + 10 * C * C + 13 * C * dk + 7 * C * dv + 5 * C;
+            bwd_s = rep * (stored + ss) + 2 * ss + 10 * C * C + 9 * C * dk + 4 * C * dv + 5 * C;
             fwd_s = (rep + 1) * ss + 5 * C * C + 5 * C * dk + 3 * C * dv + 3 * C;
         } else {
             bwd_s = (ceil(T / 64.0) + 64 + 3) * ss + 4 * dv;
@@ -226,11 +226,11 @@ static double analytic_total_bytes(const Bench* b, const MemCount* m) {
 //      W and Kc (tri, N = dv, dk), Qd S and Kc S (L dk dv each), P Vn (tri, N = dv), the state
 //      update (L dk dv). Backward: no first pass when the forward kept Vn and the chunks' states
 //      (ops_gdn_keeps_saved: the benchmark's chunked forward keeps them, as training does), else
-//      the forward's part without Q K^T, Qd S and P Vn; then per chunk the WY form again (K K^T,
-//      Q K^T: trio, K = dk; the inverse; W, Kc: tri, N = dv, dk), dP and D1, D2 (trio: K = dv,
-//      dv, dk), P^T dO, Tinv^T dVn, Tinv^T dKc (tri_t: N = dv, dv, dk), H K (tri, N = dk),
-//      (G + G^T) K (full: L L dk), H^T Q (tri_t, N = dk), and 6 full L dk dv products (Kd dSn,
-//      Vn dSn^T, dO S^T, dVn S^T, Qd^T dO, Kc^T dVn). The elementwise work (masks, exps,
+//      the forward's part without Q K^T, Qd S and P Vn; then per chunk the masks and the inverse
+//      again (K K^T, Q K^T: trio, K = dk; the inverse; no W, Kc: the reverse pass needs neither),
+//      dP and dA = -dR Vn^T (trio: K = dv, dv), P^T dO, Tinv^T dVn (tri_t: N = dv, dv), H K (tri,
+//      N = dk), (G + G^T) K (full: L L dk), H^T Q (tri_t, N = dk), and 6 full L dk dv products (Kd
+//      dSn, Vn dSn^T, dO S^T, dR S^T, Qd^T dO, Kb^T dR). The elementwise work (masks, exps,
 //      transposes, O(L^2) gradient terms) is not counted.
 enum { K_FWD_CHUNK = 0, K_FWD_REC = 1, K_BWD = 2, K_BWD_REC = 3, K_OPS = 4 };
 static const char* K_NAME[K_OPS] = {"forward, chunked", "forward, recurrent", "backward, chunked", "backward, recurrent"};
@@ -272,8 +272,8 @@ static double gdn_exec_flops(int op, int T, int C, double dk, double dv, double 
         // the backward's first pass, without the forward's kept tensors: the WY form again (K K^T
         // per value head) and the state pass
         if (!ops_gdn_keeps_saved()) mac += gdn_trio(L, dk) + wy + 2 * L * ss;
-        mac += 2 * keys + wy + gdn_trio(L, dv) + gdn_trio(L, dv) + gdn_trio(L, dk) + 2 * gdn_tri_t(L, dv) +
-               gdn_tri_t(L, dk) + gdn_tri(L, dk) + L * L * dk + gdn_tri_t(L, dk) + 6 * L * ss;
+        mac += 2 * keys + gdn_inverse(L, C) + 2 * gdn_trio(L, dv) + 2 * gdn_tri_t(L, dv) + gdn_tri(L, dk) +
+               L * L * dk + gdn_tri_t(L, dk) + 6 * L * ss;
     }
     return 2.0 * mac;
 }

@@ -234,11 +234,11 @@ static inline size_t cpu_gdn_chunk_bwd_stored_floats(size_t C, size_t dk, size_t
     return dk * dv + C * dv;
 }
 // Backward: (without kept tensors) rep x ceil(T / C) chunks' stored floats, rep states'
-// gradients [dk, dv], then one chunk's temporaries: 2 [dk, dv], 5 [C], 10 [C, C], 13 [C, dk], 7 [C, dv]
+// gradients [dk, dv], then one chunk's temporaries: 2 [dk, dv], 5 [C], 10 [C, C], 9 [C, dk], 4 [C, dv]
 static inline size_t cpu_gdn_chunk_bwd_floats(size_t T, size_t C, size_t dk, size_t dv, size_t rep, int kept) {
     const size_t nck = (T + C - 1) / C;
     return rep * ((kept ? 0 : nck * cpu_gdn_chunk_bwd_stored_floats(C, dk, dv)) + dk * dv) + 2 * dk * dv + 5 * C +
-           10 * C * C + C * (13 * dk + 7 * dv);
+           10 * C * C + C * (9 * dk + 4 * dv);
 }
 // The recurrent form (chunk = 0), per thread. Forward: the state [dk, dv], u and d [dv].
 // Backward: the checkpoints [ceil(T / 64), dk, dv], one chunk's states [64, dk, dv], S, dS, dS'

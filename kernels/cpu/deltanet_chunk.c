@@ -16,18 +16,22 @@
 // which is the recurrence S <- e^g S; S += k (beta (v - S^T k))^T; o = scale S^T q token by
 // token (the row i of M = I + A collects what the tokens j < i of the chunk wrote where k_i
 // reads). The forward keeps Vn and the state at each chunk's start (as S^T) for the backward
-// (`saved`), which walks the chunks in reverse, recomputing each chunk's Ak, Tinv, W, Kc (without
-// kept tensors, it first walks them forward again to store the states and Vn), with
+// (`saved`), which walks the chunks in reverse, recomputing each chunk's Ak, P, Tinv (without
+// kept tensors, it first walks them forward again to store the states and Vn). It needs neither
+// W nor Kc: Vn = Tinv R with R = diag(beta) V - Kb S, Kb = diag(beta e^c) K, so that with
 // dSn = dL/d(the state after the chunk):
-//   dVn = P^T dO + Kd dSn;   dP = dO Vn^T;   dKd = Vn dSn^T
-//   dQd = dO S^T;   dKc = -dVn S^T;   dS = e^{c_L} dSn + Qd^T dO - Kc^T dVn   (the next dSn)
-//   dRv = Tinv^T dVn;  dRk = Tinv^T dKc;   dA = -(dRv W^T + dRk Kc^T)  (strictly lower part)
+//   dVn = P^T dO + Kd dSn;   dP = dO Vn^T;   dKd = Vn dSn^T;   dQd = dO S^T
+//   dR = Tinv^T dVn;   dA = -dR Vn^T  (strictly lower part; from (I + A) Vn = R)
+//   dKb = -dR S^T;   dS = e^{c_L} dSn + Qd^T dO - Kb^T dR   (the next dSn)
 //   G_ij = dA_ij beta_i Gam_ij:  dK += G K + G^T K;   H_ij = scale dP_ij Gam_ij:  dQ += H K, dK += H^T Q
-//   dV = diag(beta) dRv;  dK += diag(beta e^c) dRk + diag(e^{c_L - c}) dKd;  dQ += scale diag(e^c) dQd
-//   dbeta_i = dRv_i.v_i + e^{c_i} dRk_i.k_i + sum_{j<i} dA_ij Ak_ij
-//   dc_i = sum_j (dA_ij A_ij - dA_ji A_ji + dP_ij P_ij - dP_ji P_ji) + beta_i e^{c_i} dRk_i.k_i
+//   dV = diag(beta) dR;  dK += diag(beta e^c) dKb + diag(e^{c_L - c}) dKd;  dQ += scale diag(e^c) dQd
+//   dbeta_i = dR_i.v_i + e^{c_i} dKb_i.k_i + sum_{j<i} dA_ij Ak_ij
+//   dc_i = sum_j (dA_ij A_ij - dA_ji A_ji + dP_ij P_ij - dP_ji P_ji) + beta_i e^{c_i} dKb_i.k_i
 //          + Qd_i.dQd_i - Kd_i.dKd_i;   dc_L += sum_i Kd_i.dKd_i + e^{c_L} <S, dSn>
 //   dg_j = sum_{i >= j} dc_i
+// (dA = -dR Vn^T is -(dR W^T + dRk Kc^T) of the forward's W and Kc, dRk = Tinv^T dKc = -dR S^T,
+// with W - Kc S = Vn: dA in 3/4 of a 64^3 product instead of 3/2, and no W, Kc or Tinv^T dKc
+// products: 12.25 products of 64^3 per chunk and value head instead of 15.25 at C = dk = dv = 64)
 // (each line is the chain rule through one line of the forward above; tests/test_deltanet.c
 // checks the whole against the recurrent backward and finite differences).
 //
@@ -237,10 +241,11 @@ static void gdn_chunk_keys(float* Kt, float* KK, float* QK, const GdnHead* x, in
 }
 
 // The WY representation of one chunk of one value head, shared by the forward and the
-// backward's reverse pass: from KK (and QK) of gdn_chunk_keys, V, beta and the decays, Ak (=)
-// and, when P is not NULL, P (=) as gdn_chunk_masks (one exp per pair for both; Gam (=) too
-// when not NULL), Tinv (=), W = Tinv diag(beta) V (=), Kc = ksign Tinv diag(beta e^c) K (=;
-// ksign = -1: the backward's -Kc) and Kd = diag(e^{c_L - c}) K (=). Rv [L, dv], Rk [L, dk]: scratch.
+// backward: from KK (and QK) of gdn_chunk_keys, V, beta and the decays, Ak (=) and, when P is not
+// NULL, P (=) as gdn_chunk_masks (one exp per pair for both; Gam (=) too when not NULL), Tinv
+// (=), Rk = ksign diag(beta e^c) K [L, dk] (=; ksign = -1: the backward's -Kb) and Kd =
+// diag(e^{c_L - c}) K (=); when W is not NULL (the state's pass), W = Tinv diag(beta) V (=, through
+// Rv [L, dv]: scratch) and Kc = Tinv Rk (=). The reverse pass needs neither (the comment at the top).
 static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, const float* KK,
                          const float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk, int dv,
                          const float* cum, const float* ec, const float* edec, float scale, float ksign) {
@@ -252,12 +257,14 @@ static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W,
     for (int i = 0; i < L; i++) {
         const float b = beta[(size_t)i * x->Hv], bk = ksign * b * ec[i];
         const float *vi = V + (size_t)i * x->ldv, *ki = K + (size_t)i * x->ldqk;
-        for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * vi[e];
+        if (W)
+            for (int e = 0; e < dv; e++) Rv[(size_t)i * dv + e] = b * vi[e];
         for (int e = 0; e < dk; e++) {
             Rk[(size_t)i * dk + e] = bk * ki[e];
             Kd[(size_t)i * dk + e] = edec[i] * ki[e];
         }
     }
+    if (!W) return;
     gdn_mm_lower(L, dv, Tinv, C, Rv, dv, 0, W, dv);    // W = Tinv diag(beta) V
     gdn_mm_lower(L, dk, Tinv, C, Rk, dk, 0, Kc, dk);   // Kc = ksign Tinv diag(beta e^c) K
 }
@@ -387,15 +394,14 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
         float *cum = dSnt + SS, *ec = cum + C, *edec = ec + C, *dc = edec + C, *dbm = dc + C;
         float *KK = dbm + C, *QK = KK + CC, *P = QK + CC, *Gam = P + CC, *dP = Gam + CC, *F = dP + CC;
         float *H = F + CC, *G = H + CC, *Ak = G + CC, *Tinv = Ak + CC;
-        // X [2L, dv] = [dO; dVn], Y [2L, dk] = [dQd; dKcn] = X S^T, Z [2L, dk] = [Qd; -Kc] (each
+        // X [2L, dv] = [dO; dR], Y [2L, dk] = [dQd; dR S^T] = X S^T, Z [2L, dk] = [Qd; -Kb] (each
         // pair stacked so that one product does both: dSn's update is Z^T X)
         float *X = Tinv + CC, *Y = X + (size_t)2 * C * dv, *Z = Y + (size_t)2 * C * dk;
-        // R [L, dv + dk] = [dRv | dRkn], WKt [dv + dk, L] = [W | -Kc]^T: dA = -R WKt in one product
-        float *R = Z + (size_t)2 * C * dk, *WKt = R + (size_t)C * (dv + dk);
-        float *Kt = WKt + (size_t)C * (dv + dk), *Rk = Kt + (size_t)C * dk, *Kd = Rk + (size_t)C * dk;
-        float *dKd = Kd + (size_t)C * dk, *Kc = dKd + (size_t)C * dk, *Rv = Kc + (size_t)C * dk, *Vnt = Rv + (size_t)C * dv;
-        float *W = Vnt + (size_t)C * dv, *dQl = W + (size_t)C * dv, *dKl = dQl + (size_t)C * dk;
+        float *Kt = Z + (size_t)2 * C * dk, *Kd = Kt + (size_t)C * dk, *dKd = Kd + (size_t)C * dk;
+        float *Vnt = dKd + (size_t)C * dk, *dVn = Vnt + (size_t)C * dv, *dQl = dVn + (size_t)C * dv, *dKl = dQl + (size_t)C * dk;
         if (dKl + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
+        // pass 1's W, Kc, Rv, Rk: buffers of the reverse pass, free while pass 1 runs
+        float *W = dVn, *Kc = dKd, *Rv = Vnt, *Rk = dQl;
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -421,7 +427,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         gdn_chunk_advance(S, Sc + SS, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                     }
                 }
-                // pass 2: the chunks in reverse, each one's WY form recomputed
+                // pass 2: the chunks in reverse, each one's masks and inverse recomputed
                 memset(dSh, 0, (size_t)rep * SS * sizeof(float));
                 for (int c = nck - 1; c >= 0; c--) {
                     const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
@@ -440,16 +446,17 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         const float* V = x.v + (size_t)t0 * ldv;
                         const float* bt = x.beta + (size_t)t0 * Hv;
                         // this chunk's views of the stacked pairs (rows of L)
-                        float *dO = X, *dVn = X + (size_t)L * dv, *dQd = Y, *dKcn = Y + (size_t)L * dk;
-                        float *Qd = Z, *Kcn = Z + (size_t)L * dk;
+                        float *dO = X, *dR = X + (size_t)L * dv, *dQd = Y, *dRkn = Y + (size_t)L * dk;
+                        float *Qd = Z, *Kbn = Z + (size_t)L * dk;
                         // this chunk's rows of dO gathered once from their strided rows: the
                         // products below read them 3 times
                         for (int i = 0; i < L; i++)
                             memcpy(dO + (size_t)i * dv, dout + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
                         gdn_chunk_decays(cum, ec, edec, &x, t0, L);
                         const float el = ec[L - 1];
-                        gdn_chunk_wy(Ak, P, Gam, Tinv, W, Kcn, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale,
-                                     -1.0f);
+                        // the masks, Tinv, Kbn = -Kb, Kd (no W, Kc: not needed here)
+                        gdn_chunk_wy(Ak, P, Gam, Tinv, NULL, NULL, Kd, KK, QK, NULL, Kbn, &x, t0, L, C, dk, dv, cum, ec,
+                                     edec, scale, -1.0f);
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>
@@ -459,25 +466,20 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         gdn_mm_lower_out(L, dv, dO, dv, Vnt, C, dP, C);
                         cpu_transpose(dSnt, dk, dSn, dv, dk, dv);
                         cpu_gemm_small('N', L, dk, dv, Vn, dv, dSnt, dk, 0, dKd, dk);
-                        // <S, dSn> = <S^T, dSn^T> (pass 1 kept S^T)
+                        // <S, dSn> = <S^T, dSn^T> (the kept S^T)
                         float sdot = 0.0f;
                         #pragma omp simd reduction(+:sdot)
                         for (size_t e = 0; e < SS; e++) sdot += Sc[e] * dSnt[e];
-                        // [dQd; dKcn] = [dO; dVn] S^T  (dKcn = -dKc)
+                        // through the triangular solve (I + A) Vn = R: dR = Tinv^T dVn;
+                        // dA = -dR Vn^T = -F (its strictly lower part)
+                        gdn_mm_lower_t(L, dv, Tinv, C, dVn, dv, 0, dR, dv);
+                        gdn_mm_lower_out(L, dv, dR, dv, Vnt, C, F, C);
+                        // [dQd; dRkn] = [dO; dR] S^T  (dRkn = dR S^T = -dL/dKb)
                         cpu_gemm_small('N', 2 * L, dk, dv, X, dv, Sc, dk, 0, Y, dk);
                         // the gradient w.r.t. the state before the chunk:
-                        // e^{c_L} dSn + Qd^T dO - Kc^T dVn = e^{c_L} dSn + [Qd; -Kc]^T [dO; dVn]
+                        // e^{c_L} dSn + Qd^T dO - Kb^T dR = e^{c_L} dSn + [Qd; -Kb]^T [dO; dR]
                         for (size_t e = 0; e < SS; e++) dSn[e] *= el;
                         cpu_gemm_small('T', dk, dv, 2 * L, Z, dk, X, dv, 1, dSn, dv);
-                        // through the triangular solve: dRv = Tinv^T dVn;  dRkn = Tinv^T dKcn (= -dRk);
-                        // dA = -(dRv W^T + dRk Kc^T) = -F,  F = [dRv | dRkn] [W | -Kc]^T
-                        const int ldr = dv + dk;
-                        float *dRv = R, *dRkn = R + dv;   // rows of stride dv + dk
-                        gdn_mm_lower_t(L, dv, Tinv, C, dVn, dv, 0, dRv, ldr);
-                        gdn_mm_lower_t(L, dk, Tinv, C, dKcn, dk, 0, dRkn, ldr);
-                        cpu_transpose(WKt, C, W, dv, L, dv);
-                        cpu_transpose(WKt + (size_t)dv * C, C, Kcn, dk, L, dk);
-                        gdn_mm_lower_out(L, dv + dk, R, ldr, WKt, C, F, C);
                         // the masks' gradients: G (through A; kept as the symmetric G + G^T, zero
                         // diagonal, for dK += (G + G^T) K in one product), H (through P), and
                         // their dc terms
@@ -517,8 +519,8 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         for (int i = 0; i < L; i++) {
                             const float bi = bt[(size_t)i * Hv];
                             const float *ki = K + (size_t)i * ldqk, *vi = V + (size_t)i * ldv;
-                            const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * ldr;
-                            const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dRv + (size_t)i * ldr;
+                            const float *dqd = dQd + (size_t)i * dk, *dkd = dKd + (size_t)i * dk, *drk = dRkn + (size_t)i * dk;
+                            const float *qd = Qd + (size_t)i * dk, *kd = Kd + (size_t)i * dk, *drv = dR + (size_t)i * dv;
                             float *dqi = dQl + (size_t)i * dk, *dki = dKl + (size_t)i * dk;
                             float rk = 0.0f, qq = 0.0f, kk = 0.0f, rv = 0.0f;
                             #pragma omp simd reduction(+:rk, qq, kk)
@@ -529,7 +531,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                                 qq += qd[e] * dqd[e];
                                 kk += kd[e] * dkd[e];
                             }
-                            float* dvi = Rv + (size_t)i * dv;   // dv's row, written out below (Rv is free by now)
+                            float* dvi = dVn + (size_t)i * dv;   // dv's row, written out below (dVn is free by now)
                             #pragma omp simd reduction(+:rv)
                             for (int e = 0; e < dv; e++) { dvi[e] = bi * drv[e]; rv += drv[e] * vi[e]; }
                             gdn_stream_row(dv_ + (n0 + t0 + i) * ldv + (size_t)h * dv, dvi, dv);
