@@ -14,6 +14,8 @@
 // allocate (CUDA emulator: to the byte) and with the CPU trainer's peak RSS.
 #pragma once
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 #include "ops.h"   // OpsStepShape, OPS_SUMSQ_CHUNK
 
 // ---- allocation granularity --------------------------------------------------------------------
@@ -295,6 +297,23 @@ static inline size_t cpu_scratch_bytes(const OpsStepShape* s) {
 #define CPU_BLAS_PERSISTENT ((size_t)7 << 20)
 #define CPU_BLAS_TRANSIENT_PER_THREAD ((size_t)6 << 20)
 static inline size_t cpu_blas_persistent(void) { return CPU_BLAS_PERSISTENT; }
+// LIBXSMM's own memory, when the delta rule's chunked products use it (kernels/cpu/gemm_small.c;
+// a step with Gated DeltaNet layers and chunk > 0, the engine not GATEDGPT_SMALL_GEMM=blas): an
+// allowance measured on the CPU build's host, not derived (docs/config.md, "Memory plan"):
+// libxsmm_init's kernel registry left 10.6-10.9 MiB resident (Debian's LIBXSMM 1.17, native
+// AVX-512 and LIBXSMM_TARGET=hsw alike), each JIT kernel ~12 KiB more (the chunked form
+// dispatches a few dozen shapes); a tiny hybrid's training RSS with it against without: 10.6-11.0
+// MiB on 1 and 2 threads. Persistent from the first chunked step on.
+#define CPU_SMALL_GEMM_PERSISTENT ((size_t)12 << 20)
+static inline size_t cpu_small_gemm_persistent(const OpsStepShape* ss) {
+#ifdef GATEDGPT_HAVE_LIBXSMM
+    const char* e = getenv("GATEDGPT_SMALL_GEMM");
+    if (ss->n_linear > 0 && ss->gdn.chunk > 0 && !(e && strcmp(e, "blas") == 0)) return CPU_SMALL_GEMM_PERSISTENT;
+#else
+    (void)ss;
+#endif
+    return 0;
+}
 static inline size_t cpu_blas_transient(int threads) {
     return (size_t)(threads > 0 ? threads : 1) * CPU_BLAS_TRANSIENT_PER_THREAD;
 }

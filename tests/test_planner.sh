@@ -7,7 +7,7 @@
 # selective and full (9 combinations a model), 2 training steps each (one thread per process):
 #   - the trainer's peak RSS (VmHWM, the largest over the processes) within 10% of the plan's
 #     total (`--check --nproc N`): the acceptance bound; the plan's runtime line is this
-#     process's RSS, measured, and its scratch and MPI lines are allowances (docs/config.md);
+#     process's RSS, measured, and its scratch, MPI and LIBXSMM lines are allowances (docs/config.md);
 #   - the arena lines to the byte against what the trainer counts in ops_malloc: params =
 #     weights + master + grads, adamw (rank 0's shard), activations = activations + logits +
 #     backward (the counts come from the allocation wrapper, the plan from the size functions);

@@ -283,10 +283,13 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
 
     // ---- runtime ----
     if (!cuda) {
-        p->bytes[PLAN_RUNTIME] = o->runtime_rss + cpu_blas_persistent();
+        const size_t xsmm = cpu_small_gemm_persistent(&ss);   // the delta rule's small-GEMM JIT, when it runs
+        p->bytes[PLAN_RUNTIME] = o->runtime_rss + cpu_blas_persistent() + xsmm;
+        char lx[80] = "";
+        if (xsmm) snprintf(lx, sizeof lx, " + LIBXSMM's registry and code (allowance %.0f MiB)", mib(xsmm));
         snprintf(p->what[PLAN_RUNTIME], sizeof p->what[0], "libraries, OpenMP, MPI, the config: this process's resident memory at the "
-                 "plan (measured, %.1f MiB) + the GEMM library's code at first use (allowance %.0f MiB)", mib(o->runtime_rss),
-                 mib(cpu_blas_persistent()));
+                 "plan (measured, %.1f MiB) + the GEMM library's code (allowance %.0f MiB)%s", mib(o->runtime_rss),
+                 mib(cpu_blas_persistent()), lx);
     } else {
         p->bytes[PLAN_RUNTIME] = PLAN_CUDA_CONTEXT_ALLOWANCE + (P > 1 ? PLAN_NCCL_ALLOWANCE : 0);
         snprintf(p->what[PLAN_RUNTIME], sizeof p->what[0], "allowance, not measured: the CUDA context and cuBLAS (512 MiB)%s",
