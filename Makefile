@@ -8,7 +8,7 @@
 #                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs);
 #                 first tokenizer.json ids vs the tokenizers library on 100,000 texts (scripts/hf_tokenizer_interop.sh)
-#   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~10 min)
+#   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~40 min on 2 cores)
 #   make sanitize every CUDA-emulator test (label cudaemu) with every launch under 4 schedules, shared memory
 #                 poisoned per block; then the op tests and goldens under the racecheck (docs/gpu.md "The CUDA emulator")
 #   make gpu-report  registers / smem / spills / LDL-STL / HMMA / H200 occupancy of every CUDA kernel, with

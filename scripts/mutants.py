@@ -12,8 +12,8 @@ any mutant survived (or its tests failed before the change, or it did not build)
 --work DIR   the scratch copy and its build (default $TMPDIR/gatedgpt-mutants); kept between
              runs, so a second run rebuilds only what changed
 --only       run only these mutants (names from the list)
-Standard library only. Time: about 10 minutes on 2 cores from an empty scratch directory (most of
-it the first build and the CUDA emulator's rebuilds); docs/architecture.md, "Mutation check".
+Standard library only. Time: about 37 minutes on 2 cores from an empty scratch directory for the
+120 mutants (2026-12-05; the first build, the unchanged tree's tests and the CUDA emulator's rebuilds); docs/architecture.md, "Mutation check".
 """
 import argparse
 import configparser
