@@ -14,9 +14,8 @@
 // allocate (CUDA emulator: to the byte) and with the CPU trainer's peak RSS.
 #pragma once
 #include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 #include "ops.h"   // OpsStepShape, OPS_SUMSQ_CHUNK
+#include "cpu/gemm_small.h"   // cpu_gemm_small_wants_libxsmm (the LIBXSMM allowance)
 
 // ---- allocation granularity --------------------------------------------------------------------
 #define SCRATCH_CPU_ALLOC_ALIGN 64     // kernels/cpu/memory.c: posix_memalign(64), size rounded to 64
@@ -306,13 +305,7 @@ static inline size_t cpu_blas_persistent(void) { return CPU_BLAS_PERSISTENT; }
 // MiB on 1 and 2 threads. Persistent from the first chunked step on.
 #define CPU_SMALL_GEMM_PERSISTENT ((size_t)12 << 20)
 static inline size_t cpu_small_gemm_persistent(const OpsStepShape* ss) {
-#ifdef GATEDGPT_HAVE_LIBXSMM
-    const char* e = getenv("GATEDGPT_SMALL_GEMM");
-    if (ss->n_linear > 0 && ss->gdn.chunk > 0 && !(e && strcmp(e, "blas") == 0)) return CPU_SMALL_GEMM_PERSISTENT;
-#else
-    (void)ss;
-#endif
-    return 0;
+    return ss->n_linear > 0 && ss->gdn.chunk > 0 && cpu_gemm_small_wants_libxsmm() ? CPU_SMALL_GEMM_PERSISTENT : 0;
 }
 static inline size_t cpu_blas_transient(int threads) {
     return (size_t)(threads > 0 ? threads : 1) * CPU_BLAS_TRANSIENT_PER_THREAD;

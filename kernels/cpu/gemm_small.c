@@ -20,13 +20,7 @@ static int gemm_small_mode(void) {
     static int mode = 0;
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
     if (m) return m;
-    const char* e = getenv("GATEDGPT_SMALL_GEMM");
-#ifdef GATEDGPT_HAVE_LIBXSMM
-    m = (e && strcmp(e, "blas") == 0) ? 2 : 1;
-#else
-    (void)e;
-    m = 2;
-#endif
+    m = cpu_gemm_small_wants_libxsmm() ? 1 : 2;
     __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     return m;
 }

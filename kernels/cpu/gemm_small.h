@@ -5,6 +5,8 @@
 // "Hybrid layers"), so these go to LIBXSMM's JIT kernels (Debian's libxsmm-dev), dispatched once
 // per shape and thread; without LIBXSMM, or for a shape it declines, to cpu_sgemm.
 #pragma once
+#include <stdlib.h>
+#include <string.h>
 
 // Row-major C[M,N] (ldc) = op(A) B (beta = 0) or C + op(A) B (beta = 1); op(A) = A [M,K] (lda)
 // for ta = 'N', A^T with A [K,M] (lda) for ta = 'T'; B [K,N] (ldb) never transposed (LIBXSMM
@@ -17,3 +19,14 @@ void cpu_gemm_small(char ta, int M, int N, int K, const float* A, int lda, const
 void cpu_transpose(float* dst, int ldd, const float* src, int lds, int rows, int cols);
 // which engine cpu_gemm_small uses in this process: "libxsmm" or "blas"
 const char* cpu_gemm_small_engine(void);
+// the rule behind it, read from the environment now (cpu_gemm_small reads it once per process;
+// the memory plan, which may be linked without this backend, asks here): 1 = LIBXSMM, when it is
+// built in and GATEDGPT_SMALL_GEMM is not "blas"
+static inline int cpu_gemm_small_wants_libxsmm(void) {
+#ifdef GATEDGPT_HAVE_LIBXSMM
+    const char* e = getenv("GATEDGPT_SMALL_GEMM");
+    return !(e && strcmp(e, "blas") == 0);
+#else
+    return 0;
+#endif
+}
