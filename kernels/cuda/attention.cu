@@ -643,27 +643,6 @@ static void att_forward_launch(cact_t* y, cact_t* yg, float* lse, const cact_t* 
     CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
-// fp32 <-> bf16 for the cuDNN attention in the fp32 build (attention_cudnn.cpp), one thread per
-// element
-__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
-}
-__global__ void from_bf16_kernel(float* out, const __nv_bfloat16* in, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __bfloat162float(in[i]);
-}
-void cuda_to_bf16(void* out, const float* in, size_t n) {
-    if (n == 0) return;
-    to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>((__nv_bfloat16*)out, in, n);
-    CUDA_LAUNCH_CHECK("to_bf16_kernel");
-}
-void cuda_from_bf16(float* out, const void* in, size_t n) {
-    if (n == 0) return;
-    from_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, (const __nv_bfloat16*)in, n);
-    CUDA_LAUNCH_CHECK("from_bf16_kernel");
-}
-
 // The sdpa gate after cuDNN's attention (attn_impl = cudnn; the fused kernel does it in its
 // epilogue): yg = y * act(z), one thread per element; without the gate yg = y (when distinct).
 // In the bf16 build y is cuDNN's bf16 output, so yg is rounded twice (the other kernels gate

@@ -130,7 +130,7 @@ int cuda_gemm_ep(int ta, int tb, int m, int n, int k, const void* A, int lda, co
                  cudaDataType_t ab, void* D, int ldd, cudaDataType_t dt, float beta, int epi,
                  const void* aux, int ldaux);
 
-// ---- bf16 conversions (attention.cu), for the cuDNN attention's bf16 copies ------------------
+// ---- bf16 conversions (memory.cu), for the cuDNN attention's bf16 copies ------------------
 // out[n] (bf16, round to nearest even) = in[n];  out[n] (fp32) = in[n] (bf16, exact)
 void cuda_to_bf16(void* out, const float* in, size_t n);
 void cuda_from_bf16(float* out, const void* in, size_t n);

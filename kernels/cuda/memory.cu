@@ -211,6 +211,28 @@ static void act_not_aliased(const void* act, const void* src, const char* op) {
 }
 #endif
 
+// fp32 <-> bf16 copies for the cuDNN attention in every build (attention_cudnn.cpp: cuDNN takes
+// bf16 q, k, v), one thread per element. Here, at the bottom, so that attention_cudnn.cpp and
+// attention.cu (which calls it) do not call each other.
+__global__ static void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+__global__ static void from_bf16_kernel(float* out, const __nv_bfloat16* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat162float(in[i]);
+}
+void cuda_to_bf16(void* out, const float* in, size_t n) {
+    if (n == 0) return;
+    to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>((__nv_bfloat16*)out, in, n);
+    CUDA_LAUNCH_CHECK("to_bf16_kernel");
+}
+void cuda_from_bf16(float* out, const void* in, size_t n) {
+    if (n == 0) return;
+    from_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, (const __nv_bfloat16*)in, n);
+    CUDA_LAUNCH_CHECK("from_bf16_kernel");
+}
+
 void ops_act_from_float(act_t* act, const float* x, size_t n) {
     CUDA_OP_TIMER("ops_act_from_float");
     if (n == 0) return;
