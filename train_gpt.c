@@ -18,6 +18,7 @@
 #include "model/sample.h"
 #include "model/probe.h"
 #include "train/args.h"
+#include "train/progress.h"
 #include "train/jsonl.h"
 #include "train/probe_record.h"
 #include "train/spike.h"
@@ -31,11 +32,6 @@
 #include "kernels/ops.h"
 #include "kernels/scratch.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 // mkdir -p
 static int make_dirs(const char* path) {
@@ -136,10 +132,10 @@ static void print_sample(GPT* m, const Config* cfg, const Decoder* d, int step, 
 
 // The stability probe (docs/metrics.md): one JSON record and a console line.
 static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf) {
-    double t0 = now_s();
+    double t0 = progress_now();
     ProbeResult r;
     probe_run(m, in, tg, step, &r);
-    r.ms = (float)((now_s() - t0) * 1e3);
+    r.ms = (float)((progress_now() - t0) * 1e3);
     probe_write_json(&r, logf);
     char moe[96] = "";
     if (r.has_moe) {   // the largest max/mean expert load over the MoE layers
@@ -189,7 +185,7 @@ static int ckpt_agree(void* ctx, int failed) {
 
 static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, const GPT* m, const Optim* o,
                             const CkptTrainState* cs, FILE* logf) {
-    double t0 = now_s();
+    double t0 = progress_now();
     char path[CKPT_PATH_MAX];
     checkpoint_path(path, sizeof path, dir, cs->step);
     Jsonl j;
@@ -208,7 +204,7 @@ static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, cons
         return -1;
     }
     int pruned = comm->rank == 0 ? checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step) : 0;
-    double ms = (now_s() - t0) * 1e3;
+    double ms = (progress_now() - t0) * 1e3;
     printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
     fflush(stdout);
     jsonl_begin(&j, logf, "checkpoint", cs->step);
@@ -358,7 +354,11 @@ typedef struct {
     int resuming, start_step, end_step, ckpt_failed;
     char log_path[1100];
     FILE* logf;                       // the run log (rank 0; /dev/null on the others)
+    Progress prog;                    // elapsed time and ETA of the step line (train/progress.h)
 } Run;
+
+// The periodic work between steps, timed for the ETA (Run.prog's tasks)
+enum { PROG_EVAL, PROG_PROBE, PROG_SAMPLE, PROG_CKPT };
 
 // What one step measured, for its console line and its "step" record.
 typedef struct {
@@ -679,7 +679,7 @@ static void run_eval(Run* r, int step) {
 // reduced over the processes, the spike and non-finite checks, then AdamW unless skipped.
 // Returns 0, or 1 on an error (a data error, too many non-finite steps in a row).
 static int train_step(Run* r, int step, StepStats* s) {
-    double t0 = now_s(), comm_s0 = r->comm->seconds, ep_s0 = r->comm->ep_seconds, ep_b0 = r->comm->ep_bytes;
+    double t0 = progress_now(), comm_s0 = r->comm->seconds, ep_s0 = r->comm->ep_seconds, ep_b0 = r->comm->ep_bytes;
     const TrainConfig* tc = &r->cfg.train;
     const MetricsConfig* mt = &r->cfg.metrics;
     const int grad_accum = r->grad_accum, P = r->P;
@@ -740,7 +740,7 @@ static int train_step(Run* r, int step, StepStats* s) {
     s->lr = lr;
     s->norm = norm;
     s->skipped = skipped;
-    s->dt = now_s() - t0;
+    s->dt = progress_now() - t0;
     s->comm_ms = (r->comm->seconds - comm_s0) * 1e3;
     s->ep_ms = (r->comm->ep_seconds - ep_s0) * 1e3;
     s->ep_bytes = r->comm->ep_bytes - ep_b0;
@@ -753,11 +753,17 @@ static void log_step(Run* r, int step, const StepStats* s) {
     double tok_s = r->tokens_per_step / s->dt;
     double mfu = tok_s * r->flops_tok / r->peak;
     const MoeStepSummary* moe = &s->moe;
+    // this job's wall time so far, and what is left: the steps, and the evaluations, probes,
+    // samples and checkpoints still due (this step's included: they run after this line)
+    progress_item(&r->prog, s->dt);
+    const double elapsed = progress_elapsed(&r->prog, progress_now()), eta = progress_eta(&r->prog, step + 1, r->end_step);
     if ((step + 1) % r->cfg.log.log_every == 0 || step == r->start_step || step + 1 == r->end_step) {
         char moe_txt[80] = "";
         if (moe->n_moe) snprintf(moe_txt, sizeof moe_txt, " | aux %.3f z %.2f load %.2f", moe->aux, moe->z, moe->max_load);
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%%s%s\n",
-               step + 1, tc->steps, s->loss, s->lr, s->norm, s->dt * 1e3, tok_s, 100.0 * mfu, moe_txt, s->skipped ? " | skipped" : "");
+        char el[32], left[32];
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %5.1f%% | %s elapsed, ETA %s%s%s\n",
+               step + 1, tc->steps, s->loss, s->lr, s->norm, s->dt * 1e3, tok_s, 100.0 * mfu, progress_fmt(elapsed, el, sizeof el),
+               progress_fmt(eta, left, sizeof left), moe_txt, s->skipped ? " | skipped" : "");
         fflush(stdout);
     }
     Jsonl j;
@@ -768,6 +774,8 @@ static void log_step(Run* r, int step, const StepStats* s) {
     jsonl_fmt(&j, "ms", "%.3f", s->dt * 1e3);
     jsonl_fmt(&j, "tokens_per_s", "%.1f", tok_s);
     jsonl_fmt(&j, "mfu", "%.5f", mfu);
+    jsonl_fmt(&j, "elapsed_s", "%.3f", elapsed);
+    jsonl_fmt(&j, "eta_s", "%.3f", eta);
     jsonl_bool(&j, "skipped", s->skipped);
     if (moe->n_moe) {
         jsonl_num(&j, "moe_aux", moe->aux);
@@ -790,11 +798,21 @@ static void run_measurements(Run* r, int done) {
     const Config* cfg = &r->cfg;
     const int last = done == cfg->train.steps;
     if (r->comm->rank >= r->comm->ep_size) return;   // rank 0's group: ranks 0 .. P-1 (P = 1: rank 0)
-    if (r->have_val && (done % cfg->log.val_every == 0 || last)) run_eval(r, done);
-    if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last))
+    double t0 = progress_now();
+    if (r->have_val && (done % cfg->log.val_every == 0 || last)) {
+        run_eval(r, done);
+        progress_task_took(&r->prog, PROG_EVAL, progress_now() - t0);
+    }
+    if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last)) {
+        t0 = progress_now();
         run_probe(&r->model, r->probe_in, r->probe_tg, done, r->logf);
-    if (cfg->log.sample_every > 0 && (done % cfg->log.sample_every == 0 || last))
+        progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
+    }
+    if (cfg->log.sample_every > 0 && (done % cfg->log.sample_every == 0 || last)) {
+        t0 = progress_now();
         print_sample(&r->model, cfg, &r->dec, done, r->logf);
+        progress_task_took(&r->prog, PROG_SAMPLE, progress_now() - t0);
+    }
 }
 
 // A checkpoint every checkpoint_every steps and after the last one (of the run, or of this job).
@@ -809,10 +827,12 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
     cs->data_shuffle = r->train_dl.shuffle;
     cs->nonfinite_run = r->nonfinite_run;
     cs->lr = lr;
+    const double t0 = progress_now();
     if (write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0) {
         r->ckpt_failed++;
         if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
     }
+    progress_task_took(&r->prog, PROG_CKPT, progress_now() - t0);
     return 0;
 }
 
@@ -862,10 +882,27 @@ static int train_main(Comm* comm, int argc, char** argv) {
     if (st != 0) return st == 2 ? 0 : 1;
     if (open_run_log(r) != 0) return 1;
 
-    // the untrained model's validation loss and probe, as the curves' first points
-    if (comm->rank < comm->ep_size && r->have_val && !r->resuming) run_eval(r, 0);   // rank 0 and its group
-    if (comm->rank < comm->ep_size && r->cfg.metrics.probe_every > 0 && !r->resuming)
+    // the clock of the step line's elapsed time and ETA, with the periodic work between steps
+    // where it falls: as run_measurements and maybe_checkpoint schedule it
+    const Config* cfg = &r->cfg;
+    progress_init(&r->prog, progress_now());
+    progress_task_every(&r->prog, PROG_EVAL, r->have_val ? cfg->log.val_every : 0, r->have_val ? cfg->train.steps : 0);
+    progress_task_every(&r->prog, PROG_PROBE, cfg->metrics.probe_every, cfg->metrics.probe_every > 0 ? cfg->train.steps : 0);
+    progress_task_every(&r->prog, PROG_SAMPLE, cfg->log.sample_every, cfg->log.sample_every > 0 ? cfg->train.steps : 0);
+    progress_task_every(&r->prog, PROG_CKPT, cfg->ckpt.checkpoint_every, cfg->ckpt.checkpoint_every > 0 ? r->end_step : 0);
+
+    // the untrained model's validation loss and probe, as the curves' first points (timed: the
+    // ETA's first estimate of their cost)
+    if (comm->rank < comm->ep_size && r->have_val && !r->resuming) {   // rank 0 and its group
+        double t0 = progress_now();
+        run_eval(r, 0);
+        progress_task_took(&r->prog, PROG_EVAL, progress_now() - t0);
+    }
+    if (comm->rank < comm->ep_size && r->cfg.metrics.probe_every > 0 && !r->resuming) {
+        double t0 = progress_now();
         run_probe(&r->model, r->probe_in, r->probe_tg, 0, r->logf);
+        progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
+    }
 
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {

@@ -21,6 +21,6 @@ check() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }
 
 # The step records of a log.jsonl without the timing fields: what must match between runs.
-steps_of() { grep '"type":"step"' "$1" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//'; }
+steps_of() { grep '"type":"step"' "$1" | sed -E 's/"(ms|tokens_per_s|mfu|elapsed_s|eta_s)":[^,]*,//g'; }
 # Records of the given type, as they are.
 records_of() { grep "\"type\":\"$2\"" "$1"; }

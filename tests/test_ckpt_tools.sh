@@ -51,6 +51,15 @@ check "eval reproduces the trainer's val loss at step 4 ($trainer_val)" '[ -n "$
 echo "eval at step 4: $tool_val (trainer: $trainer_val)"
 "$tool" eval "$ck" --glob "data/kjv/val_*.bin" --batches 0 > "$tmp/eval_all.txt" 2>&1
 check "eval --glob --batches 0: every batch of the shards (48195 val tokens: 753 batches)" 'grep -q "over 753 batches of 2x32 tokens" "$tmp/eval_all.txt"'
+# --progress 0: a progress line on stderr after every batch but the last; stdout keeps the result
+"$tool" eval "$ck" --glob "data/kjv/val_*.bin" --batches 40 --progress 0 > "$tmp/eval_p.out" 2> "$tmp/eval_p.err"
+check "eval --progress 0: 39 progress lines on stderr (batch k/40, elapsed, ETA), the result alone on stdout" \
+    '[ "$(grep -c "^eval: batch [0-9]*/40 | running mean [0-9.]* | [0-9:s]* elapsed, ETA [0-9:s]*\$" "$tmp/eval_p.err")" = 39 ] && [ "$(wc -l < "$tmp/eval_p.out")" = 1 ] && grep -q "over 40 batches" "$tmp/eval_p.out"'
+"$tool" eval "$ck" --glob "data/kjv/val_*.bin" --batches 40 > "$tmp/eval_q.out" 2> "$tmp/eval_q.err"
+check "eval without --progress on a short evaluation: no progress line (10 s apart)" '[ ! -s "$tmp/eval_q.err" ] && cmp -s "$tmp/eval_p.out" "$tmp/eval_q.out"'
+# the step record: this job's elapsed time and the ETA, 0 after the last step with nothing due
+check "step records carry elapsed_s and eta_s; step 8 (the last) still counts its own eval, sample and checkpoint (ETA > 0)" \
+    '[ "$(grep -c "\"type\":\"step\".*\"elapsed_s\":[0-9.]*,\"eta_s\":[0-9.]*," "$tmp/a/log.jsonl")" = 8 ] && grep "\"type\":\"step\",\"step\":8," "$tmp/a/log.jsonl" | grep -q "\"eta_s\":[0-9.]*[1-9]"'
 
 # export: each transformers class (tests/check_ckpt.py reads the rules independently and checks
 # names, shapes, values (transposes, Qwen3-Next's w - 1) and config.json), and --format raw

@@ -157,8 +157,8 @@ for bin in "$CUDA" "$CUDA_BF16"; do
 if "$build/$bin" "${R[@]}" --log.run_dir="$tmp/straight.$bin" > "$tmp/straight.out" 2>&1 &&
    "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --stop-after "$HALF" > "$tmp/split1.out" 2>&1 &&
    "$build/$bin" "${R[@]}" --log.run_dir="$tmp/split.$bin" --resume auto > "$tmp/split2.out" 2>&1; then
-    if cmp <(grep '"type":"step"' "$tmp/straight.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') \
-           <(grep '"type":"step"' "$tmp/split.$bin/log.jsonl" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//') &&
+    if cmp <(grep '"type":"step"' "$tmp/straight.$bin/log.jsonl" | sed -E 's/"(ms|tokens_per_s|mfu|elapsed_s|eta_s)":[^,]*,//g') \
+           <(grep '"type":"step"' "$tmp/split.$bin/log.jsonl" | sed -E 's/"(ms|tokens_per_s|mfu|elapsed_s|eta_s)":[^,]*,//g') &&
        cmp "$tmp/straight.$bin/checkpoints/$CK/model.bin" "$tmp/split.$bin/checkpoints/$CK/model.bin" &&
        cmp "$tmp/straight.$bin/checkpoints/$CK/rank_00000.bin" "$tmp/split.$bin/checkpoints/$CK/rank_00000.bin"; then
         echo "  exact resume on the GPU ($bin): $S step records, model.bin and rank_00000.bin at step $S identical"
@@ -175,7 +175,7 @@ done
 ln -s "$tmp/straight.$CUDA" "$tmp/straight"
 
 # the NCCL path, one process: the same bits as the plain run (a sum over one rank is a copy)
-steps_of() { grep '"type":"step"' "$1" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//'; }
+steps_of() { grep '"type":"step"' "$1" | sed -E 's/"(ms|tokens_per_s|mfu|elapsed_s|eta_s)":[^,]*,//g'; }
 has_nccl=0
 ldd "$build/$CUDA" | grep -q libnccl && has_nccl=1
 [ "${GATEDGPT_GPU_EMU:-0}" = 1 ] && [ "${GATEDGPT_EMU_NCCL:-0}" = 1 ] && has_nccl=1   # the emulator's NCCL (over MPI)

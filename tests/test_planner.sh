@@ -11,8 +11,10 @@
 #   - the arena lines to the byte against what the trainer counts in ops_malloc: params =
 #     weights + master + grads, adamw (rank 0's shard), activations = activations + logits +
 #     backward (the counts come from the allocation wrapper, the plan from the size functions);
-#   - the MoE with expert parallelism (P = 2 on 2 processes, P = 4 on 4): the same two checks
-#     (each process holds 1/P of the experts; the received rows at balanced routing);
+#   - the MoE with expert parallelism (P = 2 on 2 processes, P = 4 on 4, P = 2 on 4 with ZeRO-0 and
+#     ZeRO-1: two replicas of each expert): the same two checks (each process holds 1/P of the
+#     experts; the received rows at balanced routing);
+#   - gradient accumulation (2 micro-steps, 2 processes, ZeRO-1): the same checks;
 #   - the paper MoE (configs/paper/moe_15b_a2b_gated.ini) on 8 H200s: the parameter lines against
 #     the parameter count of its header (15,778,553,856, derived there by hand) times the bytes
 #     per parameter, and the ZeRO-1 shard by docs/distributed.md's rule, in Python;
@@ -136,9 +138,11 @@ done
 # expert parallelism (tiny_moe_gated, [moe] expert_parallel = P): each process holds the dense
 # parameters and 1/P of the experts, and the received rows in buffers sized from the counts (the
 # plan's "expert rows" line, at balanced routing): P = 2 on 2 processes (zero_stage 0), P = 4 on 4
-# (zero_stage 1: the experts' AdamW state over 1 replica): the same checks
+# (zero_stage 1: the experts' AdamW state over 1 replica), P = 2 on 4 processes (2 replicas of
+# each expert: zero_stage 1 cuts the experts' AdamW state over the 2 replicas, the dense one over
+# all 4; and zero_stage 0): the same checks
 if [ "$have_mpi" = 1 ]; then
-    for run in 2:0:2 4:1:4; do
+    for run in 2:0:2 4:1:4 4:1:2 4:0:2; do
         IFS=: read -r np z ep <<< "$run"
         name="moe_ep$ep.np$np.z$z"
         C=(--config configs/tiny_moe_gated.ini --moe.expert_parallel="$ep")
@@ -146,6 +150,17 @@ if [ "$have_mpi" = 1 ]; then
         check "$name: --check --nproc $np plans the expert rows" grep -q "^  expert rows .*at balanced routing" "$TMP/$name.plan"
         train_vs_plan "$name" "$np" "${C[@]}" "${RUN[@]}" --train.zero_stage="$z"
     done
+fi
+
+# gradient accumulation (2 micro-steps a step on 2 processes, ZeRO-1): the arenas are sized for one
+# micro-batch, whatever the global batch
+if [ "$have_mpi" = 1 ]; then
+    name="dense.np2.z1.accum2"
+    C=(--config configs/tiny_gated.ini --train.tokens_per_step=4096)
+    "$build/train_gpt" "${C[@]}" "${RUN[@]}" --train.zero_stage=1 --check --nproc 2 > "$TMP/$name.plan" 2>&1
+    check "$name: --check --nproc 2 prints a plan" grep -q "^  total " "$TMP/$name.plan"
+    train_vs_plan "$name" 2 "${C[@]}" "${RUN[@]}" --train.zero_stage=1
+    check "$name: the run took 2 micro-steps a step" grep -q '"grad_accum":2,' "$TMP/$name/log.jsonl"
 fi
 
 # -------------------------------------------------------------------------------------------------

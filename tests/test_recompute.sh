@@ -71,7 +71,7 @@ HYB_MOE=(--moe.n_expert=4 --moe.top_k=2 --moe.d_expert=192 --moe.moe_every=2)
 
 # The step records without the timing fields (as tests/ckpt_common.sh's steps_of); the other
 # records a run writes (probe, eval, sample) with every timing field removed.
-steps_of() { grep '"type":"step"' "$1" | sed 's/"ms":[^,]*,"tokens_per_s":[^,]*,"mfu":[^,]*,//'; }
+steps_of() { grep '"type":"step"' "$1" | sed -E 's/"(ms|tokens_per_s|mfu|elapsed_s|eta_s)":[^,]*,//g'; }
 others_of() { grep -E '"type":"(probe|eval|sample)"' "$1" | sed -E 's/"(ms|tokens_per_s|mfu)":[^,}]*,?//g'; }
 acts_of() { sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p' "$1"; }
 

@@ -6,6 +6,7 @@
 #include "../model/config.h"
 #include "../model/gpt.h"
 #include "../model/optim.h"
+#include "../train/progress.h"
 
 // the largest relative error near() has seen since the last reset (printed by the callers)
 static double near_worst;
@@ -197,11 +198,47 @@ static void test_init(void) {
     gpt_free(&m);
 }
 
+// The step line's ETA (train/progress.h) against sums worked by hand: the trailing mean of the
+// last 20 step times times the steps left, plus each periodic task's runs still due (those of
+// the step just reported included) times its last duration; and the duration format.
+static void test_progress(void) {
+    Progress p;
+    progress_init(&p, 100.0);
+    enum { EVAL, CKPT };
+    progress_task_every(&p, EVAL, 10, 30);   // an eval every 10 steps and after step 30 (a multiple)
+    progress_task_every(&p, CKPT, 15, 30);   // a checkpoint every 15 steps and after step 30
+    TU_CHECK(progress_eta(&p, 0, 30) == 0.0, "no step yet: no estimate");
+    for (int i = 0; i < 5; i++) progress_item(&p, 2.0);
+    progress_task_took(&p, EVAL, 3.0);
+    progress_task_took(&p, CKPT, 1.0);
+    // after step 5: 25 steps x 2 s; evals after 10, 20, 30 (3 x 3 s); checkpoints after 15, 30 (2 x 1 s)
+    near(progress_eta(&p, 5, 30), 25 * 2.0 + 3 * 3.0 + 2 * 1.0, 1e-12, "eta after step 5");
+    for (int i = 0; i < 5; i++) progress_item(&p, 4.0);
+    // after step 10 (its eval not yet run): mean (5 x 2 + 5 x 4) / 10 = 3 s; evals 10, 20, 30; checkpoints 15, 30
+    near(progress_eta(&p, 10, 30), 20 * 3.0 + 3 * 3.0 + 2 * 1.0, 1e-12, "eta after step 10");
+    // the window: 15 more steps of 1 s push the 2 s ones out and leave five of 4 s: mean (5 x 4 + 15) / 20
+    for (int i = 0; i < 15; i++) progress_item(&p, 1.0);
+    near(progress_eta(&p, 25, 30), 5 * (35.0 / 20.0) + 1 * 3.0 + 1 * 1.0, 1e-12, "eta after step 25 (window of 20)");
+    // after the last step: no steps left, its eval and checkpoint still due
+    near(progress_eta(&p, 30, 30), 3.0 + 1.0, 1e-12, "eta after the last step");
+    // a final step that is no multiple of the interval: every 4 up to 30 -> 28 and 30 after step 25
+    progress_task_every(&p, EVAL, 4, 30);
+    near(progress_eta(&p, 25, 30), 5 * (35.0 / 20.0) + 2 * 3.0 + 1 * 1.0, 1e-12, "eta, final step not a multiple");
+    near(progress_elapsed(&p, 142.5), 42.5, 1e-12, "elapsed");
+    char b[32];
+    TU_CHECK(strcmp(progress_fmt(42.4, b, sizeof b), "42s") == 0, "fmt 42.4 s: %s", b);
+    TU_CHECK(strcmp(progress_fmt(59.6, b, sizeof b), "1:00") == 0, "fmt 59.6 s: %s", b);
+    TU_CHECK(strcmp(progress_fmt(187.0, b, sizeof b), "3:07") == 0, "fmt 187 s: %s", b);
+    TU_CHECK(strcmp(progress_fmt(3723.0, b, sizeof b), "1:02:03") == 0, "fmt 3723 s: %s", b);
+    printf("  progress: ETA = steps left x trailing mean + periodic tasks due, 6 cases; durations formatted\n");
+}
+
 int main(void) {
     ops_init(0);
     test_schedules();
     test_adamw();
     test_grad_accum();
     test_init();
+    test_progress();
     return tu_finish();
 }

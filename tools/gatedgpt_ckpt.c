@@ -30,6 +30,7 @@
 #include "tools/import_hf.h"
 #include "tools/long_context.h"
 #include "train/checkpoint.h"
+#include "train/progress.h"
 #include "train/resume.h"
 
 static void usage(FILE* f) {
@@ -50,6 +51,8 @@ static void usage(FILE* f) {
         "  eval CKPT               mean loss over batches of [train] batch_size x seq_len\n"
         "      --glob PATTERN      token shards ([data] val_glob), read in order from the start\n"
         "      --batches N         ([log] val_batches; 0 = every batch of the shards)\n"
+        "      --progress S        a progress line on stderr (batch, running mean, elapsed, ETA) at most\n"
+        "                          every S seconds (10; 0 = after every batch; -1 = none)\n"
         "  export CKPT --out DIR   DIR/model.safetensors + DIR/config.json as the transformers class that\n"
         "                          computes exactly this model (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM,\n"
         "                          Qwen3NextForCausalLM, Qwen3MoeForCausalLM); others are refused (docs/formats.md)\n"
@@ -248,7 +251,9 @@ static int cmd_sample(Loaded* L, const char* prompt_text, int n_tokens, float te
 // ----------------------------------------------------------------------------------------------
 // eval
 
-static int cmd_eval(Loaded* L, const char* glob, int batches) {
+// progress_s: a line on stderr (batch, running mean, elapsed, ETA) at most every progress_s
+// seconds of a long evaluation (0: after every batch; < 0: never); stdout keeps the one result line
+static int cmd_eval(Loaded* L, const char* glob, int batches, double progress_s) {
     const int B = L->cfg.train.batch_size, T = L->cfg.train.seq_len;
     if (!glob[0]) {
         fprintf(stderr, "error: eval: no shards: the checkpoint's [data] val_glob is empty; pass --glob PATTERN\n");
@@ -262,9 +267,21 @@ static int cmd_eval(Loaded* L, const char* glob, int batches) {
     int* tg = malloc((size_t)B * T * sizeof(int));
     // as the trainer's validation: batches from the start of the shards, in order, mean of means
     double sum = 0.0;
+    Progress prog;
+    progress_init(&prog, progress_now());
+    double last_line = prog.t0;
     for (int i = 0; i < n; i++) {
+        const double t0 = progress_now();
         if (dataloader_next(&dl, in, tg) != 0) return 1;
         sum += gpt_forward(&L->model, in, tg);
+        const double t1 = progress_now();
+        progress_item(&prog, t1 - t0);
+        if (progress_s >= 0.0 && i + 1 < n && t1 - last_line >= progress_s) {
+            char el[32], left[32];
+            fprintf(stderr, "eval: batch %d/%d | running mean %.4f | %s elapsed, ETA %s\n", i + 1, n, sum / (i + 1),
+                    progress_fmt(progress_elapsed(&prog, t1), el, sizeof el), progress_fmt(progress_eta(&prog, i + 1, n), left, sizeof left));
+            last_line = t1;
+        }
     }
     float loss = (float)(sum / n);
     // %.9g: every float's exact value (the trainer's log.jsonl has the same float with 17 digits)
@@ -394,6 +411,7 @@ int main(int argc, char** argv) {
     int generate = 0;
     long long seed = -1, tokens = -1;
     int top_k = -1, batches = -1, threads = -1;
+    double progress_s = 10.0;
     float temperature = -1.0f;
     LcLengths lo;
     LcStream so;
@@ -428,6 +446,7 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--positions") == 0) { if ((so.n_positions = lc_parse_list(a, v, 2, so.positions, LC_MAX_LIST)) < 0) return 1; }
         else if (strcmp(a, "--top-k") == 0) top_k = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--batches") == 0) batches = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--progress") == 0) progress_s = strtod(v, &end);
         else if (strcmp(a, "--threads") == 0) threads = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--temperature") == 0) temperature = strtof(v, &end);
         else { fprintf(stderr, "error: unknown option '%s' for %s (see --help)\n", a, cmd); return 1; }
@@ -462,7 +481,7 @@ int main(int argc, char** argv) {
                         temperature >= 0.0f ? temperature : L.cfg.log.sample_temperature,
                         top_k >= 0 ? top_k : L.cfg.log.sample_top_k, seed, tok ? tok : L.cfg.data.tokenizer);
     else if (strcmp(cmd, "eval") == 0)
-        rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches);
+        rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches, progress_s);
     else if (strcmp(cmd, "logits") == 0) rc = cmd_logits(&L, ids, out, generate);
     else if (strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) {
         FILE* f = fopen(out, "a");
