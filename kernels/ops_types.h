@@ -65,6 +65,9 @@ typedef struct {
     int H, Hkv, hd;      // query heads, key/value heads, head dim
     int qk_norm;         // RMSNorm over hd on q and k (weights [hd])
     int rope;            // rotate q, k (rotate_half convention) with base rope_base
+    int rope_dim;        // partial RoPE: only the first rope_dim channels of each head turn
+                         // (pairs i, i + rope_dim/2; the rest pass through); 0 = hd (every
+                         // channel). Even. kernels/rope.h rope_rot_dim reads it.
     float rope_base;
     OpsRope rope_scale;  // RoPE scaling (OPS_ROPE_NONE in the default config)
     int pos0;            // the position of token t = 0 of every sequence: RoPE angles (and the

@@ -75,6 +75,7 @@ static const KeyDef KEYS[] = {
     K_INT("model", "max_seq_len", model.max_seq_len, "1024"),
     K_ENUM("model", "pos", model.pos, POS_NAMES, "rope"),
     K_FLOAT("model", "rope_base", model.rope_base, "10000"),
+    K_FLOAT("model", "rope_fraction", model.rope_fraction, "1"),
     K_ENUM("model", "rope_scaling", model.rope_scaling, ROPE_SCALING_NAMES, "none"),
     K_FLOAT("model", "rope_factor", model.rope_factor, "1"),
     K_INT("model", "rope_original_len", model.rope_original_len, "0"),
@@ -858,6 +859,7 @@ typedef struct {
 
 static const NoEffectRule NO_EFFECT_RULES[] = {
     {"model", "rope_base", 2, {NE_ATTN, NE_ROPE}},
+    {"model", "rope_fraction", 2, {NE_ATTN, NE_ROPE}},
     {"model", "rope_scaling", 2, {NE_ATTN, NE_ROPE}},
     {"model", "rope_factor", 3, {NE_ATTN, NE_ROPE, NE_SCALED}},
     {"model", "yarn_beta_fast", 3, {NE_ATTN, NE_ROPE, NE_YARN}},
@@ -1037,6 +1039,26 @@ static int finalize_model(Config* c, const FinCtx* fc) {
         return fin_error(fc, "model", "rope_base", "must be > 1: theta_i = rope_base^(-2i/head_dim) must fall with i "
                          "(at 1 every pair turns alike and YaRN divides by ln rope_base = 0) (accepted: a number > 1, "
                          "e.g. 10000)");
+    // partial RoPE: the first rope_dim = head_dim * rope_fraction channels of a head turn, a whole
+    // even number (pairs); the fraction is a float, so "whole" allows its rounding (head_dim *
+    // 2^-24 <= 1e-3 for head_dim <= 16384)
+    m->rope_dim = m->head_dim;
+    if (!(m->rope_fraction > 0.0f && m->rope_fraction <= 1.0f))
+        return fin_error(fc, "model", "rope_fraction", "outside (0, 1]: the fraction of each head's channels RoPE "
+                         "rotates (accepted: 1 = every channel, or e.g. 0.25 as Qwen3-Next)");
+    if (m->pos == POS_ROPE) {
+        double x = (double)m->head_dim * m->rope_fraction;
+        long rot = lround(x);
+        if (fabs(x - (double)rot) > 1e-3 || rot < 2 || rot % 2 != 0)
+            return fin_error(fc, "model", "rope_fraction", "head_dim (%d) x rope_fraction = %.6g rotated channels, not a "
+                             "whole even number >= 2: RoPE turns pairs of channels (accepted: 2k / head_dim for a whole "
+                             "k >= 1, e.g. 0.25 or 0.5 where head_dim is a multiple of 8 or 4)", m->head_dim, x);
+        m->rope_dim = (int)rot;
+        if (m->rope_scaling == ROPE_SCALING_NTK && rot == 2)
+            return fin_error(fc, "model", "rope_scaling", "ntk with 2 rotated channels (head_dim x rope_fraction): its base' "
+                             "= base * s^(rot/(rot-2)) is undefined at rot = 2 (accepted: linear or yarn, or a "
+                             "rope_fraction that rotates at least 4 channels)");
+    }
     if (!(m->rope_factor >= 1.0f && m->rope_factor <= CONFIG_ROPE_FACTOR_MAX))
         return fin_error(fc, "model", "rope_factor", "outside 1 .. 1e6 (accepted: 1 .. 1e6; s = the new context length / "
                          "the training length)");

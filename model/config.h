@@ -70,6 +70,9 @@ typedef struct {
     int max_seq_len;     // positions table size for learned positions; upper bound on T
     PosKind pos;
     float rope_base;
+    float rope_fraction; // partial RoPE: the fraction of each head's channels that turn (the
+                         // first ones; transformers' partial_rotary_factor); 1 = all
+    int rope_dim;        // derived (not a key): head_dim * rope_fraction, the rotated channels
     // RoPE scaling for contexts longer than training (kernels/rope.h; docs/config.md)
     RopeScalingKind rope_scaling;
     float rope_factor;       // s = L_new / L_train, >= 1
@@ -131,6 +134,7 @@ static inline OpsAttnShape config_attn_shape(const ModelConfig* c, int B, int T,
     OpsAttnShape s = {0};
     s.B = B; s.T = T; s.H = c->n_head; s.Hkv = c->n_kv_head; s.hd = c->head_dim;
     s.qk_norm = c->qk_norm; s.rope = c->pos == POS_ROPE; s.rope_base = c->rope_base;
+    s.rope_dim = c->rope_dim;   // 0 (a config never finalized) = every channel
     s.rope_scale = (OpsRope){ (OpsRopeScaling)c->rope_scaling, c->rope_factor, c->rope_original_len,
                               c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_attn_factor };
     s.eps = c->norm_eps; s.gate = (OpsGate)c->attn_gate;

@@ -301,9 +301,12 @@ def rope_parameters(m, cls):
     length; yarn its betas, and its attention factor only when set (0 = transformers' default,
     0.1 ln s + 1)."""
     kind, hd = m["rope_scaling"], int(m["head_dim"])
+    # partial RoPE: rot = head_dim x rope_fraction channels turn (a whole even number, within the
+    # float's rounding: docs/config.md); ntk's exponent and partial_rotary_factor are over rot
+    rot = round(hd * float(m.get("rope_fraction", "1")))
     rp = {"rope_type": kind if kind in ("linear", "yarn") else "default", "rope_theta": float(m["rope_base"])}
     if kind == "ntk":
-        rp["rope_theta"] = float(m["rope_base"]) * float(m["rope_factor"]) ** (hd / (hd - 2))
+        rp["rope_theta"] = float(m["rope_base"]) * float(m["rope_factor"]) ** (rot / (rot - 2))
     if kind in ("linear", "yarn"):
         rp["factor"] = float(m["rope_factor"])
     if kind == "yarn":   # (transformers' linear has no training length: it would warn about the key)
@@ -312,7 +315,12 @@ def rope_parameters(m, cls):
         if float(m["yarn_attn_factor"]) > 0:
             rp["attention_factor"] = float(m["yarn_attn_factor"])
     if cls == "Qwen3NextForCausalLM":
-        rp["partial_rotary_factor"] = 1.0   # Qwen3-Next's default is 0.25; gatedgpt rotates every channel
+        # written always (Qwen3-Next's default is 0.25): rot / hd, or the next double up if
+        # transformers' int(hd * factor) would give rot - 1
+        f = rot / hd
+        while int(hd * f) < rot:
+            f = math.nextafter(f, 2.0)
+        rp["partial_rotary_factor"] = f
     return rp
 
 
@@ -498,13 +506,14 @@ def cmd_same_config(a_dir, b_dir):
     """Two exports' config.json agree field for field, except the gatedgpt object (import fills in
     keys transformers has no field for) and bos/eos (an imported checkpoint names no tokenizer);
     rope_theta within fp32 rounding ([model] rope_base is a float: an NTK export's double base,
-    imported, rounds once)."""
+    imported, rounds once (half a float ulp), and is written back as the shortest decimal that
+    reads as that float (up to another half ulp): 2^-23 relative)."""
     a, b = (json.load(open(os.path.join(d, "config.json"))) for d in (a_dir, b_dir))
     for d in (a, b):
         for k in ("gatedgpt", "bos_token_id", "eos_token_id"):
             d.pop(k, None)
     ta, tb = (d.get("rope_parameters", {}).get("rope_theta") for d in (a, b))
-    if ta is not None and tb is not None and abs(ta - tb) <= 2.0 ** -24 * abs(ta):
+    if ta is not None and tb is not None and abs(ta - tb) <= 2.0 ** -23 * abs(ta):
         b["rope_parameters"]["rope_theta"] = ta
     diff = sorted(k for k in set(a) | set(b) if a.get(k, "(absent)") != b.get(k, "(absent)"))
     if diff:

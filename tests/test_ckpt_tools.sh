@@ -108,6 +108,11 @@ kind rope_ntk LlamaForCausalLM --model.attn_gate=none --model.qk_norm=false "${R
 kind rope_yarn Qwen3NextForCausalLM "${R[@]}" --model.rope_scaling=yarn --model.rope_factor=2
 kind rope_yarn_betas Qwen3ForCausalLM --model.attn_gate=none "${R[@]}" --model.rope_scaling=yarn --model.rope_factor=4 \
     --model.yarn_beta_fast=16 --model.yarn_beta_slow=2 --model.yarn_attn_factor=1.25
+# partial RoPE ([model] rope_fraction; transformers' partial_rotary_factor): Qwen3-Next honours it,
+# also under a scaling (ntk's base over the rotated dim); the classes that rotate every channel refuse it
+kind rope_partial Qwen3NextForCausalLM --model.rope_fraction=0.25
+kind rope_partial_ntk Qwen3NextForCausalLM "${R[@]}" --model.rope_fraction=0.5 --model.rope_scaling=ntk --model.rope_factor=3
+check "import of partial_rotary_factor 0.25: rope_fraction = 0.25" 'grep -q "\"partial_rotary_factor\": 0.25" "$tmp/hf_rope_partial/config.json" && grep -q "^rope_fraction = 0.25 " "$tmp/imp_rope_partial/step_00000000/config.ini"'
 # the Hub's MoE layout (one tensor per expert, as transformers' save_pretrained writes it) imports to the same model
 $PY tests/check_ckpt.py unfuse "$tmp/hf_hybrid_moe" "$tmp/unf" > /dev/null
 "$tool" import "$tmp/unf" --out "$tmp/imp_unf" > /dev/null 2>&1
@@ -126,6 +131,8 @@ refuse hybrid_sigmoid "linear_gate_act = sigmoid has no transformers class.*near
     --model.layer_pattern=LA --model.linear_gate_act=sigmoid
 refuse hybrid_nogate "hybrid's full-attention layers export as Qwen3-Next's.*attn_gate = none.*nearest exportable is attn_gate = elementwise" \
     --model.layer_pattern=LA --model.attn_gate=none
+refuse rope_partial_qwen3 "rope_fraction = 0.5 (RoPE on 8 of 16 channels): Qwen3ForCausalLM rotates every channel.*nearest exportable is rope_fraction = 1" \
+    --model.attn_gate=none --model.rope_fraction=0.5
 
 kind qwen3_next Qwen3NextForCausalLM
 # import: the imported checkpoint resumes (continued pre-training), and what gatedgpt cannot
@@ -163,7 +170,10 @@ $PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); del c['layer_
 "$tool" import "$tmp/nolt" --out "$tmp/imp_nolt" > /dev/null 2>&1
 "$tool" export "$tmp/imp_nolt" --out "$tmp/hf2_nolt" > /dev/null 2>&1
 check "import without layer_types: full_attention_interval's default 4 gives LLLA, the same tensors" 'grep -q "^layer_pattern = LLLA " "$tmp/imp_nolt/step_00000000/config.ini" && $PY tests/compare_safetensors.py "$tmp/hf_hybrid/model.safetensors" "$tmp/hf2_nolt/model.safetensors" > /dev/null'
-imp_err "partial RoPE" "config.json: partial_rotary_factor" 's/"partial_rotary_factor": 1.0/"partial_rotary_factor": 0.25/' config.json
+imp_err "partial RoPE of an odd channel count" "config.json: partial_rotary_factor: int(head_dim x partial_rotary_factor) = int(16 x 0.1875) = 3 rotated channels" \
+    's/"partial_rotary_factor": 1.0/"partial_rotary_factor": 0.1875/' config.json
+imp_err "partial RoPE on a class that rotates every channel" "config.json: partial_rotary_factor: this model_type's transformers class rotates every channel" \
+    'c["rope_parameters"]["partial_rotary_factor"] = 0.5' config.py qwen3
 # YaRN fields transformers reads and gatedgpt has no equivalent for; a yarn without its factor
 imp_err "YaRN's mscale (DeepSeek's attention factor)" "config.json: rope_parameters.mscale: DeepSeek's attention factor" \
     'c["rope_parameters"].pop("attention_factor"); c["rope_parameters"].update(mscale=1.0, mscale_all_dim=0.5)' config.py rope_yarn_betas

@@ -240,7 +240,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 90 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 91 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -503,6 +503,7 @@ static void test_roundtrip(void) {
     const char* args[] = {
         "model.vocab_size=1000", "model.n_layer=3", "model.d_model=120", "model.n_head=6", "model.n_kv_head=2",
         "model.head_dim=22", "model.d_ff=333", "model.max_seq_len=77", "model.pos=rope", "model.rope_base=500000",
+        "model.rope_fraction=0.18181818",   // 4 of head_dim 22 (within the float's rounding)
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
         "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
@@ -720,6 +721,7 @@ static void test_no_effect(void) {
         {"model.rope_base=500000", {"model.pos=learned"}, "[model] rope_base = 500000: has no effect with pos = learned (command line)", {"model.pos=rope"}},
         {"model.rope_base=500000", {"model.n_layer=2", "model.layer_pattern=L"}, "[model] rope_base = 500000: has no effect with layer_pattern = 'L' (command line): no layer is full attention", {"model.n_layer=2", "model.layer_pattern=LA"}},
         {"model.rope_scaling=linear", {"model.pos=learned"}, "[model] rope_scaling = linear: has no effect with pos = learned", {"model.pos=rope"}},
+        {"model.rope_fraction=0.25", {"model.pos=learned"}, "[model] rope_fraction = 0.25: has no effect with pos = learned", {"model.pos=rope"}},
         {"model.rope_factor=2", {"model.rope_scaling=none"}, "[model] rope_factor = 2: has no effect with rope_scaling = none (command line)", {"model.rope_scaling=ntk"}},
         {"model.rope_factor=2", {NULL}, "[model] rope_factor = 2: has no effect with rope_scaling = none (default)", {"model.rope_scaling=linear"}},
         {"model.yarn_beta_fast=16", {"model.rope_scaling=linear"}, "[model] yarn_beta_fast = 16: has no effect with rope_scaling = linear", {"model.rope_scaling=yarn"}},
@@ -813,7 +815,7 @@ static void test_no_effect(void) {
 static void test_nonfinite_values(void) {
     g_test = "nan and inf";
     static const char* const FLOATS[] = {
-        "model.rope_base", "model.rope_factor", "model.yarn_beta_fast", "model.yarn_beta_slow",
+        "model.rope_base", "model.rope_fraction", "model.rope_factor", "model.yarn_beta_fast", "model.yarn_beta_slow",
         "model.yarn_attn_factor", "model.norm_eps", "model.init_std", "moe.aux_loss_coef", "moe.z_loss_coef",
         "moe.capacity_factor", "train.lr", "train.min_lr_frac", "train.wsd_decay_frac", "train.weight_decay",
         "train.beta1", "train.beta2", "train.eps", "train.grad_clip", "log.sample_temperature", "metrics.spike_z",
@@ -862,6 +864,12 @@ static void test_bounds(void) {
     struct { const char* args[5]; int ok; } cases[] = {
         {{"model.rope_base=1"}, 0}, {{"model.rope_base=1.001"}, 1}, {{"model.rope_base=0.5"}, 0},
         {{"model.rope_scaling=linear", "model.rope_factor=1e6"}, 1},
+        // rope_fraction in (0, 1], head_dim (64 by default) x it a whole even number >= 2
+        {{"model.rope_fraction=1"}, 1}, {{"model.rope_fraction=0.25"}, 1}, {{"model.rope_fraction=0.03125"}, 1},
+        {{"model.rope_fraction=0.015625"}, 0}, {{"model.rope_fraction=0"}, 0}, {{"model.rope_fraction=1.0001"}, 0},
+        {{"model.rope_fraction=0.3"}, 0}, {{"model.rope_fraction=0.2501"}, 0}, {{"model.rope_fraction=0.25001"}, 1},
+        {{"model.rope_fraction=0.03125", "model.rope_scaling=ntk"}, 0},
+        {{"model.rope_fraction=0.0625", "model.rope_scaling=ntk"}, 1},
         {{"model.rope_scaling=linear", "model.rope_factor=1.0001e6"}, 0},
         {{"model.rope_scaling=linear", "model.rope_factor=0.999"}, 0},
         {{"model.rope_scaling=yarn", "model.yarn_attn_factor=4"}, 1},
@@ -1023,6 +1031,11 @@ static void test_errors(void) {
         {"threads_negative", "[train]\nthreads = -1\n", STAGE_FINALIZE, "[train] threads = -1: must not be negative"},
         {"rope_base_zero", "[model]\nrope_base = 0\n", STAGE_FINALIZE, "[model] rope_base = 0: must be > 1"},
         {"rope_factor_small", "[model]\nrope_scaling = linear\nrope_factor = 0.5\n", STAGE_FINALIZE, "[model] rope_factor = 0.5: outside 1 .. 1e6"},
+        {"rope_fraction_odd", "[model]\nhead_dim = 16\nrope_fraction = 0.1875\n", STAGE_FINALIZE,
+         "rope_fraction_odd.ini:3: [model] rope_fraction = 0.1875: head_dim (16) x rope_fraction = 3 rotated channels, not a whole even number >= 2"},
+        {"rope_fraction_zero", "[model]\nrope_fraction = 0\n", STAGE_FINALIZE, "[model] rope_fraction = 0: outside (0, 1]"},
+        {"rope_fraction_ntk2", "[model]\nhead_dim = 8\nrope_fraction = 0.25\nrope_scaling = ntk\n", STAGE_FINALIZE,
+         "[model] rope_scaling = ntk: ntk with 2 rotated channels"},
         {"rope_scaling_learned", "[model]\npos = learned\nrope_scaling = yarn\n", STAGE_FINALIZE,
          "rope_scaling_learned.ini:3: [model] rope_scaling = yarn: has no effect with pos = learned (set at "},
         {"rope_scaling_unknown", "[model]\nrope_scaling = ntk-by-parts\n", STAGE_LOAD, "rope_scaling = ntk-by-parts"},

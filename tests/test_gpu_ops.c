@@ -453,16 +453,17 @@ static OpsRope rope_scaling(OpsRopeScaling kind, float attn_factor) {
 // tables come from the same rope_table_rows as the CPU's. The value gate makes prep backward
 // write every column of dqkv. Called in an order that changes one thing at a time (pos0, kind,
 // attn_factor), so a table cached under too short a key is caught.
-static void test_prep_rope(OpsRopeScaling kind, float attn_factor, int pos0) {
+static void test_prep_rope(OpsRopeScaling kind, float attn_factor, int pos0, int rope_dim) {
     const int B = 2, T = 12, H = 4, Hkv = 2, hd = 64;
     OpsAttnShape s = {0};
     s.B = B; s.T = T; s.H = H; s.Hkv = Hkv; s.hd = hd; s.qk_norm = 1; s.rope = 1; s.rope_base = 10000.0f;
     s.rope_scale = rope_scaling(kind, attn_factor); s.pos0 = pos0; s.eps = 1e-5f;
+    s.rope_dim = rope_dim;   // partial RoPE: the first rope_dim channels turn (0 = all)
     s.gate = OPS_GATE_ELEMENTWISE; s.gate_pos = OPS_GATEPOS_VALUE; s.gate_act = OPS_ACT_SIGMOID;
     const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd, R = H + Hkv;
     char nm[160];
-    printf(" prep with RoPE %s (factor 4, orig_len 8, attn_factor %g) pos0=%d B=%d T=%d H=%d/%d hd=%d\n",
-           rope_kind_name[kind], attn_factor, pos0, B, T, H, Hkv, hd);
+    printf(" prep with RoPE %s (factor 4, orig_len 8, attn_factor %g) pos0=%d B=%d T=%d H=%d/%d hd=%d rope_dim=%d\n",
+           rope_kind_name[kind], attn_factor, pos0, B, T, H, Hkv, hd, rope_dim ? rope_dim : hd);
     float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3);
     for (int i = 0; i < hd; i++) { qw[i] += 1.0f; kw[i] += 1.0f; }
     float *dq = hrand((size_t)N * Hd, 1), *dk = hrand((size_t)N * KVd, 1), *dv = hrand((size_t)N * KVd, 1);
@@ -497,9 +498,9 @@ static void test_prep_rope(OpsRopeScaling kind, float attn_factor, int pos0) {
 
 // ops_rope_rows: rows at pos0 + r rotated forward and back, against the CPU; then forward
 // followed by inverse on the GPU gives the input back
-static void test_rope_rows(OpsRopeScaling kind, int n_rows, int n_heads, int hd, int pos0) {
+static void test_rope_rows(OpsRopeScaling kind, int n_rows, int n_heads, int hd, int pos0, int rope_dim) {
     OpsAttnShape s = {0};
-    s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.rope_scale = rope_scaling(kind, 0.0f);
+    s.hd = hd; s.rope = 1; s.rope_base = 10000.0f; s.rope_scale = rope_scaling(kind, 0.0f); s.rope_dim = rope_dim;
     const size_t n = (size_t)n_rows * n_heads * hd;
     char nm[160];
     float* x = hrand(n, 1);
@@ -1166,14 +1167,20 @@ int main(int argc, char** argv) {
 
     // RoPE past the training length: positions from pos0 = 5, each scaling (pos0 alone first,
     // then one field at a time); then the KV cache's ops
-    test_prep_rope(OPS_ROPE_NONE, 0.0f, 0);
-    test_prep_rope(OPS_ROPE_NONE, 0.0f, 5);
-    test_prep_rope(OPS_ROPE_LINEAR, 0.0f, 5);
-    test_prep_rope(OPS_ROPE_NTK, 0.0f, 5);
-    test_prep_rope(OPS_ROPE_YARN, 0.0f, 5);
-    test_prep_rope(OPS_ROPE_YARN, 1.5f, 5);   // only attn_factor differs from the previous table
-    for (int kind = OPS_ROPE_NONE; kind <= OPS_ROPE_YARN; kind++) test_rope_rows((OpsRopeScaling)kind, 11, 3, 64, 5);
-    test_rope_rows(OPS_ROPE_YARN, 4, 2, 15, 100);   // odd head_dim: the last channel is not rotated
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 0, 0);
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 5, 0);
+    test_prep_rope(OPS_ROPE_LINEAR, 0.0f, 5, 0);
+    test_prep_rope(OPS_ROPE_NTK, 0.0f, 5, 0);
+    test_prep_rope(OPS_ROPE_YARN, 0.0f, 5, 0);
+    test_prep_rope(OPS_ROPE_YARN, 1.5f, 5, 0);   // only attn_factor differs from the previous table
+    for (int kind = OPS_ROPE_NONE; kind <= OPS_ROPE_YARN; kind++) test_rope_rows((OpsRopeScaling)kind, 11, 3, 64, 5, 0);
+    test_rope_rows(OPS_ROPE_YARN, 4, 2, 15, 100, 0);   // odd head_dim: the last channel is not rotated
+    // partial RoPE ([model] rope_fraction): only rope_dim of the 64 channels turn; right after the
+    // same scaling over every channel, so a table cached without rope_dim in its key is caught
+    test_prep_rope(OPS_ROPE_YARN, 1.5f, 5, 16);
+    test_prep_rope(OPS_ROPE_NTK, 0.0f, 5, 16);
+    test_prep_rope(OPS_ROPE_NONE, 0.0f, 5, 2);
+    for (int kind = OPS_ROPE_NONE; kind <= OPS_ROPE_YARN; kind++) test_rope_rows((OpsRopeScaling)kind, 11, 3, 64, 5, 16);
     test_kv_cache_write(2, 3, 9, 2, 64, 4);
     test_kv_cache_write(3, 1, 5, 1, 40, 0);
     test_attention_cached(2, 3, 7, 9, 4, 2, 64, OPS_GATE_NONE, OPS_GATEPOS_SDPA, 0, 0);

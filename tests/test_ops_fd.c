@@ -140,11 +140,16 @@ static double attn_loss(void* vctx) {
     ops_attention_forward(c->y, c->yg, c->lse, c->q, c->k, c->v, c->qkv, &c->s);
     return dot(c->yg, c->r, (size_t)c->s.B * c->s.T * c->s.H * c->s.hd);
 }
-static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
+// rope_dim: partial RoPE's rotated channels of the 8 (0 = all); yarn: YaRN scaling at s = 2 (its
+// attention factor multiplies cos and sin of the rotated pairs only)
+static void test_attention_shape_rope(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos,
+                                      OpsGateAct act, int rope_dim, int yarn) {
     AttnCtx c = {0};
     OpsAttnShape* s = &c.s;
     s->B = B; s->T = T; s->H = 4; s->Hkv = 2; s->hd = 8;
     s->qk_norm = qk_norm; s->rope = rope; s->rope_base = 10000.0f; s->eps = 1e-5f;
+    s->rope_dim = rope_dim;
+    if (yarn) s->rope_scale = (OpsRope){OPS_ROPE_YARN, 2.0f, 4, 32.0f, 1.0f, 0.0f};
     s->gate = gate; s->gate_pos = pos; s->gate_act = act;
     int N = s->B * s->T, QKVG = ops_attn_qkv_cols(s), Hd = s->H * s->hd, KVd = s->Hkv * s->hd;
     c.qkv = fbuf((size_t)N * QKVG, 1); c.qw = fbuf(s->hd, 1); c.kw = fbuf(s->hd, 1);
@@ -162,8 +167,9 @@ static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate ga
     static const char* gn[] = {"none", "elementwise", "headwise"};
     static const char* an[] = {"sigmoid", "ns_sigmoid", "silu"};
     char nm[96];
-    snprintf(nm, sizeof nm, "attn T=%d qk_norm=%d rope=%d gate=%s@%s/%s dqkv", T, qk_norm, rope, gn[gate],
-             pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
+    snprintf(nm, sizeof nm, "attn T=%d qk_norm=%d rope=%d%s%s gate=%s@%s/%s dqkv", T, qk_norm, rope,
+             rope_dim ? (rope_dim == 2 ? "/2of8" : rope_dim == 4 ? "/4of8" : "/partial") : "", yarn ? "+yarn" : "",
+             gn[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
     fd_check(nm, c.qkv, (size_t)N * QKVG, dqkv, attn_loss, &c);
     int G = ops_attn_gate_cols(s);
     if (G > 0) {
@@ -187,6 +193,10 @@ static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate ga
         fd_check("  q_norm.w", c.qw, s->hd, dqw, attn_loss, &c);
         fd_check("  k_norm.w", c.kw, s->hd, dkw, attn_loss, &c);
     }
+}
+
+static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
+    test_attention_shape_rope(B, T, qk_norm, rope, gate, pos, act, 0, 0);
 }
 
 static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
@@ -296,6 +306,11 @@ int main(void) {
         for (int pos = 0; pos <= 1; pos++)
             for (int act = 0; act <= 2; act++)
                 test_attention(1, 1, (OpsGate)g, (OpsGatePos)pos, (OpsGateAct)act);
+    // partial RoPE ([model] rope_fraction): 4 and 2 of the 8 channels turn, with and without
+    // qk-norm (whose backward mixes the rotated and the passed channels), and under YaRN
+    for (int qn = 0; qn <= 1; qn++) test_attention_shape_rope(2, 6, qn, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 4, 0);
+    test_attention_shape_rope(2, 6, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 2, 0);
+    test_attention_shape_rope(2, 6, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 4, 1);
 
     ModelConfig q = {0};
     q.vocab_size = 50; q.padded_vocab = 128; q.n_layer = 2; q.d_model = 16; q.n_head = 4;
@@ -313,5 +328,7 @@ int main(void) {
     }
     q.attn_gate = GATE_ELEMENTWISE; q.gate_position = GATEPOS_VALUE; q.gate_act = GATEACT_SILU;
     test_model("qwen value-gate silu", q);
+    q.rope_dim = 2;   // partial RoPE: the first 2 of the 4 channels of a head turn
+    test_model("qwen value-gate silu, rope 2 of 4", q);
     return tu_finish();
 }

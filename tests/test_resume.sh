@@ -72,4 +72,15 @@ cp "$tmp/split/config.ini" "$tmp/split_config.ini"
 rc=$?
 check "fresh run into a used checkpoint dir: exit 1" '[ "$rc" = 1 ] && grep -q "holds checkpoints of an earlier run" "$tmp/fresh.out"'
 check "... the log was not truncated, the run's config.ini not rewritten" '[ "$(steps_of "$tmp/split/log.jsonl" | wc -l)" = 16 ] && cmp -s "$tmp/split/config.ini" "$tmp/split_config.ini"'
+
+# partial RoPE ([model] rope_fraction = 0.25: 4 of head_dim 16 channels turn): the same exact resume
+# (with probes and samples every 4 and 8 steps); resuming it with another fraction is refused
+P=("${X[@]}" --train.steps=8 --model.rope_fraction=0.25)
+"$build/train_gpt" "${P[@]}" --log.run_dir="$tmp/p_straight" > "$tmp/p1.out" 2>&1
+"$build/train_gpt" "${P[@]}" --log.run_dir="$tmp/p_split" --stop-after 4 > "$tmp/p2.out" 2>&1
+"$build/train_gpt" "${P[@]}" --log.run_dir="$tmp/p_split" --resume auto > "$tmp/p3.out" 2>&1
+check "rope_fraction 0.25: 8 step records, eval/probe/sample records identical after a resume at 4" '[ "$(steps_of "$tmp/p_straight/log.jsonl" | wc -l)" = 8 ] && diff <(steps_of "$tmp/p_straight/log.jsonl") <(steps_of "$tmp/p_split/log.jsonl") && diff <(grep -E "\"type\":\"(eval|probe|sample)\"" "$tmp/p_straight/log.jsonl" | sed "s/\"ms\":[0-9.]*//") <(grep -E "\"type\":\"(eval|probe|sample)\"" "$tmp/p_split/log.jsonl" | sed "s/\"ms\":[0-9.]*//")'
+check "rope_fraction 0.25: step 8 model.bin and rank_00000.bin bitwise equal" 'cmp "$tmp/p_straight/checkpoints/step_00000008/model.bin" "$tmp/p_split/checkpoints/step_00000008/model.bin" && cmp "$tmp/p_straight/checkpoints/step_00000008/rank_00000.bin" "$tmp/p_split/checkpoints/step_00000008/rank_00000.bin"'
+"$build/train_gpt" "${P[@]}" --train.steps=12 --model.rope_fraction=0.5 --log.run_dir="$tmp/p_split" --resume auto > "$tmp/p4.out" 2>&1
+check "resume with another rope_fraction: refused naming the key" 'grep -q "\[model\] rope_fraction = 0.5 (checkpoint: 0.25)" "$tmp/p4.out"'
 finish

@@ -189,7 +189,7 @@ const char* export_hf_class_name(HfClass k) {
 }
 
 #define NOPE(...) do { snprintf(why, n, __VA_ARGS__); return HF_NONE; } while (0)
-HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
+static HfClass hf_class_of(const ModelConfig* m, char* why, size_t n) {
     const MoeConfig* e = &m->moe;
     const int gated = m->attn_gate != GATE_NONE;
     if (config_any_linear(m)) {   // hybrid (Gated DeltaNet layers): Qwen3-Next or nothing
@@ -274,6 +274,19 @@ HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
     if (!gated) return m->qk_norm ? HF_QWEN3 : HF_LLAMA;
     if (!m->qk_norm) NOPE("the attention gate exports as Qwen3-Next, which normalises q and k: the nearest exportable is [model] qk_norm = true");
     return HF_QWEN3_NEXT;
+}
+
+// Partial RoPE ([model] rope_fraction < 1): of these classes only Qwen3-Next honours
+// partial_rotary_factor (its apply_rotary_pos_emb passes the channels past the rotary dim
+// through); Llama's, Qwen3's, Qwen3-MoE's and Qwen2-MoE's rotate the whole head (transformers 5).
+HfClass export_hf_class(const ModelConfig* m, char* why, size_t n) {
+    HfClass k = hf_class_of(m, why, n);
+    if (k != HF_NONE && k != HF_QWEN3_NEXT && m->pos == POS_ROPE && m->rope_dim > 0 && m->rope_dim < m->head_dim)
+        NOPE("[model] rope_fraction = %g (RoPE on %d of %d channels): %s rotates every channel of a head; of the "
+             "exportable classes only Qwen3NextForCausalLM honours partial_rotary_factor: the nearest exportable is "
+             "rope_fraction = 1 (or attn_gate = elementwise with qk_norm = true: Qwen3-Next)",
+             (double)m->rope_fraction, m->rope_dim, m->head_dim, export_hf_class_name(k));
+    return k;
 }
 #undef NOPE
 
@@ -504,16 +517,27 @@ static KeyText key_float(const Config* c, const char* section, const char* key) 
 }
 static KeyText model_float(const Config* c, const char* key) { return key_float(c, "model", key); }
 
+// partial_rotary_factor for rot of hd channels: transformers takes the rotary dim as
+// int(head_dim * factor) in double, so the factor written is rot/hd, or the next double up where
+// rot/hd * hd rounds below rot (the int() would lose a channel)
+static double hf_partial_factor(int rot, int hd) {
+    double f = (double)rot / hd;
+    while ((int)(hd * f) < rot) f = nextafter(f, 2.0);
+    return f;
+}
+
 // transformers 5's rope_parameters for a RoPE model (kernels/rope.h follows its definitions; "ntk"
-// is a larger base, exactly: rope_theta = rope_base * s^(hd/(hd-2)); transformers' "dynamic"
-// recomputes a base per length by another formula, so it is not used)
+// is a larger base, exactly: rope_theta = rope_base * s^(rot/(rot-2)), rot the rotated channels;
+// transformers' "dynamic" recomputes a base per length by another formula, so it is not used).
+// partial: the class reads partial_rotary_factor (Qwen3-Next: absent means 0.25), written always.
 static void write_rope(FILE* f, const Config* c, int partial) {
     const ModelConfig* m = &c->model;
+    const int rot = m->rope_dim > 0 ? m->rope_dim : m->head_dim;
     int lin = m->rope_scaling == ROPE_SCALING_LINEAR, yarn = m->rope_scaling == ROPE_SCALING_YARN;
     fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"%s\", ", lin ? "linear" : yarn ? "yarn" : "default");
     if (m->rope_scaling == ROPE_SCALING_NTK) {
         char theta[64];
-        snprintf(theta, sizeof theta, "%.17g", (double)m->rope_base * pow((double)m->rope_factor, (double)m->head_dim / (m->head_dim - 2)));
+        snprintf(theta, sizeof theta, "%.17g", (double)m->rope_base * pow((double)m->rope_factor, (double)rot / (rot - 2)));
         fprintf(f, "\"rope_theta\": %s%s", theta, strpbrk(theta, ".eEn") ? "" : ".0");
     } else {
         fprintf(f, "\"rope_theta\": %s", model_float(c, "rope_base").s);
@@ -525,7 +549,11 @@ static void write_rope(FILE* f, const Config* c, int partial) {
         fprintf(f, ", \"beta_fast\": %s, \"beta_slow\": %s", model_float(c, "yarn_beta_fast").s, model_float(c, "yarn_beta_slow").s);
         if (m->yarn_attn_factor > 0.0f) fprintf(f, ", \"attention_factor\": %s", model_float(c, "yarn_attn_factor").s);
     }
-    if (partial) fprintf(f, ", \"partial_rotary_factor\": 1.0");
+    if (partial) {
+        char pf[64];
+        snprintf(pf, sizeof pf, "%.17g", hf_partial_factor(rot, m->head_dim));
+        fprintf(f, ", \"partial_rotary_factor\": %s%s", pf, strpbrk(pf, ".eEn") ? "" : ".0");
+    }
     fprintf(f, "},\n");
 }
 

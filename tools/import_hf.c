@@ -117,14 +117,32 @@ static int refuse(const Src* s, const char* field, const char* why) {
     return -1;
 }
 
-// RoPE: transformers 5's rope_parameters, or 4's rope_theta + rope_scaling
-static int read_rope(Config* c, const Src* s, int partial_default_quarter) {
+// RoPE: transformers 5's rope_parameters, or 4's rope_theta + rope_scaling. qwen3_next: the class
+// honours partial_rotary_factor (absent: 0.25, its config class's default), the others rotate
+// every channel of a head of hd
+static int read_rope(Config* c, const Src* s, int qwen3_next, int hd) {
     const Jv* rp = jv_get(&s->conf, "rope_parameters");
     const Jv* sc = rp ? rp : jv_get(&s->conf, "rope_scaling");
     double theta = num_or(rp ? rp : &s->conf, "rope_theta", num_or(&s->conf, "rope_theta", 10000.0));
     if (set(c, s, "model.rope_base=%.17g", theta)) return -1;
-    double partial = num_or(rp, "partial_rotary_factor", num_or(&s->conf, "partial_rotary_factor", partial_default_quarter ? 0.25 : 1.0));
-    if (partial != 1.0) return refuse(s, "partial_rotary_factor", "gatedgpt rotates every channel (accepted: 1.0)");
+    double partial = num_or(rp, "partial_rotary_factor", num_or(&s->conf, "partial_rotary_factor", qwen3_next ? 0.25 : 1.0));
+    if (!qwen3_next && partial != 1.0)
+        return refuse(s, "partial_rotary_factor", "this model_type's transformers class rotates every channel of a head "
+                      "(only qwen3_next honours the factor) (accepted: 1.0, or absent)");
+    if (qwen3_next) {
+        // the rotary dim as transformers takes it: int(head_dim * partial_rotary_factor), in double;
+        // [model] rope_fraction = rot / head_dim gives the same rot back (model/config.c)
+        double x = hd * partial;
+        int rot = x >= 0.0 && x <= hd ? (int)x : -1;
+        if (rot < 2 || rot % 2) {
+            char why[240];
+            snprintf(why, sizeof why, "int(head_dim x partial_rotary_factor) = int(%d x %.9g) = %d rotated channels, not "
+                     "an even number in 2 .. head_dim (accepted: e.g. 0.25 or 0.5 where head_dim is a multiple of 8 or 4)",
+                     hd, partial, rot);
+            return refuse(s, "partial_rotary_factor", why);
+        }
+        if (rot < hd && set(c, s, "model.rope_fraction=%.9g", (double)rot / hd)) return -1;
+    }
     const char* type = str_or(sc, "rope_type", str_or(sc, "type", "default"));
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "linear") && strcmp(type, "yarn"))
@@ -244,9 +262,14 @@ static int read_config(Config* c, const Src* s, int* cls) {
         set(c, s, "model.max_seq_len=%d", (int)NUM(J, "max_position_embeddings")) || set(c, s, "model.pos=rope") ||
         set(c, s, "model.norm=rmsnorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "rms_norm_eps", 1e-6)) ||
         set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 && *cls <= 4 ? "true" : "false") ||
-        set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") || read_rope(c, s, *cls == 3))
+        set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") ||
+        read_rope(c, s, *cls == 3, (int)num_or(J, "head_dim", d / H)))
         return -1;
     if (*cls == 3 && read_layer_types(c, s, L)) return -1;   // Qwen3-Next: which layers are Gated DeltaNets
+    // no full-attention layer: RoPE is unused, and a rope_fraction away from 1 would be refused as
+    // a key without effect (the class's default 0.25 included)
+    if (*cls == 3 && c->model.layer_pattern[0] && !strchr(c->model.layer_pattern, 'A') && set(c, s, "model.rope_fraction=1"))
+        return -1;
     int E = (int)num_or(J, "num_experts", 0);
     const Jv* only = jv_get(J, "mlp_only_layers");
     int n_only = only && only->kind == JV_ARR ? only->n : 0;

@@ -17,17 +17,20 @@ int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 static inline float gate_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
 static inline float gate_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
 
-// RoPE tables cos/sin[T, hd/2] for positions pos0 .. pos0 + T - 1 (kernels/rope.h: the base,
-// the scaling, computed in double).
+// RoPE tables cos/sin[T, rot/2] for positions pos0 .. pos0 + T - 1 (kernels/rope.h: the base,
+// the scaling, the rotated channels rot = rope_rot_dim, computed in double).
 static void rope_tables_alloc(float** cs, float** sn, int T, int pos0, const OpsAttnShape* s) {
-    *cs = cpu_calloc((size_t)T * (s->hd / 2), sizeof(float));
-    *sn = cpu_calloc((size_t)T * (s->hd / 2), sizeof(float));
-    rope_table_rows(*cs, *sn, s->hd / 2, T, pos0, s);
+    const int half = rope_rot_dim(s) / 2;
+    *cs = cpu_calloc((size_t)T * half, sizeof(float));
+    *sn = cpu_calloc((size_t)T * half, sizeof(float));
+    rope_table_rows(*cs, *sn, half, T, pos0, s);
 }
 
-// rotate_half convention: pairs (i, i + hd/2).  dir = +1 forward, -1 inverse (= transpose).
-static inline void rope_apply(float* x, const float* cs, const float* sn, int hd, float dir) {
-    int half = hd / 2;
+// rotate_half convention within the first rot channels of a head: pairs (i, i + rot/2);
+// channels rot .. hd-1 are left as they are (partial RoPE). dir = +1 forward, -1 inverse
+// (= transpose).
+static inline void rope_apply(float* x, const float* cs, const float* sn, int rot, float dir) {
+    int half = rot / 2;
     for (int i = 0; i < half; i++) {
         float a = x[i], b = x[i + half], c = cs[i], s = dir * sn[i];
         x[i] = a * c - b * s;
@@ -39,10 +42,10 @@ static inline void rope_apply(float* x, const float* cs, const float* sn, int hd
 void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
     const int N = s->B * s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, T = s->T;
-    const int QKVG = ops_attn_qkv_cols(s), half = hd / 2;
+    const int QKVG = ops_attn_qkv_cols(s), rot = rope_rot_dim(s), half = rot / 2;
     const int zoff = attn_shape_z_off(s);
     const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
-    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
+    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, rot/2] (freed below)
     if (s->rope) rope_tables_alloc(&cs, &sn, T, s->pos0, s);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -62,7 +65,7 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
             } else {
                 for (int i = 0; i < hd; i++) dst[i] = src[i];
             }
-            if (s->rope) rope_apply(dst, cs + (size_t)t * half, sn + (size_t)t * half, hd, 1.0f);
+            if (s->rope) rope_apply(dst, cs + (size_t)t * half, sn + (size_t)t * half, rot, 1.0f);
         }
         const float* vs = row + attn_v_off(H, Hkv, hd);
         float* vd = v + (size_t)n * Hkv * hd;
@@ -83,10 +86,10 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                             const float* qk_rstd, const float* qnorm_w, const float* knorm_w,
                             const OpsAttnShape* s) {
     const int N = s->B * s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, T = s->T;
-    const int QKVG = ops_attn_qkv_cols(s), half = hd / 2;
+    const int QKVG = ops_attn_qkv_cols(s), rot = rope_rot_dim(s), half = rot / 2;
     const int zoff = attn_shape_z_off(s);
     const int vgate = attn_gate_at_value(s->gate, s->gate_pos);
-    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, hd/2] (freed below)
+    float *cs = NULL, *sn = NULL;   // RoPE cos/sin [T, rot/2] (freed below)
     if (s->rope) rope_tables_alloc(&cs, &sn, T, s->pos0, s);
     // per-block partial sums of the qk-norm weight gradients: [nb][2][hd]
     int nb = cpu_nblocks(N);
@@ -103,7 +106,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                 int isq = h < H;
                 const float* g = isq ? dq + ((size_t)n * H + h) * hd : dk + ((size_t)n * Hkv + (h - H)) * hd;
                 for (int i = 0; i < hd; i++) buf[i] = g[i];
-                if (s->rope) rope_apply(buf, cs + (size_t)t * half, sn + (size_t)t * half, hd, -1.0f);
+                if (s->rope) rope_apply(buf, cs + (size_t)t * half, sn + (size_t)t * half, rot, -1.0f);
                 const float* x = row + (size_t)h * hd;
                 float* dx = drow + (size_t)h * hd;
                 if (s->qk_norm) {
@@ -359,7 +362,7 @@ void ops_attention_cached_forward(float* y, float* yg, float* lse, float* sink, 
 }
 
 void ops_rope_rows(float* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
-    const int hd = s->hd, half = hd / 2;
+    const int hd = s->hd, rot = rope_rot_dim(s), half = rot / 2;
     float *cs, *sn;
     rope_tables_alloc(&cs, &sn, n_rows, pos0, s);
     if (dir < 0) {   // the inverse of m R(theta) is R(-theta) / m
@@ -368,7 +371,7 @@ void ops_rope_rows(float* x, int n_rows, int n_heads, int pos0, int dir, const O
     }
     for (int r = 0; r < n_rows; r++)
         for (int h = 0; h < n_heads; h++)
-            rope_apply(x + ((size_t)r * n_heads + h) * hd, cs + (size_t)r * half, sn + (size_t)r * half, hd,
+            rope_apply(x + ((size_t)r * n_heads + h) * hd, cs + (size_t)r * half, sn + (size_t)r * half, rot,
                        dir < 0 ? -1.0f : 1.0f);
     free(cs);
     free(sn);

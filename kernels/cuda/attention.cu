@@ -26,30 +26,32 @@ int ops_attn_gate_cols(const OpsAttnShape* s) { return attn_shape_gate_cols(s); 
 int ops_attn_qkv_cols(const OpsAttnShape* s) { return attn_shape_qkv_cols(s); }
 
 // ---- RoPE tables ----------------------------------------------------------------------------
-// rope[t][0][i] = cos, rope[t][1][i] = sin for position pos0 + t, pair i < hd/2: built on the
+// rope[t][0][i] = cos, rope[t][1][i] = sin for position pos0 + t, pair i < rot/2 (rot =
+// rope_rot_dim: hd, or the first channels of a head under partial RoPE): built on the
 // host by kernels/rope.h's rope_table_rows (the base, the scaling, the YaRN attention factor; in
 // double, rounded to fp32 once), the same function the CPU backend calls, so the tables are
 // bit-identical to the CPU's. Uploaded when anything they depend on changes (hd, base, pos0,
 // any OpsRope field) or a longer T is asked for (a table for T rows from pos0 serves every
 // shorter T from the same pos0) and kept in a scratch slot, or when the slot was reallocated
-// since (a reservation, ops_scratch_reserve: the table is gone). KV-cache decoding moves pos0
+// since (a reservation, ops_scratch_reserve: the table is gone); rows of 2 * (rot/2) floats fit
+// the slot's hd-sized rows (kernels/scratch.h). KV-cache decoding moves pos0
 // every step: a rebuild of T (usually 1) rows. The upload is a cudaMemcpy, ordered after the
 // queued kernels that may still read the previous table.
 static int rope_T = -1, rope_pos0 = 0;
-static OpsAttnShape rope_key;        // hd, rope_base and rope_scale of the cached table
+static OpsAttnShape rope_key;        // hd, rope_dim, rope_base and rope_scale of the cached table
 static float* rope_dev = NULL;
 static unsigned rope_gen;            // the slot's cuda_scratch_generation when the table was written
 
 static int rope_key_same(const OpsAttnShape* a, const OpsAttnShape* b) {
     const OpsRope *x = &a->rope_scale, *y = &b->rope_scale;
-    return a->hd == b->hd && a->rope_base == b->rope_base && x->kind == y->kind &&
+    return a->hd == b->hd && rope_rot_dim(a) == rope_rot_dim(b) && a->rope_base == b->rope_base && x->kind == y->kind &&
            x->factor == y->factor && x->orig_len == y->orig_len && x->beta_fast == y->beta_fast &&
            x->beta_slow == y->beta_slow && x->attn_factor == y->attn_factor;
 }
 
-// the table for rows at positions pos0 .. pos0 + T - 1 under s's hd, base and scaling
+// the table for rows at positions pos0 .. pos0 + T - 1 under s's rotated channels, base and scaling
 static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
-    const int half = s->hd / 2;
+    const int half = rope_rot_dim(s) / 2;
     if (rope_dev && rope_gen == cuda_scratch_generation(CUDA_SCRATCH_ROPE) && T <= rope_T && pos0 == rope_pos0 &&
         rope_key_same(s, &rope_key))
         return rope_dev;
@@ -69,24 +71,25 @@ static const float* rope_tables(const OpsAttnShape* s, int pos0, int T) {
 // Per-element formulas so that each lane handles any channel i on its own:
 //   forward rotation (pairs i, i + half):  out[i] = a c - b s,  out[i + half] = b c + a s
 //   inverse rotation (its transpose):      out[i] = a c + b s,  out[i + half] = b c - a s
-// with a = x[i], b = x[i + half], c = cos[t, i], s = sin[t, i]; channels past 2*half (odd hd)
-// are not rotated.
+// with a = x[i], b = x[i + half], c = cos[t, i], s = sin[t, i], half = rot/2; channels from
+// 2*half on (partial RoPE: rot < hd) are not rotated.
 static AttnDims attn_dims(const OpsAttnShape* s) {
     AttnDims d;
     d.N = s->B * s->T; d.T = s->T; d.H = s->H; d.Hkv = s->Hkv; d.hd = s->hd;
     d.QKVG = attn_shape_qkv_cols(s); d.zoff = attn_shape_z_off(s);
     d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
-    d.gate_act = s->gate_act; d.eps = s->eps;
+    d.gate_act = s->gate_act; d.eps = s->eps; d.rot = rope_rot_dim(s);
     return d;
 }
 
 // element i of the rotated vector (dir +1) or of its inverse rotation (dir -1), of xs[hd] with
-// xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; cs == NULL: no rotation.
+// xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; the first rot channels turn
+// (pairs i, i + rot/2), the others pass; cs == NULL: no rotation.
 // x: activations (cact_t) or fp32
 template <typename X>
-__device__ __forceinline__ float rope_elem(const X* x, const float* w, float r, int i, int hd,
+__device__ __forceinline__ float rope_elem(const X* x, const float* w, float r, int i, int rot,
                                            const float* cs, const float* sn, float dir) {
-    int half = hd / 2;
+    int half = rot / 2;
     // xs(j) = x[j] * r * w[j] (qk-norm) or x[j]
     #define XS(j) (w ? act_ld(x[j]) * r * w[j] : act_ld(x[j]))
     if (!cs || i >= 2 * half) return XS(i);
@@ -105,7 +108,7 @@ __device__ __forceinline__ float rope_elem(const X* x, const float* w, float r, 
 __global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float* qk_rstd,
                                          const cact_t* qkv, const float* qnorm_w,
                                          const float* knorm_w, const float* rope, AttnDims d) {
-    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
+    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
@@ -126,7 +129,7 @@ __global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float*
         }
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
-        for (int i = lane; i < hd; i += 32) act_st(&dst[i], rope_elem(src, w, r, i, hd, cs, sn, 1.0f));
+        for (int i = lane; i < hd; i += 32) act_st(&dst[i], rope_elem(src, w, r, i, d.rot, cs, sn, 1.0f));
     } else {
         int kh = j - d.H - d.Hkv;
         const cact_t* vs = row + attn_v_off(d.H, d.Hkv, hd) + (size_t)kh * hd;
@@ -157,7 +160,7 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
                                           const cact_t* dv, const cact_t* qkv, const float* qk_rstd,
                                           const float* qnorm_w, const float* knorm_w,
                                           const float* rope, AttnDims d) {
-    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = hd / 2;
+    const int S = d.H + 2 * d.Hkv, hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
@@ -175,14 +178,14 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
             const float* w = isq ? qnorm_w : knorm_w;
             float r = qk_rstd[(size_t)n * (d.H + d.Hkv) + j];
             float sgx = 0.0f;
-            for (int i = lane; i < hd; i += 32) sgx += w[i] * rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f) * act_ld(x[i]);
+            for (int i = lane; i < hd; i += 32) sgx += w[i] * rope_elem(g, NULL, 1.0f, i, d.rot, cs, sn, -1.0f) * act_ld(x[i]);
             float c = r * r * warp_sum(sgx) / hd;
             for (int i = lane; i < hd; i += 32) {
-                float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+                float b = rope_elem(g, NULL, 1.0f, i, d.rot, cs, sn, -1.0f);
                 act_st(&dx[i], r * (w[i] * b - act_ld(x[i]) * c));
             }
         } else {
-            for (int i = lane; i < hd; i += 32) act_st(&dx[i], rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f));
+            for (int i = lane; i < hd; i += 32) act_st(&dx[i], rope_elem(g, NULL, 1.0f, i, d.rot, cs, sn, -1.0f));
         }
     } else {
         // v' = v * a(z)
@@ -220,7 +223,7 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
 __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const cact_t* dk,
                                            const cact_t* qkv, const float* qk_rstd,
                                            const float* rope, AttnDims d) {
-    const int hd = d.hd, half = hd / 2;
+    const int hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     int blk = blockIdx.x, i2 = blockIdx.y * blockDim.x + threadIdx.x;
     if (i2 >= 2 * hd) return;
     int isq = i2 < hd, i = isq ? i2 : i2 - hd;
@@ -233,7 +236,7 @@ __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const 
         const float* sn = d.rope ? cs + half : NULL;
         for (int h = h0; h < h1; h++) {
             const cact_t* g = isq ? dq + ((size_t)n * d.H + h) * hd : dk + ((size_t)n * d.Hkv + (h - d.H)) * hd;
-            float b = rope_elem(g, NULL, 1.0f, i, hd, cs, sn, -1.0f);
+            float b = rope_elem(g, NULL, 1.0f, i, d.rot, cs, sn, -1.0f);
             float x = act_ld(qkv[(size_t)n * d.QKVG + (size_t)h * hd + i]);
             acc += b * x * qk_rstd[(size_t)n * (d.H + d.Hkv) + h];
         }
@@ -277,13 +280,13 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
 
 // ---- RoPE on cached rows (ops_rope_rows) ----------------------------------------------------
 // x[n_rows, n_heads*hd] in place, row r at position pos0 + r, one thread per (row, head, pair i <
-// hd/2): a = x[i], b = x[i + half] -> a c - b s, b c + a s (kernels/cpu/attention.c's
-// rope_apply). dir = -1: the transpose (s negated) with cos and sin divided by m2, the YaRN
+// rot/2): a = x[i], b = x[i + half] -> a c - b s, b c + a s (kernels/cpu/attention.c's
+// rope_apply); channels rot .. hd-1 (partial RoPE) are not touched. dir = -1: the transpose (s negated) with cos and sin divided by m2, the YaRN
 // attention factor squared (1 otherwise), in fp32 as the CPU divides its table: the inverse of
 // m R(theta) is R(-theta) / m.
 __global__ void rope_rows_kernel(cact_t* x, const float* rope, int n_rows, int n_heads, int hd,
-                                 float dir, float m2) {
-    const int half = hd / 2;
+                                 int rot, float dir, float m2) {
+    const int half = rot / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n_rows * n_heads * half) return;
     int i = (int)(idx % half);
@@ -301,14 +304,14 @@ __global__ void rope_rows_kernel(cact_t* x, const float* rope, int n_rows, int n
 
 void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
     CUDA_OP_TIMER("ops_rope_rows");
-    const int half = s->hd / 2;
+    const int half = rope_rot_dim(s) / 2;
     if (n_rows <= 0 || n_heads <= 0 || half == 0) return;
     const float* rope = rope_tables(s, pos0, n_rows);
     const double m = rope_attn_factor(s);
     const float m2 = (float)(m * m);   // the CPU's divisor, rounded the same way
     size_t n = (size_t)n_rows * n_heads * half;
     rope_rows_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(CACT(x), rope, n_rows, n_heads, s->hd,
-                                                                   dir < 0 ? -1.0f : 1.0f, m2);
+                                                                   2 * half, dir < 0 ? -1.0f : 1.0f, m2);
     CUDA_LAUNCH_CHECK("rope_rows_kernel");
 }
 

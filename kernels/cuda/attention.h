@@ -11,6 +11,8 @@
 struct AttnDims {
     int N, T, H, Hkv, hd, QKVG, zoff;
     int qk_norm, rope, gate, gate_pos, gate_act;
+    int rot;             // RoPE's rotated channels of a head (kernels/rope.h rope_rot_dim: hd, or
+                         // fewer with partial RoPE); the RoPE table rows hold rot/2 cos, rot/2 sin
     float eps;
 };
 

@@ -8,6 +8,7 @@
 // (ops_rope_rows, the rotation of cached rows, lives in attention.cu beside the RoPE tables.)
 #include "cuda_common.h"
 #include "attention.h"
+#include "../rope.h"
 #include <math.h>
 
 // ---- write ----------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ void ops_attention_cached_forward(act_t* y_, act_t* yg_, float* lse, float* sink
     d.N = s->B * s->T; d.T = s->T; d.H = s->H; d.Hkv = s->Hkv; d.hd = s->hd;
     d.QKVG = attn_shape_qkv_cols(s); d.zoff = attn_shape_z_off(s);
     d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
-    d.gate_act = s->gate_act; d.eps = s->eps;
+    d.gate_act = s->gate_act; d.eps = s->eps; d.rot = rope_rot_dim(s);
     const float scale = 1.0f / sqrtf((float)s->hd);
     cact_t *y = CACT(y_), *yg = CACT(yg_);
     const cact_t *q = CCACT(q_), *kc = CCACT(kc_), *vc = CCACT(vc_), *qkv = CCACT(qkv_);

@@ -318,8 +318,9 @@ def moe_slow(c, params, p, m):
 def slow_rope_freqs(c):
     """Rope frequencies and attention factor in scalar Python, written the other way round from
     model.rope_inv_freq (as transformers writes them: pos_freq = base^(2i/hd), inv = 1/pos_freq,
-    the yarn blend through an extrapolation factor 1 - ramp). Returns ([hd/2 floats], m)."""
-    hd, s, L = c.head_dim, c.rope_factor, c.rope_original_len
+    the yarn blend through an extrapolation factor 1 - ramp). hd is the rotated dim (c.rope_dim:
+    head_dim, or fewer channels under partial RoPE). Returns ([hd/2 floats], m)."""
+    hd, s, L = c.rope_dim, c.rope_factor, c.rope_original_len
     base = c.rope_base
     if c.rope_scaling == "ntk":
         base = c.rope_base * math.exp(math.log(s) * hd / (hd - 2))
@@ -355,7 +356,7 @@ def yarn_wavelength_inv_freq(c):
     i <= i_fast (r_i >= beta_fast: both theta_i) and i >= max(i_slow, high) (r_i <= beta_slow:
     both theta_i / s; `high` is transformers' clamped bound, which an i_slow <= 0 turns into
     0.001, keeping pair 0 at theta_0 where the paper interpolates it)."""
-    hd, s, L, base = c.head_dim, c.rope_factor, c.rope_original_len, c.rope_base
+    hd, s, L, base = c.rope_dim, c.rope_factor, c.rope_original_len, c.rope_base
     bf, bs = c.yarn_beta_fast, c.yarn_beta_slow
     theta = torch.tensor([base ** (-2.0 * i / hd) for i in range(hd // 2)], dtype=torch.float64)
     r = L / (2 * math.pi / theta)
@@ -380,7 +381,7 @@ def check_yarn(c):
     agree; returns (pairs compared, pairs where they differ by design, the largest relative
     difference there) over the golden's config and YARN_CHECK_CONFIGS."""
     n_eq, n_diff, worst_diff = 0, 0, 0.0
-    cfgs = [c] + [dataclasses.replace(c, head_dim=hd, rope_base=b, rope_original_len=L, rope_factor=s,
+    cfgs = [c] + [dataclasses.replace(c, head_dim=hd, rope_dim=hd, rope_base=b, rope_original_len=L, rope_factor=s,
                                       yarn_beta_fast=32.0, yarn_beta_slow=1.0)
                   for hd, b, L, s in YARN_CHECK_CONFIGS]
     for cc in cfgs:
@@ -518,13 +519,17 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
         return {"sigmoid": torch.sigmoid(z), "ns_sigmoid": 0.5 + 0.5 * torch.sigmoid(z),
                 "silu": F.silu(z)}[c.gate_act]
 
-    # rotation matrices R[t] (hd x hd) with q' = R q, times the rope scaling's attention factor
+    # rotation matrices R[t] (hd x hd) with q' = R q, times the rope scaling's attention factor;
+    # partial RoPE: the pairs (i, i + rot/2) of the first rot channels, identity on the rest
     freqs, mscale = slow_rope_freqs(c)
+    rot = c.rope_dim
     R = torch.zeros(T, hd, hd, dtype=dt)
     for t in range(T):
-        for i in range(hd // 2):
+        for i in range(rot, hd):
+            R[t, i, i] = 1.0
+        for i in range(rot // 2):
             th = t * freqs[i]
-            j = i + hd // 2
+            j = i + rot // 2
             R[t, i, i], R[t, i, j] = mscale * math.cos(th), -mscale * math.sin(th)
             R[t, j, j], R[t, j, i] = mscale * math.cos(th), mscale * math.sin(th)
 
@@ -750,7 +755,7 @@ def main():
               f"{n_params} params)")
         if c.rope_scaling != "none":
             inv, msc = M.rope_inv_freq(c, torch.float64)
-            theta = c.rope_base ** (-2.0 * torch.arange(c.head_dim // 2, dtype=torch.float64) / c.head_dim)
+            theta = c.rope_base ** (-2.0 * torch.arange(c.rope_dim // 2, dtype=torch.float64) / c.rope_dim)
             extra = ""
             if c.rope_scaling == "yarn":
                 lo, hi = M.yarn_ramp_bounds(c)

@@ -30,7 +30,7 @@ import torch
 # Defaults of every key the reference uses (spec: "INI keys (sections and defaults)").
 MODEL_DEFAULTS = dict(
     vocab_size="50257", n_layer="12", d_model="768", n_head="12", n_kv_head="0", head_dim="0",
-    d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", rope_scaling="none",
+    d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", rope_fraction="1", rope_scaling="none",
     rope_factor="1", rope_original_len="0", yarn_beta_fast="32", yarn_beta_slow="1",
     yarn_attn_factor="0", norm="rmsnorm",
     norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
@@ -75,6 +75,7 @@ class Config:
     max_seq_len: int
     pos: str
     rope_base: float
+    rope_dim: int             # rotated channels of a head: head_dim * rope_fraction (partial RoPE)
     rope_scaling: str         # none | linear | ntk | yarn (see rope_inv_freq)
     rope_factor: float        # s >= 1
     rope_original_len: int    # L_train, resolved (0 -> [train] seq_len)
@@ -196,6 +197,14 @@ def load_config(path):
             raise ValueError(f"{path}: head_dim=0 needs n_head | d_model")
         head_dim = d_model // n_head
     d_ff = int(m["d_ff"]) or 4 * d_model
+    # partial RoPE: the first head_dim * rope_fraction channels of each head turn, a whole even
+    # number of them (transformers' partial_rotary_factor: dim = int(head_dim * factor))
+    frac = float(m["rope_fraction"])
+    if not 0.0 < frac <= 1.0:
+        raise ValueError(f"{path}: rope_fraction must be in (0, 1]")
+    rope_dim = round(head_dim * frac)
+    if m["pos"].lower() == "rope" and (abs(head_dim * frac - rope_dim) > 1e-3 or rope_dim < 2 or rope_dim % 2):
+        raise ValueError(f"{path}: head_dim * rope_fraction must be a whole even number >= 2")
     rope_factor = float(m["rope_factor"])
     attn_factor = float(m["yarn_attn_factor"])
     if attn_factor == 0.0:
@@ -222,7 +231,7 @@ def load_config(path):
         vocab_size=int(m["vocab_size"]), n_layer=int(m["n_layer"]), d_model=d_model,
         n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim,
         d_ff=d_ff, max_seq_len=int(m["max_seq_len"]),
-        pos=enum(m, "pos"), rope_base=float(m["rope_base"]),
+        pos=enum(m, "pos"), rope_base=float(m["rope_base"]), rope_dim=rope_dim,
         rope_scaling=enum(m, "rope_scaling"), rope_factor=rope_factor,
         rope_original_len=int(m["rope_original_len"]) or int(t["seq_len"]),
         yarn_beta_fast=float(m["yarn_beta_fast"]), yarn_beta_slow=float(m["yarn_beta_slow"]),
@@ -408,8 +417,9 @@ def yarn_ramp_bounds(c):
     """YaRN's pair-index bounds (transformers' find_correction_range, truncate=True): the
     fractional pair index where a pair makes `rot` full turns over L = rope_original_len is
     hd * ln(L / (2 pi rot)) / (2 ln base); low = floor of it at beta_fast, high = ceil at
-    beta_slow, both clamped to [0, hd - 1]; high += 0.001 if they are equal."""
-    hd, L, base = c.head_dim, c.rope_original_len, c.rope_base
+    beta_slow, both clamped to [0, hd - 1]; high += 0.001 if they are equal. hd here and in
+    rope_inv_freq is the rotated dim c.rope_dim (head_dim unless RoPE is partial)."""
+    hd, L, base = c.rope_dim, c.rope_original_len, c.rope_base
 
     def idx(rot):
         return hd * math.log(L / (2 * math.pi * rot)) / (2 * math.log(base))
@@ -429,8 +439,9 @@ def rope_inv_freq(c, dtype):
       ntk:    theta_i with base' = base * s^(hd/(hd-2)), m = 1
       yarn:   theta_i (1 - ramp_i) + (theta_i / s) ramp_i, ramp_i = clamp((i - low)/(high - low), 0, 1)
               (yarn_ramp_bounds), m = yarn_attn_factor (0 -> 0.1 ln s + 1)
-    as transformers' modeling_rope_utils (linear, yarn; ntk is the static NTK-aware base)."""
-    hd, s = c.head_dim, c.rope_factor
+    as transformers' modeling_rope_utils (linear, yarn; ntk is the static NTK-aware base), with
+    hd = the rotated dim c.rope_dim, as transformers computes them over int(head_dim * partial_rotary_factor)."""
+    hd, s = c.rope_dim, c.rope_factor
     i = torch.arange(hd // 2, dtype=dtype)
     base = c.rope_base
     if c.rope_scaling == "ntk":
@@ -446,19 +457,21 @@ def rope_inv_freq(c, dtype):
 
 
 def rope(x, c):
-    """x [B, T, nh, hd]; HF Llama/Qwen rotate_half: pairs (i, i + hd/2), i < hd/2,
-    angle = t * inv_freq[i] (rope_inv_freq: base^(-2i/hd), or scaled), cos and sin times m."""
-    T, hd = x.shape[1], x.shape[3]
-    half = hd // 2
-    inv_freq, m = rope_inv_freq(c, x.dtype)                        # [hd/2]
+    """x [B, T, nh, hd]; HF Llama/Qwen rotate_half over the first rot = c.rope_dim channels:
+    pairs (i, i + rot/2), i < rot/2, angle = t * inv_freq[i] (rope_inv_freq: base^(-2i/rot),
+    or scaled), cos and sin times m; channels rot .. hd-1 pass through (partial RoPE, as
+    transformers' Qwen3-Next apply_rotary_pos_emb)."""
+    T, rot = x.shape[1], c.rope_dim
+    half = rot // 2
+    inv_freq, m = rope_inv_freq(c, x.dtype)                        # [rot/2]
     t = torch.arange(T, dtype=x.dtype)
-    ang = t[:, None] * inv_freq[None, :]                           # [T, hd/2]
-    cos = torch.cos(ang)[None, :, None, :]                         # [1, T, 1, hd/2]
+    ang = t[:, None] * inv_freq[None, :]                           # [T, rot/2]
+    cos = torch.cos(ang)[None, :, None, :]                         # [1, T, 1, rot/2]
     sin = torch.sin(ang)[None, :, None, :]
     if m != 1.0:
         cos, sin = cos * m, sin * m
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2, xp = x[..., :half], x[..., half:rot], x[..., rot:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xp], dim=-1)
 
 
 def causal_attention(q, k, v):
