@@ -117,15 +117,58 @@ static int refuse(const Src* s, const char* field, const char* why) {
     return -1;
 }
 
-// RoPE: transformers 5's rope_parameters, or 4's rope_theta + rope_scaling. qwen3_next: the class
+// A number config.json may hold under more than one name: transformers' attribute_map aliases
+// (GPT-2's n_embd = hidden_size; Qwen3-MoE's num_experts, which transformers 5 writes as
+// num_local_experts) or a name that changed between versions. names: NULL-terminated, the one
+// transformers 5.25 writes first. Returns 1 with *v when one of them is there (two that disagree
+// are refused: which one transformers takes depends on their order), 0 when none is (or null),
+// -1 after a one-line error. `why`, when not NULL, makes absence an error too: the field decides
+// the architecture, and guessing it would only move the error to a tensor it names wrongly.
+static int num_alias(const Src* s, const Jv* obj, const char* const* names, const char* why, double* v) {
+    const char* found = NULL;
+    for (int i = 0; names[i]; i++) {
+        const Jv* x = jv_get(obj, names[i]);
+        if (!x || x->kind == JV_NULL) continue;
+        if (x->kind != JV_NUM) {
+            fprintf(stderr, "error: import: %s: field \"%s\" has the wrong type (accepted: a number)\n", s->cfg_path, names[i]);
+            return -1;
+        }
+        if (found && x->num != *v) {
+            fprintf(stderr, "error: import: %s: fields \"%s\" (%.17g) and \"%s\" (%.17g) are the same setting and disagree "
+                    "(fix: keep one)\n", s->cfg_path, found, *v, names[i], x->num);
+            return -1;
+        }
+        found = names[i];
+        *v = x->num;
+    }
+    if (found || !why) return found != NULL;
+    char looked[200] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(looked + strlen(looked), sizeof looked - strlen(looked), "%s\"%s\"", i == 0 ? "" : i == 1 ? " (or " : ", ", names[i]);
+    fprintf(stderr, "error: import: %s: field %s%s is missing: %s\n", s->cfg_path, looked, names[1] ? ")" : "", why);
+    return -1;
+}
+// num_alias for a field that must be there: `var` gets its value, or the caller returns -1
+#define NEED_ALIAS(var, obj, names, why) do { double v_; if (num_alias(s, obj, names, why, &v_) < 0) return -1; var = v_; } while (0)
+// ... and for one that may be absent: `var` keeps its default then
+#define OPT_ALIAS(var, obj, names) do { double v_; int r_ = num_alias(s, obj, names, NULL, &v_); if (r_ < 0) return -1; if (r_) var = v_; } while (0)
+
+// RoPE: transformers 5's rope_parameters, or 4's rope_scaling + top-level rope_theta (and
+// Qwen3-Next's top-level partial_rotary_factor), with transformers 5's precedence
+// (configuration_utils.py, modeling_rope_utils.py): rope_scaling when it is there, else
+// rope_parameters; a value inside that object before the top-level one. qwen3_next: the class
 // honours partial_rotary_factor (absent: 0.25, its config class's default), the others rotate
-// every channel of a head of hd
+// every channel of a head of hd.
 static int read_rope(Config* c, const Src* s, int qwen3_next, int hd) {
-    const Jv* rp = jv_get(&s->conf, "rope_parameters");
-    const Jv* sc = rp ? rp : jv_get(&s->conf, "rope_scaling");
-    double theta = num_or(rp ? rp : &s->conf, "rope_theta", num_or(&s->conf, "rope_theta", 10000.0));
+    const Jv* sc = jv_get(&s->conf, "rope_scaling");
+    if (!sc || sc->kind != JV_OBJ) sc = jv_get(&s->conf, "rope_parameters");
+    if (sc && sc->kind != JV_OBJ && sc->kind != JV_NULL) return refuse(s, "rope_parameters", "not an object");
+    for (int i = 0; sc && sc->kind == JV_OBJ && i < sc->n; i++)
+        if (sc->items[i].kind == JV_OBJ)
+            return refuse(s, sc->keys[i], "RoPE parameters per layer type are not mapped (accepted: one flat rope_parameters)");
+    double theta = num_or(sc, "rope_theta", num_or(&s->conf, "rope_theta", 10000.0));
     if (set(c, s, "model.rope_base=%.17g", theta)) return -1;
-    double partial = num_or(rp, "partial_rotary_factor", num_or(&s->conf, "partial_rotary_factor", qwen3_next ? 0.25 : 1.0));
+    double partial = num_or(sc, "partial_rotary_factor", num_or(&s->conf, "partial_rotary_factor", qwen3_next ? 0.25 : 1.0));
     if (!qwen3_next && partial != 1.0)
         return refuse(s, "partial_rotary_factor", "this model_type's transformers class rotates every channel of a head "
                       "(only qwen3_next honours the factor) (accepted: 1.0, or absent)");
@@ -224,6 +267,18 @@ static int read_layer_types(Config* c, const Src* s, int L) {
     return rc;
 }
 
+// The names transformers has written each aliased field under (num_alias): GPT-2's attribute_map,
+// and Qwen3-MoE's expert count (transformers 4 wrote num_experts; 5 maps it to num_local_experts
+// and writes that). Qwen2-MoE and Qwen3-Next have no alias: num_experts only.
+static const char* const GPT2_D[] = {"n_embd", "hidden_size", NULL};
+static const char* const GPT2_L[] = {"n_layer", "num_hidden_layers", NULL};
+static const char* const GPT2_H[] = {"n_head", "num_attention_heads", NULL};
+static const char* const GPT2_P[] = {"n_positions", "max_position_embeddings", NULL};
+static const char* const QWEN3_MOE_EXPERTS[] = {"num_local_experts", "num_experts", NULL};
+static const char* const EXPERTS[] = {"num_experts", NULL};
+static const char* const HEAD_DIM[] = {"head_dim", NULL};
+static const char* const KV_HEADS[] = {"num_key_value_heads", NULL};
+
 static int read_config(Config* c, const Src* s, int* cls) {
     const Jv* J = &s->conf;
     const Jv* mt = need(s, J, "model_type", JV_STR);
@@ -237,16 +292,20 @@ static int read_config(Config* c, const Src* s, int* cls) {
         set(c, s, "model.tie_embeddings=%s", bool_or(J, "tie_word_embeddings", *cls == 0) ? "true" : "false"))
         return -1;
     if (*cls == 0) {   // GPT-2
-        int d = (int)NUM(J, "n_embd"), H = (int)NUM(J, "n_head");
+        int d, H, L, P;
+        NEED_ALIAS(d, J, GPT2_D, "the model width");
+        NEED_ALIAS(H, J, GPT2_H, "the number of attention heads");
+        NEED_ALIAS(L, J, GPT2_L, "the number of layers");
+        NEED_ALIAS(P, J, GPT2_P, "the number of learned positions");
         const char* act = str_or(J, "activation_function", "gelu_new");
         if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
             return refuse(s, "activation_function", "gatedgpt's GELU is the tanh approximation (accepted: gelu_new)");
         if (bool_or(J, "scale_attn_by_inverse_layer_idx", 0) || !bool_or(J, "scale_attn_weights", 1))
             return refuse(s, "scale_attn_weights", "attention is scaled by 1/sqrt(head_dim) only");
-        return set(c, s, "model.n_layer=%d", (int)NUM(J, "n_layer")) || set(c, s, "model.d_model=%d", d) ||
+        return set(c, s, "model.n_layer=%d", L) || set(c, s, "model.d_model=%d", d) ||
                set(c, s, "model.n_head=%d", H) || set(c, s, "model.n_kv_head=%d", H) || set(c, s, "model.head_dim=%d", d / H) ||
                set(c, s, "model.d_ff=%d", (int)num_or(J, "n_inner", 4.0 * d)) ||
-               set(c, s, "model.max_seq_len=%d", (int)NUM(J, "n_positions")) || set(c, s, "model.pos=learned") ||
+               set(c, s, "model.max_seq_len=%d", P) || set(c, s, "model.pos=learned") ||
                set(c, s, "model.norm=layernorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "layer_norm_epsilon", 1e-5)) ||
                set(c, s, "model.mlp=gelu") || set(c, s, "model.qk_norm=false") || set(c, s, "model.attn_gate=none") ? -1 : 0;
     }
@@ -255,28 +314,54 @@ static int read_config(Config* c, const Src* s, int* cls) {
     if (bool_or(J, "attention_bias", 0)) return refuse(s, "attention_bias", "gatedgpt has no attention biases (accepted: false)");
     if (bool_or(J, "mlp_bias", 0)) return refuse(s, "mlp_bias", "gatedgpt has no MLP biases (accepted: false)");
     if (bool_or(J, "use_sliding_window", 0)) return refuse(s, "use_sliding_window", "gatedgpt attends over the whole context");
+    // key-value heads and head width when absent: transformers' Llama takes the query heads and
+    // hidden_size / heads, Qwen3-MoE and Qwen2-MoE hidden_size / heads; the other defaults
+    // (Qwen3 32 kv heads of 128, Qwen3-Next 2 of 256, Qwen3-MoE 4, Qwen2-MoE 16) are one model
+    // size's: refused, naming the field
+    int Hkv = H, hd = H > 0 ? d / H : 0;
+    if (*cls == 1) OPT_ALIAS(Hkv, J, KV_HEADS);
+    else NEED_ALIAS(Hkv, J, KV_HEADS, "transformers' default for this class is one model size's; the tensors' shapes follow "
+                    "from it (fix: add it)");
+    if (*cls == 2 || *cls == 3) NEED_ALIAS(hd, J, HEAD_DIM, "transformers' default for this class is one model size's (Qwen3 128, "
+                                           "Qwen3-Next 256); the tensors' shapes follow from it (fix: add it)");
+    else OPT_ALIAS(hd, J, HEAD_DIM);
     if (set(c, s, "model.n_layer=%d", L) || set(c, s, "model.d_model=%d", d) || set(c, s, "model.n_head=%d", H) ||
-        set(c, s, "model.n_kv_head=%d", (int)num_or(J, "num_key_value_heads", H)) ||
-        set(c, s, "model.head_dim=%d", (int)num_or(J, "head_dim", d / H)) ||
+        set(c, s, "model.n_kv_head=%d", Hkv) || set(c, s, "model.head_dim=%d", hd) ||
         set(c, s, "model.d_ff=%d", (int)NUM(J, "intermediate_size")) ||
         set(c, s, "model.max_seq_len=%d", (int)NUM(J, "max_position_embeddings")) || set(c, s, "model.pos=rope") ||
         set(c, s, "model.norm=rmsnorm") || set(c, s, "model.norm_eps=%.9g", num_or(J, "rms_norm_eps", 1e-6)) ||
         set(c, s, "model.mlp=swiglu") || set(c, s, "model.qk_norm=%s", *cls >= 2 && *cls <= 4 ? "true" : "false") ||
         set(c, s, "model.attn_gate=%s", *cls == 3 ? "elementwise" : "none") ||
-        read_rope(c, s, *cls == 3, (int)num_or(J, "head_dim", d / H)))
+        read_rope(c, s, *cls == 3, hd))
         return -1;
     if (*cls == 3 && read_layer_types(c, s, L)) return -1;   // Qwen3-Next: which layers are Gated DeltaNets
     // no full-attention layer: RoPE is unused, and a rope_fraction away from 1 would be refused as
     // a key without effect (the class's default 0.25 included)
     if (*cls == 3 && c->model.layer_pattern[0] && !strchr(c->model.layer_pattern, 'A') && set(c, s, "model.rope_fraction=1"))
         return -1;
-    int E = (int)num_or(J, "num_experts", 0);
+    if (*cls < 3) return 0;
+    // Qwen3-Next, Qwen3-MoE, Qwen2-MoE: layer l's MLP is MoE unless l is in mlp_only_layers or the
+    // expert count is 0 or (l + 1) % decoder_sparse_step != 0 (transformers' decoder layers).
+    // mlp_only_layers: the layers 0 .. L-1 it lists (each once), all or none of them.
     const Jv* only = jv_get(J, "mlp_only_layers");
-    int n_only = only && only->kind == JV_ARR ? only->n : 0;
-    if (*cls == 5 && (E == 0 || n_only > 0)) return refuse(s, "num_experts", "a Qwen2-MoE with dense layers by mlp_only_layers is not mapped (accepted: num_experts > 0, mlp_only_layers [])");
-    if ((*cls >= 3) && E > 0 && n_only < L) {
+    if (only && only->kind != JV_ARR && only->kind != JV_NULL) return refuse(s, "mlp_only_layers", "not a list of layer indices");
+    int n_only = 0;
+    for (int l = 0; l < L && only && only->kind == JV_ARR; l++)
+        for (int i = 0; i < only->n; i++)
+            if (only->items[i].kind == JV_NUM && only->items[i].num == l) { n_only++; break; }
+    if (n_only == L) return *cls == 5 ? refuse(s, "mlp_only_layers", "a Qwen2-MoE without MoE layers is not mapped (export writes "
+                                              "a dense model as LlamaForCausalLM or Qwen3ForCausalLM)") : 0;
+    // the expert count decides which layers are MoE: absent, transformers would take its class
+    // default (Qwen3-MoE 128, Qwen2-MoE 60, Qwen3-Next 512), so it is required here
+    int E;
+    NEED_ALIAS(E, J, *cls == 4 ? QWEN3_MOE_EXPERTS : EXPERTS, "the expert count decides which layers are MoE (fix: add it; 0 "
+               "for a dense model)");
+    if (*cls == 5 && E == 0) return refuse(s, "num_experts", "a Qwen2-MoE without MoE layers is not mapped (export writes a dense "
+                                           "model as LlamaForCausalLM or Qwen3ForCausalLM)");
+    if (E > 0) {
         if (n_only > 0) return refuse(s, "mlp_only_layers", "gatedgpt places MoE layers by decoder_sparse_step only (accepted: [] or every layer)");
-        if (!bool_or(J, "norm_topk_prob", 0)) return refuse(s, "norm_topk_prob", "gatedgpt renormalises the top-k weights (accepted: true)");
+        // transformers' default: false for Qwen3-MoE and Qwen2-MoE, true for Qwen3-Next
+        if (!bool_or(J, "norm_topk_prob", *cls == 3)) return refuse(s, "norm_topk_prob", "gatedgpt renormalises the top-k weights (accepted: true)");
         if (set(c, s, "moe.n_expert=%d", E) || set(c, s, "moe.top_k=%d", (int)NUM(J, "num_experts_per_tok")) ||
             set(c, s, "moe.d_expert=%d", (int)NUM(J, "moe_intermediate_size")) ||
             set(c, s, "moe.moe_every=%d", (int)num_or(J, "decoder_sparse_step", 1)) || set(c, s, "moe.router=softmax_topk") ||
