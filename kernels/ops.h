@@ -88,6 +88,19 @@ void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act
 void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
                               const act_t* w, const act_t* pre, int N, int C, int OC);
 
+// Linear biases ([model] bias: GPT-2's attention and MLP projections). bias[OC] is read from the
+// weights' compute copy (act_t, like w); its gradient db[OC] is fp32, like dw.
+// out[N,OC] (=) inp[N,C] @ w[OC,C]^T + bias: the bias added to the fp32 product before the one
+// rounding to act_t. bias NULL: the same as ops_matmul_forward.
+void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
+                             int OC);
+// out[n, :] += bias for every row n < N (fp32: a projection into the residual stream adds its
+// bias there, beside ops_matmul_forward_f32's accumulation)
+void ops_bias_add_f32(float* out, const act_t* bias, int N, int OC);
+// db[OC] += sum over the rows n of dout[N,OC] (a column sum; fixed order: deterministic, no
+// atomics, the same bits for any thread count)
+void ops_bias_backward(float* db, const act_t* dout, int N, int OC);
+
 // ---------------------------------------------------------------------------------------------
 // embeddings (fp32: the residual stream, from the master weights):
 // out[B*T, C] = wte[idx] (+ wpe[t] when wpe != NULL)

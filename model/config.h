@@ -85,6 +85,8 @@ typedef struct {
     int qk_norm;         // bool: RMSNorm over head_dim on q and k (weights of size head_dim)
     MlpKind mlp;
     int tie_embeddings;  // bool: LM head shares the token embedding
+    int bias;            // bool: the attention's and the dense MLP's linear layers add a bias (GPT-2:
+                         // attn.bqkv, attn.bo, mlp.b_in, mlp.b_out); LayerNorm keeps its own bias either way
     GateKind attn_gate;
     GatePos gate_position;
     GateAct gate_act;

@@ -542,11 +542,12 @@ static double gpt_layer_forward(GPT* m, int l, RecomputeKind redo) {
         deltanet_forward(&io, redo);
     } else if (all) {
         // attention: [q|k|v|z] = X Wqkv^T; prep; sdpa (+gate); x_mid = x + yg Wo^T
-        ops_matmul_forward(a->qkv, a->ln1, AW(w->wqkv), N, d, QKVG);
+        ops_matmul_bias_forward(a->qkv, a->ln1, AW(w->wqkv), AW(w->bqkv), N, d, QKVG);   // bqkv: [model] bias
         ops_attn_prep_forward(a->q, a->k, a->v, a->qk_rstd, a->qkv, w->qnorm_w, w->knorm_w, &m->attn);
         if (m->kv) kv_cache_attend(m->kv, l, a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
         else ops_attention_forward(a->y, a->yg, a->lse, a->q, a->k, a->v, a->qkv, &m->attn);
         ops_copy(a->res_mid, a->res_in, (size_t)N * d);
+        if (w->bo) ops_bias_add_f32(a->res_mid, AW(w->bo), N, d);
         ops_matmul_forward_f32(a->res_mid, a->yg, AW(w->wo), N, Hd, d, 1);
     }
     // MLP: M = norm2(x_mid); x_{l+1} = x_mid + act(M W_in^T) W_out^T
@@ -559,13 +560,17 @@ static double gpt_layer_forward(GPT* m, int l, RecomputeKind redo) {
         return moe_layer_forward(&io, fwd ? out : NULL, redo);
     }
     if (c->mlp == MLP_SWIGLU) {
-        if (all) ops_matmul_forward(a->mlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
+        if (all) ops_matmul_bias_forward(a->mlp_pre, a->ln2, AW(w->w_in), AW(w->b_in), N, d, Fin);
         ops_swiglu_forward(a->mlp_act, a->mlp_pre, N, F);
-    } else if (all) {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA): both ACT_HEAVY
+    } else if (all && !w->b_in) {   // GELU fused into the GEMM (a cuBLASLt epilogue on CUDA): both ACT_HEAVY
         ops_matmul_gelu_forward(a->mlp_pre, a->mlp_act, a->ln2, AW(w->w_in), N, d, F);
+    } else if (all) {   // with a bias ([model] bias), unfused: pre = X W_in^T + b_in, then its GELU
+        ops_matmul_bias_forward(a->mlp_pre, a->ln2, AW(w->w_in), AW(w->b_in), N, d, F);
+        ops_gelu_forward(a->mlp_act, a->mlp_pre, (size_t)N * F);
     }
     if (fwd) {
         ops_copy(out, a->res_mid, (size_t)N * d);
+        if (w->b_out) ops_bias_add_f32(out, AW(w->b_out), N, d);
         ops_matmul_forward_f32(out, a->mlp_act, AW(w->w_out), N, F, d, 1);
     }
 #undef AW
@@ -636,12 +641,15 @@ void gpt_backward(GPT* m, float dloss) {
         if (config_layer_is_moe(c, l)) {
             moe_backward(m, l, dloss);
         } else {
+            // the biases' gradients ([model] bias) are the column sums of their outputs' gradients
+            if (g->b_out) ops_bias_backward(g->b_out, m->dres_act, N, d);
             if (c->mlp == MLP_SWIGLU) {
                 ops_matmul_backward(m->dmlp_act, g->w_out, m->dres_act, a->mlp_act, AW(w->w_out), N, F, d);
                 ops_swiglu_backward(m->dmlp_pre, m->dmlp_act, a->mlp_pre, N, F);
             } else {   // GELU's derivative fused into the GEMM
                 ops_matmul_backward_gelu(m->dmlp_pre, g->w_out, m->dres_act, a->mlp_act, AW(w->w_out), a->mlp_pre, N, F, d);
             }
+            if (g->b_in) ops_bias_backward(g->b_in, m->dmlp_pre, N, Fin);
             ops_matmul_backward(m->dnorm, g->w_in, m->dmlp_pre, a->ln2, AW(w->w_in), N, d, Fin);
         }
         ops_norm_backward(m->dres, g->ln2_w, g->ln2_b, m->dnorm, a->res_mid, w->ln2_w, a->ln2_mean,
@@ -652,11 +660,13 @@ void gpt_backward(GPT* m, float dloss) {
             deltanet_backward(&io);
         } else {   // attention
             ops_act_from_float(m->dres_act, m->dres, (size_t)N * d);
+            if (g->bo) ops_bias_backward(g->bo, m->dres_act, N, d);
             ops_matmul_backward(m->dyg, g->wo, m->dres_act, a->yg, AW(w->wo), N, Hd, d);
             ops_attention_backward(m->dq, m->dk, m->dv, m->dqkv, m->dscratch, m->dyg, a->q, a->k, a->v,
                                    a->y, a->lse, a->qkv, &m->attn);
             ops_attn_prep_backward(m->dqkv, g->qnorm_w, g->knorm_w, m->dq, m->dk, m->dv, a->qkv,
                                    a->qk_rstd, w->qnorm_w, w->knorm_w, &m->attn);
+            if (g->bqkv) ops_bias_backward(g->bqkv, m->dqkv, N, QKVG);
             ops_matmul_backward(m->dnorm, g->wqkv, m->dqkv, a->ln1, AW(w->wqkv), N, d, QKVG);
         }
         ops_norm_backward(m->dres, g->ln1_w, g->ln1_b, m->dnorm, a->res_in, w->ln1_w, a->ln1_mean,

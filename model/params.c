@@ -21,12 +21,20 @@ static void add3(ParamTable* t, const char* name, int d0, int d1, int d2, int re
     p->offset = t->total;
     p->decay = p->ndim >= 2;
     p->residual_proj = residual;
+    const char* tail = strrchr(name, '.');
+    p->bias = tail && strcmp(tail, ".b") == 0;   // a norm's bias (add_bias marks the linear ones)
     // keep every tensor 64-byte aligned (16 floats) in the arena for SIMD and cuBLAS
     t->total += (p->numel + 15) & ~(size_t)15;
 }
 
 static void add(ParamTable* t, const char* name, int rows, int cols, int residual) {
     add3(t, name, rows, cols, 0, residual);
+}
+
+// a linear layer's bias [n] ([model] bias): 1-D, no weight decay, init 0
+static void add_bias(ParamTable* t, const char* name, int n) {
+    add3(t, name, n, 0, 0, 0);
+    t->p[t->n - 1].bias = 1;
 }
 
 size_t param_expert_numel(const ParamInfo* p) { return (size_t)p->shape[1] * p->shape[2]; }
@@ -45,6 +53,7 @@ void param_table_build_ep(ParamTable* t, const ModelConfig* c, int ep_size, int 
     if (c->pos == POS_LEARNED) add(t, "wpe", c->max_seq_len, d, 0);
     for (int l = 0; l < c->n_layer; l++) {
 #define P(suffix, rows, cols, res) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); add(t, nm, rows, cols, res); } while (0)
+#define PB(suffix, n) do { if (c->bias) { snprintf(nm, sizeof(nm), "h.%d." suffix, l); add_bias(t, nm, n); } } while (0)
         P("ln1.w", d, 0, 0);
         if (ln) P("ln1.b", d, 0, 0);
         if (config_layer_is_linear(c, l)) {
@@ -61,14 +70,18 @@ void param_table_build_ep(ParamTable* t, const ModelConfig* c, int ep_size, int 
             P("gdn.w_out", d, Vd, 1);
         } else {
             P("attn.wqkv", qkv_rows, d, 0);
+            PB("attn.bqkv", qkv_rows);
             if (c->qk_norm) { P("attn.q_norm.w", hd, 0, 0); P("attn.k_norm.w", hd, 0, 0); }
             P("attn.wo", d, c->n_head * hd, 1);
+            PB("attn.bo", d);
         }
         P("ln2.w", d, 0, 0);
         if (ln) P("ln2.b", d, 0, 0);
         if (!config_layer_is_moe(c, l)) {
             P("mlp.w_in", c->mlp == MLP_SWIGLU ? 2 * F : F, d, 0);
+            PB("mlp.b_in", c->mlp == MLP_SWIGLU ? 2 * F : F);
             P("mlp.w_out", d, F, 1);
+            PB("mlp.b_out", d);
         } else {
             // the MLP's place: router, the routed experts stacked on a leading dim, the shared expert
             const MoeConfig* e = &c->moe;
@@ -86,6 +99,7 @@ void param_table_build_ep(ParamTable* t, const ModelConfig* c, int ep_size, int 
             }
         }
 #undef P
+#undef PB
     }
     add(t, "lnf.w", d, 0, 0);
     if (ln) add(t, "lnf.b", d, 0, 0);
@@ -158,6 +172,7 @@ void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const Mode
         B(ln1_w, "ln1.w"); B(ln1_b, "ln1.b"); B(wqkv, "attn.wqkv");
         B(qnorm_w, "attn.q_norm.w"); B(knorm_w, "attn.k_norm.w"); B(wo, "attn.wo");
         B(ln2_w, "ln2.w"); B(ln2_b, "ln2.b"); B(w_in, "mlp.w_in"); B(w_out, "mlp.w_out");
+        B(bqkv, "attn.bqkv"); B(bo, "attn.bo"); B(b_in, "mlp.b_in"); B(b_out, "mlp.b_out");
         B(router, "moe.router"); B(moe_w_in, "moe.w_in"); B(moe_w_out, "moe.w_out");
         B(shared_w_in, "moe.shared_w_in"); B(shared_w_out, "moe.shared_w_out"); B(shared_gate, "moe.shared_gate");
         B(gdn_w_qkv, "gdn.w_qkv"); B(gdn_w_z, "gdn.w_z"); B(gdn_w_ba, "gdn.w_ba"); B(gdn_conv_w, "gdn.conv_w");
@@ -178,7 +193,6 @@ void params_init(float* host, const ParamTable* t, const ModelConfig* c, unsigne
         const ParamInfo* p = &t->p[i];
         float* x = host + p->offset;
         const char* tail = strrchr(p->name, '.');
-        int is_bias = tail && strcmp(tail, ".b") == 0;
         // the Gated DeltaNet's own: A = exp(A_log) ~ U(0, 16] and the conv as PyTorch's Conv1d
         // (U(-1/sqrt(K), 1/sqrt(K))), both as transformers' Qwen3-Next; dt_bias 1, norm_w 1 below
         if (tail && strcmp(tail, ".A_log") == 0) {
@@ -191,7 +205,7 @@ void params_init(float* host, const ParamTable* t, const ModelConfig* c, unsigne
             continue;
         }
         if (p->ndim == 1) {
-            for (size_t j = 0; j < p->numel; j++) x[j] = is_bias ? 0.0f : 1.0f;
+            for (size_t j = 0; j < p->numel; j++) x[j] = p->bias ? 0.0f : 1.0f;
             continue;
         }
         double std = c->init_std;

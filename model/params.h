@@ -12,6 +12,7 @@ typedef struct {
     size_t numel;
     int decay;           // weight decay applies (2-D and 3-D parameters)
     int residual_proj;   // output projection into the residual stream (init std scaled)
+    int bias;            // an additive vector (norm biases .b, linear biases [model] bias): init 0
     // the stacked experts of an MoE layer (moe.w_in, moe.w_out; 0, 0 for every other tensor):
     // shape[0] = expert_n experts, the global experts expert_lo .. expert_lo + expert_n - 1
     // (all n_expert of them, expert_lo 0, unless the table is an expert-parallel shard)
@@ -55,6 +56,11 @@ typedef struct {
     float *ln2_w, *ln2_b;
     float *w_in;             // [2F, d] swiglu (rows [gate | up]) or [F, d] gelu
     float *w_out;            // [d, F]
+    // [model] bias (GPT-2): one per linear layer above, over its output rows; NULL without
+    float *bqkv;             // [H*hd + 2*Hkv*hd + G]: [q | k | v | gate], as wqkv's rows
+    float *bo;               // [d]
+    float *b_in;             // [2F] swiglu ([gate | up]) or [F] gelu
+    float *b_out;            // [d]
     // MoE layers (config_layer_is_moe) have these instead of w_in, w_out. E = n_expert,
     // Fe = d_expert, Fs = d_shared_expert; Fin = 2F (swiglu: rows [gate | up]) or F (gelu).
     float *router;           // [E, d]             router logits = x router^T

@@ -16,6 +16,9 @@ typedef struct {
     __typeof__(ops_matmul_backward)* matmul_backward;
     __typeof__(ops_matmul_gelu_forward)* matmul_gelu_forward;
     __typeof__(ops_matmul_backward_gelu)* matmul_backward_gelu;
+    __typeof__(ops_matmul_bias_forward)* matmul_bias_forward;
+    __typeof__(ops_bias_add_f32)* bias_add_f32;
+    __typeof__(ops_bias_backward)* bias_backward;
     __typeof__(ops_embedding_forward)* embedding_forward;
     __typeof__(ops_embedding_backward)* embedding_backward;
     __typeof__(ops_norm_forward)* norm_forward;

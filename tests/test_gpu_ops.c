@@ -205,6 +205,48 @@ static void test_matmul(int N, int C, int OC) {
     ops_free(d_inp); ops_free(d_w); ops_free(d_dout); ops_free(d_out); ops_free(d_dinp); ops_free(d_dw);
 }
 
+// the linear biases ([model] bias): the GEMM over a bias-filled output (beta = 1), the residual
+// stream's bias add, and the bias gradient (a column sum in a fixed order)
+static void test_matmul_bias(int N, int C, int OC) {
+    char nm[96];
+    const size_t nO = (size_t)N * OC;
+    float *inp = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 1), *b = hrand(OC, 1), *out0 = hrand(nO, 1);
+    float *dout = hrand(nO, 1), *db0 = hrand(OC, 1);
+    float *d_inp = dcopy(inp, (size_t)N * C), *d_w = dcopy(w, (size_t)OC * C), *d_b = dcopy(b, OC);
+    float* ref = hcopy(out0, nO);
+    cpu_ref.matmul_bias_forward(ref, inp, w, b, N, C, OC);
+    float* d_out = dpoison(nO);
+    ops_matmul_bias_forward(d_out, d_inp, d_w, d_b, N, C, OC);
+    snprintf(nm, sizeof nm, "matmul + bias forward N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_out, ref, nO, tol_gemm);
+    // the residual stream's bias: one fp32 addition per element on both sides
+    memcpy(ref, out0, nO * sizeof(float));
+    cpu_ref.bias_add_f32(ref, b, N, OC);
+    ops_from_host(d_out, out0, nO * sizeof(float));
+    ops_bias_add_f32(d_out, d_b, N, OC);
+    snprintf(nm, sizeof nm, "bias add f32 (+=) N=%d OC=%d", N, OC);
+    cmp_exact(nm, d_out, ref, nO);
+    // db += column sums. CPU: each column in row order in double; CUDA: 32 fp32 partial sums of
+    // N/32 rows each, then their sum: error <= (N/32 + 32) u sum_n |dout[n, c]| (u = 6e-8): 3.8e-6
+    // of the largest column's sum of |dout| at N = 1000 (the floor below); tolerance 1e-5
+    float* rdb = hcopy(db0, OC);
+    cpu_ref.bias_backward(rdb, dout, N, OC);
+    float *d_dout = dcopy(dout, nO), *d_db = dcopy(db0, OC), *d_db2 = dcopy(db0, OC);
+    ops_bias_backward(d_db, d_dout, N, OC);
+    ops_bias_backward(d_db2, d_dout, N, OC);
+    double floor = 0.0;
+    for (int c = 0; c < OC; c++) {
+        double s = 0.0;
+        for (int n = 0; n < N; n++) s += fabs(dout[(size_t)n * OC + c]);
+        floor = s > floor ? s : floor;
+    }
+    snprintf(nm, sizeof nm, "bias backward db (+=) N=%d OC=%d", N, OC);
+    cmp_floor(nm, d_db, rdb, OC, 1e-5, floor);
+    cmp_same_bits("bias backward: deterministic", d_db, d_db2, OC);
+    free(inp); free(w); free(b); free(out0); free(dout); free(db0); free(ref); free(rdb);
+    ops_free(d_inp); ops_free(d_w); ops_free(d_b); ops_free(d_out); ops_free(d_dout); ops_free(d_db); ops_free(d_db2);
+}
+
 // the GEMMs with GELU fused (cuBLASLt epilogues where it has them, the unfused ops elsewhere):
 // forward pre and act, backward dpre (=) and dw (+=)
 static void test_matmul_gelu(int N, int C, int OC) {
@@ -1136,6 +1178,9 @@ int main(int argc, char** argv) {
     test_matmul(37, 45, 53);       // odd shapes: unaligned rows for cuBLASLt
     test_matmul(300, 64, 1000);
     test_matmul_gelu(256, 128, 512);   // aligned: cuBLASLt's GELU epilogues
+    test_matmul_bias(128, 64, 192);
+    test_matmul_bias(37, 45, 53);      // odd: a partial block of 32 columns, unaligned rows
+    test_matmul_bias(1000, 16, 70);    // rows not a multiple of the kernel's 32 row groups
     test_matmul_gelu(37, 45, 53);      // odd: the unfused fallback where the epilogue has no algorithm
     test_embedding(4, 64, 96, 50);
     test_embedding(2, 33, 770, 3000);

@@ -232,6 +232,30 @@ static void test_matmul(int N, int C, int OC) {
     release();
 }
 
+// the linear biases: the GEMM with its bf16 bias rounded once from the fp32 sum; the residual
+// stream's bias add (fp32); the bias gradient from bf16 dout (fp32, other summation order)
+static void test_matmul_bias(int N, int C, int OC) {
+    const size_t nI = (size_t)N * C, nW = (size_t)OC * C, nO = (size_t)N * OC;
+    float *inp = hrand_bf(nI, 1), *w = hrand_bf(nW, 1), *b = hrand_bf(OC, 1), *dout = hrand_bf(nO, 1);
+    float *out0 = hrand(nO, 1), *db0 = hrand(OC, 1);
+    act_t *d_inp = up_act(inp, nI), *d_w = up_act(w, nW), *d_b = up_act(b, OC), *d_out = poison_act(nO);
+    float* ref = hbuf(nO);
+    ref_ops_matmul_bias_forward(ref, inp, w, b, N, C, OC);
+    round_bf(ref, nO);
+    ops_matmul_bias_forward(d_out, d_inp, d_w, d_b, N, C, OC);
+    cmp_act(NM("matmul + bias forward N=%d C=%d OC=%d", N, C, OC), d_out, ref, nO, TOL_ACT);
+    float *r32 = hcopy(out0, nO), *d_o32 = up_f32(out0, nO);
+    ref_ops_bias_add_f32(r32, b, N, OC);
+    ops_bias_add_f32(d_o32, d_b, N, OC);
+    cmp_f32("bias add f32 (+=)", d_o32, r32, nO, TOL_F32);
+    float *rdb = hcopy(db0, OC), *d_db = up_f32(db0, OC);
+    act_t* d_dout = up_act(dout, nO);
+    ref_ops_bias_backward(rdb, dout, N, OC);
+    ops_bias_backward(d_db, d_dout, N, OC);
+    cmp_f32("bias backward db (+=, fp32)", d_db, rdb, OC, TOL_F32);
+    release();
+}
+
 // forward: pre and act both rounded from the fp32 product; backward of the next GEMM (act [N, OC]
 // -> [N, C]) through the GELU
 static void test_matmul_gelu(int N, int C, int OC) {
@@ -820,6 +844,8 @@ int main(int argc, char** argv) {
     test_matmul(128, 256, 384);
     test_matmul(37, 45, 53);         // odd shapes: unaligned rows for cuBLASLt
     test_matmul_gelu(256, 128, 512); // aligned: cuBLASLt's GELU epilogues
+    test_matmul_bias(128, 64, 192);
+    test_matmul_bias(37, 45, 53);
     test_matmul_gelu(37, 45, 53);    // odd: the unfused fallback
     test_norm(OPS_RMSNORM, 300, 200);
     test_norm(OPS_LAYERNORM, 300, 200);

@@ -84,6 +84,54 @@ static void test_matmul(void) {
     printf("  %-48s err %.2e (tol 1e-5)\n", "matmul dw accumulates (2nd backward = 2 dw)", acc_err);
 }
 
+// the linear layer with a bias ([model] bias): out = inp w^T + b (ops_matmul_bias_forward, and the
+// residual form ops_bias_add_f32 after an accumulating GEMM); db from ops_bias_backward
+typedef struct { float *inp, *w, *b, *out, *r; int N, C, OC, resid; } BiasCtx;
+static double bias_loss(void* v) {
+    BiasCtx* c = v;
+    if (c->resid) {   // out = r0 + b + inp w^T, as a projection into the residual stream
+        for (int i = 0; i < c->N * c->OC; i++) c->out[i] = 0.25f;
+        ops_bias_add_f32(c->out, c->b, c->N, c->OC);
+        ops_matmul_forward_f32(c->out, c->inp, c->w, c->N, c->C, c->OC, 1);
+    } else {
+        ops_matmul_bias_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    }
+    return dot(c->out, c->r, (size_t)c->N * c->OC);
+}
+static void test_matmul_bias(int resid) {
+    BiasCtx c = {0};
+    c.N = 70; c.C = 13; c.OC = 67; c.resid = resid;   // OC > 64: two of the CPU's column blocks
+    c.inp = fbuf(c.N * c.C, 1); c.w = fbuf(c.OC * c.C, 1); c.b = fbuf(c.OC, 1);
+    c.out = fbuf(c.N * c.OC, 0); c.r = fbuf(c.N * c.OC, 1);
+    float* dinp = fbuf(c.N * c.C, 0);
+    float* dw = fbuf(c.OC * c.C, 0);
+    float* db = fbuf(c.OC, 0);
+    ops_matmul_backward(dinp, dw, c.r, c.inp, c.w, c.N, c.C, c.OC);
+    ops_bias_backward(db, c.r, c.N, c.OC);
+    const char* tag = resid ? "residual bias (bias_add_f32)" : "matmul_bias_forward";
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s dinp", tag); fd_check(nm, c.inp, c.N * c.C, dinp, bias_loss, &c);
+    snprintf(nm, sizeof nm, "%s dw", tag); fd_check(nm, c.w, c.OC * c.C, dw, bias_loss, &c);
+    snprintf(nm, sizeof nm, "%s db (bias_backward)", tag); fd_check(nm, c.b, c.OC, db, bias_loss, &c);
+    if (resid) return;
+    // the forward with bias NULL is the plain GEMM, bit for bit; db accumulates (a second call
+    // doubles it: the column sums are computed the same way, one addition more, exact doubling)
+    float* plain = fbuf(c.N * c.OC, 0);
+    ops_matmul_forward(plain, c.inp, c.w, c.N, c.C, c.OC);
+    ops_matmul_bias_forward(c.out, c.inp, c.w, NULL, c.N, c.C, c.OC);
+    TU_CHECK(memcmp(plain, c.out, sizeof(float) * c.N * c.OC) == 0, "matmul_bias_forward(bias NULL) != matmul_forward");
+    float* db2 = fbuf(c.OC, 0);
+    memcpy(db2, db, sizeof(float) * c.OC);
+    ops_bias_backward(db2, c.r, c.N, c.OC);
+    int ok = 1;
+    for (int i = 0; i < c.OC; i++) if (db2[i] != 2.0f * db[i]) ok = 0;
+    TU_CHECK(ok, "bias_backward does not accumulate (db += column sums)");
+    printf("  %-48s exact\n", "bias_backward accumulates; bias NULL = plain GEMM");
+    ops_free(plain); ops_free(db2);
+    ops_free(c.inp); ops_free(c.w); ops_free(c.b); ops_free(c.out); ops_free(c.r);
+    ops_free(dinp); ops_free(dw); ops_free(db);
+}
+
 typedef struct { float *wte, *wpe, *out, *r; int* idx; int B, T, C; } EmbCtx;
 static double emb_loss(void* v) {
     EmbCtx* c = v;
@@ -291,6 +339,8 @@ int main(void) {
     ops_init(0);
     printf("finite-difference checks (h=%g, tolerance %g for ops, %g for the model)\n", FD_H, FD_TOL, FD_TOL_MODEL);
     test_matmul();
+    test_matmul_bias(0);
+    test_matmul_bias(1);
     test_embedding();
     test_norm(OPS_RMSNORM);
     test_norm(OPS_LAYERNORM);
@@ -330,5 +380,10 @@ int main(void) {
     test_model("qwen value-gate silu", q);
     q.rope_dim = 2;   // partial RoPE: the first 2 of the 4 channels of a head turn
     test_model("qwen value-gate silu, rope 2 of 4", q);
+    // [model] bias: GPT-2's linear biases, and the same beside swiglu, the gate's rows and qk-norm
+    g2.attn_gate = GATE_NONE; g2.bias = 1;
+    test_model("gpt2 bias", g2);
+    q.rope_dim = 0; q.gate_position = GATEPOS_SDPA; q.gate_act = GATEACT_SIGMOID; q.bias = 1;
+    test_model("qwen bias elementwise", q);
     return tu_finish();
 }

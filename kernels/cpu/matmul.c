@@ -2,6 +2,7 @@
 // All row-major. oneDNN's dnnl_sgemm is row-major natively; cblas gets CblasRowMajor.
 #include "../ops.h"
 #include "cpu_common.h"
+#include <string.h>
 #ifdef GATEDGPT_GEMM_DNNL
 #include <dnnl.h>
 void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
@@ -56,4 +57,38 @@ void ops_matmul_backward(float* dinp, float* dw, const float* dout, const float*
                          const float* w, int N, int C, int OC) {
     if (dinp) cpu_sgemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     cpu_sgemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+}
+
+// out = the bias in every row, then the GEMM adds the product (beta = 1): one fp32 sum per element
+void ops_matmul_bias_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
+                             int OC) {
+    if (!bias) { ops_matmul_forward(out, inp, w, N, C, OC); return; }
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    cpu_sgemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, 1.0f, out, OC);
+}
+
+void ops_bias_add_f32(float* out, const float* bias, int N, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* o = out + (size_t)n * OC;
+        for (int c = 0; c < OC; c++) o[c] += bias[c];
+    }
+}
+
+// Columns in blocks of 64 over the threads; each column's rows added in row order (in double),
+// so the sum does not depend on the thread count.
+#define BIAS_COLS 64
+void ops_bias_backward(float* db, const float* dout, int N, int OC) {
+    const int nb = (OC + BIAS_COLS - 1) / BIAS_COLS;
+    #pragma omp parallel for schedule(static)
+    for (int b = 0; b < nb; b++) {
+        const int c0 = b * BIAS_COLS, nc = OC - c0 < BIAS_COLS ? OC - c0 : BIAS_COLS;
+        double acc[BIAS_COLS] = {0};
+        for (int n = 0; n < N; n++) {
+            const float* r = dout + (size_t)n * OC + c0;
+            for (int c = 0; c < nc; c++) acc[c] += r[c];
+        }
+        for (int c = 0; c < nc; c++) db[c0 + c] += (float)acc[c];
+    }
 }

@@ -108,6 +108,25 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
     if (fdi) narrow(dinp, fdi, (size_t)N * C);
     free(fd); free(fi); free(fw);
 }
+// the bias added to the fp32 product, then rounded once
+void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
+                             int OC) {
+    float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fb = widen(bias, (size_t)OC);
+    float* fo = f32_alloc((size_t)N * OC);
+    ref_ops_matmul_bias_forward(fo, fi, fw, fb, N, C, OC);
+    narrow(out, fo, (size_t)N * OC);
+    free(fi); free(fw); free(fb);
+}
+void ops_bias_add_f32(float* out, const act_t* bias, int N, int OC) {
+    float* fb = widen(bias, (size_t)OC);
+    ref_ops_bias_add_f32(out, fb, N, OC);
+    free(fb);
+}
+void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
+    float* fd = widen(dout, (size_t)N * OC);
+    ref_ops_bias_backward(db, fd, N, OC);
+    free(fd);
+}
 // the fused op: pre and act rounded once each from the fp32 product (as cuBLASLt's epilogue)
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC) {

@@ -233,6 +233,64 @@ void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N,
     cuda_gemm(1, 0, OC, N, C, w, C, inp, C, CUDA_R_ACT, out, OC, CUDA_R_32F, accumulate ? 1.0f : 0.0f);
 }
 
+// ---- linear biases ([model] bias) ----------------------------------------------------------
+// out[n, c] = bias[c] (act_t to act_t: an exact copy)
+__global__ void bias_rows_kernel(cact_t* out, const cact_t* bias, int N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * OC) return;
+    out[i] = bias[i % OC];
+}
+
+// out = the bias in every row, then the GEMM adds the product (beta = 1): cuBLASLt sums the fp32
+// product and the bias and rounds once to act_t (the contract of ops.h; the bf16 emulation's)
+void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
+                             int OC) {
+    if (!bias) { ops_matmul_forward(out, inp, w, N, C, OC); return; }
+    CUDA_OP_TIMER("ops_matmul_bias_forward");
+    bias_rows_kernel<<<cuda_blocks((size_t)N * OC, 256), 256, 0, cuda_stream>>>(CACT(out), CCACT(bias), N, OC);
+    CUDA_LAUNCH_CHECK("bias_rows_kernel");
+    cuda_gemm(1, 0, OC, N, C, w, C, inp, C, CUDA_R_ACT, out, OC, CUDA_R_ACT, 1.0f);
+}
+
+__global__ void bias_add_f32_kernel(float* out, const cact_t* bias, int N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * OC) return;
+    out[i] += act_ld(bias[i % OC]);
+}
+
+void ops_bias_add_f32(float* out, const act_t* bias, int N, int OC) {
+    CUDA_OP_TIMER("ops_bias_add_f32");
+    bias_add_f32_kernel<<<cuda_blocks((size_t)N * OC, 256), 256, 0, cuda_stream>>>(out, CCACT(bias), N, OC);
+    CUDA_LAUNCH_CHECK("bias_add_f32_kernel");
+}
+
+// db[c] += sum over n of dout[n, c]. A block takes 32 columns (threadIdx.x, coalesced) and
+// BIAS_RG row groups (threadIdx.y): thread (x, y) sums the rows y, y + BIAS_RG, ... in order,
+// then row group 0 adds the BIAS_RG partial sums in order. A fixed order that depends on nothing
+// but N: deterministic without atomics or scratch.
+#define BIAS_RG 32
+__global__ void bias_backward_kernel(float* db, const cact_t* dout, int N, int OC) {
+    __shared__ float part[BIAS_RG][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (c < OC)
+        for (int n = threadIdx.y; n < N; n += BIAS_RG) s += act_ld(dout[(size_t)n * OC + c]);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float t = 0.0f;
+        for (int y = 0; y < BIAS_RG; y++) t += part[y][threadIdx.x];
+        db[c] += t;
+    }
+}
+
+void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
+    CUDA_OP_TIMER("ops_bias_backward");
+    dim3 block(32, BIAS_RG);
+    bias_backward_kernel<<<(OC + 31) / 32, block, 0, cuda_stream>>>(db, CCACT(dout), N, OC);
+    CUDA_LAUNCH_CHECK("bias_backward_kernel");
+}
+
 // dinp[N,C] = dout[N,OC] @ w[OC,C]:   dinp^T[C,N] = (w as C x OC) (dout as OC x N)      (act_t)
 // dw[OC,C] += dout^T @ inp:           dw^T[C,OC] += (inp as C x N) (dout as OC x N)^T   (fp32)
 void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,

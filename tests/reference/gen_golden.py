@@ -45,6 +45,9 @@ N_STEPS = 3
 # nonzero gradient element at step 1 is at least this large (exact zeros, e.g. padding rows,
 # are fine: they stay exactly zero in any implementation).
 ADAM_SAFE_GRAD = 3e-7
+# With [train] eps at least this, g / (|g| + eps) moves by at most (roundoff of g) / eps for any g:
+# no gradient element is too small (gpt2_bias: its key biases' gradients are zero up to roundoff).
+ADAM_SAFE_EPS = 1e-5
 # MoE goldens: experts that see few tokens make small gradient elements unavoidable (the best of
 # 120 seeds per config reaches 3.8e-8 .. 2.2e-7), so step3 is less well conditioned and
 # tests/test_golden.c allows 1e-4 there (measured <= 2.2e-5); warn only below this.
@@ -210,13 +213,13 @@ def fd_sample(c, name, p, gen, per_block):
     H, Hkv, hd = c.n_head, c.n_kv_head, c.head_dim
     Kd = c.linear_n_k_head * c.linear_k_head_dim
     Vd = c.linear_n_v_head * c.linear_v_head_dim
-    if name.endswith("attn.wqkv"):
+    if name.endswith(("attn.wqkv", "attn.bqkv")):
         sizes = [H * hd, Hkv * hd, Hkv * hd, c.gate_dim]
     elif name.endswith(("gdn.w_qkv", "gdn.conv_w")):
         sizes = [Kd, Kd, Vd]
     elif name.endswith("gdn.w_ba"):
         sizes = [c.linear_n_v_head, c.linear_n_v_head]
-    elif name.endswith("mlp.w_in") and c.mlp == "swiglu":
+    elif name.endswith(("mlp.w_in", "mlp.b_in")) and c.mlp == "swiglu":
         sizes = [c.d_ff, c.d_ff]
     else:
         sizes = [p.shape[0]]
@@ -537,24 +540,28 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
         W = params[p + "attn.wqkv"]
         Wq, Wk = W[:H * hd], W[H * hd:H * hd + Hkv * hd]
         Wv, Wg = W[H * hd + Hkv * hd:H * hd + 2 * Hkv * hd], W[H * hd + 2 * Hkv * hd:]
+        # the biases (bias = true) in the same row blocks, as F.linear's bias argument; zeros without
+        bW = params.get(p + "attn.bqkv", torch.zeros(W.shape[0], dtype=dt))
+        bq, bk = bW[:H * hd], bW[H * hd:H * hd + Hkv * hd]
+        bv, bg = bW[H * hd + Hkv * hd:H * hd + 2 * Hkv * hd], bW[H * hd + 2 * Hkv * hd:]
         rows = []
         for b in range(B):
             qs = [[None] * H for _ in range(T)]
             ks = [[None] * Hkv for _ in range(T)]
             vs = [[None] * Hkv for _ in range(T)]
             for t in range(T):
-                z = F.linear(a[b, t], Wg) if c.attn_gate != "none" else None
+                z = F.linear(a[b, t], Wg, bg) if c.attn_gate != "none" else None
                 for h in range(H):
-                    q = F.linear(a[b, t], Wq[h * hd:(h + 1) * hd])
+                    q = F.linear(a[b, t], Wq[h * hd:(h + 1) * hd], bq[h * hd:(h + 1) * hd])
                     if c.qk_norm:
                         q = q * torch.rsqrt(q.pow(2).mean() + c.norm_eps) * params[p + "attn.q_norm.w"]
                     qs[t][h] = R[t] @ q if c.pos == "rope" else q
                 for g in range(Hkv):
-                    k = F.linear(a[b, t], Wk[g * hd:(g + 1) * hd])
+                    k = F.linear(a[b, t], Wk[g * hd:(g + 1) * hd], bk[g * hd:(g + 1) * hd])
                     if c.qk_norm:
                         k = k * torch.rsqrt(k.pow(2).mean() + c.norm_eps) * params[p + "attn.k_norm.w"]
                     ks[t][g] = R[t] @ k if c.pos == "rope" else k
-                    v = F.linear(a[b, t], Wv[g * hd:(g + 1) * hd])
+                    v = F.linear(a[b, t], Wv[g * hd:(g + 1) * hd], bv[g * hd:(g + 1) * hd])
                     if c.attn_gate != "none" and c.gate_position == "value":
                         gz = z[g * hd:(g + 1) * hd] if c.attn_gate == "elementwise" else z[g]
                         v = v * act(gz)
@@ -569,13 +576,13 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
                     w = w / w.sum()
                     y = sum(w[u] * vs[u][g] for u in range(t + 1))
                     if c.attn_gate != "none" and c.gate_position == "sdpa":
-                        z = F.linear(a[b, t], Wg)
+                        z = F.linear(a[b, t], Wg, bg)
                         gz = z[h * hd:(h + 1) * hd] if c.attn_gate == "elementwise" else z[h]
                         y = y * act(gz)
                     heads.append(y)
                 out_b.append(torch.cat(heads))
             rows.append(torch.stack(out_b))
-        return F.linear(torch.stack(rows), params[p + "attn.wo"])
+        return F.linear(torch.stack(rows), params[p + "attn.wo"], params.get(p + "attn.bo"))
 
     x = F.embedding(idx, params["wte"])
     if c.pos == "learned":
@@ -594,12 +601,12 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
                 moe_vals.append(vals)
             x = x + mo
             continue
-        hin = F.linear(m, params[p + "mlp.w_in"])
+        hin = F.linear(m, params[p + "mlp.w_in"], params.get(p + "mlp.b_in"))
         if c.mlp == "swiglu":
             hmid = F.silu(hin[..., :Fd]) * hin[..., Fd:]
         else:
             hmid = F.gelu(hin, approximate="tanh")
-        x = x + F.linear(hmid, params[p + "mlp.w_out"])
+        x = x + F.linear(hmid, params[p + "mlp.w_out"], params.get(p + "mlp.b_out"))
     logits = F.linear(nrm(x, "lnf"), params["wte"] if c.tie_embeddings else params["lm_head"])
     loss = F.cross_entropy(logits[..., :c.vocab_size].reshape(B * T, -1), tgt.reshape(-1))
     return logits, loss
@@ -772,7 +779,7 @@ def main():
               "  ".join(f"{n:.4f}{' (clipped)' if cl else ' (not clipped)'}"
                         for n, cl in zip(r64["norms"], r64["clipped"])))
         g1 = min_step1_grad(c, p64, idx, tgt)
-        safe = ADAM_SAFE_GRAD_MOE if c.n_expert else ADAM_SAFE_GRAD
+        safe = 0.0 if c.eps >= ADAM_SAFE_EPS else ADAM_SAFE_GRAD_MOE if c.n_expert else ADAM_SAFE_GRAD
         print(f"  min nonzero |grad| at step 1 (after clip): {g1:.2e}" +
               ("" if g1 >= safe else
                f"  WARNING: below {safe:g}, step3 is ill-conditioned for fp32 "

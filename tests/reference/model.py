@@ -7,7 +7,8 @@ the C model is tested against, so every line here is meant to be the spec's math
 else.
 
 Conventions (the spec's):
-  - nn.Linear layout: a weight W has shape [out, in] and y = x @ W^T. No linear biases.
+  - nn.Linear layout: a weight W has shape [out, in] and y = x @ W^T; with bias = true (GPT-2)
+    the attention's and the dense MLP's linear layers add a bias b [out]: y = x @ W^T + b.
   - Parameters live in an OrderedDict name -> tensor; the order is the order the C side
     reads them from a golden file (param_shapes() below is the single source of that order).
   - Vocabulary padded to V_p (a multiple of 128); logits have V_p columns, the loss only
@@ -33,7 +34,7 @@ MODEL_DEFAULTS = dict(
     d_ff="0", max_seq_len="1024", pos="rope", rope_base="10000", rope_fraction="1", rope_scaling="none",
     rope_factor="1", rope_original_len="0", yarn_beta_fast="32", yarn_beta_slow="1",
     yarn_attn_factor="0", norm="rmsnorm",
-    norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", attn_gate="none",
+    norm_eps="1e-5", qk_norm="false", mlp="swiglu", tie_embeddings="true", bias="false", attn_gate="none",
     gate_position="sdpa", gate_act="sigmoid", init_std="0.02",
     layer_pattern="", linear_n_k_head="0", linear_n_v_head="0", linear_k_head_dim="0",
     linear_v_head_dim="0", linear_conv_kernel="4", linear_gate_act="silu", linear_chunk="64",
@@ -87,6 +88,7 @@ class Config:
     qk_norm: bool
     mlp: str
     tie_embeddings: bool
+    bias: bool                # linear biases: attn.bqkv, attn.bo, mlp.b_in, mlp.b_out
     attn_gate: str
     gate_position: str
     gate_act: str
@@ -237,7 +239,7 @@ def load_config(path):
         yarn_beta_fast=float(m["yarn_beta_fast"]), yarn_beta_slow=float(m["yarn_beta_slow"]),
         yarn_attn_factor=attn_factor, norm=enum(m, "norm"),
         norm_eps=float(m["norm_eps"]), qk_norm=boolean(m, "qk_norm"), mlp=enum(m, "mlp"),
-        tie_embeddings=boolean(m, "tie_embeddings"), attn_gate=enum(m, "attn_gate"),
+        tie_embeddings=boolean(m, "tie_embeddings"), bias=boolean(m, "bias"), attn_gate=enum(m, "attn_gate"),
         gate_position=enum(m, "gate_position"), gate_act=enum(m, "gate_act"),
         init_std=float(m["init_std"]),
         layer_pattern=pattern, linear_n_k_head=lin_k, linear_n_v_head=lin_v,
@@ -278,6 +280,8 @@ def load_config(path):
             raise ValueError(f"{path}: linear_n_v_head must be a multiple of linear_n_k_head")
         if not 1 <= c.linear_conv_kernel <= 16 or not 0 <= c.linear_chunk <= 1024:
             raise ValueError(f"{path}: linear_conv_kernel in 1..16, linear_chunk in 0..1024")
+    if c.bias and (c.n_expert or c.any_linear):
+        raise ValueError(f"{path}: bias = true is for attention and dense MLP layers only")
     if c.shared_expert_gate and not c.n_shared_expert:
         raise ValueError(f"{path}: [moe] shared_expert_gate needs n_shared_expert = 1")
     return c
@@ -313,16 +317,24 @@ def param_shapes(c):
             s[p + "gdn.w_out"] = (d, Vd)
         else:
             s[p + "attn.wqkv"] = (H * hd + 2 * Hkv * hd + c.gate_dim, d)
+            if c.bias:
+                s[p + "attn.bqkv"] = (H * hd + 2 * Hkv * hd + c.gate_dim,)
             if c.qk_norm:
                 s[p + "attn.q_norm.w"] = (hd,)
                 s[p + "attn.k_norm.w"] = (hd,)
             s[p + "attn.wo"] = (d, H * hd)
+            if c.bias:
+                s[p + "attn.bo"] = (d,)
         s[p + "ln2.w"] = (d,)
         if layernorm:
             s[p + "ln2.b"] = (d,)
         if not c.is_moe(l):
             s[p + "mlp.w_in"] = (2 * F if c.mlp == "swiglu" else F, d)
+            if c.bias:
+                s[p + "mlp.b_in"] = (2 * F if c.mlp == "swiglu" else F,)
             s[p + "mlp.w_out"] = (d, F)
+            if c.bias:
+                s[p + "mlp.b_out"] = (d,)
             continue
         # MoE layer: router [E, d], the experts stacked on a leading dim, the shared expert
         E, Fe, Fs = c.n_expert, c.d_expert, c.d_shared_expert
@@ -354,8 +366,8 @@ def init_params(c, rng, norm_noise=0.1):
 
     Matrices, expert stacks and embeddings (every param of 2 or more dims, padding rows
     included): normal(0, init_std).
-    Norm weights: 1 + normal(0, norm_noise); norm biases: normal(0, norm_noise), so that
-    neither is trivial and their gradients are exercised.
+    Norm weights: 1 + normal(0, norm_noise); norm and linear biases: normal(0, norm_noise), so
+    that neither is trivial and their gradients are exercised.
     Gated DeltaNet (drawn with uniforms of the same stream, in float64 then rounded):
       conv_w ~ U(-0.5, 0.5) (a depthwise kernel of width K: init_std would make it near zero);
       A_log = log(U(1, 4)) and dt_bias ~ U(-5, -2), so that the per-token decay
@@ -376,7 +388,7 @@ def init_params(c, rng, norm_noise=0.1):
             params[name] = 1.0 + r * np.float32(0.3)
         elif len(shape) >= 2:
             params[name] = r * np.float32(c.init_std)
-        elif name.endswith(".b"):
+        elif name.endswith((".b", ".bqkv", ".bo", ".b_in", ".b_out")):
             params[name] = r * np.float32(norm_noise)
         else:
             params[name] = 1.0 + r * np.float32(norm_noise)
@@ -498,6 +510,8 @@ def attention_block(c, a, params, p):
     B, T, _ = a.shape
     H, Hkv, hd, G = c.n_head, c.n_kv_head, c.head_dim, c.gate_dim
     u = a @ params[p + "attn.wqkv"].t()                            # [B,T,H*hd+2*Hkv*hd+G]
+    if c.bias:
+        u = u + params[p + "attn.bqkv"]
     o = 0
     q = u[..., o:o + H * hd].reshape(B, T, H, hd); o += H * hd
     k = u[..., o:o + Hkv * hd].reshape(B, T, Hkv, hd); o += Hkv * hd
@@ -590,20 +604,25 @@ def gdn_block(c, a, params, p, rec=None):
     return on.reshape(B, T, Vd)
 
 
-def ffn(c, x, w_in, w_out):
-    """The MLP of width F = w_out.shape[1]: swiglu (w_in rows [gate | up]) or gelu."""
+def ffn(c, x, w_in, w_out, b_in=None, b_out=None):
+    """The MLP of width F = w_out.shape[1]: swiglu (w_in rows [gate | up]) or gelu; b_in, b_out
+    its biases (bias = true) or None."""
     F = w_out.shape[1]
     hin = x @ w_in.t()
+    if b_in is not None:
+        hin = hin + b_in
     if c.mlp == "swiglu":
         g, up = hin[..., :F], hin[..., F:]
         h = g * torch.sigmoid(g) * up                              # silu(g) * up
     else:
         h = gelu_tanh(hin)
-    return h @ w_out.t()
+    y = h @ w_out.t()
+    return y + b_out if b_out is not None else y
 
 
 def mlp_block(c, m, params, p):
-    return ffn(c, m, params[p + "mlp.w_in"], params[p + "mlp.w_out"])
+    return ffn(c, m, params[p + "mlp.w_in"], params[p + "mlp.w_out"], params.get(p + "mlp.b_in"),
+               params.get(p + "mlp.b_out"))
 
 
 def moe_block(c, m, params, p):
@@ -682,6 +701,8 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None):
                 gdn.append(rec)
         else:
             x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
+            if c.bias:
+                x = x + params[p + "attn.bo"]
         m = norm(c, x, params, p + "ln2")
         if c.is_moe(l):
             y, aux, z, counts, dropped, gap = moe_block(c, m, params, p)
