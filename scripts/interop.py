@@ -9,13 +9,16 @@ with the project's own numbers:
            (32 tokens; 200 for the RoPE-scaling kinds, trained at 64: beyond training)
   greedy   20 greedily generated tokens (transformers' generate, do_sample=False)          equal ids
   tokens   AutoTokenizer ids on sample texts vs the project's tokenizer (when tokenizer.json exists)
-and that the kinds no transformers class represents are refused with a one-line error. Hybrids
+and that the kinds no transformers class represents are refused with a one-line error. Then
+(saved_rows) models saved by transformers' own save_pretrained (random init, norms perturbed; one
+F32 file, F32 shards, BF16) are imported and their logits compared with transformers' (<= 1e-4),
+and tests/hf_config_fixture.py is checked against what transformers wrote. Hybrids
 (Gated DeltaNet layers) load as Qwen3NextForCausalLM; without fla / causal-conv1d installed
 transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Prints a
 table; exit status 1 if any check fails.
 
-usage: scripts/interop.sh [--build DIR] [--kinds a,b,...] [--steps N]   (creates the venv first)
-       PYTHON scripts/interop.py --build DIR [--kinds ...] [--steps N] [--keep DIR]
+usage: scripts/interop.sh [--build DIR] [-- --kinds a,b,... --saved a,b,... --steps N]   (creates the venv first)
+       PYTHON scripts/interop.py --build DIR [--kinds ...] [--saved ...] [--steps N] [--keep DIR]
 Needs the KJV shards (scripts/prepare_kjv.sh) and torch + transformers (the venv of interop.sh).
 """
 import argparse, json, logging, os, struct, subprocess, sys, tempfile
