@@ -9,18 +9,24 @@ with the project's own numbers:
            (32 tokens; 200 for the RoPE-scaling kinds, trained at 64: beyond training)
   greedy   20 greedily generated tokens (transformers' generate, do_sample=False)          equal ids
   tokens   AutoTokenizer ids on sample texts vs the project's tokenizer (when tokenizer.json exists)
-and that the kinds no transformers class represents are refused with a one-line error. Hybrids
+and that the kinds no transformers class represents are refused with a one-line error. Then
+(saved_rows) models saved by transformers' own save_pretrained (random init, norms perturbed; one
+F32 file, F32 shards, BF16) are imported and their logits compared with transformers' (<= 1e-4),
+and tests/hf_config_fixture.py is checked against what transformers wrote. Hybrids
 (Gated DeltaNet layers) load as Qwen3NextForCausalLM; without fla / causal-conv1d installed
 transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Prints a
 table; exit status 1 if any check fails.
 
-usage: scripts/interop.sh [--build DIR] [--kinds a,b,...] [--steps N]   (creates the venv first)
-       PYTHON scripts/interop.py --build DIR [--kinds ...] [--steps N] [--keep DIR]
+usage: scripts/interop.sh [--build DIR] [-- --kinds a,b,... --saved a,b,... --steps N]   (creates the venv first)
+       PYTHON scripts/interop.py --build DIR [--kinds ...] [--saved ...] [--steps N] [--keep DIR]
 Needs the KJV shards (scripts/prepare_kjv.sh) and torch + transformers (the venv of interop.sh).
 """
 import argparse, json, logging, os, struct, subprocess, sys, tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import hf_config_fixture as fixture  # noqa: E402  (the import_configs fixture, checked against transformers here)
 
 # kind -> (base config, overrides): small so that each trains in seconds
 SMALL = ["--model.n_layer=2", "--model.d_model=64", "--model.n_head=4", "--model.head_dim=16", "--model.d_ff=128",
@@ -234,6 +240,31 @@ def st_layout(d):
     return files, dtypes, os.path.exists(os.path.join(d, "model.safetensors.index.json"))
 
 
+def fixture_row(kind, d):
+    """tests/hf_config_fixture.py (the torch-free `make test` fixture of import_configs) against what
+    transformers wrote to d: config.json key for key (transformers_version aside) and the tensors'
+    names and shapes."""
+    got = json.load(open(os.path.join(d, "config.json")))
+    want = dict(fixture.CONFIG[kind])
+    version = got.pop("transformers_version"), want.pop("transformers_version")
+    diff = sorted(k for k in set(got) | set(want) if got.get(k, "<absent>") != want.get(k, "<absent>"))
+    shapes = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(d, f), "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                shapes.update({k: tuple(v["shape"]) for k, v in json.loads(fh.read(n)).items() if k != "__metadata__"})
+    tdiff = sorted(set(shapes.items()) ^ set(fixture.shapes(kind)))
+    ok = not diff and not tdiff
+    note = (f"config.json ({len(got)} keys) and {len(shapes)} tensors as written by {version[0]}" if ok else
+            f"differs: keys {diff[:3]} tensors {tdiff[:2]}")
+    if version[0] != version[1]:
+        note += f" (fixture from {version[1]})"
+    if not ok:
+        print(f"FAIL fixture {kind}: tests/hf_config_fixture.py {note}")
+    return (f"fixture {kind}", "hf_config_fixture.py", None, None, None, None, "-", note, ok)
+
+
 def saved_rows(work, tool, kinds):
     """The rows of models transformers saved (above): per kind, F32 one file, F32 shards, BF16
     one file. Returns (rows, failed)."""
@@ -254,6 +285,9 @@ def saved_rows(work, tool, kinds):
                 model.to(torch.bfloat16)   # the last variant: the model in memory is not used again
             model.save_pretrained(d, max_shard_size=SHARD_BYTES if variant == "f32 shards" else "50GB")
             files, dtypes, index = st_layout(d)
+            if variant == "f32" and kind in fixture.CONFIG:
+                rows.append(fixture_row(kind, d))
+                failed += not rows[-1][-1]
             layout = (len(files) >= 2 and index and "model.safetensors" not in files if variant == "f32 shards"
                       else files == ["model.safetensors"] and not index) and dtypes == {"BF16" if variant == "bf16" else "F32"}
             note = f"{len(files)} file{'s' if len(files) > 1 else ''} {'/'.join(sorted(dtypes))}, {moved} tensors perturbed"
