@@ -240,7 +240,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 90 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 91 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -504,7 +504,7 @@ static void test_roundtrip(void) {
         "model.vocab_size=1000", "model.n_layer=3", "model.d_model=120", "model.n_head=6", "model.n_kv_head=2",
         "model.head_dim=22", "model.d_ff=333", "model.max_seq_len=77", "model.pos=rope", "model.rope_base=500000",
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
-        "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
+        "model.tie_embeddings=false", "model.bias=true", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
         "model.rope_scaling=yarn", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
         "model.yarn_beta_slow=2", "model.yarn_attn_factor=1.25",
