@@ -10,6 +10,7 @@
 #     records and model.bin identical), exports as GPT2LMHeadModel with its biases (nonzero after
 #     training), and export -> import -> export is byte-identical, the import a bias = true model
 #     with the same logits (exact); an export of a model without biases imports as bias = false;
+#   - [train] recompute = selective and full train it bit for bit as none;
 #   - the memory plan (`--check`) counts the biases: its parameter and AdamW lines equal what the
 #     trainer holds, to the byte;
 #   - data parallelism (mpirun, skipped without it): 2 processes vs 1 with the same global batch,
@@ -89,6 +90,12 @@ check "the imported model's logits = the trained model's, exactly" 'cmp -s "$tmp
 "$tool" export "$tmp/nob/checkpoints" --out "$tmp/hf_nob" > /dev/null 2>&1
 "$tool" import "$tmp/hf_nob" --out "$tmp/imp_nob" > /dev/null 2>&1
 check "an export without biases (zeros) imports as bias = false" 'grep -q "^bias = false" "$tmp/imp_nob/step_00000000/config.ini"'
+
+# ---- [train] recompute: the biased GEMMs recomputed give the same bits ----------------------------
+for rc in selective full; do
+    "$build/train_gpt" "${G[@]}" --train.recompute=$rc --log.run_dir="$tmp/rc_$rc" > /dev/null 2>&1
+    check "recompute = $rc: the same step records and model.bin as none" '[ "$(steps_of "$tmp/rc_'$rc'/log.jsonl")" = "$(steps_of "$tmp/straight/log.jsonl")" ] && cmp -s "$tmp/rc_'$rc'/checkpoints/step_00000016/model.bin" "$tmp/straight/checkpoints/step_00000016/model.bin"'
+done
 
 # ---- the memory plan counts the biases ----------------------------------------------------------
 field() { local v; v=$(grep -m1 "^  $1 " "$2" | awk '{print $2}'); echo "${v:-0}"; }
