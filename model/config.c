@@ -1147,16 +1147,6 @@ static int finalize_moe(Config* c, const FinCtx* fc) {
                              "processes of a group holds n_expert / expert_parallel experts (accepted: 1 = off, or a "
                              "divisor of %d)", e->n_expert, from(c, "moe", "n_expert", b1, sizeof b1), e->n_expert);
     }
-    // [model] bias: the linear biases of GPT-2 (attention and dense MLP). MoE experts and Gated
-    // DeltaNet projections have none: refused rather than silently left without
-    if (m->bias && e->n_expert > 0)
-        return fin_error(fc, "model", "bias", "the MoE layers' experts and router have no biases (n_expert = %d, %s) "
-                         "(accepted: bias = false, or n_expert = 0: biases on the attention and dense MLP layers)",
-                         e->n_expert, from(c, "moe", "n_expert", b1, sizeof b1));
-    if (m->bias && config_any_linear(m))
-        return fin_error(fc, "model", "bias", "the Gated DeltaNet layers' projections have no biases (layer_pattern = "
-                         "'%s', %s) (accepted: bias = false, or a layer_pattern without L)", m->layer_pattern,
-                         from(c, "model", "layer_pattern", b1, sizeof b1));
     return 0;
 }
 

@@ -86,7 +86,8 @@ typedef struct {
     MlpKind mlp;
     int tie_embeddings;  // bool: LM head shares the token embedding
     int bias;            // bool: the attention's and the dense MLP's linear layers add a bias (GPT-2:
-                         // attn.bqkv, attn.bo, mlp.b_in, mlp.b_out); LayerNorm keeps its own bias either way
+                         // attn.bqkv, attn.bo, mlp.b_in, mlp.b_out); MoE experts and Gated DeltaNet layers
+                         // have none; LayerNorm keeps its own bias either way
     GateKind attn_gate;
     GatePos gate_position;
     GateAct gate_act;

@@ -36,6 +36,9 @@ SMALL = ["--model.n_layer=2", "--model.d_model=64", "--model.n_head=4", "--model
 KINDS = {
     "gpt2": ("tiny_baseline.ini", ["--model.pos=learned", "--model.norm=layernorm", "--model.mlp=gelu",
                                    "--model.qk_norm=false", "--model.n_kv_head=4", "--model.tie_embeddings=false"]),
+    # GPT-2 with its linear biases ([model] bias): trained here, exported with them
+    "gpt2_bias": ("tiny_baseline.ini", ["--model.pos=learned", "--model.norm=layernorm", "--model.mlp=gelu",
+                                        "--model.qk_norm=false", "--model.n_kv_head=4", "--model.bias=true"]),
     "llama": ("tiny_baseline.ini", ["--model.qk_norm=false", "--model.n_kv_head=2"]),
     "qwen3": ("tiny_baseline.ini", ["--model.n_kv_head=2"]),
     "qwen3_next": ("tiny_gated.ini", ["--model.n_kv_head=2"]),
@@ -66,7 +69,7 @@ KINDS.update({
                                            "--model.yarn_beta_slow=2", "--model.yarn_attn_factor=1.5"]),
 })
 WINDOW = {k: 200 for k in KINDS if k.startswith("rope_")}   # logits window; 32 for the others
-EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt2_bias": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM",
                 "hybrid": "Qwen3NextForCausalLM", "hybrid_moe": "Qwen3NextForCausalLM",
@@ -162,12 +165,11 @@ def sharded_rows(work, tool, toks):
 # logits against transformers loading the saved directory afresh in float32 (not the model in
 # memory: after .to(bf16).to(float32) its RoPE inverse frequencies stay rounded).
 SAVED_V, SAVED_IDS = 320, 32   # vocabulary (not a multiple of 128: import pads it), tokens compared
-# TODO(lead): Qwen3-Next's default partial_rotary_factor is 0.25; set this to 0.25 once partial
-# RoPE ([model] rope_partial or its final name) is merged, and the qwen3_next rows test it.
-NEXT_PARTIAL_ROTARY = 1.0
-# TODO(lead): set True once `[model] bias = true` is merged: the "gpt2 biases" rows then compare
-# logits instead of expecting import's one-line refusal of a nonzero linear bias.
-GPT2_LINEAR_BIAS_SUPPORTED = False
+# Qwen3-Next's default partial_rotary_factor, 0.25 ([model] rope_fraction): the qwen3_next rows test it
+NEXT_PARTIAL_ROTARY = 0.25
+# `[model] bias = true`: the "gpt2 biases" rows compare logits (False: expect import's one-line
+# refusal of a nonzero linear bias, as before the key existed)
+GPT2_LINEAR_BIAS_SUPPORTED = True
 
 
 def saved_configs():
@@ -321,6 +323,41 @@ def saved_rows(work, tool, kinds):
             failed += not ok
             rows.append((name, type(ref).__name__, None, None, None, dlogit, "-", note + f", max|logit| {np.abs(hf).max():.2f}", ok))
     return rows, failed
+# ---- a GPT2LMHeadModel made by transformers (issue #45 item 3): its biases imported -------------
+def hf_gpt2_rows(work, tool, toks):
+    """GPT2LMHeadModel randomly initialised by transformers, every bias (LayerNorms' and linear layers')
+    and every LayerNorm weight moved away from 0 and 1 by N(0, 0.2) (at their init values a dropped,
+    swapped or zero-filled tensor would not show), written by its own save_pretrained (float32);
+    `gatedgpt_ckpt import` it (must give [model] bias = true) and compare the imported checkpoint's
+    logits with transformers' on that directory loaded afresh: max |dlogit| <= TOL_LOGIT."""
+    import torch
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+    name, d = "gpt2 HF-made biases", os.path.join(work, "gpt2_hf_made")
+    torch.manual_seed(45)
+    cfg = GPT2Config(vocab_size=8192, n_positions=64, n_embd=64, n_layer=2, n_head=4, activation_function="gelu_new")
+    src = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for k, p in src.named_parameters():
+            if k.endswith(".bias") or (".ln_" in k and k.endswith(".weight")):
+                p.add_(0.2 * torch.randn_like(p))
+    src.save_pretrained(d)
+    ids = toks[:32]
+    imp, lf = d + "_imp", d + "_logits.bin"
+    rc, out = run([tool, "import", d, "--out", imp])
+    if rc == 0:
+        rc, out = run([tool, "logits", imp, "--ids", ",".join(map(str, ids.tolist())), "--out", lf])
+    if rc != 0:
+        print(f"FAIL {name}: {out.strip()}")
+        return [(name, "-", None, None, None, None, "-", "import failed", False)], 1
+    has_bias = any(l.startswith("bias = true") for l in open(os.path.join(imp, "step_00000000", "config.ini")))
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        hf = model(torch.tensor(ids)[None]).logits[0].numpy()
+    ours = np.fromfile(lf, dtype="<f4").reshape(len(ids), -1)
+    dlogit = float(np.abs(hf[:, :ours.shape[1]] - ours).max())
+    ok = dlogit <= TOL_LOGIT and has_bias and ours.shape[1] == model.config.vocab_size
+    return [(name, type(model).__name__, None, None, None, dlogit, "-", "bias = true" if has_bias else "bias NOT set", ok)], int(not ok)
 
 
 def main():
@@ -428,6 +465,8 @@ def main():
     rows, failed = rows + r, failed + f
     saved = list(saved_configs()) if a.saved == "all" else [k for k in a.saved.split(",") if k]
     r, f = saved_rows(work, tool, saved)   # models saved by transformers' own save_pretrained -> import
+    rows, failed = rows + r, failed + f
+    r, f = hf_gpt2_rows(work, tool, toks)   # a GPT2LMHeadModel transformers made, biases and all -> import
     rows, failed = rows + r, failed + f
     print(f"\n{'kind':<26} {'class':<22} {'our loss':>10} {'HF loss':>10} {'|dloss|':>9} {'max|dlogit|':>11} {'greedy':>7}  tokenizer")
     for k, c, l1, l2, dl, dg, g, tn, ok in rows:

@@ -51,7 +51,7 @@ _MOE = {"decoder_sparse_step": 1, "mlp_only_layers": [], "moe_intermediate_size"
 _NEXT = dict(_QWEN, **_MOE, architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", attention_bias=False, head_dim=HD,
              linear_conv_kernel_dim=LK, linear_key_head_dim=LDK, linear_num_key_heads=LHK, linear_num_value_heads=LHV,
              linear_value_head_dim=LDV, num_experts=E, shared_expert_intermediate_size=FS,
-             rope_parameters={"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"})
+             rope_parameters={"partial_rotary_factor": 0.25, "rope_theta": 10000.0, "rope_type": "default"})
 CONFIG = {
     "gpt2": {"activation_function": "gelu_new", "add_cross_attention": False, "architectures": ["GPT2LMHeadModel"],
              "attn_pdrop": 0.1, "bos_token_id": 0, "dtype": "float32", "embd_pdrop": 0.1, "eos_token_id": 0,

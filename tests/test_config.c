@@ -505,7 +505,7 @@ static void test_roundtrip(void) {
         "model.head_dim=22", "model.d_ff=333", "model.max_seq_len=77", "model.pos=rope", "model.rope_base=500000",
         "model.rope_fraction=0.18181818",   // 4 of head_dim 22 (within the float's rounding)
         "model.norm=layernorm", "model.norm_eps=1.2345678e-7", "model.qk_norm=true", "model.mlp=gelu",
-        "model.tie_embeddings=false", "model.attn_gate=headwise", "model.gate_position=value",
+        "model.tie_embeddings=false", "model.bias=true", "model.attn_gate=headwise", "model.gate_position=value",
         "model.gate_act=silu", "model.init_std=0.0123456789",
         "model.rope_scaling=yarn", "model.rope_factor=3.5", "model.rope_original_len=5", "model.yarn_beta_fast=16",
         "model.yarn_beta_slow=2", "model.yarn_attn_factor=1.25",

@@ -8,7 +8,8 @@
 // (export_hf_class; docs/formats.md "Export" has the table), with that class's names, layouts
 // and config.json, so that AutoModelForCausalLM loads it with no code from this project:
 //   GPT2LMHeadModel       learned positions, LayerNorm, GELU, no gate, MHA: Conv1D weights
-//                         ([in, out], transposed), fused c_attn, zero biases
+//                         ([in, out], transposed), fused c_attn; the linear biases ([model] bias:
+//                         attn.bqkv -> c_attn.bias, attn.bo, mlp.b_in, mlp.b_out), or zeros without
 //   LlamaForCausalLM      RoPE, RMSNorm, SwiGLU, no gate, no qk-norm
 //   Qwen3ForCausalLM      the same with qk-norm
 //   Qwen3NextForCausalLM  the elementwise sigmoid gate after SDPA (full-attention layers only,
@@ -237,6 +238,9 @@ static HfClass hf_class_of(const ModelConfig* m, char* why, size_t n) {
     if (gated && m->gate_act != GATEACT_SIGMOID)
         NOPE("[model] gate_act = %s has no transformers class (Qwen3-Next's gate is a sigmoid): the nearest "
              "exportable is gate_act = sigmoid", m->gate_act == GATEACT_SILU ? "silu" : "ns_sigmoid");
+    if (m->bias && m->pos != POS_LEARNED)
+        NOPE("[model] bias = true exports as GPT2LMHeadModel only (learned positions, layernorm, gelu); the rope classes "
+             "written here have no biases on every linear layer: the nearest exportable is bias = false, or --format raw");
     if (m->pos == POS_LEARNED) {
         if (e->n_expert > 0) NOPE("an MoE model with [model] pos = learned has no transformers class: the nearest exportable is pos = rope");
         if (gated) NOPE("the attention gate with [model] pos = learned has no transformers class (Qwen3-Next uses RoPE): the nearest exportable is pos = rope");
@@ -317,6 +321,15 @@ static OutTensor* add3(OutList* l, const char* name, const float* src, int a, in
     return o;
 }
 
+// a GPT-2 linear layer's bias: the model's ([model] bias), or zeros (GPT2LMHeadModel always has one)
+static void add_bias(OutList* l, const char* name, const ParamTable* t, const float* x, const char* fmt, int L, int n) {
+    char ours[64];
+    snprintf(ours, sizeof ours, fmt, L);
+    const ParamInfo* p = param_find(t, ours);
+    if (p) add_copy(l, name, x + p->offset, n, 0);
+    else add_zeros(l, name, n);
+}
+
 static void build_gpt2(OutList* l, const ModelConfig* m, const ParamTable* t, const float* x) {
     const int d = m->d_model, F = m->d_ff, V = m->vocab_size;
     char nm[128];
@@ -327,15 +340,15 @@ static void build_gpt2(OutList* l, const ModelConfig* m, const ParamTable* t, co
         add_copy(l, NM("ln_1.weight"), P_(t, x, "h.%d.ln1.w", L), d, 0);
         add_copy(l, NM("ln_1.bias"), P_(t, x, "h.%d.ln1.b", L), d, 0);
         add_transposed(l, NM("attn.c_attn.weight"), P_(t, x, "h.%d.attn.wqkv", L), 3 * d, d);
-        add_zeros(l, NM("attn.c_attn.bias"), 3 * d);
+        add_bias(l, NM("attn.c_attn.bias"), t, x, "h.%d.attn.bqkv", L, 3 * d);   // [q | k | v], as wqkv's rows
         add_transposed(l, NM("attn.c_proj.weight"), P_(t, x, "h.%d.attn.wo", L), d, d);
-        add_zeros(l, NM("attn.c_proj.bias"), d);
+        add_bias(l, NM("attn.c_proj.bias"), t, x, "h.%d.attn.bo", L, d);
         add_copy(l, NM("ln_2.weight"), P_(t, x, "h.%d.ln2.w", L), d, 0);
         add_copy(l, NM("ln_2.bias"), P_(t, x, "h.%d.ln2.b", L), d, 0);
         add_transposed(l, NM("mlp.c_fc.weight"), P_(t, x, "h.%d.mlp.w_in", L), F, d);
-        add_zeros(l, NM("mlp.c_fc.bias"), F);
+        add_bias(l, NM("mlp.c_fc.bias"), t, x, "h.%d.mlp.b_in", L, F);
         add_transposed(l, NM("mlp.c_proj.weight"), P_(t, x, "h.%d.mlp.w_out", L), d, F);
-        add_zeros(l, NM("mlp.c_proj.bias"), d);
+        add_bias(l, NM("mlp.c_proj.bias"), t, x, "h.%d.mlp.b_out", L, d);
 #undef NM
     }
     add_copy(l, "transformer.ln_f.weight", P_(t, x, "lnf.w", 0), d, 0);

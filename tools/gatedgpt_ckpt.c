@@ -8,6 +8,7 @@
 //   gatedgpt_ckpt stream  CKPT --out FILE         streaming loss with a rolling KV window (StreamingLLM)
 //   gatedgpt_ckpt logits  CKPT --ids I,.. --out F  logits for given tokens (+ a greedy continuation)
 //   gatedgpt_ckpt import  HF_DIR --out DIR        a transformers directory -> a checkpoint to resume from
+//   gatedgpt_ckpt import  FILE.bin --out DIR      llm.c's GPT-2 model file (gpt2_124M.bin) -> the same
 //
 // CKPT is a checkpoint directory (.../step_NNNNNNNN) or a directory of checkpoints, in which
 // case the newest one that verifies is used. Every command verifies the checksums first.
@@ -28,6 +29,7 @@
 #include "tools/export_hf.h"
 #include "tools/export_tokenizer.h"
 #include "tools/import_hf.h"
+#include "tools/import_llmc.h"
 #include "tools/long_context.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
@@ -76,6 +78,8 @@ static void usage(FILE* f) {
         "                          or the shards of model.safetensors.index.json; F32, BF16, F16)\n"
         "                          -> the checkpoint DIR/step_00000000 (fresh AdamW state) that train_gpt --resume\n"
         "                          continues from; --config FILE: the [train], [data], ... sections (defaults otherwise)\n"
+        "  import FILE.bin --out DIR  llm.c's GPT-2 model file (magic 20240326; version 3 fp32 or 5 bf16, e.g.\n"
+        "                          gpt2_124M.bin) -> the same checkpoint ([model] bias = true), same options\n"
         "common: --threads N (default: [train] threads)\n");
 }
 
@@ -399,6 +403,7 @@ int main(int argc, char** argv) {
         config_defaults(&c);
         if (base && config_load_file(&c, base) != 0) return 1;
         ops_init(threads);
+        if (import_llmc_is_model(ckpt)) return import_llmc(ckpt, &c, out, stdout) == 0 ? 0 : 1;
         return import_hf(ckpt, &c, out, stdout) == 0 ? 0 : 1;
     }
     if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export") &&

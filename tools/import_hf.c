@@ -659,6 +659,30 @@ static int fill_gdn(Src* s, const ModelConfig* m, const ParamTable* t, float* x,
     return 0;
 }
 
+// GPT-2: [model] bias = true when any linear bias of the file is nonzero (a real GPT-2, llm.c's
+// conversions); all zero (what a gatedgpt model without biases exports) keeps bias = false, the
+// same model and table. Missing or misshapen tensors are left to fill()'s errors.
+static int gpt2_bias(Src* s, Config* c) {
+    const Jv* J = &s->conf;
+    const int d = (int)num_or(J, "n_embd", 0), F = (int)num_or(J, "n_inner", 4.0 * d), L = (int)num_or(J, "n_layer", 0);
+    static const char* const B[] = {"transformer.h.%d.attn.c_attn.bias", "transformer.h.%d.attn.c_proj.bias",
+                                    "transformer.h.%d.mlp.c_fc.bias", "transformer.h.%d.mlp.c_proj.bias"};
+    const int n[] = {3 * d, d, F, d};
+    char nm[160];
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < 4; i++) {
+            snprintf(nm, sizeof nm, B[i], l);
+            if (!has_tensor(s, nm)) continue;
+            float* w = tensor(s, nm, n[i], 0, 0);
+            if (!w) return -1;
+            int nonzero = 0;
+            for (int j = 0; j < n[i] && !nonzero; j++) nonzero = w[j] != 0.0f;
+            free(w);
+            if (nonzero) return set(c, s, "model.bias=true");
+        }
+    return 0;
+}
+
 static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int cls) {
     const int d = m->d_model, F = m->d_ff, V = m->vocab_size, hd = m->head_dim, H = m->n_head, Hkv = m->n_kv_head;
     char nm[160];
@@ -681,11 +705,15 @@ static int fill(Src* s, const ModelConfig* m, const ParamTable* t, float* x, int
                 else for (int r = 0; r < M[i].rows; r++) for (int k = 0; k < M[i].cols; k++) o[(size_t)k * M[i].rows + r] = w[(size_t)r * M[i].cols + k];
                 free(w);
             }
-            // GPT-2's linear biases: gatedgpt has none, so they must be zero
-            struct { const char* hf; int n; } Bz[] = {{"transformer.h.%d.attn.c_attn.bias", 3 * d}, {"transformer.h.%d.attn.c_proj.bias", d},
-                                                       {"transformer.h.%d.mlp.c_fc.bias", F}, {"transformer.h.%d.mlp.c_proj.bias", d}};
+            // GPT-2's linear biases: into the model's ([model] bias, set by gpt2_bias when one is
+            // nonzero), else they must be zero
+            struct { const char* hf; const char* ours; int n; } Bz[] = {
+                {"transformer.h.%d.attn.c_attn.bias", "h.%d.attn.bqkv", 3 * d}, {"transformer.h.%d.attn.c_proj.bias", "h.%d.attn.bo", d},
+                {"transformer.h.%d.mlp.c_fc.bias", "h.%d.mlp.b_in", F}, {"transformer.h.%d.mlp.c_proj.bias", "h.%d.mlp.b_out", d}};
             for (size_t i = 0; i < sizeof Bz / sizeof Bz[0]; i++) {
                 GET(w, NM(Bz[i].hf), Bz[i].n, 0, 0);
+                float* o = dst(t, x, Bz[i].ours, L);
+                if (o) { put_rows(o, w, (size_t)Bz[i].n); free(w); continue; }
                 for (int j = 0; j < Bz[i].n; j++)
                     if (w[j] != 0.0f) {
                         fprintf(stderr, "error: import: %s: '%s' is not zero (element %d = %g): gatedgpt's linear layers have no bias\n",
@@ -804,8 +832,9 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
     if (read_config(c, &s, &cls)) goto out;
     // the default training length may not fit a short model: its longest length then
     if (c->train.seq_len > c->model.max_seq_len && set(c, &s, "train.seq_len=%d", c->model.max_seq_len)) goto out;
-    if (config_finalize(c, s.cfg_path)) goto out;
     if (st_load(&s)) goto out;
+    if (cls == 0 && gpt2_bias(&s, c)) goto out;   // GPT-2's linear biases decide [model] bias
+    if (config_finalize(c, s.cfg_path)) goto out;
     gpt_build(&m, &c->model, c->train.seed);
     float* host = calloc(m.table.total, sizeof(float));   // padding rows (vocab) stay zero
     if (!host) { fprintf(stderr, "error: import: out of memory\n"); goto out; }

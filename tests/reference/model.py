@@ -280,8 +280,6 @@ def load_config(path):
             raise ValueError(f"{path}: linear_n_v_head must be a multiple of linear_n_k_head")
         if not 1 <= c.linear_conv_kernel <= 16 or not 0 <= c.linear_chunk <= 1024:
             raise ValueError(f"{path}: linear_conv_kernel in 1..16, linear_chunk in 0..1024")
-    if c.bias and (c.n_expert or c.any_linear):
-        raise ValueError(f"{path}: bias = true is for attention and dense MLP layers only")
     if c.shared_expert_gate and not c.n_shared_expert:
         raise ValueError(f"{path}: [moe] shared_expert_gate needs n_shared_expert = 1")
     return c
