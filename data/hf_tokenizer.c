@@ -556,7 +556,10 @@ int hf_tokenizer_is_json(const char* path) {
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t') {}
     fclose(f);
-    return c == '{';
+    // '{'; or what the JSON loader names better than "wrong magic": a top-level array, a UTF-8
+    // byte-order mark, any file named *.json
+    size_t l = strlen(path);
+    return c == '{' || c == '[' || c == 0xEF || (l >= 5 && strcmp(path + l - 5, ".json") == 0);
 }
 
 void hf_tokenizer_free(Tokenizer* t) {
@@ -685,6 +688,17 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
         nv++;
     }
     if (max_id < 0) { tok_error(path, "model.vocab is empty"); return -1; }
+    // ids index tables of max_id + 1 entries: a few unused ids are fine, an id far above the count
+    // of tokens (a 2^30 - 1 among 50k) would size them for a vocabulary that is not there
+    if ((int64_t)max_id + 1 > 2 * ((int64_t)nv + H->n_added) + 1024) {
+        const char* who = "?";
+        cJSON_ArrayForEach(e, vocab) if (e->valueint == max_id) who = e->string;
+        for (int k = 0; k < H->n_added; k++) if (H->added[k].id == max_id) who = "(an added token)";
+        tok_error(path, "id %d (\"%.40s\") is far above the %d tokens of model.vocab and added_tokens: ids must number the "
+                  "tokens (at most 2 x their count + 1024, here %lld); renumber it", max_id, who, nv + H->n_added,
+                  2 * ((long long)nv + H->n_added) + 1024);
+        return -1;
+    }
     const int V = max_id + 1;
     t->vocab_size = V;
     t->offsets = calloc((size_t)V + 1, sizeof(int64_t));
@@ -696,7 +710,18 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     cJSON_ArrayForEach(e, vocab) {
         size_t l = strlen(e->string);
         if (l > longest) longest = l;
-        if (is_vocab[e->valueint] == 2) continue;  // an added token: its content is its text
+        if (is_vocab[e->valueint] == 2) {  // an added token: its content is its text, which must be this token's
+            int k = 0;
+            while (k < H->n_added && H->added[k].id != e->valueint) k++;
+            if ((size_t)H->added[k].len != l || memcmp(H->added_text + H->added[k].off, e->string, l) != 0) {
+                tok_error(path, "added token '%.*s' has id %d, which model.vocab gives to \"%.40s\": two tokens with one id "
+                          "(the tokenizers library would renumber the added token; give it an unused id)",
+                          H->added[k].len, (const char*)H->added_text + H->added[k].off, e->valueint, e->string);
+                free(is_vocab);
+                return -1;
+            }
+            continue;
+        }
         if (is_vocab[e->valueint] == 1) {
             tok_error(path, "model.vocab gives id %d to two tokens (one is \"%.40s\")", e->valueint, e->string);
             free(is_vocab);
@@ -819,6 +844,41 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     return 0;   // (the rank map and cache: tokenizer_load, data/tokenizer.c)
 }
 
+// What cJSON accepts and JSON (and the `tokenizers` library, serde_json) does not, or what cJSON
+// reads differently: a UTF-8 byte-order mark, a control byte outside a string (cJSON skips any
+// byte <= 0x20 as whitespace) or inside one, and \u0000 in a string (cJSON ends the string there,
+// so a vocabulary key would be cut). 0, or -1 after one line naming the line and column.
+static int hf_json_prescan(const char* js, size_t n, const char* path) {
+    int line, col;
+    if (n >= 3 && memcmp(js, "\xEF\xBB\xBF", 3) == 0) {
+        tok_error(path, "starts with a UTF-8 byte-order mark, which JSON does not allow (the tokenizers library refuses "
+                        "the file too): remove the first 3 bytes");
+        return -1;
+    }
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)js[i];
+        if (c < 0x20 && (in_str || (c != ' ' && c != '\t' && c != '\n' && c != '\r'))) {
+            hf_line_col(js, i, &line, &col);
+            tok_error(path, "byte 0x%02X at line %d, column %d %s: not valid JSON (the tokenizers library refuses the file)",
+                      c, line, col, in_str ? "inside a string (control bytes must be escaped)" : "outside a string (JSON whitespace is "
+                      "space, tab, CR, LF)");
+            return -1;
+        }
+        if (c == '"') in_str = !in_str;
+        else if (c == '\\' && in_str && i + 1 < n) {
+            if (js[i + 1] == 'u' && i + 5 < n && memcmp(js + i + 2, "0000", 4) == 0) {
+                hf_line_col(js, i, &line, &col);
+                tok_error(path, "\\u0000 (a NUL character) in a string at line %d, column %d: no byte-level BPE token holds "
+                                "one (ByteLevel spells byte 0 as U+0100); not supported", line, col);
+                return -1;
+            }
+            i++;  // the escaped character (\" does not end the string)
+        }
+    }
+    return 0;
+}
+
 int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     memset(t, 0, sizeof(*t));
     static int alphabet_ready = 0;
@@ -841,6 +901,7 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     }
     fclose(f);
     H->json[H->json_len] = '\0';
+    if (hf_json_prescan(H->json, H->json_len, path) != 0) return -1;
     const char* end = NULL;
     cJSON* root = cJSON_ParseWithLengthOpts(H->json, H->json_len, &end, 0);
     if (!root) {
@@ -852,7 +913,19 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
         else tok_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
         return -1;
     }
-    int rc = cJSON_IsObject(root) ? hf_build(t, root, path) : (tok_error(path, "the JSON is not an object"), -1);
+    size_t rest = end ? (size_t)(end - H->json) : H->json_len;
+    while (rest < H->json_len && strchr(" \t\r\n", H->json[rest])) rest++;
+    int rc;
+    if (rest < H->json_len) {
+        int line, col;
+        hf_line_col(H->json, rest, &line, &col);
+        tok_error(path, "text after the JSON value at line %d, column %d: \"%.20s\" (the tokenizers library refuses the file)",
+                  line, col, H->json + rest);
+        rc = -1;
+    } else if (!cJSON_IsObject(root))
+        rc = (tok_error(path, "the JSON's top level is %s, not an object: not a tokenizer.json",
+                        cJSON_IsArray(root) ? "an array" : cJSON_IsString(root) ? "a string" : "a number, true, false or null"), -1);
+    else rc = hf_build(t, root, path);
     cJSON_Delete(root);
     return rc;
 }

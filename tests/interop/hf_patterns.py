@@ -15,6 +15,8 @@ ByteLevel] file) in place of its pattern.
       that its merges cross the places where the patterns cut: any pre-token boundary of ours
       that is not the library's shows in the ids (a vocabulary trained with the pattern itself
       has no merge across its cuts, and most differences would not show).
+  hf_patterns.py nfc --tok-encode BIN --tokenizer JSON [--n 20000]
+      a tokenizer.json with normalizer NFC on texts with the marks of FROZEN: ids equal to the library's.
   hf_patterns.py fixtures --base JSON OUT
       OUT (JSON): every case with the library's ids on its texts and 12 general texts, what
       tests/test_hf_tokenizer.sh compares tok_encode with (no python packages needed there).
@@ -53,6 +55,29 @@ REFUSED = [
     ("class_intersection", r"[a-z&&[^b]]+|.", r"class inside a class|&&"),
     ("not_word_in_class", r"[\W\d]+|.", r"\\W inside a \[...\] class"),
 ]
+# NFC: combining marks of Unicode 10-15 that the library's older tables (class 0) do not reorder
+# and utf8proc 2.8 does (data/hf_tokenizer.c hf_nfc_frozen_ranges); texts mixing them with bases
+# and marks of every class, for a tokenizer.json with normalizer NFC
+FROZEN = [0x07FD, 0x0898, 0x089F, 0x08CA, 0x08D3, 0x09FE, 0x0C3C, 0x0D3B, 0x0D3C, 0x0EBA, 0x1715, 0x1ABF, 0x1AC5, 0x1ACE,
+          0x1DF6, 0x1DFA, 0xA82C, 0x10D24, 0x10EAB, 0x10EFD, 0x10F46, 0x10F82, 0x11070, 0x1133B, 0x1145E, 0x11839,
+          0x1193D, 0x11943, 0x119E0, 0x11A34, 0x11A47, 0x11A99, 0x11D42, 0x11D44, 0x11D97, 0x11F41, 0x16FF0, 0x1E08F,
+          0x1E130, 0x1E2AE, 0x1E2EC, 0x1E4EC]
+
+
+def nfc_texts(n, seed):
+    import random
+    r = random.Random(seed)
+    marks = ["\u0334", "\u0301", "\u0316", "\u05b0", "\u0d4d", "\u093c", "\u0327", "\u1dce", ""]
+    bases = ["a", "e", "\u0d15", "o", " ", "\u05d0", "x", "\u0915", "A", "\u1100\u1161"]
+    out = []
+    for _ in range(n):
+        t = ""
+        for _ in range(r.randint(1, 6)):
+            t += r.choice(bases) + "".join(r.choice([chr(r.choice(FROZEN))] + marks) for _ in range(r.randint(0, 3)))
+        out.append(t)
+    return out
+
+
 # PCRE2's match limit (catastrophic backtracking): an error in both, never a silent pre-token
 MATCH_LIMIT = ("match_limit", r"(\p{L}+)+!|\s+|.", "a" * 40 + "?")
 
@@ -137,6 +162,17 @@ def check(a):
     return 1 if bad else 0
 
 
+def nfc(a):
+    txts = nfc_texts(a.n, 5)
+    want = lib_ids(a.tokenizer, txts)
+    got, err = ours(a.tok_encode, a.tokenizer, txts)
+    diff = [i for i in range(len(txts)) if got is None or got[i] != want[i]]
+    print(f"nfc: {os.path.basename(a.tokenizer)} on {a.n} texts with the {len(FROZEN)} sampled marks of Unicode 10-15: "
+          f"ids differ on {len(diff)} {err}")
+    print("nfc: PASS" if not diff else "nfc: FAIL")
+    return 1 if diff else 0
+
+
 def base(a):
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, Regex
     lines = [t + "\n" for _, _, texts in CASES for t in texts] * 40
@@ -162,6 +198,9 @@ def fixtures(a):
             with_pattern(a.base, pat, p)
             txts = texts + gen
             out["cases"].append({"name": name, "pattern": pat, "texts": txts, "ids": lib_ids(p, txts)})
+    txts = nfc_texts(60, 9)
+    nfc_tok = os.path.join(os.path.dirname(a.base), "qwen2.json")
+    out["nfc"] = {"tokenizer": "qwen2.json", "texts": txts, "ids": lib_ids(nfc_tok, txts)}
     out["refused"] = [{"name": n, "pattern": p, "message": m} for n, p, m in REFUSED]
     out["match_limit"] = {"name": MATCH_LIMIT[0], "pattern": MATCH_LIMIT[1], "text": MATCH_LIMIT[2]}
     with open(a.out, "w", encoding="utf-8") as f:
@@ -177,13 +216,17 @@ def main():
     c.add_argument("--base", required=True)
     c.add_argument("--n", type=int, default=2000)
     c.add_argument("--seed", type=int, default=3000)
+    nf = sub.add_parser("nfc")
+    nf.add_argument("--tok-encode", required=True)
+    nf.add_argument("--tokenizer", required=True)
+    nf.add_argument("--n", type=int, default=20000)
     b = sub.add_parser("base")
     b.add_argument("out")
     f = sub.add_parser("fixtures")
     f.add_argument("--base", required=True)
     f.add_argument("out")
     a = ap.parse_args()
-    sys.exit(check(a) if a.cmd == "check" else base(a) if a.cmd == "base" else fixtures(a))
+    sys.exit(check(a) if a.cmd == "check" else base(a) if a.cmd == "base" else nfc(a) if a.cmd == "nfc" else fixtures(a))
 
 
 if __name__ == "__main__":
