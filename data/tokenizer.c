@@ -317,7 +317,8 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
         }
         const unsigned char* nul = memchr(raw + rlen, 0, got);
         if (nul) {  // text holds no NUL byte: binary data (or UTF-16) read as text would make shards of noise
-            tok_error(path, "a NUL byte at offset %lld: binary data, not UTF-8 text%s", (long long)(fpos + (nul - raw)),
+            fprintf(stderr, "error: text '%s': a NUL byte at offset %lld: binary data, not UTF-8 text%s\n", path,
+                    (long long)(fpos + (nul - raw)),
                       fpos == 0 && rlen == 0 && got >= 2 && ((raw[0] == 0xFF && raw[1] == 0xFE) || (raw[0] == 0xFE && raw[1] == 0xFF))
                           ? " (it starts like UTF-16: convert it to UTF-8)" : "");
             rc = -1;
