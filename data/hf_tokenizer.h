@@ -8,9 +8,10 @@
 //      between them is put in NFC (utf8proc) before the next step;
 //   2. the text between them is cut by the pre-tokenizer's regex: Split(Regex, "Isolated") of a
 //      Sequence [Split, ByteLevel(use_regex=false)], or GPT-2's pattern for a lone
-//      ByteLevel(use_regex=true). Matches and the gaps between them are pre-tokens. The regex runs
-//      on PCRE2 (JIT) with Unicode properties; \s and \S are rewritten to the Unicode White_Space
-//      set that the library's Oniguruma uses (PCRE2's \s also holds U+180E). Bytes that are not
+//      ByteLevel(use_regex=true). Matches and the gaps between them are pre-tokens. The pattern
+//      means what the library's Oniguruma (Ruby syntax) makes of it: it is rewritten for PCRE2
+//      (JIT) where the two differ ({n,m}+, {,m}, \h, \w, \b, \s, ^, $, (?m), \u; the table in
+//      docs/formats.md) or refused, naming the construct. Bytes that are not
 //      valid UTF-8 are never matched (PCRE2_MATCH_INVALID_UTF): a run of them is a gap pre-token;
 //   3. each pre-token's bytes start as the ids of the 256 ByteLevel characters and merge by rank
 //      (model.merges order; lowest first, leftmost among equals). With model.ignore_merges a
