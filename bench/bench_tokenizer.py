@@ -6,11 +6,13 @@ same text, one core, side by side (bench/bench_tokenizer.sh runs it in a virtual
 The text: KJV (data/kjv/train.txt) repeated, mixed 4:1 with multilingual text of every script
 (tests/interop/hf_texts.corpus), --mb million characters (100: 111 MB of UTF-8), cut into
 documents by "<|endoftext|>" lines (KJV chapters; 40 lines of the rest). The repetition helps
-every encoder with a pre-token cache (ours, tokenizers'); tiktoken has none. The tokenizers: three byte-level BPEs of vocab 32768 that
-`tokenizers` trains here on 8 MB of that mix, with GPT-2's, Qwen2's and Llama 3's pre-tokenizer
-(tests/interop/hf_tokenizers.py train). tiktoken runs the same BPE: its mergeable ranks are the
-merges in order (byte b -> rank b, merge r's token -> 256 + r) and its pattern is the same regex.
-Every encoder must give the same number of tokens (checked), so tokens/s compare like with like.
+every encoder with a pre-token cache (ours, tokenizers'); tiktoken has none. The tokenizers: real
+vocabularies (tests/interop/hf_real_vocab.py): cl100k (100,256 ranks, its published pattern), Qwen2's
+(151,643, Qwen's pattern, NFC) and o200k (199,998), tiktoken files from PyPI wheels converted to
+tokenizer.json by transformers' TikTokenConverter. tiktoken runs its own file with the same
+pattern (no NFC: tiktoken has none; and it reads cl100k's \p{N}{1,3}+ as possessive, the
+library as runs of 1-3: digit runs over 3 differ), so its token count may differ a little from
+prepare's and the library's, which must be equal (checked).
 
 prepare is timed end to end by its own "encoded ... in S s" line: reading the file, cutting
 documents, encoding, writing the shard (the tokenizer load is outside it).
@@ -28,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 import hf_texts  # noqa: E402
-import hf_tokenizers  # noqa: E402
+import hf_real_vocab  # noqa: E402
 
 SEP = "<|endoftext|>"
 
@@ -83,15 +85,10 @@ def run_tokenizers(tok_path, docs):
     return n, time.perf_counter() - t0
 
 
-def tiktoken_encoding(tok_path, pattern):
+def tiktoken_encoding(cache, name):
     import tiktoken
-    j = json.load(open(tok_path, encoding="utf-8"))
-    ranks = {bytes([b]): b for b in range(256)}
-    for r, m in enumerate(j["model"]["merges"]):
-        a, b = m.split(" ") if isinstance(m, str) else m
-        tok = bytes(hf_tokenizers.C2B[c] for c in a + b)
-        ranks.setdefault(tok, 256 + r)
-    return tiktoken.Encoding(name="bench", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return tiktoken.Encoding(name="bench_" + name, pat_str=hf_real_vocab.VOCABS[name][2],
+                             mergeable_ranks=hf_real_vocab.ranks(cache, name), special_tokens={})
 
 
 def run_tiktoken(enc, docs):
@@ -108,7 +105,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--kjv", default="data/kjv/train.txt")
     ap.add_argument("--mb", type=int, default=100)
-    ap.add_argument("--names", default="gpt2,qwen2,llama3")
+    ap.add_argument("--names", default="cl100k,qwen,o200k")
+    ap.add_argument("--vocab-dir", default="build/real-vocab")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     cpu = platform.processor()
@@ -122,9 +120,7 @@ def main():
         os.sched_setaffinity(0, {0})  # this process (tokenizers, tiktoken) on the same one core
     text = os.path.join(a.work, f"text_{a.mb}mb.txt")
     make_text(text, a.mb, a.kjv)
-    tokdir = os.path.join(a.work, "tok32k")
-    if not all(os.path.exists(os.path.join(tokdir, n + ".json")) for n in hf_tokenizers.NAMES):
-        hf_tokenizers.train(tokdir, 32768, 4_000_000, a.kjv)  # 4 MB multilingual + 4 MB KJV
+    hf_real_vocab.convert(a.vocab_dir, a.vocab_dir)
     docs, nbytes = documents(text)
     import tiktoken
     import tokenizers
@@ -133,16 +129,17 @@ def main():
           f"tiktoken {tiktoken.__version__}")
     print(f"{'tokenizer':10s} {'encoder':22s} {'tokens':>11s} {'s':>7s} {'Mtok/s':>7s} {'MB/s':>6s} {'prepare x':>9s}")
     for name in a.names.split(","):
-        tp = os.path.join(tokdir, name + ".json")
-        pattern = hf_tokenizers.PATTERNS.get(name) or r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+        tp = os.path.join(a.vocab_dir, name, "tokenizer.json")
         rows = [("prepare (ours)",) + run_prepare(a.prepare, tp, text, a.work, pin),
                 ("tokenizers encode_batch",) + run_tokenizers(tp, docs),
-                ("tiktoken",) + run_tiktoken(tiktoken_encoding(tp, pattern), docs)]
+                ("tiktoken",) + run_tiktoken(tiktoken_encoding(a.vocab_dir, name), docs)]
         ours = rows[0][1] / rows[0][2]
         for label, n, s in rows:
             print(f"{name:10s} {label:22s} {n:11d} {s:7.2f} {n / s / 1e6:7.2f} {nbytes / s / 1e6:6.1f} {ours / (n / s):9.2f}")
-        if len({r[1] for r in rows}) != 1:
-            print(f"  note: the token counts differ ({[r[1] for r in rows]})")
+        if rows[0][1] != rows[1][1]:
+            print(f"  ERROR: prepare and tokenizers give different token counts ({rows[0][1]} vs {rows[1][1]})")
+        if rows[2][1] != rows[0][1]:
+            print(f"  note: tiktoken's count differs by {100 * (rows[2][1] - rows[0][1]) / rows[0][1]:+.3f}%")
     shutil.rmtree(os.path.join(a.work, "shards"), ignore_errors=True)
 
 

@@ -5,7 +5,10 @@
 # (BUILD/venv-tokenizer: pip install tokenizers tiktoken transformers; ~100 MB). Needs the KJV text
 # (scripts/prepare_kjv.sh makes it).
 #
-# usage: bench/bench_tokenizer.sh [--build DIR] [--mb N] [--names gpt2,qwen2,llama3]
+# The vocabularies are real (cl100k, Qwen2's, o200k: 100k-200k tokens), converted from tiktoken
+# files that PyPI wheels ship (tests/interop/hf_real_vocab.py; cached in BUILD/real-vocab).
+#
+# usage: bench/bench_tokenizer.sh [--build DIR] [--mb N] [--names cl100k,qwen,o200k]
 set -euo pipefail
 build=build
 args=()
@@ -13,7 +16,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$2; shift 2 ;;
         --mb|--names) args+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench_tokenizer: error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
     esac
 done
@@ -29,4 +32,5 @@ if ! "$venv/bin/python" -c "import tokenizers, tiktoken, transformers" 2>/dev/nu
 fi
 # one thread for the Rust libraries: tokenizers' encode_batch uses rayon, tiktoken's batch calls a pool
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
-exec "$venv/bin/python" bench/bench_tokenizer.py --prepare "$build/prepare" --work "$build/bench-tokenizer" "${args[@]}"
+exec "$venv/bin/python" bench/bench_tokenizer.py --prepare "$build/prepare" --work "$build/bench-tokenizer" \
+    --vocab-dir "$build/real-vocab" "${args[@]}"

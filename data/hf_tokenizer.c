@@ -25,8 +25,6 @@
 
 // GPT-2's pattern: what ByteLevel(use_regex=true) splits with
 #define HF_GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-// Unicode White_Space, what Oniguruma's \s matches (PCRE2's \s adds U+180E), as class items
-#define HF_WHITE_SPACE "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
 static const char* const hf_eot_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
 
@@ -37,6 +35,11 @@ struct TokHf {
     size_t json_len;
     pcre2_code* re;
     pcre2_match_data* md;
+    pcre2_match_context* mctx;  // the JIT stack below
+    pcre2_jit_stack* jit_stack;
+    size_t context;             // bytes of text before a match start the pattern may look at (0: none)
+    int err_rc;                 // the last negative match result other than no-match (0: none)
+    size_t err_off;             // and the offset in the text where that match started
     // added tokens sorted by (first byte, length descending); bucket[b] = [start[b], start[b+1])
     HfAdded* added;
     int n_added, max_added;     // count, longest content in bytes
@@ -150,59 +153,227 @@ static int hf_is_unset(const cJSON* o, const char* key) {
 }
 
 // ================================================================================================
-// the regex: Oniguruma's pattern as PCRE2 (\s, \S -> White_Space), compiled with JIT
+// the regex: the pattern as the `tokenizers` library reads it (Oniguruma, Ruby syntax), rewritten
+// for PCRE2 and compiled with JIT. What differs, and becomes here (docs/formats.md has the table):
+//   X{n,m}+ X{n,}+ X{n}+   Ruby: one or more runs of X{..} (not possessive) -> (?:X{n,m})+
+//   X{n}?                  Ruby: X{n} optional (not lazy)                     -> (?:X{n})?
+//   {,m}                   Ruby: {0,m} (PCRE2 10.42: literal text)            -> {0,m}
+//   \h \H                  Ruby: a hex digit (PCRE2: horizontal space)        -> [0-9a-fA-F] and its complement
+//   \w \W \b \B            Ruby: word = Alphabetic, marks, Nd, Pc, and 6 Latin-1 No (PCRE2: L, N, _)
+//   \s \S                  Ruby: Unicode White_Space (PCRE2 adds U+180E)
+//   ^ $                    Ruby: at every line start / end (PCRE2_MULTILINE); newline is LF only
+//   (?m)                   Ruby: dot matches newline                          -> (?s)
+//   \uHHHH                 Ruby: a code point (PCRE2: an error)               -> \x{HHHH}
+// Refused (one line naming the construct and its offset): (?s) and other options Ruby lacks,
+// POSIX brackets [:..:] (Ruby: Unicode Alphabetic etc.; PCRE2: general categories), nested
+// classes and && inside a class (Ruby set operations), \W and \H inside a class, the absence
+// operator (?~..).
 // ================================================================================================
 
-static char* hf_translate(const char* pat, const char* path) {
-    size_t n = strlen(pat);
-    char* out = malloc(n * (sizeof(HF_WHITE_SPACE) + 4) + 1);
-    if (!out) { tok_error(path, "out of memory"); return NULL; }
-    size_t w = 0;
-    int in_class = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = pat[i];
-        if (c == '\\' && i + 1 < n) {
-            char d = pat[++i];
-            const char* rep = NULL;
-            if (d == 's') rep = in_class ? HF_WHITE_SPACE : "[" HF_WHITE_SPACE "]";
-            else if (d == 'S' && !in_class) rep = "[^" HF_WHITE_SPACE "]";
-            else if (d == 'S') {
-                tok_error(path, "pre_tokenizer Split regex: \\S inside a [...] class is not supported");
-                free(out);
-                return NULL;
-            }
-            if (rep) { memcpy(out + w, rep, strlen(rep)); w += strlen(rep); }
-            else { out[w++] = '\\'; out[w++] = d; }
-            continue;
-        }
-        if (c == '[' && !in_class) {
-            in_class = 1;
-            out[w++] = c;
-            if (i + 1 < n && pat[i + 1] == '^') out[w++] = pat[++i];
-            if (i + 1 < n && pat[i + 1] == ']') out[w++] = pat[++i];  // a literal ] first in a class
-            continue;
-        }
-        if (c == ']' && in_class) in_class = 0;
-        out[w++] = c;
+// Unicode White_Space, what Oniguruma's \s matches, as class items; and its complement
+#define HF_WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define HF_NOT_WS "\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}\\x{1681}-\\x{1FFF}" \
+                  "\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{10FFFF}"
+// Oniguruma's Unicode \w (measured against tokenizers 0.23 on every code point: equal on all
+// characters of PCRE2's Unicode 14 tables; Oniguruma's newer tables add ones assigned later)
+#define HF_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}"
+#define HF_HEX "0-9a-fA-F"
+#define HF_NOT_HEX "\\x{0}-\\x{2F}\\x{3A}-\\x{40}\\x{47}-\\x{60}\\x{67}-\\x{10FFFF}"
+
+typedef struct {
+    char* s;          // the PCRE2 pattern being written
+    size_t* from;     // from[k]: the offset in the original pattern that output byte k came from
+    size_t n, cap;
+    int oom;
+} HfOut;
+
+static void hf_emit(HfOut* o, const char* p, size_t len, size_t from) {
+    if (o->n + len + 1 > o->cap) {
+        size_t c = o->cap ? o->cap : 256;
+        while (c < o->n + len + 1) c *= 2;
+        char* s = realloc(o->s, c);
+        size_t* f = s ? realloc(o->from, c * sizeof(size_t)) : NULL;
+        if (s) o->s = s;
+        if (!f) { o->oom = 1; return; }
+        o->from = f;
+        o->cap = c;
     }
-    out[w] = '\0';
-    return out;
+    memcpy(o->s + o->n, p, len);
+    for (size_t k = 0; k < len; k++) o->from[o->n + k] = from;
+    o->n += len;
+    o->s[o->n] = '\0';
+}
+static void hf_emits(HfOut* o, const char* p, size_t from) { hf_emit(o, p, strlen(p), from); }
+
+// inserts text at output offset at (wrapping an atom in a group)
+static void hf_insert(HfOut* o, size_t at, const char* p, size_t from) {
+    size_t len = strlen(p), tail = o->n - at;
+    hf_emit(o, p, len, from);  // grows; then move into place
+    if (o->oom) return;
+    memmove(o->s + at + len, o->s + at, tail);
+    memmove(o->from + at + len, o->from + at, tail * sizeof(size_t));
+    memcpy(o->s + at, p, len);
+    for (size_t k = 0; k < len; k++) o->from[at + k] = from;
 }
 
+// {n}, {n,}, {n,m} or {,m} at p: its length, with *lo_missing set for {,m}; 0 when it is literal text
+static size_t hf_interval(const char* p, int* lo_missing, int* exact) {
+    size_t k = 1, d1 = 0, d2 = 0;
+    while (p[k] >= '0' && p[k] <= '9') { k++; d1++; }
+    int comma = p[k] == ',';
+    if (comma) { k++; while (p[k] >= '0' && p[k] <= '9') { k++; d2++; } }
+    if (p[k] != '}' || (d1 == 0 && d2 == 0)) return 0;
+    *lo_missing = d1 == 0;
+    *exact = !comma;
+    return k + 1;
+}
+
+#define HF_REFUSE(...) do { tok_error(path, __VA_ARGS__); free(o.s); free(o.from); return -1; } while (0)
+
+// pat (Ruby syntax) -> out->s (PCRE2); 0, or -1 after one line naming the construct and offset
+static int hf_translate(const char* pat, const char* path, HfOut* out) {
+    HfOut o = {0};
+    const size_t n = strlen(pat);
+    int in_class = 0;
+    long atom = -1;                 // output offset of the last atom (what a quantifier repeats), -1: none
+    size_t groups[256]; int depth = 0;
+    hf_emit(&o, "", 0, 0);
+    for (size_t i = 0; i < n && !o.oom;) {
+        const char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            const char d = pat[i + 1];
+            size_t at = o.n;
+            const char* rep = NULL;
+            if (!in_class) {
+                rep = d == 's' ? "[" HF_WS "]" : d == 'S' ? "[^" HF_WS "]" : d == 'h' ? "[" HF_HEX "]" : d == 'H' ? "[^" HF_HEX "]"
+                    : d == 'w' ? "[" HF_WORD "]" : d == 'W' ? "[^" HF_WORD "]"
+                    : d == 'b' ? "(?:(?<=[" HF_WORD "])(?![" HF_WORD "])|(?<![" HF_WORD "])(?=[" HF_WORD "]))"
+                    : d == 'B' ? "(?:(?<=[" HF_WORD "])(?=[" HF_WORD "])|(?<![" HF_WORD "])(?![" HF_WORD "]))" : NULL;
+            } else {
+                if (d == 'W' || d == 'H')
+                    HF_REFUSE("pre_tokenizer Split regex: \\%c inside a [...] class (pattern offset %zu) is not supported", d, i);
+                rep = d == 's' ? HF_WS : d == 'S' ? HF_NOT_WS : d == 'h' ? HF_HEX : d == 'w' ? HF_WORD : NULL;
+            }
+            if (rep) { hf_emits(&o, rep, i); i += 2; atom = (long)at; continue; }
+            if (d == 'u') {  // \uHHHH
+                size_t k = 2;
+                while (k < 6 && i + k < n && strchr("0123456789abcdefABCDEF", pat[i + k]) && pat[i + k]) k++;
+                if (k != 6) HF_REFUSE("pre_tokenizer Split regex: \\u at pattern offset %zu wants 4 hex digits", i);
+                char x[16];
+                snprintf(x, sizeof x, "\\x{%.4s}", pat + i + 2);
+                hf_emits(&o, x, i);
+                i += 6;
+                atom = (long)at;
+                continue;
+            }
+            size_t k = 2;  // \p{..}, \x{..}, \k<..>: copied whole; else the escaped character (UTF-8)
+            if ((d == 'p' || d == 'P' || d == 'x') && i + 2 < n && pat[i + 2] == '{') {
+                const char* e = strchr(pat + i, '}');
+                if (e) k = (size_t)(e - (pat + i)) + 1;
+            } else while (i + k < n && ((unsigned char)pat[i + k] & 0xC0) == 0x80) k++;
+            hf_emit(&o, pat + i, k, i);
+            i += k;
+            atom = (long)at;
+            continue;
+        }
+        if (in_class) {
+            if (c == '[') {
+                if (pat[i + 1] == ':')
+                    HF_REFUSE("pre_tokenizer Split regex: the POSIX bracket [:...:] at pattern offset %zu is not supported "
+                              "(Oniguruma reads it as a Unicode property, PCRE2 as general categories)", i);
+                HF_REFUSE("pre_tokenizer Split regex: a class inside a class at pattern offset %zu (Oniguruma set syntax) "
+                          "is not supported", i);
+            }
+            if (c == '&' && pat[i + 1] == '&')
+                HF_REFUSE("pre_tokenizer Split regex: && (class intersection) at pattern offset %zu is not supported", i);
+            if (c == ']') in_class = 0;
+            hf_emit(&o, &c, 1, i);
+            i++;
+            continue;
+        }
+        if (c == '[') {
+            atom = (long)o.n;
+            in_class = 1;
+            hf_emit(&o, "[", 1, i++);
+            if (pat[i] == '^') hf_emit(&o, "^", 1, i++);
+            if (pat[i] == ']') hf_emit(&o, "]", 1, i++);  // a literal ] first in a class
+            continue;
+        }
+        if (c == '(') {
+            if (depth == (int)(sizeof groups / sizeof groups[0]))
+                HF_REFUSE("pre_tokenizer Split regex: groups nested deeper than %d", depth);
+            groups[depth++] = o.n;
+            if (pat[i + 1] == '?' && pat[i + 2] == '~')
+                HF_REFUSE("pre_tokenizer Split regex: the absence operator (?~...) at pattern offset %zu is not supported", i);
+            if (pat[i + 1] == '?' && strchr("imxs-", pat[i + 2]) && pat[i + 2]) {  // options: (?imx-imx) or (?imx-imx:
+                size_t k = i + 2;
+                hf_emit(&o, "(?", 2, i);
+                for (; k < n && pat[k] != ')' && pat[k] != ':'; k++) {
+                    char f = pat[k];
+                    if (f != 'i' && f != 'm' && f != 'x' && f != '-')
+                        HF_REFUSE("pre_tokenizer Split regex: option '%c' in (?%c...) at pattern offset %zu: Oniguruma's Ruby "
+                                  "syntax has only i, m (dot matches newline) and x; the tokenizers library refuses it", f, f, i);
+                    char g = f == 'm' ? 's' : f;  // Ruby's m is PCRE2's s
+                    hf_emit(&o, &g, 1, k);
+                }
+                i = k;
+                continue;
+            }
+            hf_emit(&o, "(", 1, i++);
+            continue;
+        }
+        if (c == ')') {
+            atom = depth > 0 ? (long)groups[--depth] : -1;
+            hf_emit(&o, ")", 1, i++);
+            continue;
+        }
+        if (c == '{') {
+            int lo_missing = 0, exact = 0;
+            size_t len = hf_interval(pat + i, &lo_missing, &exact);
+            if (len > 0) {
+                if (lo_missing) { hf_emit(&o, "{0", 2, i); hf_emit(&o, pat + i + 1, len - 1, i); }
+                else hf_emit(&o, pat + i, len, i);
+                size_t q = i + len;
+                if (atom >= 0 && (pat[q] == '+' || (pat[q] == '?' && exact))) {  // Ruby: a repeat of the repeat
+                    hf_insert(&o, (size_t)atom, "(?:", q);
+                    char tail[3] = {')', pat[q], 0};
+                    hf_emits(&o, tail, q);
+                    q++;
+                }
+                i = q;
+                continue;
+            }
+        }
+        if (c == '|') atom = -1;
+        else if (c != '*' && c != '+' && c != '?' && c != '{' && ((unsigned char)c & 0xC0) != 0x80) atom = (long)o.n;
+        hf_emit(&o, &c, 1, i++);
+    }
+    if (o.oom) { free(o.s); free(o.from); tok_error(path, "out of memory"); return -1; }
+    *out = o;
+    return 0;
+}
+#undef HF_REFUSE
+
 static int hf_compile(TokHf* H, const char* pattern, const char* path) {
-    char* pcre = hf_translate(pattern, path);
-    if (!pcre) return -1;
+    HfOut o;
+    if (hf_translate(pattern, path, &o) != 0) return -1;
     int err;
     PCRE2_SIZE at;
     // UCP: \p{..} and classes by Unicode properties; MATCH_INVALID_UTF: any bytes are a valid
-    // subject, and no pattern item matches a byte that is not valid UTF-8
-    H->re = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
-                          &err, &at, NULL);
-    free(pcre);
+    // subject, and no pattern item matches a byte that is not valid UTF-8; MULTILINE: Ruby's ^ and
+    // $ (every line); newline LF only, as Oniguruma's
+    pcre2_compile_context* cc = pcre2_compile_context_create(NULL);
+    if (!cc || pcre2_set_newline(cc, PCRE2_NEWLINE_LF) != 0) { free(o.s); free(o.from); tok_error(path, "out of memory"); return -1; }
+    H->re = pcre2_compile((PCRE2_SPTR)o.s, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &err, &at, cc);
+    pcre2_compile_context_free(cc);
+    size_t orig = o.n ? o.from[at < o.n ? at : o.n - 1] : 0;
+    free(o.s);
+    free(o.from);
     if (!H->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        tok_error(path, "pre_tokenizer Split regex does not compile (PCRE2, near pattern offset %zu): %s", (size_t)at, msg);
+        tok_error(path, "pre_tokenizer Split regex does not compile (PCRE2, near pattern offset %zu): %s", orig, msg);
         return -1;
     }
     // PARTIAL_HARD too: streaming asks whether a match could change with more text
@@ -213,8 +384,17 @@ static int hf_compile(TokHf* H, const char* pattern, const char* path) {
         tok_error(path, "PCRE2 JIT compilation of the pre_tokenizer regex failed: %s (a PCRE2 built without JIT?)", msg);
         return -1;
     }
+    // the text before a match start that the pattern can look at (lookbehind, \b, ^): kept when
+    // streaming, in bytes (4 per character), 0 when none
+    uint32_t lb = 0;
+    pcre2_pattern_info(H->re, PCRE2_INFO_MAXLOOKBEHIND, &lb);
+    H->context = lb > 0 || strchr(pattern, '^') ? 4 * (size_t)lb + 8 : 0;
     H->md = pcre2_match_data_create_from_pattern(H->re, NULL);
-    if (!H->md) { tok_error(path, "out of memory"); return -1; }
+    // a JIT stack of up to 8 MiB (PCRE2's default is 32 KiB): deep matches are the library's too
+    H->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    H->mctx = pcre2_match_context_create(NULL);
+    if (!H->md || !H->jit_stack || !H->mctx) { tok_error(path, "out of memory"); return -1; }
+    pcre2_jit_stack_assign(H->mctx, NULL, H->jit_stack);
     return 0;
 }
 
@@ -376,7 +556,10 @@ int hf_tokenizer_is_json(const char* path) {
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t') {}
     fclose(f);
-    return c == '{';
+    // '{'; or what the JSON loader names better than "wrong magic": a top-level array, a UTF-8
+    // byte-order mark, any file named *.json
+    size_t l = strlen(path);
+    return c == '{' || c == '[' || c == 0xEF || (l >= 5 && strcmp(path + l - 5, ".json") == 0);
 }
 
 void hf_tokenizer_free(Tokenizer* t) {
@@ -387,6 +570,8 @@ void hf_tokenizer_free(Tokenizer* t) {
     if (!H) return;
     free(H->json);
     if (H->md) pcre2_match_data_free(H->md);
+    if (H->mctx) pcre2_match_context_free(H->mctx);
+    if (H->jit_stack) pcre2_jit_stack_free(H->jit_stack);
     if (H->re) pcre2_code_free(H->re);
     free(H->added);
     free(H->added_text);
@@ -503,6 +688,17 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
         nv++;
     }
     if (max_id < 0) { tok_error(path, "model.vocab is empty"); return -1; }
+    // ids index tables of max_id + 1 entries: a few unused ids are fine, an id far above the count
+    // of tokens (a 2^30 - 1 among 50k) would size them for a vocabulary that is not there
+    if ((int64_t)max_id + 1 > 2 * ((int64_t)nv + H->n_added) + 1024) {
+        const char* who = "?";
+        cJSON_ArrayForEach(e, vocab) if (e->valueint == max_id) who = e->string;
+        for (int k = 0; k < H->n_added; k++) if (H->added[k].id == max_id) who = "(an added token)";
+        tok_error(path, "id %d (\"%.40s\") is far above the %d tokens of model.vocab and added_tokens: ids must number the "
+                  "tokens (at most 2 x their count + 1024, here %lld); renumber it", max_id, who, nv + H->n_added,
+                  2 * ((long long)nv + H->n_added) + 1024);
+        return -1;
+    }
     const int V = max_id + 1;
     t->vocab_size = V;
     t->offsets = calloc((size_t)V + 1, sizeof(int64_t));
@@ -514,7 +710,18 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     cJSON_ArrayForEach(e, vocab) {
         size_t l = strlen(e->string);
         if (l > longest) longest = l;
-        if (is_vocab[e->valueint] == 2) continue;  // an added token: its content is its text
+        if (is_vocab[e->valueint] == 2) {  // an added token: its content is its text, which must be this token's
+            int k = 0;
+            while (k < H->n_added && H->added[k].id != e->valueint) k++;
+            if ((size_t)H->added[k].len != l || memcmp(H->added_text + H->added[k].off, e->string, l) != 0) {
+                tok_error(path, "added token '%.*s' has id %d, which model.vocab gives to \"%.40s\": two tokens with one id "
+                          "(the tokenizers library would renumber the added token; give it an unused id)",
+                          H->added[k].len, (const char*)H->added_text + H->added[k].off, e->valueint, e->string);
+                free(is_vocab);
+                return -1;
+            }
+            continue;
+        }
         if (is_vocab[e->valueint] == 1) {
             tok_error(path, "model.vocab gives id %d to two tokens (one is \"%.40s\")", e->valueint, e->string);
             free(is_vocab);
@@ -637,6 +844,41 @@ static int hf_build(Tokenizer* t, const cJSON* root, const char* path) {
     return 0;   // (the rank map and cache: tokenizer_load, data/tokenizer.c)
 }
 
+// What cJSON accepts and JSON (and the `tokenizers` library, serde_json) does not, or what cJSON
+// reads differently: a UTF-8 byte-order mark, a control byte outside a string (cJSON skips any
+// byte <= 0x20 as whitespace) or inside one, and \u0000 in a string (cJSON ends the string there,
+// so a vocabulary key would be cut). 0, or -1 after one line naming the line and column.
+static int hf_json_prescan(const char* js, size_t n, const char* path) {
+    int line, col;
+    if (n >= 3 && memcmp(js, "\xEF\xBB\xBF", 3) == 0) {
+        tok_error(path, "starts with a UTF-8 byte-order mark, which JSON does not allow (the tokenizers library refuses "
+                        "the file too): remove the first 3 bytes");
+        return -1;
+    }
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)js[i];
+        if (c < 0x20 && (in_str || (c != ' ' && c != '\t' && c != '\n' && c != '\r'))) {
+            hf_line_col(js, i, &line, &col);
+            tok_error(path, "byte 0x%02X at line %d, column %d %s: not valid JSON (the tokenizers library refuses the file)",
+                      c, line, col, in_str ? "inside a string (control bytes must be escaped)" : "outside a string (JSON whitespace is "
+                      "space, tab, CR, LF)");
+            return -1;
+        }
+        if (c == '"') in_str = !in_str;
+        else if (c == '\\' && in_str && i + 1 < n) {
+            if (js[i + 1] == 'u' && i + 5 < n && memcmp(js + i + 2, "0000", 4) == 0) {
+                hf_line_col(js, i, &line, &col);
+                tok_error(path, "\\u0000 (a NUL character) in a string at line %d, column %d: no byte-level BPE token holds "
+                                "one (ByteLevel spells byte 0 as U+0100); not supported", line, col);
+                return -1;
+            }
+            i++;  // the escaped character (\" does not end the string)
+        }
+    }
+    return 0;
+}
+
 int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     memset(t, 0, sizeof(*t));
     static int alphabet_ready = 0;
@@ -659,6 +901,7 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
     }
     fclose(f);
     H->json[H->json_len] = '\0';
+    if (hf_json_prescan(H->json, H->json_len, path) != 0) return -1;
     const char* end = NULL;
     cJSON* root = cJSON_ParseWithLengthOpts(H->json, H->json_len, &end, 0);
     if (!root) {
@@ -670,7 +913,19 @@ int hf_tokenizer_load(Tokenizer* t, const char* path_in) {
         else tok_error(path, "broken JSON at line %d, column %d (byte %zu): near \"%.20s\"", line, col, at, H->json + at);
         return -1;
     }
-    int rc = cJSON_IsObject(root) ? hf_build(t, root, path) : (tok_error(path, "the JSON is not an object"), -1);
+    size_t rest = end ? (size_t)(end - H->json) : H->json_len;
+    while (rest < H->json_len && strchr(" \t\r\n", H->json[rest])) rest++;
+    int rc;
+    if (rest < H->json_len) {
+        int line, col;
+        hf_line_col(H->json, rest, &line, &col);
+        tok_error(path, "text after the JSON value at line %d, column %d: \"%.20s\" (the tokenizers library refuses the file)",
+                  line, col, H->json + rest);
+        rc = -1;
+    } else if (!cJSON_IsObject(root))
+        rc = (tok_error(path, "the JSON's top level is %s, not an object: not a tokenizer.json",
+                        cJSON_IsArray(root) ? "an array" : cJSON_IsString(root) ? "a string" : "a number, true, false or null"), -1);
+    else rc = hf_build(t, root, path);
     cJSON_Delete(root);
     return rc;
 }
@@ -706,13 +961,39 @@ static size_t hf_valid_char(const unsigned char* p, size_t n) {
     return l;
 }
 
-// Appends NFC(p[0..n)) to H->nbuf at *w: valid UTF-8 runs normalized by utf8proc, invalid bytes
-// copied (they stay gaps for the regex, as the `tokenizers` reference treats them). -1: no memory.
+// The combining marks that utf8proc 2.8 (Unicode 15) reorders and the `tokenizers` library's NFC
+// does not: its tables are older (Unicode 9), so these marks of Unicode 10-15 have combining
+// class 0 there, compose with nothing and block reordering and composition across them. Found by
+// normalizing every code point c in "a" c U+0334, "a" c U+0301, c "a", c alone, "a" U+0334 c with
+// both (tokenizers 0.23, utf8proc 2.8): these 108 code points are all that differ.
+static const uint32_t hf_nfc_frozen_ranges[][2] = {
+    {0x07FD, 0x07FD}, {0x0898, 0x089F}, {0x08CA, 0x08D3}, {0x09FE, 0x09FE}, {0x0C3C, 0x0C3C}, {0x0D3B, 0x0D3C},
+    {0x0EBA, 0x0EBA}, {0x1715, 0x1715}, {0x1ABF, 0x1ACE}, {0x1DF6, 0x1DFA}, {0xA82C, 0xA82C}, {0x10D24, 0x10D27},
+    {0x10EAB, 0x10EAC}, {0x10EFD, 0x10EFF}, {0x10F46, 0x10F50}, {0x10F82, 0x10F85}, {0x11070, 0x11070},
+    {0x1133B, 0x1133B}, {0x1145E, 0x1145E}, {0x11839, 0x1183A}, {0x1193D, 0x1193E}, {0x11943, 0x11943},
+    {0x119E0, 0x119E0}, {0x11A34, 0x11A34}, {0x11A47, 0x11A47}, {0x11A99, 0x11A99}, {0x11D42, 0x11D42},
+    {0x11D44, 0x11D45}, {0x11D97, 0x11D97}, {0x11F41, 0x11F42}, {0x16FF0, 0x16FF1}, {0x1E08F, 0x1E08F},
+    {0x1E130, 0x1E136}, {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF}, {0x1E4EC, 0x1E4EF},
+};
+
+// 1 when the valid UTF-8 character p[0..l) is one of them
+static int hf_nfc_frozen(const unsigned char* p, size_t l) {
+    if (l < 2 || p[0] < 0xDF) return 0;  // all are U+07FD and above
+    int cp;
+    hf_utf8(p, &cp);
+    for (size_t r = 0; r < sizeof hf_nfc_frozen_ranges / sizeof hf_nfc_frozen_ranges[0]; r++)
+        if ((uint32_t)cp >= hf_nfc_frozen_ranges[r][0] && (uint32_t)cp <= hf_nfc_frozen_ranges[r][1]) return 1;
+    return 0;
+}
+
+// Appends NFC(p[0..n)) to H->nbuf at *w, as the `tokenizers` library normalizes: valid UTF-8 runs
+// normalized by utf8proc, each cut at the marks above (copied as they are), invalid bytes copied
+// (they stay gaps for the regex, as the `tokenizers` reference treats them). -1: no memory.
 static int hf_nfc_append(TokHf* H, const unsigned char* p, size_t n, size_t* w) {
     size_t k = 0;
     while (k < n) {
-        size_t v = k;
-        for (size_t l; v < n && (l = hf_valid_char(p + v, n - v)) > 0;) v += l;
+        size_t v = k, l = 0;
+        while (v < n && (l = hf_valid_char(p + v, n - v)) > 0 && !hf_nfc_frozen(p + v, l)) v += l;
         size_t hi = k;  // below 0xCC (code points below U+0300) NFC changes nothing: copy
         while (hi < v && p[hi] < 0xCC) hi++;
         if (v > k && hi == v) {
@@ -729,6 +1010,13 @@ static int hf_nfc_append(TokHf* H, const unsigned char* p, size_t n, size_t* w) 
             free(out);
             k = v;
         }
+        if (k < n && l > 0 && hf_valid_char(p + k, n - k) == l && hf_nfc_frozen(p + k, l)) {
+            if (hf_grow((void**)&H->nbuf, &H->ncap, *w + l, 1) != 0) return -1;
+            memcpy(H->nbuf + *w, p + k, l);
+            *w += l;
+            k += l;
+            continue;
+        }
         size_t b = k;
         while (b < n && hf_valid_char(p + b, n - b) == 0) b++;
         if (b > k) {
@@ -743,12 +1031,14 @@ static int hf_nfc_append(TokHf* H, const unsigned char* p, size_t n, size_t* w) 
 
 // Pre-tokens of the segment s[i..seg) (no added token inside) for a tokenizer with normalizer NFC:
 // the text is put in NFC, then split by the regex, the pre-tokens being bytes of the normalized
-// text. final: the segment is complete; else more text may follow and only what cannot change is
-// taken. NFC is local: a boundary before an ASCII character is never crossed by normalization
-// (ASCII is NFC_QC=Yes, combining class 0), so the text is normalized in units that each start
-// at an ASCII character (or at i), and a streamed cut is made only at a unit start that is also
-// a pre-token boundary. Returns the original offset reached, or (size_t)-1 (piece failed or no memory).
-static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t i, size_t seg, int final,
+// text. s[sg..i) is earlier text of the same segment, already split (context for lookbehind; it is
+// normalized too, not split again). final: the segment is complete; else more text may follow and
+// only what cannot change is taken. NFC is local: a boundary before an ASCII character is never
+// crossed by normalization (ASCII is NFC_QC=Yes, combining class 0), so the text is normalized in
+// units that each start at an ASCII character (or at sg or i), and a streamed cut is made only at
+// a unit start that is also a pre-token boundary. Returns the original offset reached, or
+// HF_SPLIT_FAILED (piece failed or no memory) or HF_SPLIT_REGEX (a match error).
+static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t sg, size_t i, size_t seg, int final,
                              int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
     TokHf* H = t->hf;
     size_t c = seg;
@@ -757,41 +1047,50 @@ static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t 
         while (c > i && s[c] >= 0x80) c--;
         if (c == i) return i;
     }
-    // 1. the units and their normalized text
-    size_t w = 0, nu = 0;
-    for (size_t u = i; u < c;) {
+    // 1. the units and their normalized text; k0: where s[i] starts in it
+    size_t w = 0, nu = 0, k0 = 0;
+    for (size_t u = sg; u < c;) {
         size_t e = u + 1;
-        while (e < c && s[e] >= 0x80) e++;
-        if (hf_grow((void**)&H->ustart, &H->ucap, 2 * nu + 2, sizeof(size_t)) != 0) return (size_t)-1;
+        while (e < c && s[e] >= 0x80 && e != i) e++;
+        if (hf_grow((void**)&H->ustart, &H->ucap, 2 * nu + 2, sizeof(size_t)) != 0) return HF_SPLIT_FAILED;
+        if (u == i) k0 = w;
         H->ustart[2 * nu] = u;
         H->ustart[2 * nu + 1] = w;
         nu++;
-        if (hf_nfc_append(H, s + u, e - u, &w) != 0) return (size_t)-1;
+        if (hf_nfc_append(H, s + u, e - u, &w) != 0) return HF_SPLIT_FAILED;
         u = e;
     }
-    // 2. the regex over the normalized text, pre-tokens collected
+    // 2. the regex over the normalized text from k0, pre-tokens collected
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(H->md);
-    size_t np = 0, k = 0;
-#define HF_PUSH(a, b) do { if (hf_grow((void**)&H->pcs, &H->pcap, 2 * np + 2, sizeof(size_t)) != 0) return (size_t)-1; \
+    size_t np = 0, k = k0, pos = k0;  // k: where the next pre-token starts; pos: where the search goes on
+#define HF_PUSH(a, b) do { if (hf_grow((void**)&H->pcs, &H->pcap, 2 * np + 2, sizeof(size_t)) != 0) return HF_SPLIT_FAILED; \
                            H->pcs[2 * np] = (a); H->pcs[2 * np + 1] = (b); np++; } while (0)
     while (k < w) {
-        int rc = pcre2_jit_match(H->re, H->nbuf, w, k, final ? 0 : PCRE2_PARTIAL_HARD, H->md, NULL);
+        int rc = pos <= w ? pcre2_jit_match(H->re, H->nbuf, w, pos, final ? 0 : PCRE2_PARTIAL_HARD, H->md, H->mctx)
+                          : PCRE2_ERROR_NOMATCH;
         if (rc == PCRE2_ERROR_PARTIAL) break;
-        if (rc < 0) {
+        if (rc == PCRE2_ERROR_NOMATCH) {
             if (!final) break;
             HF_PUSH(k, w);
             k = w;
             break;
         }
+        if (rc < 0) {  // the match limit, the JIT stack: the library stops too; so do we, saying where
+            size_t u = 0;
+            while (u + 1 < nu && H->ustart[2 * (u + 1) + 1] <= k) u++;
+            H->err_rc = rc;
+            H->err_off = nu ? H->ustart[2 * u] : i;
+            return HF_SPLIT_REGEX;
+        }
         size_t ms = ov[0], me = ov[1];
-        if (ms > k) HF_PUSH(k, ms);
-        if (me == ms) {
-            if (ms >= w) { k = w; break; }
-            me = ms + 1;
-            while (me < w && (H->nbuf[me] & 0xC0) == 0x80) me++;
+        if (ms > k) { HF_PUSH(k, ms); k = ms; }
+        if (me == ms) {  // an empty match only splits; the search goes on one character later (as onig's find_iter)
+            pos = ms + 1;
+            while (pos < w && (H->nbuf[pos] & 0xC0) == 0x80) pos++;
+            continue;
         }
         HF_PUSH(ms, me);
-        k = me;
+        k = pos = me;
     }
 #undef HF_PUSH
     // 3. final: every pre-token; streaming: those up to the last one that ends at a unit start
@@ -806,13 +1105,13 @@ static size_t hf_segment_nfc(const Tokenizer* t, const unsigned char* s, size_t 
         }
     }
     for (size_t j = 0; j < take; j++)
-        if (piece(ctx, H->nbuf + H->pcs[2 * j], H->pcs[2 * j + 1] - H->pcs[2 * j]) != 0) return (size_t)-1;
+        if (piece(ctx, H->nbuf + H->pcs[2 * j], H->pcs[2 * j + 1] - H->pcs[2 * j]) != 0) return HF_SPLIT_FAILED;
     return reached;
 }
 
-size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, int eof,
-                          int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
-    const TokHf* H = t->hf;
+size_t hf_tokenizer_split_from(const Tokenizer* t, const unsigned char* s, size_t n, size_t start, int eof,
+                               int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx, size_t* seg_start) {
+    TokHf* H = t->hf;
     size_t lim = n;  // pre-tokens are final only inside s[0..lim)
     if (!eof) {
         // an added token starting at p is known only when p + max_added <= n; and s[0..lim) must
@@ -822,7 +1121,8 @@ size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, 
         while (lim > 0 && (s[lim] & 0xC0) == 0x80) lim--;
     }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(H->md);
-    size_t i = 0;
+    size_t i = start, sg = 0;  // sg: where the current segment starts (the regex's subject)
+#define HF_DONE(r) do { if (seg_start) *seg_start = sg; return (r); } while (0)
     while (i < lim) {
         size_t alen = 0;
         size_t a = hf_find_added(H, s, n, i, lim, &alen);
@@ -833,34 +1133,64 @@ size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, 
             size_t q = i;
             while (q < seg && s[q] < 0xCC) q++;
             if (q < seg) {
-                size_t r = hf_segment_nfc(t, s, i, seg, final, piece, ctx);
-                if (r == (size_t)-1) return (size_t)-1;
-                if (r < seg) return r;  // streaming: the rest waits for more text
+                size_t r = hf_segment_nfc(t, s, sg, i, seg, final, piece, ctx);
+                if (r == HF_SPLIT_FAILED || r == HF_SPLIT_REGEX) return r;
+                if (r < seg) HF_DONE(r);  // streaming: the rest waits for more text
                 i = seg;
             }
         }
+        size_t pos = i;  // where the search goes on (past i after an empty match)
         while (i < seg) {
-            int rc = pcre2_jit_match(H->re, s, seg, i, final ? 0 : PCRE2_PARTIAL_HARD, H->md, NULL);
-            if (rc == PCRE2_ERROR_PARTIAL) return i;  // the next pre-token depends on text not read yet
-            if (rc < 0) {                             // no match: the rest is one gap pre-token
-                if (!final) return i;
-                if (piece(ctx, s + i, seg - i) != 0) return (size_t)-1;
+            // the subject is the segment: lookbehind, \b and ^ see its start as the text's start
+            int rc = pos <= seg ? pcre2_jit_match(H->re, s + sg, seg - sg, pos - sg, final ? 0 : PCRE2_PARTIAL_HARD, H->md, H->mctx)
+                                : PCRE2_ERROR_NOMATCH;
+            if (rc == PCRE2_ERROR_PARTIAL) HF_DONE(i);  // the next pre-token depends on text not read yet
+            if (rc == PCRE2_ERROR_NOMATCH) {            // no match: the rest is one gap pre-token
+                if (!final) HF_DONE(i);
+                if (piece(ctx, s + i, seg - i) != 0) return HF_SPLIT_FAILED;
                 i = seg;
                 break;
             }
-            size_t ms = ov[0], me = ov[1];
-            if (ms > i && piece(ctx, s + i, ms - i) != 0) return (size_t)-1;  // a gap (e.g. invalid UTF-8)
-            if (me == ms) {  // an empty match: take one character so that the loop advances
-                if (ms >= seg) { i = seg; break; }
-                me = ms + 1;
-                while (me < seg && (s[me] & 0xC0) == 0x80) me++;
+            if (rc < 0) {  // the match limit, the JIT stack: the library stops too; so do we, saying where
+                H->err_rc = rc;
+                H->err_off = i;
+                return HF_SPLIT_REGEX;
             }
-            if (piece(ctx, s + ms, me - ms) != 0) return (size_t)-1;
-            i = me;
+            size_t ms = sg + ov[0], me = sg + ov[1];
+            if (ms > i) {  // a gap (e.g. invalid UTF-8)
+                if (piece(ctx, s + i, ms - i) != 0) return HF_SPLIT_FAILED;
+                i = ms;
+            }
+            if (me == ms) {  // an empty match only splits; the search goes on one character later (as onig's find_iter)
+                pos = ms + 1;
+                while (pos < seg && (s[pos] & 0xC0) == 0x80) pos++;
+                continue;
+            }
+            if (piece(ctx, s + ms, me - ms) != 0) return HF_SPLIT_FAILED;
+            i = pos = me;
         }
         if (a == SIZE_MAX) break;
-        if (piece(ctx, s + a, alen) != 0) return (size_t)-1;
+        if (piece(ctx, s + a, alen) != 0) return HF_SPLIT_FAILED;
         i = a + alen;
+        sg = i;
     }
-    return i;
+    HF_DONE(i);
+#undef HF_DONE
+}
+
+size_t hf_tokenizer_split(const Tokenizer* t, const unsigned char* s, size_t n, int eof,
+                          int (*piece)(void* ctx, const unsigned char* p, size_t len), void* ctx) {
+    return hf_tokenizer_split_from(t, s, n, 0, eof, piece, ctx, NULL);
+}
+
+size_t hf_tokenizer_context(const Tokenizer* t) { return t->hf ? t->hf->context : 0; }
+
+const char* hf_tokenizer_regex_error(const Tokenizer* t, size_t* off) {
+    static char msg[320];
+    PCRE2_UCHAR m[160];
+    pcre2_get_error_message(t->hf->err_rc, m, sizeof m);
+    snprintf(msg, sizeof msg, "%s%s", (const char*)m,
+             t->hf->err_rc == PCRE2_ERROR_MATCHLIMIT ? " (catastrophic backtracking; the tokenizers library stops too)" : "");
+    *off = t->hf->err_off;
+    return msg;
 }

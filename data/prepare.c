@@ -1,7 +1,7 @@
 // data/prepare.c: text files -> a BPE tokenizer and llm.c token shards (the `prepare` command).
 //
 //   prepare --train FILE... [--val FILE...] --out DIR [--vocab-size 8192] [--tokenizer TOK]
-//           [--field NAME] [--shard-tokens 100000000] [--stats] [--quiet]
+//           [--field NAME] [--shard-tokens 100000000] [--stats] [--quiet] [--progress]
 //   prepare --decode SHARD [--tokenizer TOK]
 //
 // Trains a byte-level BPE on the train files (or loads --tokenizer: our tokenizer.bin, or a
@@ -58,7 +58,9 @@ static void usage(FILE* f) {
         "  --stats               print unigram statistics: the entropy of the train and val token\n"
         "                        frequencies and the cross-entropy of val under train's frequencies\n"
         "                        (nats/token; the loss of a model that only knows token frequencies)\n"
-        "  --quiet               no progress bar (it is shown only when stderr is a terminal)\n"
+        "  --quiet               no progress line (percent, MB, MB/s, elapsed time and ETA; shown when\n"
+        "                        stderr is a terminal)\n"
+        "  --progress            the progress line also when stderr is not a terminal (after 1 s, then every 10 s)\n"
         "  --decode SHARD        print the shard's tokens as text on stdout, then exit\n"
         "  -h, --help            this text\n");
 }
@@ -107,7 +109,7 @@ typedef struct {
     int* scratch;             // ids of one piece
     size_t scratch_cap;
     // progress
-    int show;
+    int show;                 // 0: none; 1: a terminal line rewritten in place; 2: a line after 1 s, then every 10 s (--progress)
     int64_t done, total;
     double t0, last;
 } Enc;
@@ -163,11 +165,30 @@ static int enc_piece(void* ctx, const unsigned char* p, size_t n) {
     return 0;
 }
 
+// seconds as "12s", "3m05s" or "2h07m"
+static void fmt_duration(double s, char* out, size_t size) {
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t < 60) snprintf(out, size, "%lds", t);
+    else if (t < 3600) snprintf(out, size, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(out, size, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+}
+
+// "encoding train  42.0%  123.4 MB  35.2 MB/s  elapsed 3m30s  ETA 4m50s": the ETA is the bytes
+// left over the rate so far (shown after 1 s; the final line has none). A terminal gets the line
+// rewritten in place; --progress on a non-terminal, a line after 1 s, then every 10 s.
 static void enc_progress_line(Enc* e, int final) {
     double dt = now_s() - e->t0;
     double pct = e->total > 0 ? 100.0 * (double)e->done / (double)e->total : 100.0;
-    fprintf(stderr, "\rencoding %-5s %5.1f%% %8.1f MB %7.1f MB/s%s", e->split, pct, (double)e->done / 1e6,
-            dt > 0 ? (double)e->done / 1e6 / dt : 0.0, final ? "\n" : "");
+    double rate = dt > 0 ? (double)e->done / dt : 0.0;
+    char el[32], eta[48] = "";
+    fmt_duration(dt, el, sizeof el);
+    if (!final && dt >= 1.0 && rate > 0 && e->total > e->done) {
+        char t[32];
+        fmt_duration((double)(e->total - e->done) / rate, t, sizeof t);
+        snprintf(eta, sizeof eta, "  ETA %s", t);
+    }
+    fprintf(stderr, "%sencoding %-5s %5.1f%% %8.1f MB %7.1f MB/s  elapsed %s%s%s", e->show == 1 ? "\r" : "", e->split, pct,
+            (double)e->done / 1e6, rate / 1e6, el, eta, final || e->show == 2 ? "\n" : "\033[K");
     fflush(stderr);
 }
 
@@ -176,7 +197,7 @@ static void enc_progress(void* ctx, size_t got) {
     e->done += (int64_t)got;
     if (!e->show) return;
     double t = now_s();
-    if (t - e->last >= 0.1) {
+    if (t - e->last >= (e->show == 1 ? 0.1 : e->last == e->t0 ? 1.0 : 10.0)) {
         e->last = t;
         enc_progress_line(e, 0);
     }
@@ -265,6 +286,37 @@ static int remove_old_shards(const char* dir) {
     return rc;
 }
 
+// What the first bytes of a file say it is when it is not text (NULL: nothing known). prepare reads
+// UTF-8 text; a compressed file or a token shard read as text would make shards of noise.
+static const char* binary_kind(const unsigned char* b, size_t n, const char** fix) {
+    *fix = "";
+    if (n >= 2 && b[0] == 0x1F && b[1] == 0x8B) { *fix = ": decompress it first (gunzip -k, or zcat FILE > FILE.txt)"; return "gzip-compressed data"; }
+    if (n >= 4 && memcmp(b, "\x28\xB5\x2F\xFD", 4) == 0) { *fix = ": decompress it first (zstd -d)"; return "zstd-compressed data"; }
+    if (n >= 6 && memcmp(b, "\xFD" "7zXZ\x00", 6) == 0) { *fix = ": decompress it first (xz -dk)"; return "xz-compressed data"; }
+    if (n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
+        (memcmp(b + 4, "\x31\x41\x59\x26\x53\x59", 6) == 0 || memcmp(b + 4, "\x17\x72\x45\x38\x50\x90", 6) == 0)) {
+        *fix = ": decompress it first (bunzip2 -k)";
+        return "bzip2-compressed data";
+    }
+    if (n >= 4 && b[0] == 'P' && b[1] == 'K' && ((b[2] == 3 && b[3] == 4) || (b[2] == 5 && b[3] == 6) || (b[2] == 7 && b[3] == 8))) {
+        *fix = ": unpack it first (unzip) and pass the text files";
+        return "a zip archive";
+    }
+    if (n >= 8) {
+        int32_t h[2];
+        memcpy(h, b, 8);
+        if ((h[0] == SHARD_MAGIC_U16 && h[1] == 1) || (h[0] == SHARD_MAGIC_U32 && h[1] == 7)) {
+            *fix = ": it is already tokens (train_gpt reads it through [data] train_glob)";
+            return "an llm.c token shard";
+        }
+    }
+    if (n >= 2 && ((b[0] == 0xFF && b[1] == 0xFE) || (b[0] == 0xFE && b[1] == 0xFF))) {
+        *fix = ": convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)";
+        return "UTF-16 text";
+    }
+    return NULL;
+}
+
 static int check_input(const char* what, const char* path) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -275,8 +327,18 @@ static int check_input(const char* what, const char* path) {
         fprintf(stderr, "error: prepare: %s file '%s' is not a regular file\n", what, path);
         return -1;
     }
-    if (access(path, R_OK) != 0) {
+    FILE* f = fopen(path, "rb");
+    if (!f) {
         fprintf(stderr, "error: prepare: %s file '%s': %s\n", what, path, strerror(errno));
+        return -1;
+    }
+    unsigned char head[16];
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    const char* fix;
+    const char* kind = binary_kind(head, n, &fix);
+    if (kind) {  // (text with a NUL byte elsewhere is refused while it is read: tokenizer_stream_file)
+        fprintf(stderr, "error: prepare: %s file '%s' looks like %s (its first bytes), not UTF-8 text%s\n", what, path, kind, fix);
         return -1;
     }
     return 0;
@@ -339,7 +401,7 @@ static int parse_int(const char* opt, const char* s, long long lo, long long hi,
 
 // train and val have room for argc file names each
 static int prepare_main(int argc, char** argv, char** train, char** val) {
-    int ntrain = 0, nval = 0, stats = 0, quiet = 0;
+    int ntrain = 0, nval = 0, stats = 0, quiet = 0, progress = 0;
     const char *out = NULL, *tok_path = NULL, *decode = NULL, *field = "text";
     long long vocab = 8192, shard_tokens = 100000000;
     for (int i = 1; i < argc; i++) {
@@ -362,6 +424,7 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
             if (parse_int(a, argv[++i], 1, 0x7fffffff, &shard_tokens) != 0) return 1;
         } else if (strcmp(a, "--stats") == 0) stats = 1;
         else if (strcmp(a, "--quiet") == 0) quiet = 1;
+        else if (strcmp(a, "--progress") == 0) progress = 1;
         else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); return 0; }
         else {
             fprintf(stderr, "error: prepare: unknown or incomplete argument '%s' (see prepare --help)\n", a);
@@ -427,7 +490,8 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
     // 2. the shards
     if (remove_old_shards(out) != 0) return 1;
     const int V = tokenizer_vocab_size(&tok);
-    Enc tr = {.tok = &tok, .out_dir = out, .split = "train", .field = field, .cap = shard_tokens, .show = !quiet && isatty(2)};
+    Enc tr = {.tok = &tok, .out_dir = out, .split = "train", .field = field, .cap = shard_tokens,
+               .show = quiet ? 0 : isatty(2) ? 1 : progress ? 2 : 0};
     Enc va = tr;
     va.split = "val";
     tr.counts = calloc((size_t)V, sizeof(int64_t));

@@ -154,10 +154,15 @@ size_t tokenizer_next_piece(const unsigned char* s, size_t n, size_t i, int eof)
 
 typedef struct {
     const TokenizerStream* cb;
-    unsigned char* doc;  // pending document text not yet cut into pieces
+    const char* path;    // the text file (for messages)
+    unsigned char* doc;  // pending document text not yet cut into pieces (after ctx bytes already cut)
     size_t len, cap;
+    size_t ctx;          // doc[0..ctx): text already cut, kept for a tokenizer.json regex that looks behind
     size_t flush_at;     // pre-tokenize when len reaches this (pending text of a long piece is not rescanned per line)
     int started;         // doc_begin called for the current document
+    int64_t doc_no;      // the current document's number in the file, from 1 (a .jsonl file: its line)
+    int64_t doc_off;     // the document offset of doc[0]
+    int64_t end_off;     // the file offset just after doc[len) (-1 in a .jsonl file)
 } DocState;
 
 static int doc_piece(void* ctx, const unsigned char* p, size_t n) {
@@ -169,16 +174,29 @@ static int doc_piece(void* ctx, const unsigned char* p, size_t n) {
     return d->cb->piece ? d->cb->piece(d->cb->ctx, p, n) : 0;
 }
 
-// Emits the final pieces of doc[0..len) (all of them when eof), keeps the rest.
+// Emits the final pieces of doc[ctx..len) (all of them when eof), keeps the rest.
 static int doc_flush(DocState* d, int eof) {
-    size_t i = 0;
-    if (d->cb->tok && d->cb->tok->hf) {  // a tokenizer.json's added tokens and regex
-        i = hf_tokenizer_split(d->cb->tok, d->doc, d->len, eof, doc_piece, d);
-        if (i == 0 && !eof && d->len > STREAM_MAX_PIECE)  // a pathological pre-token: cut it
-            i = hf_tokenizer_split(d->cb->tok, d->doc, d->len, 1, doc_piece, d);
-        if (i == (size_t)-1) return -1;
+    size_t i = d->ctx, seg = 0;
+    const Tokenizer* tok = d->cb->tok;
+    if (tok && tok->hf) {  // a tokenizer.json's added tokens and regex
+        i = hf_tokenizer_split_from(tok, d->doc, d->len, d->ctx, eof, doc_piece, d, &seg);
+        if (i == d->ctx && !eof && d->len > STREAM_MAX_PIECE)  // a pathological pre-token: cut it
+            i = hf_tokenizer_split_from(tok, d->doc, d->len, d->ctx, 1, doc_piece, d, &seg);
+        if (i == HF_SPLIT_REGEX) {
+            size_t off;
+            const char* msg = hf_tokenizer_regex_error(tok, &off);
+            if (d->end_off >= 0)
+                fprintf(stderr, "error: text '%s': document %lld, byte %lld of it (byte %lld of the file): the tokenizer's "
+                        "pre_tokenizer regex failed: %s\n", d->path, (long long)d->doc_no, (long long)(d->doc_off + (int64_t)off),
+                        (long long)(d->end_off - (int64_t)(d->len - off)), msg);
+            else
+                fprintf(stderr, "error: text '%s': line %lld (a document), byte %lld of the document: the tokenizer's "
+                        "pre_tokenizer regex failed: %s\n", d->path, (long long)d->doc_no, (long long)(d->doc_off + (int64_t)off), msg);
+            return -1;
+        }
+        if (i == HF_SPLIT_FAILED) return -1;
     }
-    while (!(d->cb->tok && d->cb->tok->hf) && i < d->len) {
+    while (!(tok && tok->hf) && i < d->len) {
         size_t e = tokenizer_next_piece(d->doc, d->len, i, eof);
         if (e == 0) {
             if (i == 0 && d->len > STREAM_MAX_PIECE) e = d->len;  // a pathological pre-token: cut it
@@ -191,12 +209,25 @@ static int doc_flush(DocState* d, int eof) {
         if (d->cb->piece && d->cb->piece(d->cb->ctx, d->doc + i, e - i) != 0) return -1;
         i = e;
     }
-    if (i > 0) {
-        memmove(d->doc, d->doc + i, d->len - i);
-        d->len -= i;
+    // keep up to hf_tokenizer_context() bytes of the segment before i (from a character start)
+    size_t keep = 0;
+    if (!eof && tok && tok->hf && hf_tokenizer_context(tok) > 0) {
+        keep = i - seg < hf_tokenizer_context(tok) ? i - seg : hf_tokenizer_context(tok);
+        while (keep > 0 && (d->doc[i - keep] & 0xC0) == 0x80) keep--;
     }
+    if (i - keep > 0) {
+        memmove(d->doc, d->doc + (i - keep), d->len - (i - keep));
+        d->len -= i - keep;
+        d->doc_off += (int64_t)(i - keep);
+    }
+    d->ctx = keep;
     d->flush_at = d->len + STREAM_DOC_FLUSH;
-    if (eof) d->started = 0;  // the next piece begins a new document
+    if (eof) {  // the next piece begins a new document
+        d->started = 0;
+        d->len = d->ctx = 0;
+        d->doc_off = 0;
+        d->doc_no++;
+    }
     return 0;
 }
 
@@ -239,6 +270,11 @@ static int stream_jsonl(const char* path, const TokenizerStream* stream) {
         size_t k = 0;
         while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
         if (k == (size_t)got) continue;  // a blank line
+        if (memchr(line, 0, (size_t)got)) {
+            tok_error(path, "line %lld holds a NUL byte: binary data, not JSON text", (long long)lineno);
+            rc = -1;
+            break;
+        }
         cJSON* o = cJSON_ParseWithLength(line, (size_t)got);
         const cJSON* v = o ? cJSON_GetObjectItemCaseSensitive(o, stream->jsonl_field) : NULL;
         if (!o) tok_error(path, "line %lld is not JSON (a .jsonl file holds one JSON object a line)", (long long)lineno);
@@ -246,7 +282,8 @@ static int stream_jsonl(const char* path, const TokenizerStream* stream) {
             tok_error(path, "line %lld has no string field \"%s\" (choose the field with --field NAME)", (long long)lineno,
                       stream->jsonl_field);
         else {  // the whole document at once: cJSON has decoded its escapes
-            DocState d = {.cb = stream, .doc = (unsigned char*)v->valuestring, .len = strlen(v->valuestring)};
+            DocState d = {.cb = stream, .path = path, .doc = (unsigned char*)v->valuestring, .len = strlen(v->valuestring),
+                          .doc_no = lineno, .end_off = -1};
             rc = d.len ? doc_flush(&d, 1) : 0;
             cJSON_Delete(o);
             continue;
@@ -265,7 +302,8 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
     if (stream->jsonl_field && plen > 6 && strcmp(path + plen - 6, ".jsonl") == 0) return stream_jsonl(path, stream);
     FILE* f = fopen(path, "rb");
     if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
-    DocState d = {.cb = stream, .flush_at = STREAM_DOC_FLUSH};
+    DocState d = {.cb = stream, .path = path, .flush_at = STREAM_DOC_FLUSH, .doc_no = 1};
+    int64_t fpos = 0;         // the file offset of raw[0]
     unsigned char* raw = malloc(STREAM_CHUNK);
     if (!raw) { tok_error(path, "out of memory"); fclose(f); return -1; }
     size_t rlen = 0;          // raw[0..rlen) not yet consumed
@@ -277,24 +315,31 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
             if (ferror(f)) { tok_error(path, "read error: %s", strerror(errno)); rc = -1; break; }
             eof = 1;
         }
+        const unsigned char* nul = memchr(raw + rlen, 0, got);
+        if (nul) {  // text holds no NUL byte: binary data (or UTF-16) read as text would make shards of noise
+            fprintf(stderr, "error: text '%s': a NUL byte at offset %lld: binary data, not UTF-8 text%s\n", path,
+                    (long long)(fpos + (nul - raw)),
+                      fpos == 0 && rlen == 0 && got >= 2 && ((raw[0] == 0xFF && raw[1] == 0xFE) || (raw[0] == 0xFE && raw[1] == 0xFF))
+                          ? " (it starts like UTF-16: convert it to UTF-8)" : "");
+            rc = -1;
+            break;
+        }
         rlen += got;
         if (stream->progress && got) stream->progress(stream->ctx, got);
         size_t pos = 0;
         while (rc == 0 && pos < rlen) {
             unsigned char* nl = memchr(raw + pos, '\n', rlen - pos);
-            if (nl) {  // a whole line
-                size_t n = (size_t)(nl - (raw + pos)) + 1;
+            size_t n = nl ? (size_t)(nl - (raw + pos)) + 1 : rlen - pos;
+            if (nl || eof) {  // a whole line (or the last one, without a newline)
+                d.end_off = fpos + (int64_t)pos;
                 if (at_line_start && is_separator_line(raw + pos, n)) rc = doc_flush(&d, 1);
-                else rc = doc_append(&d, raw + pos, n, path);
+                else { d.end_off += (int64_t)n; rc = doc_append(&d, raw + pos, n, path); }
                 pos += n;
                 at_line_start = 1;
-            } else if (eof) {  // the last line, without a newline
-                if (at_line_start && is_separator_line(raw + pos, rlen - pos)) rc = doc_flush(&d, 1);
-                else rc = doc_append(&d, raw + pos, rlen - pos, path);
-                pos = rlen;
             } else if (at_line_start && rlen - pos <= 16) {
                 break;  // short partial line: it might still be a separator; read more
             } else {    // a partial line that cannot be a separator (or continues one that is not)
+                d.end_off = fpos + (int64_t)rlen;
                 rc = doc_append(&d, raw + pos, rlen - pos, path);
                 pos = rlen;
                 at_line_start = 0;
@@ -302,6 +347,7 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
         }
         memmove(raw, raw + pos, rlen - pos);
         rlen -= pos;
+        fpos += (int64_t)pos;
     }
     if (rc == 0) rc = doc_flush(&d, 1);
     free(raw);
@@ -639,7 +685,13 @@ int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int** out
         EncodeAcc a = {.t = t, .buf = *out, .n = *n_out, .cap = *n_out};
         size_t r = len ? hf_tokenizer_split(t, (const unsigned char*)text, len, 1, encode_acc_piece, &a) : 0;
         *out = a.buf;
-        if (r == (size_t)-1) { fprintf(stderr, "error: tokenizer_encode: out of memory\n"); return -1; }
+        if (r == HF_SPLIT_REGEX) {
+            size_t off;
+            const char* msg = hf_tokenizer_regex_error(t, &off);
+            fprintf(stderr, "error: tokenizer_encode: at byte %zu of the text: the tokenizer's pre_tokenizer regex failed: %s\n", off, msg);
+            return -1;
+        }
+        if (r == HF_SPLIT_FAILED) { fprintf(stderr, "error: tokenizer_encode: out of memory\n"); return -1; }
         *n_out = a.n;
         return 0;
     }

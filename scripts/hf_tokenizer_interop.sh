@@ -7,6 +7,13 @@
 #      Llama 3's pre-tokenizer), and the three fixtures of tests/hf_tokenizer/: prepare's encoder
 #      (tok_encode) gives the library's ids on 100,000 texts of every script, invalid UTF-8
 #      included, and decode(encode(x)) == x (tests/interop/hf_tokenizers.py check);
+#   1b. one Split pattern per construct that Oniguruma (the library) and PCRE2 read differently,
+#      each in a BPE whose merges cross the cuts: ids equal to the library's; refused patterns
+#      refused in one line; PCRE2's match limit an error in both (tests/interop/hf_patterns.py);
+#      NFC on combining marks the library's older Unicode tables do not know (20,000 texts);
+#   1c. real vocabularies converted the way transformers converts tiktoken files (cl100k with its
+#      published pattern, Qwen2's 151,643 with NFC, o200k): ids equal to the library's on 5,000
+#      mixed documents each (tests/interop/hf_real_vocab.py; tiktoken files from PyPI wheels);
 #   2. KJV shards made with the Qwen2-style tokenizer.json, a tiny model trained 4 steps on them,
 #      `gatedgpt_ckpt export --tokenizer SHARDS/tokenizer.json`: the exported tokenizer.json is the
 #      file byte for byte, AutoTokenizer on the export gives prepare's ids for every validation
@@ -20,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$2; shift 2 ;;
         --n) n=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "hf_tokenizer_interop: error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
     esac
 done
@@ -45,6 +52,15 @@ mkdir -p "$work"
 "$PY" tests/interop/hf_tokenizers.py train "$work/tok8k" --vocab 8192 --corpus-bytes 2000000 --kjv data/kjv/train.txt
 "$PY" tests/interop/hf_tokenizers.py check --tok-encode "$build/tok_encode" --dir "$work/tok8k" --n "$n"
 "$PY" tests/interop/hf_tokenizers.py check --tok-encode "$build/tok_encode" --dir tests/hf_tokenizer --n "$n" --seed 2000
+
+# ---- 1b. Split patterns as the library reads them (Oniguruma, Ruby syntax): one per construct ------
+"$PY" tests/interop/hf_patterns.py check --tok-encode "$build/tok_encode" --base tests/hf_tokenizer/patterns_base.json --n 2000
+"$PY" tests/interop/hf_patterns.py nfc --tok-encode "$build/tok_encode" --tokenizer "$work/tok8k/qwen2.json" --n 20000
+
+# ---- 1c. real vocabularies (100k-200k tokens) converted by transformers' TikTokenConverter ---------
+# the tiktoken files come from PyPI wheels (pinned; cached in BUILD/real-vocab, ~46 MB, first use)
+"$PY" tests/interop/hf_real_vocab.py convert "$build/real-vocab" "$build/real-vocab"
+"$PY" tests/interop/hf_real_vocab.py check --tok-encode "$build/tok_encode" --dir "$build/real-vocab" --n 5000
 
 # ---- 2. shards -> tiny model -> export -> AutoTokenizer ------------------------------------------
 tok=$work/tok8k/qwen2.json

@@ -169,16 +169,97 @@ n = json.loads(json.dumps(j)); n["normalizer"] = {"type": "NFKC"}; put("nfkc", n
 p = json.loads(json.dumps(j)); p["pre_tokenizer"] = {"type": "Whitespace"}; put("whitespace", p)
 b = json.loads(json.dumps(j)); del b["model"]["vocab"]["Ā"]; put("no_byte", b)
 open(f"{d}/broken.json", "w").write(open(src).read()[:20000])
+raw = open(src, encoding="utf-8").read()
+open(f"{d}/bom.json", "w", encoding="utf-8").write("\ufeff" + raw)
+open(f"{d}/array.json", "w", encoding="utf-8").write("[" + raw + "]")
+open(f"{d}/nul_ws.json", "w", encoding="utf-8").write(raw.replace("{", "{\x00", 1))
+open(f"{d}/trailing.json", "w", encoding="utf-8").write(raw + " x")
+k = json.loads(raw); k["model"]["vocab"]["a\u0000b"] = 5000; put("nul_key", k)
+k = json.loads(raw); k["model"]["vocab"]["zzzz"] = 2**30 - 1; put("big_id", k)
+k = json.loads(raw); k["added_tokens"].append({"id": 5, "content": "<x>", "special": True}); put("collide", k)
 EOF
 for c in "wordpiece:model.type is 'WordPiece'" "unigram:model.type is 'Unigram'" \
          "unknown_merge:model.merges\[5\].*ZZZnotatoken.*not in model.vocab" "nfkc:normalizer 'NFKC'" \
-         "whitespace:pre_tokenizer 'Whitespace'" "no_byte:no token for byte 0x00" "broken:broken JSON at line"; do
+         "whitespace:pre_tokenizer 'Whitespace'" "no_byte:no token for byte 0x00" "broken:broken JSON at line" \
+         "bom:byte-order mark" "array:top level is an array" "nul_ws:byte 0x00 at line 1, column 2 outside a string" \
+         "trailing:text after the JSON value" "nul_key:u0000 (a NUL character) in a string" \
+         "big_id:id 1073741823 (\"zzzz\") is far above" "collide:added token '<x>' has id 5, which model.vocab gives to"; do
     f=${c%%:*}; want=${c#*:}
     "$PREP" --train "$tmp/doc.txt" --tokenizer "$tmp/$f.json" --out "$tmp/bad_$f" --quiet > /dev/null 2> "$tmp/err"
     rc=$?
     check "bad $f.json: exit 1, one line naming $f.json and /$want/ ($(head -c 300 "$tmp/err"))" \
         '[ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "$f.json" "$tmp/err" && grep -q "$want" "$tmp/err" && [ -z "$(ls "$tmp/bad_$f" 2>/dev/null)" ]'
 done
+
+# ---- 7. Split patterns as the `tokenizers` library reads them (Oniguruma, Ruby syntax) -----------
+# tests/hf_tokenizer/patterns.json (tests/interop/hf_patterns.py fixtures): for each construct a
+# pattern in patterns_base.json (a BPE whose merges cross the cuts, so a wrong cut shows in the ids),
+# texts and the library's ids; patterns refused in one line; PCRE2's match limit: prepare stops
+"$PY" - "$FX/patterns.json" "$FX/patterns_base.json" "$tmp" <<'EOF'
+import json, random, sys
+fx, base, d = sys.argv[1:4]
+P = json.load(open(fx, encoding="utf-8"))
+b = json.load(open(base, encoding="utf-8"))
+def put(name, pat):
+    b["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pat
+    json.dump(b, open(f"{d}/pat_{name}.json", "w", encoding="utf-8"), ensure_ascii=False)
+with open(f"{d}/pat_cases.txt", "w") as f:
+    for c in P["cases"]:
+        put(c["name"], c["pattern"])
+        open(f"{d}/pat_{c['name']}.bin", "wb").write(b"".join(t.encode() + b"\0" for t in c["texts"]))
+        open(f"{d}/pat_{c['name']}.ids", "w").write("".join(" ".join(map(str, i)) + "\n" for i in c["ids"]))
+        f.write(c["name"] + "\n")
+with open(f"{d}/pat_refused.txt", "w") as f:
+    for c in P["refused"]:
+        put(c["name"], c["pattern"])
+        f.write(c["name"] + "\t" + c["message"] + "\n")
+n = P["nfc"]
+open(f"{d}/nfc.bin", "wb").write(b"".join(t.encode() + b"\0" for t in n["texts"]))
+open(f"{d}/nfc.ids", "w").write("".join(" ".join(map(str, i)) + "\n" for i in n["ids"]))
+m = P["match_limit"]
+put("match_limit", m["pattern"])
+open(f"{d}/limit.txt", "w").write("first document\n<|endoftext|>\nok " + m["text"] + "\n")
+# streaming with a pattern that looks behind (\b, ^, (?<=)): a 1.2 MB document of short pieces
+put("lookbehind", r"\b\p{L}+|^\p{L}|(?<=\p{L})\p{N}|\s+|.")
+r = random.Random(1)
+w = ["ab", "क्ष", "x_y", "12", "ab\u0301c", "\n", "  ", "a1", "q", "ZZ9"]
+open(f"{d}/lb_doc.txt", "w").write("".join(r.choice(w) + r.choice(["", " ", "\n"]) for _ in range(300000)))
+EOF
+while read -r name; do
+    "$TOK" "$tmp/pat_$name.json" --nul < "$tmp/pat_$name.bin" > "$tmp/pat_$name.got" 2> "$tmp/err"
+    nd=$(diff "$tmp/pat_$name.got" "$tmp/pat_$name.ids" | grep -c '^<')
+    check "pattern $name: ids equal to the tokenizers library's ($nd texts differ; $(head -c 200 "$tmp/err"))" \
+        '[ "$nd" -eq 0 ] && [ "$(wc -l < "$tmp/pat_$name.got")" -eq "$(wc -l < "$tmp/pat_$name.ids")" ]'
+done < "$tmp/pat_cases.txt"
+"$TOK" "$FX/qwen2.json" --nul < "$tmp/nfc.bin" > "$tmp/nfc.got"
+nd=$(diff "$tmp/nfc.got" "$tmp/nfc.ids" | grep -c '^<')
+check "NFC as the library's older tables: combining marks of Unicode 10-15 not reordered ($nd of 60 texts differ)" '[ "$nd" -eq 0 ]'
+while IFS=$'\t' read -r name want; do
+    "$PREP" --train "$tmp/doc.txt" --tokenizer "$tmp/pat_$name.json" --out "$tmp/bad_$name" --quiet > /dev/null 2> "$tmp/err"
+    rc=$?
+    check "pattern $name refused: exit 1, one line naming the file and /$want/ ($(head -c 300 "$tmp/err"))" \
+        '[ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "pat_$name.json" "$tmp/err" && grep -Eq "$want" "$tmp/err"'
+done < "$tmp/pat_refused.txt"
+"$PREP" --train "$tmp/limit.txt" --tokenizer "$tmp/pat_match_limit.json" --out "$tmp/limit_out" --quiet > /dev/null 2> "$tmp/err"
+rc=$?
+check "PCRE2's match limit stops prepare: exit 1, one line naming the file, document 2, byte 3 ($(head -c 300 "$tmp/err"))" \
+    '[ $rc -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "limit.txt.*document 2, byte 3 of it (byte 32 of the file).*match limit" "$tmp/err" && [ ! -e "$tmp/limit_out/train_000000.bin" ]'
+"$TOK" "$tmp/pat_lookbehind.json" "$tmp/lb_doc.txt" > "$tmp/lb_whole.txt"
+for step in 997 65521; do
+    "$TOK" "$tmp/pat_lookbehind.json" --stream-step $step "$tmp/lb_doc.txt" > "$tmp/lb_streamed.txt"
+    check "a pattern that looks behind: ids streamed $step bytes at a time (context kept) == the whole text's" \
+        'cmp -s "$tmp/lb_streamed.txt" "$tmp/lb_whole.txt"'
+done
+"$PREP" --train "$tmp/lb_doc.txt" --tokenizer "$tmp/pat_lookbehind.json" --out "$tmp/lb" --quiet > /dev/null 2>&1
+res=$("$PY" - "$tmp/lb/train_000000.bin" "$tmp/lb_whole.txt" <<'EOF'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+h = struct.unpack("<256i", b[:1024])
+ids = list(struct.unpack("<%dH" % h[2], b[1024:1024 + 2 * h[2]]))
+print("same" if ids[1:] == [int(x) for x in open(sys.argv[2]).read().split()] else "differ")
+EOF
+)
+check "a pattern that looks behind: prepare's streamed ids (1 MiB reads, context kept) == tok_encode on the whole text ($res)" '[ "$res" = same ]'
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -60,20 +60,26 @@ static int stream_piece(void* ctx, const unsigned char* p, size_t len) {
     return 0;
 }
 
-// text[0..len) fed step bytes at a time to hf_tokenizer_split (eof 0), then the rest with eof 1
+// text[0..len) fed step bytes at a time to hf_tokenizer_split_from (eof 0), then the rest with eof
+// 1; up to hf_tokenizer_context() bytes of the segment before the cut are kept, as prepare does
 static int print_ids_streamed(const Tokenizer* tok, const char* text, size_t len, size_t step) {
     StreamIds s = {.tok = tok};
     const unsigned char* u = (const unsigned char*)text;
-    size_t pos = 0;  // bytes cut into pre-tokens so far
-    for (size_t k = step; k < len; k += step) {
-        size_t r = hf_tokenizer_split(tok, u + pos, k - pos, 0, stream_piece, &s);
-        if (r == (size_t)-1) { free(s.ids); fprintf(stderr, "error: tok_encode: out of memory\n"); return -1; }
-        pos += r;
-    }
-    if (pos < len && hf_tokenizer_split(tok, u + pos, len - pos, 1, stream_piece, &s) == (size_t)-1) {
-        free(s.ids);
-        fprintf(stderr, "error: tok_encode: out of memory\n");
-        return -1;
+    size_t pos = 0, ctx = 0;  // bytes cut into pre-tokens so far; of them, kept as context
+    for (size_t k = step;; k += step) {
+        int eof = k >= len;
+        size_t seg = 0, r = hf_tokenizer_split_from(tok, u + pos - ctx, (eof ? len : k) - (pos - ctx), ctx, eof, stream_piece,
+                                                    &s, &seg);
+        if (r == HF_SPLIT_FAILED || r == HF_SPLIT_REGEX) {
+            free(s.ids);
+            fprintf(stderr, "error: tok_encode: %s\n", r == HF_SPLIT_REGEX ? "the pre_tokenizer regex failed" : "out of memory");
+            return -1;
+        }
+        if (eof) break;
+        size_t keep = r - seg < hf_tokenizer_context(tok) ? r - seg : hf_tokenizer_context(tok);
+        while (keep > 0 && (u[pos - ctx + r - keep] & 0xC0) == 0x80) keep--;
+        pos += r - ctx;
+        ctx = keep;
     }
     for (size_t i = 0; i < s.n; i++) printf(i ? " %d" : "%d", s.ids[i]);
     putchar('\n');
