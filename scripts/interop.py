@@ -12,7 +12,9 @@ with the project's own numbers:
 and that the kinds no transformers class represents are refused with a one-line error. Then
 (saved_rows) models saved by transformers' own save_pretrained (random init, norms perturbed; one
 F32 file, F32 shards, BF16) are imported and their logits compared with transformers' (<= 1e-4),
-and tests/hf_config_fixture.py is checked against what transformers wrote. Hybrids
+and tests/hf_config_fixture.py is checked against what transformers wrote; transformers' sharded
+save_pretrained of two of the exports (sharded_rows), and randomly initialised Qwen3-Next models
+with partial RoPE (partial_rotary_factor 0.25, dense / MoE / YaRN; hf_written_rows), likewise. Hybrids
 (Gated DeltaNet layers) load as Qwen3NextForCausalLM; without fla / causal-conv1d installed
 transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Prints a
 table; exit status 1 if any check fails.
@@ -67,20 +69,26 @@ KINDS.update({
     "rope_yarn": ("tiny_gated.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=yarn"]),
     "rope_yarn_betas": ("tiny_gated.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=yarn", "--model.yarn_beta_fast=16",
                                            "--model.yarn_beta_slow=2", "--model.yarn_attn_factor=1.5"]),
+    # partial RoPE (issue #45: Qwen3-Next's partial_rotary_factor): 4 of 16 channels turn, beyond
+    # training under YaRN; trained here, exported, loaded by transformers
+    "rope_partial_yarn": ("tiny_gated.ini", ["--model.n_kv_head=2", *ROPE, "--model.rope_scaling=yarn", "--model.rope_fraction=0.25"]),
 })
+KINDS["partial_rope"] = ("tiny_gated.ini", ["--model.n_kv_head=2", "--model.rope_fraction=0.25"])
 WINDOW = {k: 200 for k in KINDS if k.startswith("rope_")}   # logits window; 32 for the others
 EXPECT_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt2_bias": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next_moe": "Qwen3NextForCausalLM",
                 "hybrid": "Qwen3NextForCausalLM", "hybrid_moe": "Qwen3NextForCausalLM",
                 "rope_linear": "Qwen3ForCausalLM", "rope_ntk": "LlamaForCausalLM", "rope_yarn": "Qwen3NextForCausalLM",
-                "rope_yarn_betas": "Qwen3NextForCausalLM"}
+                "rope_yarn_betas": "Qwen3NextForCausalLM", "rope_partial_yarn": "Qwen3NextForCausalLM",
+                "partial_rope": "Qwen3NextForCausalLM"}
 REFUSED = {  # kind -> overrides on tiny_gated.ini that no class represents, and the setting named
     "headwise gate": (["--model.attn_gate=headwise"], "attn_gate = headwise"),
     "value gate": (["--model.gate_position=value"], "gate_position = value"),
     "silu gate": (["--model.gate_act=silu"], "gate_act = silu"),
     "hybrid, sigmoid": (["--model.layer_pattern=LA", "--model.linear_gate_act=sigmoid"], "linear_gate_act = sigmoid"),
     "hybrid, no gate": (["--model.layer_pattern=LA", "--model.attn_gate=none"], "attn_gate = none"),
+    "partial RoPE, Qwen3": (["--model.attn_gate=none", "--model.rope_fraction=0.5"], "rope_fraction = 0.5"),
 }
 TOL_LOSS, TOL_LOGIT = 1e-5, 1e-4
 TEXTS = ["In the beginning God created the heaven and the earth.", "  two spaces,\ttab\nnewline ", "don't I'LL we've 42x",
@@ -358,6 +366,86 @@ def hf_gpt2_rows(work, tool, toks):
     dlogit = float(np.abs(hf[:, :ours.shape[1]] - ours).max())
     ok = dlogit <= TOL_LOGIT and has_bias and ours.shape[1] == model.config.vocab_size
     return [(name, type(model).__name__, None, None, None, dlogit, "-", "bias = true" if has_bias else "bias NOT set", ok)], int(not ok)
+# ---- checkpoints written by transformers itself (issue #45) -> import ---------------------------
+# Qwen3-Next as its published configs are: partial_rotary_factor 0.25 (4 of head_dim 16 channels
+# turn), a Gated DeltaNet layer then gated full attention; dense, MoE, and YaRN beyond its length.
+HF_BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+               linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+               linear_num_value_heads=4, layer_types=["linear_attention", "full_attention"],
+               initializer_range=0.1)   # larger than 0.02: attention, gates and logits far from uniform
+HF_WRITTEN = {   # name -> (config fields beyond HF_BASE, logits window)
+    "hf partial 0.25": (dict(num_experts=0, mlp_only_layers=[0, 1],
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), 32),
+    "hf partial moe": (dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}), 32),
+    "hf partial yarn": (dict(num_experts=0, mlp_only_layers=[0, 1],
+                             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                              "original_max_position_embeddings": 64, "partial_rotary_factor": 0.25}), 200),
+}
+
+
+def hf_written_rows(work, tool, toks):
+    """For each config of HF_WRITTEN: a randomly initialised Qwen3NextForCausalLM (seeded), every
+    1-D parameter (the RMSNorm weights, which Qwen3-Next stores as w - 1 or w, dt_bias, A_log)
+    moved away from its init by N(0, 0.1^2) noise so that a norm mapping error shows, saved by
+    transformers' own save_pretrained; `gatedgpt_ckpt import` of that directory; its logits and
+    greedy tokens (`gatedgpt_ckpt logits`) and validation loss (`gatedgpt_ckpt eval`, 4 batches of
+    4 x 64) against transformers loading the same directory afresh. `sens` in the note: max|dlogit|
+    between transformers with this partial_rotary_factor and with 1.0, the size of what a partial
+    RoPE error would move (the bound is 1e-4). Returns (rows, failed)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3NextConfig
+    rows, failed = [], 0
+    for name, (fields, W) in HF_WRITTEN.items():
+        d = os.path.join(work, name.replace(" ", "_"))
+        torch.manual_seed(1)
+        cfg = Qwen3NextConfig(vocab_size=8192, **HF_BASE, **fields)
+        src = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        with torch.no_grad():
+            for p in src.parameters():
+                if p.dim() == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        src.save_pretrained(d)
+        ids = toks[:W]
+        imp, lf = d + "_imp", d + "_logits.bin"
+        rc, out = run([tool, "import", d, "--out", imp])
+        if rc == 0:
+            rc, out = run([tool, "logits", imp, "--ids", ",".join(map(str, ids.tolist())), "--out", lf, "--generate", "20"])
+        if rc == 0:
+            our_greedy = [int(x) for x in out.split("greedy:")[1].split()]
+            rc, out = run([tool, "eval", imp, "--glob", "data/kjv/val_*.bin", "--batches", "4"])
+        if rc != 0:
+            print(f"FAIL {name}: {out.strip()}")
+            failed += 1
+            rows.append((name, "-", None, None, None, None, "-", "import failed", False))
+            continue
+        our_loss = float(out.split(": loss ")[1].split()[0])
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        model.eval()
+        full = dict(cfg.rope_parameters, partial_rotary_factor=1.0)
+        other = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, rope_parameters=full)
+        other.eval()
+        with torch.no_grad():
+            hf = model(torch.tensor(ids)[None]).logits[0].numpy()
+            sens = float(np.abs(other(torch.tensor(ids)[None]).logits[0].numpy() - hf).max())
+            losses = []
+            for b in range(4):
+                x = np.stack([toks[(b * 4 + i) * 64:(b * 4 + i) * 64 + 65] for i in range(4)])
+                lg = model(torch.tensor(x[:, :64])).logits.double()
+                losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                                                                torch.tensor(x[:, 1:]).reshape(-1)).item())
+            hf_loss = float(np.mean(losses))
+            gen = model.generate(torch.tensor(ids)[None], max_new_tokens=20, do_sample=False, pad_token_id=0)[0, W:].tolist()
+        ours = np.fromfile(lf, dtype="<f4").reshape(W, -1)
+        dlogit = float(np.abs(hf[:, :ours.shape[1]] - ours).max())
+        ok = (dlogit <= TOL_LOGIT and abs(hf_loss - our_loss) <= TOL_LOSS and gen == our_greedy and sens > 100 * TOL_LOGIT
+              and ours.shape[1] == model.config.vocab_size)
+        failed += not ok
+        rows.append((name, type(model).__name__, our_loss, hf_loss, abs(hf_loss - our_loss), dlogit,
+                     f"{sum(g == o for g, o in zip(gen, our_greedy))}/20", f"sens {sens:.2g}", ok))
+    return rows, failed
 
 
 def main():
@@ -467,6 +555,8 @@ def main():
     r, f = saved_rows(work, tool, saved)   # models saved by transformers' own save_pretrained -> import
     rows, failed = rows + r, failed + f
     r, f = hf_gpt2_rows(work, tool, toks)   # a GPT2LMHeadModel transformers made, biases and all -> import
+    rows, failed = rows + r, failed + f
+    r, f = hf_written_rows(work, tool, toks)   # transformers' own save_pretrained (partial RoPE) -> import
     rows, failed = rows + r, failed + f
     print(f"\n{'kind':<26} {'class':<22} {'our loss':>10} {'HF loss':>10} {'|dloss|':>9} {'max|dlogit|':>11} {'greedy':>7}  tokenizer")
     for k, c, l1, l2, dl, dg, g, tn, ok in rows:

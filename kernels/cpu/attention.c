@@ -26,15 +26,17 @@ static void rope_tables_alloc(float** cs, float** sn, int T, int pos0, const Ops
     rope_table_rows(*cs, *sn, half, T, pos0, s);
 }
 
-// rotate_half convention within the first rot channels of a head: pairs (i, i + rot/2);
-// channels rot .. hd-1 are left as they are (partial RoPE). dir = +1 forward, -1 inverse
-// (= transpose).
-static inline void rope_apply(float* x, const float* cs, const float* sn, int rot, float dir) {
+// x[hd], one head: rotate_half convention within its first rot channels, pairs (i, i + rot/2);
+// channels rot .. hd-1 are left as they are (partial RoPE, as transformers' Qwen3-Next).
+// dir = +1 forward, -1 inverse (= transpose).
+static inline void rope_apply(float* x, const float* cs, const float* sn, int hd, int rot, float dir) {
+    float* xr = x;   // the rotated channels: the first rot of the head's hd (the last hd - rot pass)
+    (void)hd;        // (named for the layout; only the first rot channels are touched)
     int half = rot / 2;
     for (int i = 0; i < half; i++) {
-        float a = x[i], b = x[i + half], c = cs[i], s = dir * sn[i];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
+        float a = xr[i], b = xr[i + half], c = cs[i], s = dir * sn[i];
+        xr[i] = a * c - b * s;
+        xr[i + half] = b * c + a * s;
     }
 }
 
@@ -65,7 +67,7 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
             } else {
                 for (int i = 0; i < hd; i++) dst[i] = src[i];
             }
-            if (s->rope) rope_apply(dst, cs + (size_t)t * half, sn + (size_t)t * half, rot, 1.0f);
+            if (s->rope) rope_apply(dst, cs + (size_t)t * half, sn + (size_t)t * half, hd, rot, 1.0f);
         }
         const float* vs = row + attn_v_off(H, Hkv, hd);
         float* vd = v + (size_t)n * Hkv * hd;
@@ -106,7 +108,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
                 int isq = h < H;
                 const float* g = isq ? dq + ((size_t)n * H + h) * hd : dk + ((size_t)n * Hkv + (h - H)) * hd;
                 for (int i = 0; i < hd; i++) buf[i] = g[i];
-                if (s->rope) rope_apply(buf, cs + (size_t)t * half, sn + (size_t)t * half, rot, -1.0f);
+                if (s->rope) rope_apply(buf, cs + (size_t)t * half, sn + (size_t)t * half, hd, rot, -1.0f);
                 const float* x = row + (size_t)h * hd;
                 float* dx = drow + (size_t)h * hd;
                 if (s->qk_norm) {
@@ -371,7 +373,7 @@ void ops_rope_rows(float* x, int n_rows, int n_heads, int pos0, int dir, const O
     }
     for (int r = 0; r < n_rows; r++)
         for (int h = 0; h < n_heads; h++)
-            rope_apply(x + ((size_t)r * n_heads + h) * hd, cs + (size_t)r * half, sn + (size_t)r * half, rot,
+            rope_apply(x + ((size_t)r * n_heads + h) * hd, cs + (size_t)r * half, sn + (size_t)r * half, hd, rot,
                        dir < 0 ? -1.0f : 1.0f);
     free(cs);
     free(sn);
