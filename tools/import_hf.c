@@ -842,18 +842,7 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
     ops_from_host(m.params, host, m.table.total * sizeof(float));
     free(host);
     gpt_params_changed(&m, 0);
-    Optim o;
-    optim_init_range(&o, &m, 0, m.table.total);
-    SpikeWindow lw, gw;
-    spike_init(&lw, c->metrics.spike_window);
-    spike_init(&gw, c->metrics.spike_window);
-    CkptTrainState ts;
-    memset(&ts, 0, sizeof ts);
-    ts.data_seed = c->train.seed;
-    ts.data_shuffle = c->data.shuffle;
-    ts.loss_win = &lw;
-    ts.grad_win = &gw;
-    rc = checkpoint_save(out_dir, 0, c, &m, &o, &ts);
+    rc = checkpoint_save_fresh(out_dir, c, &m);   // AdamW state zero, the data at its beginning
     if (rc == 0 && log) {
         char path[CKPT_PATH_MAX];
         checkpoint_path(path, sizeof path, out_dir, 0);
@@ -862,8 +851,6 @@ int import_hf(const char* in_dir, Config* c, const char* out_dir, FILE* log) {
         fprintf(log, "import: %s (%s%s, %zu parameters) -> %s: resume with train_gpt --resume %s\n", in_dir,
                 str_or(&s.conf, "model_type", "?"), shards, m.table.total, path, path);
     }
-    spike_free(&lw); spike_free(&gw);
-    optim_free(&o);
 out:
     if (m.params) gpt_free(&m);
     st_free(&s);

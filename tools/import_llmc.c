@@ -150,27 +150,13 @@ int import_llmc(const char* path, Config* c, const char* out_dir, FILE* log) {
     ops_from_host(m.params, x, t->total * sizeof(float));
     free(x);
     gpt_params_changed(&m, 0);
-    // a fresh start: AdamW state zero, the data at its beginning
-    Optim o;
-    optim_init_range(&o, &m, 0, t->total);
-    SpikeWindow lw, gw;
-    spike_init(&lw, c->metrics.spike_window);
-    spike_init(&gw, c->metrics.spike_window);
-    CkptTrainState ts;
-    memset(&ts, 0, sizeof ts);
-    ts.data_seed = c->train.seed;
-    ts.data_shuffle = c->data.shuffle;
-    ts.loss_win = &lw;
-    ts.grad_win = &gw;
-    rc = checkpoint_save(out_dir, 0, c, &m, &o, &ts);
+    rc = checkpoint_save_fresh(out_dir, c, &m);   // AdamW state zero, the data at its beginning
     if (rc == 0 && log) {
         char ck[CKPT_PATH_MAX];
         checkpoint_path(ck, sizeof ck, out_dir, 0);
         fprintf(log, "import: %s (llm.c model file, version %d: %s parameters, %zu of them) -> %s: resume with train_gpt "
                 "--resume %s\n", path, version, es == 4 ? "fp32" : "bf16", n_params, ck, ck);
     }
-    spike_free(&lw); spike_free(&gw);
-    optim_free(&o);
     gpt_free(&m);
     return rc;
 }

@@ -1232,3 +1232,22 @@ int checkpoint_prune(const char* dir, int keep_last, int keep_every, int current
     closedir(d);
     return removed;
 }
+
+int checkpoint_save_fresh(const char* dir, const Config* cfg, GPT* m) {
+    Optim o;
+    optim_init_range(&o, m, 0, m->table.total);
+    SpikeWindow lw, gw;
+    spike_init(&lw, cfg->metrics.spike_window);
+    spike_init(&gw, cfg->metrics.spike_window);
+    CkptTrainState ts;
+    memset(&ts, 0, sizeof ts);
+    ts.data_seed = cfg->train.seed;
+    ts.data_shuffle = cfg->data.shuffle;
+    ts.loss_win = &lw;
+    ts.grad_win = &gw;
+    int rc = checkpoint_save(dir, 0, cfg, m, &o, &ts);
+    spike_free(&lw);
+    spike_free(&gw);
+    optim_free(&o);
+    return rc;
+}

@@ -85,6 +85,9 @@ void checkpoint_abort(const char* dir, int step);
 // every older checkpoint untouched.
 int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
                     const CkptTrainState* st);
+// A fresh start from the weights m holds (the importers, tools/import_*.c): the checkpoint of step 0
+// under dir with the AdamW state zero and the data at its beginning (cfg's seed and shuffle).
+int checkpoint_save_fresh(const char* dir, const Config* cfg, GPT* m);
 // The same on every rank of nproc. agree(ctx, failed) must return 1 on every rank when any
 // rank passed failed != 0 (a max over the ranks; the caller's communication layer), else 0.
 // No checkpoint is marked DONE unless every rank wrote its file; every rank returns the same.
