@@ -7,7 +7,8 @@
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries;
 #                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs);
-#                 first tokenizer.json ids vs the tokenizers library on 100,000 texts (scripts/hf_tokenizer_interop.sh)
+#                 first tokenizer.json ids vs the tokenizers library on 100,000 texts (scripts/hf_tokenizer_interop.sh);
+#                 last TensorBoard event files read by tensorboard's own readers vs log.jsonl (scripts/tb_interop.sh)
 #   make mutants  deliberate bugs (tests/mutants.ini) against the tests: a table of what caught each (~40 min on 2 cores)
 #   make sanitize every CUDA-emulator test (label cudaemu) with every launch under 4 schedules, shared memory
 #                 poisoned per block; then the op tests and goldens under the racecheck (docs/gpu.md "The CUDA emulator")
@@ -58,6 +59,7 @@ mutants: deps
 interop: build
 	bash scripts/hf_tokenizer_interop.sh --build $(BUILD)
 	bash scripts/interop.sh --build $(BUILD)
+	bash scripts/tb_interop.sh --build $(BUILD)
 
 .PHONY: sanitize
 sanitize: build

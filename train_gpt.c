@@ -24,6 +24,7 @@
 #include "train/spike.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
+#include "train/tb.h"
 #include "train/comm.h"
 #include "train/dist.h"
 #include "train/plan.h"
@@ -354,6 +355,7 @@ typedef struct {
     int resuming, start_step, end_step, ckpt_failed;
     char log_path[1100];
     FILE* logf;                       // the run log (rank 0; /dev/null on the others)
+    TbWriter tb;                      // [log] tensorboard: the run log's records as TensorBoard events (rank 0)
     Progress prog;                    // elapsed time and ETA of the step line (train/progress.h)
 } Run;
 
@@ -631,11 +633,17 @@ static int open_run_log(Run* r) {
         fprintf(stderr, "error: cannot write the run directory '%s' ([log] run_dir): %s\n", cfg->log.run_dir, strerror(errno));
         return 1;
     }
+    // TensorBoard (before the run log, so a refused file leaves that as it was): a new event
+    // file whose restart marker drops what earlier files hold after the checkpoint, as the run
+    // log is trimmed below (a fresh run's marker at step 0 drops all of an earlier run's)
+    if (comm->rank == 0 && cfg->log.tensorboard && tb_open(&r->tb, cfg->log.run_dir, r->resuming ? r->start_step + 1 : 0) != 0)
+        return 1;
     // the run log: a resumed run keeps the records up to its checkpoint and appends
     snprintf(r->log_path, sizeof r->log_path, "%s/log.jsonl", cfg->log.run_dir);
     if (comm->rank == 0 && r->resuming && resume_trim_log(r->log_path, r->start_step) != 0) return 1;
     r->logf = fopen(comm->rank == 0 ? r->log_path : "/dev/null", r->resuming ? "a" : "w");
     if (!r->logf) { fprintf(stderr, "error: cannot open %s: %s\n", r->log_path, strerror(errno)); return 1; }
+    if (r->tb.f) jsonl_mirror(r->logf, tb_mirror_record, &r->tb);   // every record from here on
     comm_barrier(comm);   // the others start once rank 0 has accepted the start
     Jsonl j;
     if (r->resuming) {
@@ -839,6 +847,8 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
 // The closing lines, and everything freed.
 static void finish_run(Run* r) {
     const TrainConfig* tc = &r->cfg.train;
+    jsonl_mirror(r->logf, NULL, NULL);
+    tb_close(&r->tb);
     fclose(r->logf);
     if (r->dec.have_tok) tokenizer_free(&r->dec.tok);
     if (r->end_step < tc->steps)

@@ -150,6 +150,7 @@ static const KeyDef KEYS[] = {
     K_FLOAT("log", "sample_temperature", log.sample_temperature, "1.0"),
     K_INT("log", "sample_top_k", log.sample_top_k, "40"),
     K_STR("log", "sample_prompt", log.sample_prompt, ""),
+    K_BOOL("log", "tensorboard", log.tensorboard, "false"),
 
     K_INT("checkpoint", "checkpoint_every", ckpt.checkpoint_every, "0"),
     K_INT("checkpoint", "keep_last", ckpt.keep_last, "2"),

@@ -188,6 +188,7 @@ typedef struct {
     float sample_temperature; // softmax temperature (> 0)
     int sample_top_k;    // sample among the k most likely tokens (0 = all)
     char sample_prompt[1024]; // text the sample continues; empty = start from end-of-text
+    int tensorboard;     // bool: every record's numbers also go to <run_dir>/tb/events.out.tfevents.* (train/tb.h)
 } LogConfig;
 
 // [checkpoint]

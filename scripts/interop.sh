@@ -19,10 +19,10 @@ done
 [ -x "$build/train_gpt" ] && [ -x "$build/gatedgpt_ckpt" ] || { echo "interop: error: $build/train_gpt or gatedgpt_ckpt missing: run make build first" >&2; exit 1; }
 venv="$build/venv-interop"
 if ! "$venv/bin/python" -c "import torch, transformers, tokenizers, numpy" 2>/dev/null; then
-    echo "interop: creating $venv (torch, transformers, safetensors, tokenizers, numpy; first use only)"
+    echo "interop: creating $venv (torch, transformers, safetensors, tokenizers, numpy, tensorboard; first use only)"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q torch transformers safetensors tokenizers numpy
+    "$venv/bin/pip" install -q torch transformers safetensors tokenizers numpy tensorboard==2.21.0   # tensorboard: scripts/tb_interop.sh
 fi
 bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null
 exec "$venv/bin/python" scripts/interop.py --build "$build" "$@"

@@ -240,7 +240,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 92 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 93 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
@@ -524,7 +524,7 @@ static void test_roundtrip(void) {
         "data.bos=true", "data.bos_token=999",
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
-        "log.sample_prompt=And God said",
+        "log.sample_prompt=And God said", "log.tensorboard=true",
         "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.keep_every=1000",
         "checkpoint.dir=ck/dir", "checkpoint.on_write_error=exit",
         "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
