@@ -134,7 +134,11 @@ def event(b):
 
 
 def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    """x rounded to float32 as C's (float) cast does it (IEEE: beyond the range, an infinity)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return float("inf") if x > 0 else float("-inf")
 
 
 def tag_of(rec, path):

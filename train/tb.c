@@ -258,7 +258,9 @@ void tb_mirror_record(void* ctx, const JsonlRecord* rec) {
         char* tag = w->tags + (size_t)n * TAG_CAP;
         if (!tb_tag(tag, TAG_CAP, rec, rec->num[i].path)) continue;
         w->tag_p[n] = tag;
-        w->val[n++] = (float)rec->num[i].v;   // simple_value is a float: the double rounded to nearest
+        // simple_value is a float: the double rounded to nearest (IEEE, C's Annex F: beyond
+        // float's range, an infinity)
+        w->val[n++] = (float)rec->num[i].v;
     }
     if (n == 0) return;
     tb_event_scalars(&w->ev, wall_now(), rec->step, n, w->tag_p, w->val);
