@@ -239,6 +239,7 @@ int tb_open(TbWriter* w, const char* run_dir, int marker_step) {
     tb_event_start(&w->ev, now, marker_step);
     write_event(w);
     if (w->failed) { tb_close(w); return 1; }
+    printf("tensorboard: %s (restart marker at step %d; view with tensorboard --logdir %s)\n", w->path, marker_step, dir);
     return 0;
 }
 
