@@ -6,6 +6,8 @@
 // One step: grad_accum micro-batches of B x T tokens (forward, backward into the gradient
 // arena), then global-norm clip + AdamW at the scheduled learning rate.
 #include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,8 @@
 #include "train/comm.h"
 #include "train/dist.h"
 #include "train/plan.h"
+#include "train/watchdog.h"
+#include "train/straggler.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -68,6 +72,7 @@ static float evaluate(GPT* m, DataLoader* dl, int nbatches, int* in, int* tg) {
     for (int i = 0; i < nbatches; i++) {
         if (dataloader_next(dl, in, tg) != 0) exit(1);
         sum += gpt_forward(m, in, tg);
+        watchdog_progress();   // a long evaluation is progress, batch by batch
     }
     return (float)(sum / nbatches);
 }
@@ -180,7 +185,10 @@ static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z
 // checkpoint_save_ranks's agreement: any rank failed -> every rank sees 1
 static int ckpt_agree(void* ctx, int failed) {
     double f = failed ? 1.0 : 0.0;
+    const char* phase = watchdog_current_phase();
+    if (phase) watchdog_phase(-1, "checkpoint barrier");   // -1: the step stays as published
     comm_allreduce_max_f64((Comm*)ctx, &f, 1);
+    if (phase) watchdog_phase(-1, phase);
     return f != 0.0;
 }
 
@@ -229,6 +237,27 @@ static int injected_failure(const Comm* comm, int step) {
 }
 
 static int train_main(Comm* comm, int argc, char** argv);
+
+// Test-only hooks (docs/distributed.md "Hangs and stragglers"; never set them in a real run):
+// GATEDGPT_TEST_STOP_RANK=R GATEDGPT_TEST_STOP_STEP=S: rank R stops itself (SIGSTOP, as a
+// scheduler would) at the start of step S; GATEDGPT_TEST_SLOW_RANK=R GATEDGPT_TEST_SLOW_MS=M:
+// rank R sleeps M ms in each micro-step's forward (a straggler).
+static void test_stop(const Comm* comm, int step) {
+    const char* r = getenv("GATEDGPT_TEST_STOP_RANK");
+    const char* s = getenv("GATEDGPT_TEST_STOP_STEP");
+    if (r && s && atoi(r) == comm->rank && atoi(s) == step) raise(SIGSTOP);
+}
+static void test_slow(const Comm* comm) {
+    static int ms = -1;
+    if (ms < 0) {
+        const char* r = getenv("GATEDGPT_TEST_SLOW_RANK");
+        const char* m = getenv("GATEDGPT_TEST_SLOW_MS");
+        ms = r && m && atoi(r) == comm->rank && atoi(m) > 0 ? atoi(m) : 0;
+    }
+    if (ms == 0) return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 // MoE: the load-balancing loss's expert counts over every process (GPT.moe_reduce)
 static void moe_allreduce(void* ctx, double* x, int n) { comm_allreduce_sum_f64((Comm*)ctx, x, (size_t)n); }
@@ -357,6 +386,8 @@ typedef struct {
     FILE* logf;                       // the run log (rank 0; /dev/null on the others)
     TbWriter tb;                      // [log] tensorboard: the run log's records as TensorBoard events (rank 0)
     Progress prog;                    // elapsed time and ETA of the step line (train/progress.h)
+    StragglerTrack strag;             // each rank's run of slow straggler reports (train/straggler.h)
+    double compute_s;                 // this rank's compute time since the last straggler report
 } Run;
 
 // The periodic work between steps, timed for the ETA (Run.prog's tasks)
@@ -369,6 +400,9 @@ typedef struct {
     float lr, norm;
     int skipped;
     MoeStepSummary moe;               // routing over the step's micro-steps (n_moe = 0: a dense model)
+    double compute_s;                 // forward + backward wall time less the collectives' inside them
+    int has_report;                   // a straggler report at this step (P > 1, every log_every steps)
+    StragglerReport rep;
 } StepStats;
 
 // --check: parameter counts from the table alone (no arena): total, and active = what one token
@@ -697,24 +731,34 @@ static int train_step(Run* r, int step, StepStats* s) {
     m->moe_reduce = P > 1 ? moe_allreduce : NULL;   // training micro-steps only
     m->moe_reduce_ctx = r->comm;
     GradsReady gr = {&r->dist, m->grads};
+    // the compute time of the straggler report: forward + backward, less the time inside
+    // collectives during them (MoE's reductions, the overlapped gradient reduction)
+    const double tc0 = progress_now(), cc0 = r->comm->seconds;
     for (int micro = 0; micro < grad_accum; micro++) {
+        watchdog_phase(step + 1, "forward");
         if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
+        test_slow(r->comm);
         loss += gpt_forward(m, r->in, r->tg) / grad_accum;
         // the last micro-step finishes each layer's gradients: reduce them while the rest of
         // the backward runs (dist.overlap: NCCL, or GATEDGPT_DIST_OVERLAP=1)
         const int last = micro == grad_accum - 1 && P > 1 && r->dist.overlap;
+        watchdog_phase(step + 1, last ? "backward (gradients reduced layer by layer)" : "backward");
         m->grads_ready = last ? grads_ready : NULL;
         m->grads_ready_ctx = &gr;
         gpt_backward(m, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
         m->grads_ready = NULL;
     }
+    s->compute_s = (progress_now() - tc0) - (r->comm->seconds - cc0);
     m->moe_reduce = NULL;
     // the global batch: gradients summed over ranks, the loss averaged
+    watchdog_phase(step + 1, r->dist.zero_stage ? "reduce-scatter of gradients" : "all-reduce of gradients");
     dist_reduce_grads(&r->dist, m->grads);
+    watchdog_phase(step + 1, "all-reduce of the loss");
     comm_allreduce_sum_f64(r->comm, &loss, 1);
     loss /= P;
     moe_step_summary(m, &s->moe);
     float lr = lr_schedule(tc, step);
+    watchdog_phase(step + 1, "gradient norm (all-reduce)");
     float norm = dist_grad_norm(&r->dist, m->grads);
     int skipped = !isfinite(loss) || !isfinite(norm);
     if (skipped) {
@@ -740,7 +784,9 @@ static int train_step(Run* r, int step, StepStats* s) {
         if (!loss_spike) spike_push(&r->loss_win, loss);
         if (!grad_spike) spike_push(&r->grad_win, norm);
         if (!skipped) {
+            watchdog_phase(step + 1, "optimizer step");
             optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
+            watchdog_phase(step + 1, "all-gather of parameters");
             dist_gather_params(&r->dist, m->params);     // ZeRO-1: everyone's updated shards
         }
     }
@@ -753,6 +799,67 @@ static int train_step(Run* r, int step, StepStats* s) {
     s->ep_ms = (r->comm->ep_seconds - ep_s0) * 1e3;
     s->ep_bytes = r->comm->ep_bytes - ep_b0;
     return 0;
+}
+
+// The straggler report (P > 1, every log_every steps; every rank calls it): the ranks' compute
+// times since the last report exchanged (a sum of one-hot arrays: exact), the slowest and the
+// fastest in s->rep for the step record, and a warning from each rank slower than straggler_factor
+// x the median for straggler_reports reports in a row, on its own stderr (it knows its host).
+static void straggler_exchange(Run* r, int step, StepStats* s) {
+    const Comm* c = r->comm;
+    r->compute_s += s->compute_s;
+    if (r->P == 1 || (step + 1) % r->cfg.log.log_every != 0) return;
+    const int P = r->P;
+    double* ms = calloc((size_t)P, sizeof(double));
+    int* warn = malloc((size_t)P * sizeof(int));
+    if (!ms || !warn || (!r->strag.run && straggler_track_init(&r->strag, P) != 0))
+        comm_abort(r->comm, 1, "out of host memory (straggler report)");
+    ms[c->rank] = r->compute_s * 1e3;
+    r->compute_s = 0.0;
+    watchdog_phase(step + 1, "straggler report (all-reduce of compute times)");
+    comm_allreduce_sum_f64(r->comm, ms, (size_t)P);
+    straggler_report(ms, P, &s->rep);
+    s->has_report = 1;
+    const TrainConfig* tc = &r->cfg.train;
+    const int nw = straggler_update(&r->strag, ms, tc->straggler_factor, tc->straggler_reports, warn);
+    for (int i = 0; i < nw; i++) {
+        const int w = warn[i];
+        if (c->rank == 0) {   // the run log's record of it (rank 0 logs)
+            Jsonl j;
+            jsonl_begin(&j, r->logf, "straggler", step + 1);
+            jsonl_int(&j, "rank", w);
+            jsonl_fmt(&j, "compute_ms", "%.3f", ms[w]);
+            jsonl_fmt(&j, "median_ms", "%.3f", s->rep.median_ms);
+            jsonl_int(&j, "reports", r->strag.run[w]);
+            jsonl_end(&j);
+        }
+        if (w != c->rank) continue;
+        char host[256] = "?";
+        if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+        host[sizeof host - 1] = 0;
+        fprintf(stderr, "warning: rank %d of %d (host %s) is a straggler: compute %.1f ms over the last %d steps, %.2f x "
+                "the median %.1f ms of the %d ranks, in %d reports in a row ([train] straggler_factor = %g, "
+                "straggler_reports = %d): check this host's GPU/CPU load, clocks and neighbours\n", c->rank, P, host, ms[w],
+                r->cfg.log.log_every, ms[w] / s->rep.median_ms, s->rep.median_ms, P, r->strag.run[w],
+                (double)tc->straggler_factor, tc->straggler_reports);
+        fflush(stderr);
+    }
+    free(ms);
+    free(warn);
+}
+
+// The watchdog's abort (train/watchdog.h), from its thread: NCCL's communicators first (their
+// kernels would hold the GPU), then the whole job (MPI_Abort; without MPI this process alone,
+// with _exit: exit()'s stdio flush could block on a lock the stuck main thread holds).
+static Run* g_run;
+static void watchdog_abort(void* ctx, int code, const char* why) {
+    Run* r = (Run*)ctx;
+    const int n = dist_abort_nccl(&r->dist);
+    char line[1024];
+    snprintf(line, sizeof line, "%s%s", why, n ? " (NCCL's communicators aborted first: ncclCommAbort)" : "");
+    if (r->comm->mpi) comm_abort(r->comm, code, line);
+    fprintf(stderr, "error: %s\n", line);
+    _exit(code);
 }
 
 // The step's console line (every log_every steps, the first and the last) and its "step" record.
@@ -792,6 +899,13 @@ static void log_step(Run* r, int step, const StepStats* s) {
         jsonl_int(&j, "moe_dropped", moe->dropped);
     }
     if (r->P > 1) jsonl_fmt(&j, "comm_ms", "%.3f", s->comm_ms);
+    if (s->has_report) {   // the straggler report: compute time per rank since the last one
+        jsonl_fmt(&j, "compute_ms_max", "%.3f", s->rep.max_ms);
+        jsonl_int(&j, "rank_slowest", s->rep.slowest);
+        jsonl_fmt(&j, "compute_ms_min", "%.3f", s->rep.min_ms);
+        jsonl_int(&j, "rank_fastest", s->rep.fastest);
+        jsonl_fmt(&j, "compute_ms_median", "%.3f", s->rep.median_ms);
+    }
     if (r->comm->ep_size > 1) {   // rank 0's share of the expert all-to-alls (inside comm_ms)
         jsonl_fmt(&j, "ep_ms", "%.3f", s->ep_ms);
         jsonl_fmt(&j, "ep_bytes", "%.0f", s->ep_bytes);
@@ -808,16 +922,19 @@ static void run_measurements(Run* r, int done) {
     if (r->comm->rank >= r->comm->ep_size) return;   // rank 0's group: ranks 0 .. P-1 (P = 1: rank 0)
     double t0 = progress_now();
     if (r->have_val && (done % cfg->log.val_every == 0 || last)) {
+        watchdog_phase(done, "evaluation");
         run_eval(r, done);
         progress_task_took(&r->prog, PROG_EVAL, progress_now() - t0);
     }
     if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last)) {
         t0 = progress_now();
+        watchdog_phase(done, "probe");
         run_probe(&r->model, r->probe_in, r->probe_tg, done, r->logf);
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
     if (cfg->log.sample_every > 0 && (done % cfg->log.sample_every == 0 || last)) {
         t0 = progress_now();
+        watchdog_phase(done, "sample");
         print_sample(&r->model, cfg, &r->dec, done, r->logf);
         progress_task_took(&r->prog, PROG_SAMPLE, progress_now() - t0);
     }
@@ -836,6 +953,7 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
     cs->nonfinite_run = r->nonfinite_run;
     cs->lr = lr;
     const double t0 = progress_now();
+    watchdog_phase(done, "checkpoint write");   // re-armed at each stage of the write (train/checkpoint.c)
     if (write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0) {
         r->ckpt_failed++;
         if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
@@ -856,7 +974,9 @@ static void finish_run(Run* r) {
                "; continue with --resume auto" : "; no checkpoint was written ([checkpoint] checkpoint_every = 0)");
     // the peaks, the largest over the processes: what the memory plan's total predicts
     double pk[2] = {(double)plan_self_peak_rss(), (double)ops_allocated_peak_bytes()};
+    watchdog_phase(r->end_step, "the end of the run (all-reduce of the memory peaks)");
     comm_allreduce_max_f64(r->comm, pk, 2);
+    watchdog_stop();   // before MPI_Finalize (comm_finalize): its abort must not come after it
     printf("memory: peak RSS %.0f bytes (%.1f MiB, VmHWM) | backend peak %.0f bytes (ops_malloc)%s\n", pk[0], pk[0] / 1048576.0,
            pk[1], r->P > 1 ? " | the largest over the processes" : "");
     printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
@@ -868,6 +988,7 @@ static void finish_run(Run* r) {
     dataloader_free(&r->train_dl);
     if (r->have_val) dataloader_free(&r->val_dl);
     train_args_free(&r->args);
+    straggler_track_free(&r->strag);
 }
 
 static int train_main(Comm* comm, int argc, char** argv) {
@@ -891,6 +1012,9 @@ static int train_main(Comm* comm, int argc, char** argv) {
     int st = setup_state(r);
     if (st != 0) return st == 2 ? 0 : 1;
     if (open_run_log(r) != 0) return 1;
+    // the watchdog from here on: the setup above ends or fails on its own
+    g_run = r;
+    if (watchdog_start(r->cfg.train.hang_timeout_s, watchdog_abort, g_run) != 0) return 1;
 
     // the clock of the step line's elapsed time and ETA, with the periodic work between steps
     // where it falls: as run_measurements and maybe_checkpoint schedule it
@@ -905,11 +1029,13 @@ static int train_main(Comm* comm, int argc, char** argv) {
     // ETA's first estimate of their cost)
     if (comm->rank < comm->ep_size && r->have_val && !r->resuming) {   // rank 0 and its group
         double t0 = progress_now();
+        watchdog_phase(0, "evaluation");
         run_eval(r, 0);
         progress_task_took(&r->prog, PROG_EVAL, progress_now() - t0);
     }
     if (comm->rank < comm->ep_size && r->cfg.metrics.probe_every > 0 && !r->resuming) {
         double t0 = progress_now();
+        watchdog_phase(0, "probe");
         run_probe(&r->model, r->probe_in, r->probe_tg, 0, r->logf);
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
@@ -917,8 +1043,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {
         StepStats s;
+        memset(&s, 0, sizeof s);
         if (injected_failure(comm, step + 1)) return 1;
+        test_stop(comm, step + 1);
         if (train_step(r, step, &s) != 0) return 1;
+        straggler_exchange(r, step, &s);
         log_step(r, step, &s);
         run_measurements(r, step + 1);
         fflush(r->logf);

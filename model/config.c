@@ -133,6 +133,9 @@ static const KeyDef KEYS[] = {
     K_INT("train", "zero_stage", train.zero_stage, "0"),
     K_ENUM("train", "attn_impl", train.attn_impl, ATTN_IMPL_NAMES, "fused"),
     K_ENUM("train", "recompute", train.recompute, RECOMPUTE_NAMES, "none"),
+    K_FLOAT("train", "hang_timeout_s", train.hang_timeout_s, "1200"),
+    K_FLOAT("train", "straggler_factor", train.straggler_factor, "1.2"),
+    K_INT("train", "straggler_reports", train.straggler_reports, "3"),
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
@@ -1212,6 +1215,11 @@ static int finalize_train(Config* c, const FinCtx* fc) {
     REQUIRE_NONNEG("train", "threads", t->threads, "the OpenMP default");
     if (t->zero_stage != 0 && t->zero_stage != 1)
         return fin_error(fc, "train", "zero_stage", "must be 0 or 1 (accepted: 0 = all-reduce, 1 = ZeRO-1 sharded optimizer state)");
+    if (!(t->hang_timeout_s >= 0.0f) || !isfinite(t->hang_timeout_s))
+        return fin_error(fc, "train", "hang_timeout_s", "must be a number of seconds >= 0 (accepted: 0 = no watchdog, or e.g. 1200)");
+    if (!(t->straggler_factor > 1.0f) || !isfinite(t->straggler_factor))
+        return fin_error(fc, "train", "straggler_factor", "must be a number > 1 (accepted: e.g. 1.2 = 20%% slower than the median)");
+    REQUIRE_POS("train", "straggler_reports", t->straggler_reports);
     return 0;
 }
 

@@ -165,6 +165,9 @@ typedef struct {
     int zero_stage;      // data parallelism: 0 = all-reduce gradients, 1 = ZeRO-1 (sharded AdamW state)
     AttnImpl attn_impl;  // attention kernel: the backend's own, or cuDNN's fused SDPA (CUDA backend)
     RecomputeKind recompute; // activation recomputation in the backward (GPT.recompute, model/gpt.c)
+    float hang_timeout_s;     // watchdog: end the job after this long without progress; 0 = off (train/watchdog.h)
+    float straggler_factor;   // straggler report: a rank slower than factor x the median compute time is slow
+    int straggler_reports;    // ... in this many reports in a row: a warning names it (train/straggler.h)
 } TrainConfig;
 
 // [data]

@@ -3,6 +3,7 @@
 // Assumes a little-endian host, as the token shards do.
 #define _GNU_SOURCE   // open_memstream, nanosleep
 #include "checkpoint.h"
+#include "watchdog.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -36,7 +37,10 @@ static int ck_error(const char* path, const char* fmt, ...) {
 }
 
 // GATEDGPT_CKPT_SLOW_MS: a pause at each stage of a write, so a test can kill the writer there.
+// Each stage is also progress for the watchdog (train/watchdog.h): only a stage that does not
+// end counts against [train] hang_timeout_s, not a long write of many files.
 static void ck_pause(void) {
+    watchdog_progress();
     static int ms = -1;
     if (ms < 0) {
         const char* s = getenv("GATEDGPT_CKPT_SLOW_MS");

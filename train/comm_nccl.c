@@ -79,6 +79,11 @@ void nccl_free(NcclComm* n) {
     memset(n, 0, sizeof(*n));
 }
 
+int nccl_abort(NcclComm* n) {
+    if (!n->nccl) return 0;
+    return ncclCommAbort((ncclComm_t)n->nccl) == ncclSuccess ? 0 : -1;
+}
+
 // the collectives' stream waits for the work queued on the compute stream (the legacy default
 // stream 0) so far: the gradients they read are complete
 static void wait_for_compute(NcclComm* n) {

@@ -37,6 +37,11 @@ typedef struct {
 // device (the caller decides whether that is an error).
 int nccl_init(NcclComm* n, Comm* c, int use_current_device);
 void nccl_free(NcclComm* n);
+// ncclCommAbort: ends the communicator's pending and running collectives (callable from another
+// thread while this process waits in nccl_sync: the watchdog's path). The communicator is then
+// unusable; the process is about to end. Prints nothing (the watchdog's line says it); returns
+// 0, or -1 when NCCL reports an error.
+int nccl_abort(NcclComm* n);
 // In place on device memory, enqueued on n->stream (nccl_sync waits for them).
 void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count);
 void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);

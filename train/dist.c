@@ -102,6 +102,18 @@ int dist_init_ep(Dist* d, Comm* c, int zero_stage, size_t total, size_t dense) {
     return 0;
 }
 
+int dist_abort_nccl(Dist* d) {
+    int n = 0;
+#ifdef GATEDGPT_NCCL
+    NcclComm* cs[3] = {(NcclComm*)d->nccl, (NcclComm*)d->nccl_ep, (NcclComm*)d->nccl_rep};
+    for (int i = 0; i < 3; i++)
+        if (cs[i] && cs[i]->nccl) { nccl_abort(cs[i]); n++; }
+#else
+    (void)d;
+#endif
+    return n;
+}
+
 void dist_free(Dist* d) {
     free(d->done);
 #ifdef GATEDGPT_NCCL

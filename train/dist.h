@@ -64,6 +64,11 @@ int dist_init_ep(Dist* d, Comm* c, int zero_stage, size_t total, size_t dense);
 // above; what a ZeRO-1 checkpoint's rank file holds).
 void dist_shard(size_t total, int size, int rank, size_t* lo, size_t* hi);
 void dist_free(Dist* d);
+// The watchdog's abort (train/watchdog.h), from its thread while the main thread may be blocked
+// in a collective: ncclCommAbort on each NCCL communicator (the world, the expert group, the
+// replica group), which ends their kernels and pending work; the caller then ends the job
+// (comm_abort). Returns how many were aborted (0 on the CPU backend).
+int dist_abort_nccl(Dist* d);
 // Host bytes dist_init allocates for `size` processes over `total` floats (the shard tables and
 // the per-chunk norm sums), for the memory planner (train/plan.h).
 size_t dist_host_bytes(size_t total, int size);

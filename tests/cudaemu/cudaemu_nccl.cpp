@@ -70,6 +70,16 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
+// The emulated collectives are blocking MPI calls made when issued, so there is no pending work
+// to cancel: the abort is recorded (one line, for tests/test_watchdog.sh) and the communicator
+// refuses further use; the process is expected to end next (MPI_Abort).
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    EmuNccl* c = (EmuNccl*)comm;
+    fprintf(stderr, "cudaemu: ncclCommAbort(communicator of %d ranks, rank %d)\n", c->nranks, c->rank);
+    c->nranks = -1;
+    return ncclSuccess;
+}
+
 ncclResult_t ncclGroupStart(void) {
     group_depth++;
     return ncclSuccess;

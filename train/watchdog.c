@@ -1,0 +1,105 @@
+// train/watchdog.c: the watchdog thread (train/watchdog.h).
+#include "watchdog.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+// What the main thread publishes (relaxed atomics: the thread only needs to see that they move)
+static atomic_ulong g_progress;           // bumped by every watchdog_phase / watchdog_progress
+static atomic_int g_step;
+static _Atomic(const char*) g_phase;      // NULL: unarmed
+
+static struct {
+    int on;
+    double timeout_s, poll_s;
+    WatchdogAbort abort_fn;
+    void* ctx;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void* watchdog_main(void* arg) {
+    (void)arg;
+    unsigned long seen = atomic_load_explicit(&g_progress, memory_order_relaxed);
+    double since = now_s();
+    pthread_mutex_lock(&W.mu);
+    while (!W.stop) {
+        // sleep one poll interval (CLOCK_REALTIME for the condition's deadline), or until stopped
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        double t = dl.tv_sec + 1e-9 * dl.tv_nsec + W.poll_s;
+        dl.tv_sec = (time_t)t;
+        dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+        pthread_cond_timedwait(&W.cv, &W.mu, &dl);
+        if (W.stop) break;
+        unsigned long p = atomic_load_explicit(&g_progress, memory_order_relaxed);
+        const double now = now_s();
+        const char* phase = atomic_load_explicit(&g_phase, memory_order_relaxed);
+        if (p != seen || !phase) { seen = p; since = now; continue; }
+        if (now - since < W.timeout_s) continue;
+        char host[256] = "?";
+        if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+        host[sizeof host - 1] = 0;
+        char why[768];
+        snprintf(why, sizeof why, "no progress for %.0f s at step %d in %s (host %s; [train] hang_timeout_s = %g); "
+                 "ending the job with exit status %d so that it can be restarted with --resume auto (the rank that "
+                 "stopped is the one that prints no such line)", now - since,
+                 atomic_load_explicit(&g_step, memory_order_relaxed), phase, host, W.timeout_s, WATCHDOG_EXIT_STATUS);
+        pthread_mutex_unlock(&W.mu);
+        W.abort_fn(W.ctx, WATCHDOG_EXIT_STATUS, why);   // does not return
+        return NULL;
+    }
+    pthread_mutex_unlock(&W.mu);
+    return NULL;
+}
+
+int watchdog_start(double timeout_s, WatchdogAbort abort_fn, void* ctx) {
+    if (!(timeout_s > 0) || W.on) return 0;
+    W.timeout_s = timeout_s;
+    // wake often enough that the job ends within a tenth of the timeout after it (at most 1 s late)
+    W.poll_s = timeout_s / 10 < 1.0 ? timeout_s / 10 : 1.0;
+    W.abort_fn = abort_fn;
+    W.ctx = ctx;
+    W.stop = 0;
+    atomic_store(&g_phase, NULL);
+    int e = pthread_create(&W.thread, NULL, watchdog_main, NULL);
+    if (e != 0) {
+        fprintf(stderr, "error: cannot start the watchdog thread: %s (set [train] hang_timeout_s = 0 to run without it)\n",
+                strerror(e));
+        return -1;
+    }
+    W.on = 1;
+    return 0;
+}
+
+void watchdog_stop(void) {
+    if (!W.on) return;
+    pthread_mutex_lock(&W.mu);
+    W.stop = 1;
+    pthread_cond_signal(&W.cv);
+    pthread_mutex_unlock(&W.mu);
+    pthread_join(W.thread, NULL);
+    W.on = 0;
+    atomic_store(&g_phase, NULL);
+}
+
+void watchdog_phase(int step, const char* phase) {
+    if (step >= 0) atomic_store_explicit(&g_step, step, memory_order_relaxed);
+    atomic_store_explicit(&g_phase, phase, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_progress, 1, memory_order_relaxed);
+}
+
+void watchdog_progress(void) { atomic_fetch_add_explicit(&g_progress, 1, memory_order_relaxed); }
+
+const char* watchdog_current_phase(void) { return atomic_load_explicit(&g_phase, memory_order_relaxed); }
