@@ -337,7 +337,10 @@ static float* ckpt_gather(void* ctx, const GPT* m) {
 typedef struct { Dist* dist; float* grads; } GradsReady;
 static void grads_ready(void* ctx, size_t lo, size_t hi) {
     GradsReady* g = (GradsReady*)ctx;
+    const char* phase = watchdog_current_phase();
+    watchdog_phase(-1, "reduction of a layer's gradients (overlapped with the backward)");
     dist_reduce_range(g->dist, g->grads, lo, hi);
+    watchdog_phase(-1, phase);
 }
 
 int main(int argc, char** argv) {

@@ -819,7 +819,8 @@ static void test_nonfinite_values(void) {
         "model.rope_base", "model.rope_fraction", "model.rope_factor", "model.yarn_beta_fast", "model.yarn_beta_slow",
         "model.yarn_attn_factor", "model.norm_eps", "model.init_std", "moe.aux_loss_coef", "moe.z_loss_coef",
         "moe.capacity_factor", "train.lr", "train.min_lr_frac", "train.wsd_decay_frac", "train.weight_decay",
-        "train.beta1", "train.beta2", "train.eps", "train.grad_clip", "log.sample_temperature", "metrics.spike_z",
+        "train.beta1", "train.beta2", "train.eps", "train.grad_clip", "train.hang_timeout_s", "train.straggler_factor",
+        "log.sample_temperature", "metrics.spike_z",
         "metrics.skip_loss_z", "metrics.skip_grad_z"};
     static const char* const STRINGS[] = {"layer_pattern", "train_glob", "val_glob", "tokenizer", "run_dir",
                                           "sample_prompt", "dir"};

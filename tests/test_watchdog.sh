@@ -66,6 +66,35 @@ wait_end() {
     took=$(echo "$(now) - $t0" | bc)
 }
 
+# ---- the CUDA emulator (second argument cudaemu): the NCCL path's abort ----
+# train_gpt_cudaemu under mpirun runs the CUDA backend's data parallelism over the emulator's NCCL
+# (tests/cudaemu/cudaemu_nccl.cpp: each collective a blocking MPI call on the emulated device
+# memory). Rank 1 stops at step 3; the waiting rank's watchdog must call ncclCommAbort on its
+# communicator (the emulator prints a line for it) before MPI_Abort, and the job must end.
+if [ "${2:-}" = cudaemu ]; then
+    [ -x "$build/train_gpt_cudaemu" ] || { echo "skipped: $build/train_gpt_cudaemu not built"; exit 0; }
+    [ "${GATEDGPT_EMU_NCCL:-0}" = 1 ] || { echo "skipped: the emulator has no NCCL in this build (nccl.h not found)"; exit 0; }
+    X=("${X[@]}" --train.tokens_per_step=256 --train.steps=6 --checkpoint.checkpoint_every=0)
+    build_bin=train_gpt_cudaemu
+    OMPI_MCA_orte_abort_on_non_zero_status=0 GATEDGPT_TEST_STOP_RANK=1 GATEDGPT_TEST_STOP_STEP=3 \
+        mpirun -np 2 "$build/$build_bin" "${X[@]}" --train.hang_timeout_s=$H --log.run_dir="$TMP/emu" > "$TMP/emu.out" 2>&1 &
+    mpid=$!
+    p1=
+    for _ in $(seq 1200); do [ -n "$p1" ] || p1=$(rank_pid 1); [ -n "$p1" ] && is_stopped "$p1" && break; kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
+    stopped=0; [ -n "$p1" ] && is_stopped "$p1" && stopped=1
+    check "emulator: rank 1 stopped (SIGSTOP) at step 3" [ "$stopped" = 1 ]
+    wait_end $((H + 10))
+    echo "emulator: the job ended $took s after rank 1 stopped (rc $rc)"
+    grep -E '^(error: rank|cudaemu: ncclCommAbort)' "$TMP/emu.out"
+    check "emulator: every process gone within hang_timeout_s + 10 s, exit status 3" [ "$rc" = 3 ]
+    check "emulator: rank 0 names step 3 and the gradients' reduction, and that NCCL was aborted first" \
+        grep -q '^error: rank 0 of 2: no progress for [0-9]* s at step 3 in .*gradients.*(NCCL.s communicators aborted first: ncclCommAbort)$' "$TMP/emu.out"
+    check "emulator: rank 0 called ncclCommAbort on its communicator of 2 ranks" grep -q '^cudaemu: ncclCommAbort(communicator of 2 ranks, rank 0)' "$TMP/emu.out"
+    echo "watchdog (emulator): $pass passed, $fail failed"
+    [ "$fail" = 0 ]
+    exit
+fi
+
 # ---- 1. on and off: the same numbers ----
 t0=$(now)
 mpirun -np 3 "$build/train_gpt" "${X[@]}" --train.hang_timeout_s=$H --log.run_dir="$TMP/on" > "$TMP/on.out" 2>&1 || { echo "FAIL: run with the watchdog"; tail -5 "$TMP/on.out"; exit 1; }
