@@ -14,6 +14,7 @@
 # end the job itself once one process exits with an error, which hides whether the watchdog's
 # abort reaches the other processes (MPI_Abort) or only its own (a launcher that does not tear
 # the job down, or a process that ends quietly, then leaves the job hanging).
+# KEEP=1 keeps the scratch directory (its path is printed) for a look at the runs' output.
 set -uo pipefail
 build=$1
 source tests/mpi_common.sh

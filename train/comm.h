@@ -37,6 +37,9 @@ void comm_start_mpi(Comm* c, int* argc, char*** argv);
 void comm_finalize(Comm* c);
 // Stops every rank of the job: prints "error: rank R of N: <why>" and calls MPI_Abort
 // (exit(code) without MPI). Use it for errors after comm_init that may hit one rank only.
+// Callable from another thread (the watchdog's, train/watchdog.h): MPI_Init provides
+// MPI_THREAD_SINGLE with Open MPI 4.1.4, whose MPI_Abort still ends the job from any thread
+// (tests/test_watchdog.sh); mpirun then exits with `code`.
 void comm_abort(Comm* c, int code, const char* why);
 // Name of the implementation, e.g. "mpi (Open MPI v4.1.4), 2 ranks" or "single process".
 const char* comm_name(const Comm* c);
