@@ -1017,7 +1017,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     if (open_run_log(r) != 0) return 1;
     // the watchdog from here on: the setup above ends or fails on its own
     g_run = r;
-    if (watchdog_start(r->cfg.train.hang_timeout_s, watchdog_abort, g_run) != 0) return 1;
+    if (watchdog_start(r->cfg.train.hang_timeout_s, r->P, watchdog_abort, g_run) != 0) return 1;
 
     // the clock of the step line's elapsed time and ETA, with the periodic work between steps
     // where it falls: as run_measurements and maybe_checkpoint schedule it

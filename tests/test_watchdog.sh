@@ -9,7 +9,9 @@
 #     --resume auto finishes the run with the same step records and checkpoint as (1);
 #  3. the same with rank 1 stopped from outside (kill -STOP) inside a checkpoint write (the
 #     writes slowed with GATEDGPT_CKPT_SLOW_MS as in tests/test_crash.sh): the lines name the
-#     checkpoint's step and a checkpoint phase.
+#     checkpoint's step and a checkpoint phase;
+#  4. one process: a slow checkpoint write whose stages each end within the timeout completes;
+#     a stage that does not ends the process with status 3 (each stage is progress).
 # mpirun runs with OMPI_MCA_orte_abort_on_non_zero_status=0: Open MPI's mpirun would otherwise
 # end the job itself once one process exits with an error, which hides whether the watchdog's
 # abort reaches the other processes (MPI_Abort) or only its own (a launcher that does not tear
@@ -150,6 +152,22 @@ rc2=$?
 check "checkpoint: --resume auto continues from step 12 and finishes" bash -c "[ $rc2 = 0 ] && grep -q 'resume: continuing from .*step_00000012' '$TMP/ckpt2.out'"
 check "checkpoint: the resumed run's 24 step records equal the uninterrupted run's" same_steps "$run/log.jsonl" "$TMP/on/log.jsonl"
 check "checkpoint: its step-24 checkpoint equals the uninterrupted run's" same_ckpt "$TMP/on" "$run"
+
+# ---- 4. one process (no MPI): only time without progress counts ----
+# a checkpoint write of 9 stages of 0.6 s (5.4 s) under hang_timeout_s = 2 completes: each stage
+# re-arms the watchdog; one stage of 5 s does not: the process ends with exit status 3
+O=(--config configs/tiny_gated.ini --model.n_layer=2 --model.d_model=32 --model.n_head=2 --model.n_kv_head=1
+   --model.head_dim=16 --model.d_ff=64 --model.max_seq_len=32 --train.batch_size=2 --train.seq_len=32
+   --train.tokens_per_step=128 --train.steps=4 --train.warmup_steps=1 --train.threads=1 --log.val_every=0
+   --metrics.probe_every=0 --log.sample_every=0 --checkpoint.checkpoint_every=4 --train.hang_timeout_s=2)
+GATEDGPT_CKPT_SLOW_MS=600 "$build/train_gpt" "${O[@]}" --log.run_dir="$TMP/one_ok" > "$TMP/one_ok.out" 2>&1
+rc=$?
+check "one process: a 5.4 s checkpoint write of 0.6 s stages under a 2 s timeout completes ($(grep -o '[0-9]* ms$' "$TMP/one_ok.out" | tail -1))" \
+    bash -c "[ $rc = 0 ] && [ -f '$TMP/one_ok/checkpoints/step_00000004/DONE' ]"
+GATEDGPT_CKPT_SLOW_MS=5000 "$build/train_gpt" "${O[@]}" --log.run_dir="$TMP/one_hang" > "$TMP/one_hang.out" 2>&1
+rc=$?
+check "one process: a 5 s stage ends it with exit status 3, one line naming step 4 and the checkpoint write" \
+    bash -c "[ $rc = 3 ] && [ \$(grep -c '^error: no progress for [0-9]* s at step 4 in checkpoint write (host ' '$TMP/one_hang.out') = 1 ] && [ ! -e '$TMP/one_hang/checkpoints/step_00000004' ]"
 
 echo "watchdog: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -15,6 +15,7 @@ static _Atomic(const char*) g_phase;      // NULL: unarmed
 static struct {
     int on;
     double timeout_s, poll_s;
+    int nproc;                 // processes in the job (the line's hint about the stopped one)
     WatchdogAbort abort_fn;
     void* ctx;
     pthread_t thread;
@@ -53,9 +54,9 @@ static void* watchdog_main(void* arg) {
         host[sizeof host - 1] = 0;
         char why[768];
         snprintf(why, sizeof why, "no progress for %.0f s at step %d in %s (host %s; [train] hang_timeout_s = %g); "
-                 "ending the job with exit status %d so that it can be restarted with --resume auto (the rank that "
-                 "stopped is the one that prints no such line)", now - since,
-                 atomic_load_explicit(&g_step, memory_order_relaxed), phase, host, W.timeout_s, WATCHDOG_EXIT_STATUS);
+                 "ending the job with exit status %d so that it can be restarted with --resume auto%s", now - since,
+                 atomic_load_explicit(&g_step, memory_order_relaxed), phase, host, W.timeout_s, WATCHDOG_EXIT_STATUS,
+                 W.nproc > 1 ? " (a rank that stopped prints no such line)" : "");
         pthread_mutex_unlock(&W.mu);
         W.abort_fn(W.ctx, WATCHDOG_EXIT_STATUS, why);   // does not return
         return NULL;
@@ -64,9 +65,10 @@ static void* watchdog_main(void* arg) {
     return NULL;
 }
 
-int watchdog_start(double timeout_s, WatchdogAbort abort_fn, void* ctx) {
+int watchdog_start(double timeout_s, int nproc, WatchdogAbort abort_fn, void* ctx) {
     if (!(timeout_s > 0) || W.on) return 0;
     W.timeout_s = timeout_s;
+    W.nproc = nproc;
     // wake often enough that the job ends within a tenth of the timeout after it (at most 1 s late)
     W.poll_s = timeout_s / 10 < 1.0 ? timeout_s / 10 : 1.0;
     W.abort_fn = abort_fn;

@@ -29,9 +29,9 @@
 typedef void (*WatchdogAbort)(void* ctx, int code, const char* why);
 
 // Starts the thread (timeout_s > 0; 0 = off: nothing is started and every call below is a
-// no-op). The phase is unarmed until the first watchdog_phase. Returns 0, or -1 with a message
-// when the thread cannot be created.
-int watchdog_start(double timeout_s, WatchdogAbort abort_fn, void* ctx);
+// no-op) for a job of nproc processes. The phase is unarmed until the first watchdog_phase.
+// Returns 0, or -1 with a message when the thread cannot be created.
+int watchdog_start(double timeout_s, int nproc, WatchdogAbort abort_fn, void* ctx);
 // Stops and joins the thread (before MPI_Finalize: the hook must not run after it).
 void watchdog_stop(void);
 // The main thread enters `phase` (a string that lives for the whole run, e.g. a literal) of
