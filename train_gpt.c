@@ -238,7 +238,7 @@ static int injected_failure(const Comm* comm, int step) {
 
 static int train_main(Comm* comm, int argc, char** argv);
 
-// Test-only hooks (docs/distributed.md "Hangs and stragglers"; never set them in a real run):
+// Test-only hooks (docs/distributed.md "Hangs: the watchdog"; never set them in a real run):
 // GATEDGPT_TEST_STOP_RANK=R GATEDGPT_TEST_STOP_STEP=S: rank R stops itself (SIGSTOP, as a
 // scheduler would) at the start of step S; GATEDGPT_TEST_SLOW_RANK=R GATEDGPT_TEST_SLOW_MS=M:
 // rank R sleeps M ms in each micro-step's forward (a straggler).
@@ -854,7 +854,6 @@ static void straggler_exchange(Run* r, int step, StepStats* s) {
 // The watchdog's abort (train/watchdog.h), from its thread: NCCL's communicators first (their
 // kernels would hold the GPU), then the whole job (MPI_Abort; without MPI this process alone,
 // with _exit: exit()'s stdio flush could block on a lock the stuck main thread holds).
-static Run* g_run;
 static void watchdog_abort(void* ctx, int code, const char* why) {
     Run* r = (Run*)ctx;
     const int n = dist_abort_nccl(&r->dist);
@@ -1016,8 +1015,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     if (st != 0) return st == 2 ? 0 : 1;
     if (open_run_log(r) != 0) return 1;
     // the watchdog from here on: the setup above ends or fails on its own
-    g_run = r;
-    if (watchdog_start(r->cfg.train.hang_timeout_s, r->P, watchdog_abort, g_run) != 0) return 1;
+    if (watchdog_start(r->cfg.train.hang_timeout_s, r->P, watchdog_abort, r) != 0) return 1;
 
     // the clock of the step line's elapsed time and ETA, with the periodic work between steps
     // where it falls: as run_measurements and maybe_checkpoint schedule it
