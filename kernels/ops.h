@@ -266,6 +266,18 @@ void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* 
 void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos);
 // median of |x| (or |x - base|) over N*C values (host result; the lower median for even n)
 float ops_abs_median(const float* x, const float* base, int N, int C);
+// Attention-logit growth (docs/metrics.md): head_max[H] (host) = for each query head h, the max
+// over sequences b, queries t and keys u <= t of q_t . k_u / sqrt(hd), the logit the softmax
+// takes (q, k after qk-norm and RoPE, as the prep op leaves them: a YaRN attention factor m is
+// inside them, so the logit carries m^2). A NaN logit makes its head's max NaN (a diverged run
+// shows as null in the record, never as a finite max of the rest).
+void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const OpsAttnShape* s);
+// Output-logit divergence: the max of |logits[n, j]| over the N rows and the first V of Vp
+// columns (padding excluded) (host result; NaN when any of them is NaN).
+float ops_logits_absmax(const act_t* logits, int N, int V, int Vp);
+// sum over i < n of (x[i] - y[i])^2 in double, fixed order (the update ||w_after - w_before||^2
+// of a parameter group; fp32 inputs, the master weights)
+double ops_sumsq_diff(const float* x, const float* y, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // MLP activations

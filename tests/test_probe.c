@@ -140,7 +140,7 @@ static void test_probe_model(void) {
            "M-Act mean %.6g err %.2e (tol 1e-6)\n", fabs(r.f_attn_uniform - want_uniform), fabs(hsum - 1.0), r.m_act_mean,
            fabsf(r.m_act_mean - 0.5f * (r.layer[0].m_act + r.layer[1].m_act)));
     FILE* f = tmpfile();
-    probe_write_json(&r, f);
+    probe_write_json(&r, NULL, f);
     rewind(f);
     char line[8192];
     TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"type\":\"probe\",\"step\":5,") && strstr(line, "\"gate_hist\":["),
@@ -199,7 +199,7 @@ static void test_probe_moe(void) {
     for (int i = 0; i < 4; i++) dropped += want[i] > 8 ? want[i] - 8 : 0;   // capacity ceil(1 * 16 * 2 / 4) = 8
     TU_CHECK(r.layer[1].moe_dropped == dropped, "dropped %ld want %ld", r.layer[1].moe_dropped, dropped);
     FILE* f = tmpfile();
-    probe_write_json(&r, f);
+    probe_write_json(&r, NULL, f);
     rewind(f);
     char line[8192];
     TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"layer\":0,") && strstr(line, "\"moe\":null") &&

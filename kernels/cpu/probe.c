@@ -83,3 +83,51 @@ float ops_abs_median(const float* x, const float* base, int N, int C) {
     free(a);
     return m;
 }
+
+void ops_attn_logit_max(float* head_max, const float* q, const float* k, const OpsAttnShape* s) {
+    const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, rep = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)hd);   // the attention op's scale (kernels/cpu/attention.c)
+    #pragma omp parallel for schedule(static)
+    for (int h = 0; h < H; h++) {
+        float mx = -INFINITY;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float* qt = q + (((size_t)b * T + t) * H + h) * hd;
+                for (int u = 0; u <= t; u++) {   // causal: the keys query t sees
+                    const float* ku = k + (((size_t)b * T + u) * Hkv + h / rep) * hd;
+                    float d = 0.0f;
+                    for (int i = 0; i < hd; i++) d += qt[i] * ku[i];
+                    d *= scale;
+                    if (d > mx || d != d) mx = d;   // NaN wins and stays (nothing beats it)
+                }
+            }
+        head_max[h] = mx;
+    }
+}
+
+float ops_logits_absmax(const float* logits, int N, int V, int Vp) {
+    float m = 0.0f;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) {
+            float v = fabsf(logits[(size_t)n * Vp + j]);
+            if (v > m || v != v) m = v;   // NaN wins and stays
+        }
+    return m;
+}
+
+double ops_sumsq_diff(const float* x, const float* y, size_t n) {
+    // chunks of OPS_SUMSQ_CHUNK as ops_sumsq: a fixed order for any thread count
+    size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    double* part = cpu_calloc(nc ? nc : 1, sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i0 = c * OPS_SUMSQ_CHUNK, i1 = i0 + OPS_SUMSQ_CHUNK < n ? i0 + OPS_SUMSQ_CHUNK : n;
+        double sum = 0.0;
+        for (size_t i = i0; i < i1; i++) { double d = (double)x[i] - y[i]; sum += d * d; }
+        part[c] = sum;
+    }
+    double total = 0.0;
+    for (size_t c = 0; c < nc; c++) total += part[c];
+    free(part);
+    return total;
+}
