@@ -452,6 +452,13 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     double e = tu_rel_err(gmean, rmean, H);
     TU_CHECK(e <= TOL_FWD, "first-token attention: rel err %.2e", e);
     printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_FWD);
+    float *rlmax = hzeros(H), *glmax = hzeros(H);
+    cpu_ref.attn_logit_max(rlmax, rq, rk, &s);
+    ops_attn_logit_max(glmax, d_q, d_k, &s);
+    e = tu_rel_err(glmax, rlmax, H);
+    TU_CHECK(e <= TOL_FWD, "attention logit max per head: rel err %.2e", e);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: attention logit max per head", e, TOL_FWD);
+    free(rlmax); free(glmax);
     if (gate != OPS_GATE_NONE) {
         double rs, gs;
         long rc, gc, rh[10], gh[10];
@@ -741,6 +748,18 @@ static void test_absmax_median(int N, int C) {
         TU_CHECK(rmed == gmed, "abs-median%s: %.9g vs CPU %.9g", withbase ? " (x - base)" : "", gmed, rmed);
         printf("  %-64s %.9g (CPU %.9g)\n", withbase ? "abs-median of x - base" : "abs-median", gmed, rmed);
     }
+    // the output logits' max |x| over the first V of C columns, and the update's sum of squares
+    const int V = C - 3;
+    float rl = cpu_ref.logits_absmax(x, N, V, C), gl = ops_logits_absmax(d_x, N, V, C);
+    TU_CHECK(rl == gl, "logits abs-max: %g vs CPU %g", gl, rl);
+    double rs = cpu_ref.sumsq_diff(x, base, n), gs = ops_sumsq_diff(d_x, d_base, n);
+    // derived: the same double terms in another order: n u_double ~ 2e4 x 1.1e-16 = 2.5e-12
+    TU_CHECK(fabs(gs - rs) <= 1e-11 * rs, "sum of squared differences: %.17g vs CPU %.17g", gs, rs);
+    printf("  %-64s %g (CPU %g); sum (x - base)^2 rel err %.2e\n", "logits abs-max over V of C columns", gl, rl, fabs(gs - rs) / rs);
+    // a NaN logit is reported, not skipped
+    float nan_v = NAN;
+    ops_from_host(d_x + (size_t)(N / 2) * C + 1, &nan_v, sizeof nan_v);
+    TU_CHECK(isnan(ops_logits_absmax(d_x, N, V, C)), "logits abs-max: a NaN logit gives NaN");
     free(x); free(base); ops_free(d_x); ops_free(d_base);
 }
 
