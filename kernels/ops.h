@@ -275,9 +275,12 @@ void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const O
 // Output-logit divergence: the max of |logits[n, j]| over the N rows and the first V of Vp
 // columns (padding excluded) (host result; NaN when any of them is NaN).
 float ops_logits_absmax(const act_t* logits, int N, int V, int Vp);
-// sum over i < n of (x[i] - y[i])^2 in double, fixed order (the update ||w_after - w_before||^2
-// of a parameter group; fp32 inputs, the master weights)
-double ops_sumsq_diff(const float* x, const float* y, size_t n);
+// Sums of squares over nr ranges in one pass (the per-group norms of train/signals.h: a
+// gradient or weight norm, or the update ||w_after - w_before||^2): out[r] (host) = sum over
+// i < n[r] of (x[r][i] - y[r][i])^2, or of x[r][i]^2 when y is NULL; x[r], y[r] point into
+// backend memory (fp32: master weights, gradients), the arrays x, y, n themselves are host.
+// In double, in chunks of OPS_SUMSQ_CHUNK added in order: the same bits for any thread count.
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr);
 
 // ---------------------------------------------------------------------------------------------
 // MLP activations

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../kernels/ops.h"
+#include "progress.h"
 
 static const char* const SIG_KIND_NAME[SIG_KINDS] = {"attn", "gate", "mlp", "router", "norm"};
 static const char* const SIG_TOP_NAME[SIG_TOPS] = {"embed", "lnf"};
@@ -87,10 +88,15 @@ size_t signals_device_bytes(const Dist* d) {
     return n * sizeof(float);
 }
 
-// Per group, the sum over this process's owned floats of x^2 (y NULL) or (x - y_before)^2,
-// then over the processes. y is the copy `before`: owned dense floats first, then owned experts.
+// Per group, the sum over this process's owned floats of x^2 (before NULL) or (x - before)^2,
+// then over the processes. `before` is the copy of the owned floats: dense first, then experts.
+// The pieces go to the backend in one call (ops_sumsq_ranges: one pass, not one per tensor).
 static void sig_sums(Signals* s, Dist* d, double* out, const float* x, const float* before) {
-    memset(out, 0, (size_t)s->n_groups * sizeof(double));
+    const float** xs = sig_alloc((size_t)2 * s->nr, sizeof(float*));
+    const float** ys = sig_alloc((size_t)2 * s->nr, sizeof(float*));
+    size_t* ns = sig_alloc((size_t)2 * s->nr, sizeof(size_t));
+    int* gs = sig_alloc((size_t)2 * s->nr, sizeof(int));
+    int np = 0;
     size_t base = 0;   // where region q's owned floats start in `before`
     for (int q = 0; q < 2; q++) {
         const size_t lo = s->own[q][0], hi = s->own[q][1];
@@ -98,19 +104,30 @@ static void sig_sums(Signals* s, Dist* d, double* out, const float* x, const flo
             const SignalRange* r = &s->r[i];
             size_t a = r->off > lo ? r->off : lo, b = r->off + r->n < hi ? r->off + r->n : hi;
             if (a >= b) continue;
-            out[r->group] += before ? ops_sumsq_diff(x + a, before + base + (a - lo), b - a) : ops_sumsq(x + a, b - a);
+            xs[np] = x + a;
+            ys[np] = before ? before + base + (a - lo) : NULL;
+            ns[np] = b - a;
+            gs[np++] = r->group;
         }
         base += hi > lo ? hi - lo : 0;
     }
+    double* part = sig_alloc((size_t)(np ? np : 1), sizeof(double));
+    ops_sumsq_ranges(part, xs, before ? ys : NULL, ns, np);
+    memset(out, 0, (size_t)s->n_groups * sizeof(double));
+    for (int p = 0; p < np; p++) out[gs[p]] += part[p];
     if (d->comm->size > 1) comm_allreduce_sum_f64(d->comm, out, (size_t)s->n_groups);
+    free(xs); free(ys); free(ns); free(gs); free(part);
 }
 
 void signals_grads(Signals* s, Dist* d, const float* grads, int step) {
+    const double t0 = progress_now();
     sig_sums(s, d, s->g2, grads, NULL);
     s->step = step;
+    s->ms = (progress_now() - t0) * 1e3;
 }
 
 void signals_before_update(Signals* s, Dist* d, const float* params) {
+    const double t0 = progress_now();
     sig_sums(s, d, s->w2, params, NULL);
     size_t n = 0;
     for (int q = 0; q < 2; q++) n += s->own[q][1] > s->own[q][0] ? s->own[q][1] - s->own[q][0] : 0;
@@ -126,12 +143,15 @@ void signals_before_update(Signals* s, Dist* d, const float* params) {
         ops_copy(s->before + at, params + lo, hi - lo);
         at += hi - lo;
     }
+    s->ms += (progress_now() - t0) * 1e3;
 }
 
 void signals_after_update(Signals* s, Dist* d, const float* params, int skipped) {
     s->skipped = skipped;
     if (skipped) { memset(s->d2, 0, (size_t)s->n_groups * sizeof(double)); return; }   // every process alike
+    const double t0 = progress_now();
     sig_sums(s, d, s->d2, params, s->before);
+    s->ms += (progress_now() - t0) * 1e3;
 }
 
 double signals_grad_norm(const Signals* s, int g) {

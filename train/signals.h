@@ -50,6 +50,7 @@ typedef struct {
     // the figures of the last measured step
     int step;                 // that step (0: none yet)
     int skipped;              // its update was skipped
+    double ms;                // wall time of the three stages on that step (this process)
     double* g2;               // [n_groups] sum of squares of the gradients
     double* w2;               // [n_groups] of the weights before the update
     double* d2;               // [n_groups] of the update

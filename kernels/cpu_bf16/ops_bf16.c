@@ -279,7 +279,9 @@ float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
     free(f);
     return m;
 }
-double ops_sumsq_diff(const float* x, const float* y, size_t n) { return ref_ops_sumsq_diff(x, y, n); }
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr) {
+    ref_ops_sumsq_ranges(out, x, y, n, nr);
+}
 
 // ---- MLP activations ---------------------------------------------------------------------------
 void ops_swiglu_forward(act_t* h, const act_t* gu, int N, int F) {

@@ -299,31 +299,45 @@ float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
     return m;
 }
 
-// ---- update norms ---------------------------------------------------------------------------
-// part[c] = sum of (x[i] - y[i])^2 in double over chunk c of OPS_SUMSQ_CHUNK (as optim.cu's
-// sumsq_chunks_kernel: one block per chunk, a fixed-order block sum)
-__global__ void probe_sumsq_diff_kernel(double* part, const float* x, const float* y, size_t n) {
+// ---- per-group sums of squares -------------------------------------------------------------
+// part[c] = sum of (x[i] - y[i])^2 (or x[i]^2, y NULL) in double over chunk c of OPS_SUMSQ_CHUNK
+// (as optim.cu's sumsq_chunks_kernel: one block per chunk, a fixed-order block sum)
+__global__ void probe_sumsq_kernel(double* part, const float* x, const float* y, size_t n) {
     __shared__ double red[32];
     size_t i0 = (size_t)blockIdx.x * OPS_SUMSQ_CHUNK;
     size_t i1 = i0 + OPS_SUMSQ_CHUNK < n ? i0 + OPS_SUMSQ_CHUNK : n;
     double s = 0.0;
-    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) { double d = (double)x[i] - y[i]; s += d * d; }
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) { double d = y ? (double)x[i] - y[i] : (double)x[i]; s += d * d; }
     s = block_sum_d(s, red);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-double ops_sumsq_diff(const float* x, const float* y, size_t n) {
-    CUDA_OP_TIMER("ops_sumsq_diff");
-    size_t nc = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
-    if (nc == 0) return 0.0;
-    double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, cuda_scratch_reduce_bytes(n, OPS_SUMSQ_CHUNK));
-    probe_sumsq_diff_kernel<<<(unsigned)nc, 256, 0, cuda_stream>>>(dpart, x, y, n);
-    CUDA_LAUNCH_CHECK("probe_sumsq_diff_kernel");
-    double* part = (double*)malloc(nc * sizeof(double));
-    if (!part) { fprintf(stderr, "error: out of host memory in ops_sumsq_diff\n"); exit(1); }
-    ops_to_host(part, dpart, nc * sizeof(double));
-    double total = 0.0;
-    for (size_t c = 0; c < nc; c++) total += part[c];   // chunk order, as the CPU backend
+// one launch per range into one array of chunk sums, one copy back, the chunks added in order
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr) {
+    CUDA_OP_TIMER("ops_sumsq_ranges");
+    size_t items = 0;
+    for (int r = 0; r < nr; r++) items += (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    for (int r = 0; r < nr; r++) out[r] = 0.0;
+    if (items == 0) return;
+    double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, items * sizeof(double));
+    size_t at = 0;
+    for (int r = 0; r < nr; r++) {
+        const size_t nc = (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        if (nc == 0) continue;
+        probe_sumsq_kernel<<<(unsigned)nc, 256, 0, cuda_stream>>>(dpart + at, x[r], y ? y[r] : NULL, n[r]);
+        CUDA_LAUNCH_CHECK("probe_sumsq_kernel");
+        at += nc;
+    }
+    double* part = (double*)malloc(items * sizeof(double));
+    if (!part) { fprintf(stderr, "error: out of host memory in ops_sumsq_ranges\n"); exit(1); }
+    ops_to_host(part, dpart, items * sizeof(double));
+    at = 0;
+    for (int r = 0; r < nr; r++) {
+        const size_t nc = (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        double total = 0.0;
+        for (size_t c = 0; c < nc; c++) total += part[at + c];   // chunk order, as the CPU backend
+        out[r] = total;
+        at += nc;
+    }
     free(part);
-    return total;
 }
