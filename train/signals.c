@@ -75,6 +75,8 @@ void signals_init(Signals* s, const ParamTable* t, const ModelConfig* c, const D
         s->own[0][0] = 0; s->own[0][1] = cm->rank == 0 ? d->dense : 0;
         s->own[1][0] = d->dense; s->own[1][1] = cm->rep_rank == 0 ? d->total : d->dense;
     }
+    for (int q = 0; q < 2; q++) s->n_before += s->own[q][1] > s->own[q][0] ? s->own[q][1] - s->own[q][0] : 0;
+    if (s->n_before) s->before = ops_malloc(signals_copy_bytes(s->n_before, 0));
 }
 
 void signals_free(Signals* s) {
@@ -83,10 +85,6 @@ void signals_free(Signals* s) {
     memset(s, 0, sizeof(*s));
 }
 
-size_t signals_device_bytes(const Dist* d) {
-    size_t n = d->zero_stage == 1 ? (d->hi - d->lo) + (d->xhi - d->xlo) : d->total;
-    return n * sizeof(float);
-}
 
 // Per group, the sum over this process's owned floats of x^2 (before NULL) or (x - before)^2,
 // then over the processes. `before` is the copy of the owned floats: dense first, then experts.
@@ -129,13 +127,6 @@ void signals_grads(Signals* s, Dist* d, const float* grads, int step) {
 void signals_before_update(Signals* s, Dist* d, const float* params) {
     const double t0 = progress_now();
     sig_sums(s, d, s->w2, params, NULL);
-    size_t n = 0;
-    for (int q = 0; q < 2; q++) n += s->own[q][1] > s->own[q][0] ? s->own[q][1] - s->own[q][0] : 0;
-    if (n > s->n_before) {
-        if (s->before) ops_free(s->before);
-        s->before = ops_malloc(n * sizeof(float));
-        s->n_before = n;
-    }
     size_t at = 0;
     for (int q = 0; q < 2; q++) {
         const size_t lo = s->own[q][0], hi = s->own[q][1];

@@ -26,7 +26,8 @@
 //
 // Cost: nothing on a step that no probe or spike record asks for. On one that does, a copy of
 // this process's shard of the weights before the update (the exact way to get the update: the
-// AdamW kernel is left alone) and a few passes of sums of squares over the arenas.
+// AdamW kernel is left alone) and three passes of sums of squares over the shard. Memory: the
+// copy, 4 bytes per owned parameter (the AdamW shard's floats), held for the run.
 #pragma once
 #include <stddef.h>
 #include "../model/params.h"
@@ -45,7 +46,8 @@ typedef struct {
     int nr;
     int* present;             // [n_groups] 1 when some tensor of the config falls in the group
     size_t own[2][2];         // the floats this process sums: [dense lo, hi), [expert lo, hi)
-    float* before;            // backend memory: the owned floats before the update (lazily)
+    float* before;            // backend memory: the owned floats before the update (held for the
+                              // run: a spike can come at any step; NULL when this process owns none)
     size_t n_before;
     // the figures of the last measured step
     int step;                 // that step (0: none yet)
@@ -60,8 +62,9 @@ typedef struct {
 // floats this process owns in d's layout.
 void signals_init(Signals* s, const ParamTable* t, const ModelConfig* c, const Dist* d);
 void signals_free(Signals* s);
-// Bytes signals_init and the weights' copy ask of malloc / ops_malloc (train/plan.h).
-size_t signals_device_bytes(const Dist* d);
+// Bytes of the weights' copy signals_init asks of ops_malloc for a process that owns `dense`
+// and `expert` floats (train/plan.c counts rank 0's: its AdamW shard's floats).
+static inline size_t signals_copy_bytes(size_t dense, size_t expert) { return (dense + expert) * sizeof(float); }
 // The three stages of a measured step, each a collective (every process, in this order):
 // after the gradients' reduction (dist_reduce_grads), before and after the update
 // (after dist_gather_params). skipped: the update was skipped (after: nothing changed).
