@@ -149,8 +149,12 @@ static void run_probe(GPT* m, const int* in, const int* tg, int step, const Sign
         size_t n = strlen(moe);
         snprintf(moe + n, sizeof moe - n, " | GDN state %.2f", r.gdn_state_norm_mean);
     }
-    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | %.0f ms\n", step,
-           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe, r.ms);
+    // the instability signals' headline (docs/metrics.md), and what their per-group sums cost the step
+    char sig_txt[96] = "";
+    if (sig && sig->step == step && step > 0) snprintf(sig_txt, sizeof sig_txt, " (+ %.0f ms in the step)", sig->ms);
+    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | attn logit max %.2f | out z %.1f | %.0f ms%s\n",
+           step, r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe,
+           r.attn_logit_max, r.out_z, r.ms, sig_txt);
     probe_free(&r);
 }
 

@@ -35,8 +35,6 @@ void probe_write_json(const ProbeResult* r, const Signals* sig, FILE* f) {
     if (r->has_linear) jfloat(&j, "gdn_state_norm_mean", r->gdn_state_norm_mean);
     probe_write_signals(&j, r, sig, r->step);
     jfloat(&j, "ms", r->ms);
-    // what the per-group norms cost the probed step (train/signals.h), null without them
-    jfloat(&j, "signals_ms", sig_of(sig, r->step) ? (float)sig->ms : NAN);
     jsonl_arr(&j, "layers");
     for (int l = 0; l < r->n_layer; l++) {
         const ProbeLayer* p = &r->layer[l];
