@@ -3,7 +3,7 @@
 #   make test     install dependencies, build, run every test (ctest; the GPU tests skip without a GPU)
 #   make test-gpu build, run the GPU tests only (ctest -L gpu: CUDA ops vs CPU ops, goldens, training)
 #   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
-#   make golden   regenerate tests/golden/*.bin with the PyTorch reference (needs python3-torch)
+#   make golden   regenerate tests/golden/*.bin (and signals/*.bin) with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries;
 #                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs);
@@ -45,6 +45,7 @@ demo: deps
 
 golden:
 	/usr/bin/python3 tests/reference/gen_golden.py --out tests/golden
+	/usr/bin/python3 tests/reference/gen_signals.py
 
 bench: build
 	./$(BUILD)/bench_train

@@ -23,6 +23,7 @@
 #include "train/progress.h"
 #include "train/jsonl.h"
 #include "train/probe_record.h"
+#include "train/signals.h"
 #include "train/spike.h"
 #include "train/checkpoint.h"
 #include "train/resume.h"
@@ -136,13 +137,14 @@ static void print_sample(GPT* m, const Config* cfg, const Decoder* d, int step, 
     free(out);
 }
 
-// The stability probe (docs/metrics.md): one JSON record and a console line.
-static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf) {
+// The stability probe (docs/metrics.md): one JSON record and a console line. sig: the step's
+// per-group gradient norms and update ratios (train/signals.h), measured by train_step.
+static void run_probe(GPT* m, const int* in, const int* tg, int step, const Signals* sig, FILE* logf) {
     double t0 = progress_now();
     ProbeResult r;
     probe_run(m, in, tg, step, &r);
     r.ms = (float)((progress_now() - t0) * 1e3);
-    probe_write_json(&r, logf);
+    probe_write_json(&r, sig, logf);
     char moe[96] = "";
     if (r.has_moe) {   // the largest max/mean expert load over the MoE layers
         float ml = 0.0f;
@@ -153,30 +155,65 @@ static void run_probe(GPT* m, const int* in, const int* tg, int step, FILE* logf
         size_t n = strlen(moe);
         snprintf(moe + n, sizeof moe - n, " | GDN state %.2f", r.gdn_state_norm_mean);
     }
-    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | %.0f ms\n", step,
-           r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe, r.ms);
+    // the instability signals' headline (docs/metrics.md), and what their per-group sums cost the step
+    char sig_txt[96] = "";
+    if (sig && sig->step == step && step > 0) snprintf(sig_txt, sizeof sig_txt, " (+ %.0f ms in the step)", sig->ms);
+    printf("step %5d | probe: F-Attn %.3f (uniform %.3f) | M-Act %.1f | gate %s%.3f%s | attn logit max %.2f | out z %.1f | %.0f ms%s\n",
+           step, r.f_attn_mean, r.f_attn_uniform, r.m_act_mean, r.has_gate ? "" : "- ", r.has_gate ? r.gate_mean : 0.0f, moe,
+           r.attn_logit_max, r.out_z, r.ms, sig_txt);
     probe_free(&r);
 }
 
-// Returns 1 when x is a spike (z > spike_z) and writes its record; sets *skip when z exceeds a
+// A spike of the step (or its non-finite loss / grad norm), its record written after the update
+// (write_spike) so that it can carry the step's update ratios.
+typedef struct { const char* kind; double x, mean, sd, z; int finite, skipped; } SpikeHit;
+
+// Returns 1 when x is a spike (z > spike_z) and fills *hit; sets *skip when z exceeds a
 // non-zero skip threshold.
 static int check_spike(SpikeWindow* w, const char* kind, double x, float spike_z_thr, float skip_z,
-                       int step, FILE* logf, int* skip) {
+                       int step, SpikeHit* hit, int* skip) {
     double mean, sd, z = spike_z(w, x, &mean, &sd);
     if (!(z > spike_z_thr)) return 0;
     int skipped = skip_z > 0.0f && z > skip_z;
     if (skipped) *skip = 1;
-    Jsonl j;
-    jsonl_begin(&j, logf, "spike", step);
-    jsonl_str(&j, "kind", kind);
-    jsonl_fmt(&j, "value", "%.6g", x);
-    jsonl_fmt(&j, "mean", "%.6g", mean);
-    jsonl_fmt(&j, "std", "%.6g", sd);
-    jsonl_fmt(&j, "z", "%.3f", z);
-    jsonl_bool(&j, "skipped", skipped);
-    jsonl_end(&j);
+    *hit = (SpikeHit){kind, x, mean, sd, z, 1, skipped};
     printf("step %5d | %s spike: %.4g vs mean %.4g (z = %.1f)%s\n", step, kind, x, mean, z, skipped ? " | update skipped" : "");
     return 1;
+}
+
+// The spike record: what the detector saw, then the instability signals of the spiking step
+// (docs/metrics.md): the probe batch's attention and output logits under the weights the step
+// started from (pr; NULL on the processes outside rank 0's group, which log nothing), and the
+// step's per-group gradient norms and update ratios (sig), per layer: where a spike starts.
+static void write_spike(const SpikeHit* h, int step, const ProbeResult* pr, const Signals* sig, FILE* logf) {
+    Jsonl j;
+    jsonl_begin(&j, logf, "spike", step);
+    jsonl_str(&j, "kind", h->kind);
+    if (h->finite) {
+        jsonl_fmt(&j, "value", "%.6g", h->x);
+        jsonl_fmt(&j, "mean", "%.6g", h->mean);
+        jsonl_fmt(&j, "std", "%.6g", h->sd);
+        jsonl_fmt(&j, "z", "%.3f", h->z);
+    } else {
+        jsonl_null(&j, "value");
+        jsonl_null(&j, "mean");
+        jsonl_null(&j, "std");
+        jsonl_null(&j, "z");
+    }
+    jsonl_bool(&j, "skipped", h->skipped);
+    if (pr) {
+        jsonl_fmt(&j, "probe_loss", "%.6g", pr->loss);
+        probe_write_signals(&j, pr, sig, step);
+        jsonl_arr(&j, "layers");
+        for (int l = 0; l < pr->n_layer; l++) {
+            jsonl_obj(&j, NULL);
+            jsonl_int(&j, "layer", l);
+            probe_write_signals_layer(&j, pr, sig, step, l);
+            jsonl_close(&j);
+        }
+        jsonl_close(&j);
+    }
+    jsonl_end(&j);
 }
 
 // Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
@@ -381,6 +418,7 @@ typedef struct {
     int *in, *tg;                     // a batch
     int *probe_in, *probe_tg;         // the probe batch, fixed for the whole run
     SpikeWindow loss_win, grad_win;
+    Signals sig;                      // per-group gradient norms and update ratios (probe, spike steps)
     int nonfinite_run;                // consecutive non-finite steps
     CkptTrainState cs;                // what a checkpoint holds besides weights and AdamW state
     char ckpt_dir[CKPT_PATH_MAX], resume_path[CKPT_PATH_MAX];
@@ -565,6 +603,7 @@ static int setup_model(Run* r) {
     checkpoint_set_gather(ckpt_gather, r->comm);
     held = ops_allocated_bytes();
     optim_init_ranges(&r->opt, &r->model, r->dist.lo, r->dist.hi, r->dist.xlo, r->dist.xhi);
+    signals_init(&r->sig, &r->model.table, &r->model.cfg, &r->dist);
     r->mem_adamw = ops_allocated_bytes() - held;
     // the backend's scratch at this step's sizes, now (CUDA: no op of a step grows a slot)
     OpsStepShape ss;
@@ -626,9 +665,10 @@ static int setup_state(Run* r) {
     r->tg = malloc(bt * sizeof(int));
     // the probe batch: the first validation batch (else the first training batch), fixed for
     // the whole run so that probes at different steps measure the same tokens
+    // (read whatever probe_every: a spike record measures it too)
     r->probe_in = malloc(bt * sizeof(int));
     r->probe_tg = malloc(bt * sizeof(int));
-    if (r->cfg.metrics.probe_every > 0) {
+    {
         DataLoader* src = r->have_val ? &r->val_dl : &r->train_dl;
         if (dataloader_next(src, r->probe_in, r->probe_tg) != 0) return 1;
         dataloader_reset(src);
@@ -763,35 +803,49 @@ static int train_step(Run* r, int step, StepStats* s) {
     float lr = lr_schedule(tc, step);
     watchdog_phase(step + 1, "gradient norm (all-reduce)");
     float norm = dist_grad_norm(&r->dist, m->grads);
-    int skipped = !isfinite(loss) || !isfinite(norm);
+    const int nonfinite = !isfinite(loss) || !isfinite(norm);
+    int skipped = nonfinite;
+    SpikeHit hits[2];
+    int nhits = 0;
     if (skipped) {
         fprintf(stderr, "warning: step %d: non-finite loss (%g) or grad norm (%g): update skipped\n", step + 1, loss, norm);
-        Jsonl j;
-        jsonl_begin(&j, r->logf, "spike", step + 1);
-        jsonl_str(&j, "kind", "nonfinite");
-        jsonl_null(&j, "value");
-        jsonl_null(&j, "mean");
-        jsonl_null(&j, "std");
-        jsonl_null(&j, "z");
-        jsonl_bool(&j, "skipped", 1);
-        jsonl_end(&j);
-        if (++r->nonfinite_run >= mt->max_nonfinite) {
-            fprintf(stderr, "error: %d non-finite steps in a row: stopping (lower [train] lr or raise [metrics] max_nonfinite)\n", r->nonfinite_run);
-            return 1;
-        }
+        hits[nhits++] = (SpikeHit){"nonfinite", 0, 0, 0, 0, 0, 1};
+        ++r->nonfinite_run;
     } else {
         r->nonfinite_run = 0;
         // spikes: z-scores against the trailing windows; spikes stay out of the windows
-        int loss_spike = check_spike(&r->loss_win, "loss", loss, mt->spike_z, mt->skip_loss_z, step + 1, r->logf, &skipped);
-        int grad_spike = check_spike(&r->grad_win, "grad_norm", norm, mt->spike_z, mt->skip_grad_z, step + 1, r->logf, &skipped);
+        int loss_spike = check_spike(&r->loss_win, "loss", loss, mt->spike_z, mt->skip_loss_z, step + 1, &hits[nhits], &skipped);
+        nhits += loss_spike;
+        int grad_spike = check_spike(&r->grad_win, "grad_norm", norm, mt->spike_z, mt->skip_grad_z, step + 1, &hits[nhits], &skipped);
+        nhits += grad_spike;
         if (!loss_spike) spike_push(&r->loss_win, loss);
         if (!grad_spike) spike_push(&r->grad_win, norm);
-        if (!skipped) {
-            watchdog_phase(step + 1, "optimizer step");
-            optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
-            watchdog_phase(step + 1, "all-gather of parameters");
-            dist_gather_params(&r->dist, m->params);     // ZeRO-1: everyone's updated shards
-        }
+    }
+    // the instability signals (train/signals.h) of a step a probe or a spike record reports:
+    // every process alike (the loss and norm are global), nothing on the other steps
+    const int done = step + 1;
+    const int probed = mt->probe_every > 0 && (done % mt->probe_every == 0 || done == tc->steps);
+    const int measure = probed || nhits > 0;
+    ProbeResult spike_probe = {0};
+    const int have_probe = nhits > 0 && r->comm->rank < r->comm->ep_size;   // rank 0's group, as run_probe
+    if (measure) watchdog_phase(done, "instability signals (all-reduces of norms)");
+    if (measure) signals_grads(&r->sig, &r->dist, m->grads, done);
+    // a spike: the probe batch under the weights the spiking step started from (the
+    // activations of the step are no longer needed: its gradients are reduced)
+    if (have_probe) probe_run(m, r->probe_in, r->probe_tg, done, &spike_probe);
+    if (measure) signals_before_update(&r->sig, &r->dist, m->params);
+    if (!skipped) {
+        watchdog_phase(done, "optimizer step");
+        optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
+        watchdog_phase(done, "all-gather of parameters");
+        dist_gather_params(&r->dist, m->params);     // ZeRO-1: everyone's updated shards
+    }
+    if (measure) signals_after_update(&r->sig, &r->dist, m->params, skipped);
+    for (int i = 0; i < nhits; i++) write_spike(&hits[i], done, have_probe ? &spike_probe : NULL, &r->sig, r->logf);
+    if (have_probe) probe_free(&spike_probe);
+    if (nonfinite && r->nonfinite_run >= mt->max_nonfinite) {
+        fprintf(stderr, "error: %d non-finite steps in a row: stopping (lower [train] lr or raise [metrics] max_nonfinite)\n", r->nonfinite_run);
+        return 1;
     }
     s->loss = loss;
     s->lr = lr;
@@ -931,7 +985,7 @@ static void run_measurements(Run* r, int done) {
     if (cfg->metrics.probe_every > 0 && (done % cfg->metrics.probe_every == 0 || last)) {
         t0 = progress_now();
         watchdog_phase(done, "probe");
-        run_probe(&r->model, r->probe_in, r->probe_tg, done, r->logf);
+        run_probe(&r->model, r->probe_in, r->probe_tg, done, &r->sig, r->logf);
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
     if (cfg->log.sample_every > 0 && (done % cfg->log.sample_every == 0 || last)) {
@@ -984,6 +1038,7 @@ static void finish_run(Run* r) {
     printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(r->in); free(r->tg); free(r->probe_in); free(r->probe_tg);
     spike_free(&r->loss_win); spike_free(&r->grad_win);
+    signals_free(&r->sig);
     optim_free(&r->opt);
     dist_free(&r->dist);
     gpt_free(&r->model);
@@ -1037,7 +1092,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     if (comm->rank < comm->ep_size && r->cfg.metrics.probe_every > 0 && !r->resuming) {
         double t0 = progress_now();
         watchdog_phase(0, "probe");
-        run_probe(&r->model, r->probe_in, r->probe_tg, 0, r->logf);
+        run_probe(&r->model, r->probe_in, r->probe_tg, 0, &r->sig, r->logf);
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
 

@@ -266,6 +266,21 @@ void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* 
 void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos);
 // median of |x| (or |x - base|) over N*C values (host result; the lower median for even n)
 float ops_abs_median(const float* x, const float* base, int N, int C);
+// Attention-logit growth (docs/metrics.md): head_max[H] (host) = for each query head h, the max
+// over sequences b, queries t and keys u <= t of q_t . k_u / sqrt(hd), the logit the softmax
+// takes (q, k after qk-norm and RoPE, as the prep op leaves them: a YaRN attention factor m is
+// inside them, so the logit carries m^2). A NaN logit makes its head's max NaN (a diverged run
+// shows as null in the record, never as a finite max of the rest).
+void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const OpsAttnShape* s);
+// Output-logit divergence: the max of |logits[n, j]| over the N rows and the first V of Vp
+// columns (padding excluded) (host result; NaN when any of them is NaN).
+float ops_logits_absmax(const act_t* logits, int N, int V, int Vp);
+// Sums of squares over nr ranges in one pass (the per-group norms of train/signals.h: a
+// gradient or weight norm, or the update ||w_after - w_before||^2): out[r] (host) = sum over
+// i < n[r] of (x[r][i] - y[r][i])^2, or of x[r][i]^2 when y is NULL; x[r], y[r] point into
+// backend memory (fp32: master weights, gradients), the arrays x, y, n themselves are host.
+// In double, in chunks of OPS_SUMSQ_CHUNK added in order: the same bits for any thread count.
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr);
 
 // ---------------------------------------------------------------------------------------------
 // MLP activations

@@ -51,10 +51,19 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
     r->has_gate = c->attn_gate != GATE_NONE;
     r->layer = calloc((size_t)c->n_layer, sizeof(ProbeLayer));
     r->loss = gpt_forward(m, idx, targets);
+    // output logits [N, Vp] (the first V columns) and their row logsumexp [N], from the forward
+    r->out_logit_absmax = ops_logits_absmax(m->logits, N, c->vocab_size, c->padded_vocab);
+    float* lse = malloc((size_t)N * sizeof(float));
+    ops_to_host(lse, m->lse, (size_t)N * sizeof(float));
+    double zsum = 0.0;
+    for (int n = 0; n < N; n++) zsum += (double)lse[n] * lse[n];
+    r->out_z = (float)(zsum / N);
+    free(lse);
+    r->attn_logit_max = NAN;
     double uni = 0.0;
     for (int q = 1; q < T; q++) uni += 1.0 / (q + 1);
     r->f_attn_uniform = T > 1 ? (float)(uni / (T - 1)) : 1.0f;
-    float* heads = malloc((size_t)H * sizeof(float));
+    float* heads = malloc((size_t)H * sizeof(float));   // per-head F-Attn, then per-head logit max
     double gsum_all = 0.0, state_sum = 0.0;
     long gcount_all = 0;
     int n_attn = 0, n_linear = 0;
@@ -64,6 +73,7 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
         ProbeLayer* p = &r->layer[l];
         p->linear = config_layer_is_linear(c, l);
         p->f_attn = p->f_attn_max_head = p->gdn_state_norm = p->gdn_state_norm_max = NAN;
+        p->attn_logit_max = p->attn_logit_head_mean = NAN;
         if (p->linear) {
             probe_gdn_state(m, l, &p->gdn_state_norm, &p->gdn_state_norm_max);
             state_sum += p->gdn_state_norm;
@@ -81,6 +91,17 @@ void probe_run(GPT* m, const int* idx, const int* targets, int step, ProbeResult
             p->f_attn = (float)(sum / H);
             r->f_attn_mean += p->f_attn;
             n_attn++;
+            // attention-logit growth: per-head maxima of the pre-softmax logits
+            ops_attn_logit_max(heads, a->q, a->k, &m->attn);
+            double lsum = 0.0;
+            float lmax = heads[0];
+            for (int h = 0; h < H; h++) {
+                lsum += heads[h];
+                if (heads[h] > lmax || heads[h] != heads[h]) lmax = heads[h];   // NaN wins (ops.h)
+            }
+            p->attn_logit_max = lmax;
+            p->attn_logit_head_mean = (float)(lsum / H);
+            if (n_attn == 1 || lmax > r->attn_logit_max || lmax != lmax) r->attn_logit_max = lmax;
         }
         // M-Act: the residual after the layer, and each branch's output (difference of the
         // residual streams around it)

@@ -18,6 +18,11 @@ typedef struct {
     float mlp_out_max;     // max |MLP output|
     int mlp_out_pos;
     float gate_mean;       // mean gate score act(z) (NaN without a gate)
+    // attention-logit growth (docs/metrics.md): for each head, the max over the probe batch's
+    // (b, t, u <= t) of q_t . k_u / sqrt(hd) (q, k after qk-norm and RoPE: the softmax's input);
+    // the layer's max over heads and the mean over heads of those maxima (NaN for linear layers)
+    float attn_logit_max;
+    float attn_logit_head_mean;
     float gate_hist[10];   // fraction of gate scores in [0,0.1), ..., [0.9,1]
     // Gated DeltaNet layers: the delta rule's state S [dk, dv] after the probe sequence's last
     // token, per (sequence, value head): its Frobenius norm, mean and max over them (NaN for
@@ -47,6 +52,10 @@ typedef struct {
     float m_act_mean;
     float gate_mean;
     float gdn_state_norm_mean;   // mean over the Gated DeltaNet layers (NaN without)
+    float attn_logit_max;  // the largest attention logit over the attention layers (NaN without)
+    // output-logit divergence (docs/metrics.md), over the probe batch's N tokens and V columns
+    float out_logit_absmax;   // max |logit|
+    float out_z;              // mean over tokens of logsumexp(logits)^2 (what a z-loss penalises)
     float ms;              // wall time of the probe (set by the caller; logged)
     ProbeLayer* layer;     // [n_layer]
 } ProbeResult;

@@ -34,6 +34,9 @@ typedef struct {
     __typeof__(ops_gate_stats)* gate_stats;
     __typeof__(ops_absmax)* absmax;
     __typeof__(ops_abs_median)* abs_median;
+    __typeof__(ops_attn_logit_max)* attn_logit_max;
+    __typeof__(ops_logits_absmax)* logits_absmax;
+    __typeof__(ops_sumsq_ranges)* sumsq_ranges;
     __typeof__(ops_swiglu_forward)* swiglu_forward;
     __typeof__(ops_swiglu_backward)* swiglu_backward;
     __typeof__(ops_gelu_forward)* gelu_forward;

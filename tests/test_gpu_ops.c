@@ -452,6 +452,13 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     double e = tu_rel_err(gmean, rmean, H);
     TU_CHECK(e <= TOL_FWD, "first-token attention: rel err %.2e", e);
     printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_FWD);
+    float *rlmax = hzeros(H), *glmax = hzeros(H);
+    cpu_ref.attn_logit_max(rlmax, rq, rk, &s);
+    ops_attn_logit_max(glmax, d_q, d_k, &s);
+    e = tu_rel_err(glmax, rlmax, H);
+    TU_CHECK(e <= TOL_FWD, "attention logit max per head: rel err %.2e", e);
+    printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: attention logit max per head", e, TOL_FWD);
+    free(rlmax); free(glmax);
     if (gate != OPS_GATE_NONE) {
         double rs, gs;
         long rc, gc, rh[10], gh[10];
@@ -741,6 +748,32 @@ static void test_absmax_median(int N, int C) {
         TU_CHECK(rmed == gmed, "abs-median%s: %.9g vs CPU %.9g", withbase ? " (x - base)" : "", gmed, rmed);
         printf("  %-64s %.9g (CPU %.9g)\n", withbase ? "abs-median of x - base" : "abs-median", gmed, rmed);
     }
+    // the output logits' max |x| over the first V of C columns, and the update's sum of squares
+    const int V = C - 3;
+    float rl = cpu_ref.logits_absmax(x, N, V, C), gl = ops_logits_absmax(d_x, N, V, C);
+    TU_CHECK(rl == gl, "logits abs-max: %g vs CPU %g", gl, rl);
+    // sums of squares over 3 ranges (one empty), of x - base and of x
+    const float* hx[3] = {x, x + 7, x + n / 2};
+    const float* hy[3] = {base, base + 7, base + n / 2};
+    const float* dx3[3] = {d_x, d_x + 7, d_x + n / 2};
+    const float* dy3[3] = {d_base, d_base + 7, d_base + n / 2};
+    const size_t rn[3] = {n / 2, 0, n - n / 2};
+    double rs[3], gs[3], worst_ss = 0.0;
+    for (int withy = 0; withy <= 1; withy++) {
+        cpu_ref.sumsq_ranges(rs, hx, withy ? hy : NULL, rn, 3);
+        ops_sumsq_ranges(gs, dx3, withy ? dy3 : NULL, rn, 3);
+        // derived: the same double terms in another order: n u_double ~ 2e4 x 1.1e-16 = 2.5e-12
+        for (int r = 0; r < 3; r++) {
+            double e = rn[r] ? fabs(gs[r] - rs[r]) / rs[r] : fabs(gs[r]);
+            TU_CHECK(e <= 1e-11, "sums of squares over ranges%s: range %d %.17g vs CPU %.17g", withy ? " (x - y)" : "", r, gs[r], rs[r]);
+            if (e > worst_ss) worst_ss = e;
+        }
+    }
+    printf("  %-64s %g (CPU %g); sums of squares over ranges rel err %.2e\n", "logits abs-max over V of C columns", gl, rl, worst_ss);
+    // a NaN logit is reported, not skipped
+    float nan_v = NAN;
+    ops_from_host(d_x + (size_t)(N / 2) * C + 1, &nan_v, sizeof nan_v);
+    TU_CHECK(isnan(ops_logits_absmax(d_x, N, V, C)), "logits abs-max: a NaN logit gives NaN");
     free(x); free(base); ops_free(d_x); ops_free(d_base);
 }
 

@@ -379,6 +379,10 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ref_ops_attn_first_token(rmean, rq, rk, rlse, &s);
     ops_attn_first_token(gmean, d_q, d_k, d_lse, &s);
     check("  probe: first-token attention per head (fp32)", gmean, rmean, H, TOL_F32);
+    float *rlmax = hbuf(H), *glmax = hbuf(H);
+    ref_ops_attn_logit_max(rlmax, rq, rk, &s);
+    ops_attn_logit_max(glmax, d_q, d_k, &s);
+    check("  probe: attention logit max per head (fp32)", glmax, rlmax, H, TOL_F32);
     if (gate != OPS_GATE_NONE) {
         double rs, gs;
         long rc, gc, rh[10], gh[10], moves = 0;

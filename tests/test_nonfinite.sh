@@ -18,6 +18,10 @@ check "exit status 1 (got $rc)" '[ "$rc" = 1 ]'
 check "stop message" 'grep -q "error: 3 non-finite steps in a row: stopping" "$run/err.txt"'
 check "each non-finite step warned as skipped" '[ "$(grep -c "update skipped" "$run/err.txt")" = 3 ]'
 check "three nonfinite records, skipped" '[ "$(grep -c "\"kind\":\"nonfinite\".*\"skipped\":true" "$run/log.jsonl")" = 3 ]'
+# the spike record carries the instability signals of the step (docs/metrics.md): the probe
+# batch's logits under the step's weights, and the skipped update's ratios, 0 in every group
+check "nonfinite records carry the signals, per layer" '[ "$(grep "\"kind\":\"nonfinite\"" "$run/log.jsonl" | grep -c "\"out_z\":.*\"layers\":\[{\"layer\":0,\"attn_logit_max\":")" = 3 ]'
+check "a skipped update's ratios are 0" '[ "$(grep "\"kind\":\"nonfinite\"" "$run/log.jsonl" | grep -c "\"update_ratio_attn\":0,")" = 3 ]'
 check "step records stay valid JSON (null, not nan)" '! grep -q "nan" "$run/log.jsonl"'
 check "stopped at step 4" '[ "$(grep -c "\"type\":\"step\"" "$run/log.jsonl")" = 3 ]'
 cat "$run/err.txt" | grep -E "warning|error" | head -4

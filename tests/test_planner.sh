@@ -176,10 +176,11 @@ line = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\w+(?: \w+)?) +(\
 r256 = lambda b: -(-b // 256) * 256              # cudaMalloc's 256-byte units (kernels/scratch.h)
 chunks = -(-n // 4096)                           # ZeRO-1: shards of whole 4096-float chunks
 shard = min(-(-chunks // 8) * 4096, n)           # rank 0's, the largest (docs/distributed.md)
-want = {"weights": r256(2 * n), "master": r256(4 * n), "grads": r256(4 * n), "adamw": 2 * r256(4 * shard)}
+# adamw: m and v of the shard, and the instability signals' copy of its weights (train/signals.h)
+want = {"weights": r256(2 * n), "master": r256(4 * n), "grads": r256(4 * n), "adamw": 3 * r256(4 * shard)}
 bad = [f"{k}: plan {line.get(k)} != {v}" for k, v in want.items() if line.get(k) != v]
 print(f"paper MoE, {n} parameters on 8 H200s: bf16 weights {want['weights']/1e9:.1f} GB, fp32 master {want['master']/1e9:.1f} GB, "
-      f"fp32 grads {want['grads']/1e9:.1f} GB, AdamW 1/8 {want['adamw']/1e9:.1f} GB" + ("" if not bad else "; " + "; ".join(bad)))
+      f"fp32 grads {want['grads']/1e9:.1f} GB, AdamW 1/8 + weights' copy {want['adamw']/1e9:.1f} GB" + ("" if not bad else "; " + "; ".join(bad)))
 sys.exit(1 if bad else 0)
 PY
 check "paper MoE: the parameter lines == the parameter count x bytes, the ZeRO-1 shard" [ $? = 0 ]

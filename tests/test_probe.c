@@ -43,6 +43,43 @@ static void test_first_token(void) {
     printf("  F-Attn per head from the logsumexp vs explicit softmax: rel err %.2e\n", worst);
 }
 
+// The largest pre-softmax attention logit per head against a direct double loop, over more
+// queries than one tile of the CPU kernel (128) so that the tiles and the causal edge inside
+// each are covered; a key past the query (u > t) whose logit would be the largest of all must
+// not count; a NaN
+// in q makes its head's max NaN.
+static void test_logit_max(void) {
+    OpsAttnShape s = {0};
+    s.B = 2; s.T = 300; s.H = 4; s.Hkv = 2; s.hd = 8;
+    const int N = s.B * s.T;
+    float *q = fbuf((size_t)N * 32, 1.5), *k = fbuf((size_t)N * 16, 1.5), heads[4];
+    // a large query (t = 200, head 0) and a large key after it (u = 250, kv head 0) of sequence
+    // 0, in different tiles: their product, by far the largest, is masked (u > t)
+    for (int i = 0; i < 8; i++) k[((size_t)250 * 2 + 0) * 8 + i] = 50.0f;
+    for (int i = 0; i < 8; i++) q[((size_t)200 * 4 + 0) * 8 + i] = 50.0f;
+    ops_attn_logit_max(heads, q, k, &s);
+    double worst = 0;
+    for (int h = 0; h < 4; h++) {
+        double want = -1e300;
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < s.T; t++)
+                for (int u = 0; u <= t; u++) {
+                    double d = 0;
+                    for (int i = 0; i < 8; i++) d += (double)q[((b * s.T + t) * 4 + h) * 8 + i] * k[((b * s.T + u) * 2 + h / 2) * 8 + i];
+                    if (d / sqrt(8.0) > want) want = d / sqrt(8.0);
+                }
+        double e = fabs(heads[h] - want) / fabs(want);
+        if (e > worst) worst = e;
+    }
+    // derived: an 8-term fp32 dot product (|terms| <= 2500) and the scale: ~10 u = 1.2e-6 relative
+    TU_CHECK(worst < 2e-6, "attention logit max vs a direct double loop: rel err %.2e", worst);
+    printf("  attention logit max per head (T = 300, 3 tiles, GQA) vs direct: rel err %.2e (tol 2e-6)\n", worst);
+    q[((size_t)(1 * s.T + 5) * 4 + 3) * 8] = NAN;   // head 3
+    ops_attn_logit_max(heads, q, k, &s);
+    TU_CHECK(isnan(heads[3]) && !isnan(heads[2]), "a NaN logit: its head's max NaN (%g), the others not (%g)", heads[3], heads[2]);
+    ops_free(q); ops_free(k);
+}
+
 static void test_gate_stats(void) {
     OpsAttnShape s = {0};
     s.B = 1; s.T = 5; s.H = 2; s.Hkv = 1; s.hd = 4; s.gate = OPS_GATE_ELEMENTWISE; s.gate_pos = OPS_GATEPOS_SDPA;
@@ -140,7 +177,7 @@ static void test_probe_model(void) {
            "M-Act mean %.6g err %.2e (tol 1e-6)\n", fabs(r.f_attn_uniform - want_uniform), fabs(hsum - 1.0), r.m_act_mean,
            fabsf(r.m_act_mean - 0.5f * (r.layer[0].m_act + r.layer[1].m_act)));
     FILE* f = tmpfile();
-    probe_write_json(&r, f);
+    probe_write_json(&r, NULL, f);
     rewind(f);
     char line[8192];
     TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"type\":\"probe\",\"step\":5,") && strstr(line, "\"gate_hist\":["),
@@ -199,7 +236,7 @@ static void test_probe_moe(void) {
     for (int i = 0; i < 4; i++) dropped += want[i] > 8 ? want[i] - 8 : 0;   // capacity ceil(1 * 16 * 2 / 4) = 8
     TU_CHECK(r.layer[1].moe_dropped == dropped, "dropped %ld want %ld", r.layer[1].moe_dropped, dropped);
     FILE* f = tmpfile();
-    probe_write_json(&r, f);
+    probe_write_json(&r, NULL, f);
     rewind(f);
     char line[8192];
     TU_CHECK(fgets(line, sizeof line, f) && strstr(line, "{\"layer\":0,") && strstr(line, "\"moe\":null") &&
@@ -215,6 +252,7 @@ static void test_probe_moe(void) {
 int main(void) {
     ops_init(0);
     test_first_token();
+    test_logit_max();
     test_gate_stats();
     test_absmax_median();
     test_spike();

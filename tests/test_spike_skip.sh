@@ -47,5 +47,17 @@ a=$(state "$(ck $((s - 1)))"); b=$(state "$(ck "$s")")
 check "taken step $s: model.bin changed" '! cmp -s "$(ck $((s - 1)))/model.bin" "$(ck "$s")/model.bin"'
 check "taken step $s: m and v changed" '[ "$(field "$a" m)" != "$(field "$b" m)" ] && [ "$(field "$a" v)" != "$(field "$b" v)" ]'
 check "taken step $s: t advanced by 1" '[ "$(field "$b" t)" = "$(( $(field "$a" t) + 1 ))" ]'
+# the spike records carry the step's instability signals (docs/metrics.md): per layer, and a
+# skipped update's ratios are 0 (a taken one's are not; a step's two records each say whether
+# their own detector skipped it: the loss's skip makes the grad-norm record's ratios 0 too)
+n_spk=$(records_of "$tmp/run/log.jsonl" spike | wc -l)
+check "every spike record ($n_spk) carries the signals per layer" \
+      '[ "$(records_of "$tmp/run/log.jsonl" spike | grep -c "\"out_z\":.*\"layers\":\[{\"layer\":0,\"attn_logit_max\":")" = "$n_spk" ]'
+check "skipped spikes: update ratio 0" \
+      '! records_of "$tmp/run/log.jsonl" spike | grep "\"skipped\":true" | grep -vq "\"update_ratio_attn\":0,"'
+for s in $taken; do   # a spike of a step whose update was taken (by both detectors)
+    check "taken step $s: no spike record with update ratio 0" \
+          '! records_of "$tmp/run/log.jsonl" spike | grep "\"step\":$s," | grep -q "\"update_ratio_attn\":0,"'
+done
 echo "spike skip: $n_skip of 12 steps skipped ($(echo $skipped)); each left model.bin, m, v and t as they were"
 finish

@@ -15,6 +15,7 @@
 #include "model/probe.h"
 #include "train/comm.h"
 #include "train/dist.h"
+#include "train/signals.h"
 #include "kernels/scratch.h"
 
 // The GPU's runtime outside ops_malloc, an allowance (no GPU has measured it for this project
@@ -163,6 +164,9 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     if (p->zero_stage == 1) { lo = slo; hi = shi; xlo = nd + xs; xhi = nd + xe; }
     p->shard_lo = lo; p->shard_hi = hi;
     p->bytes[PLAN_ADAMW] = 2 * scratch_alloc_bytes(optim_moment_bytes(lo, hi) + optim_moment_bytes(xlo, xhi), al);
+    // the instability signals' copy of the same shard's weights (train/signals.h)
+    const size_t sig_copy = scratch_alloc_bytes(signals_copy_bytes(hi - lo, xhi - xlo), al);
+    p->bytes[PLAN_ADAMW] += sig_copy;
     if (p->zero_stage == 1 && EPP > 1)
         snprintf(p->what[PLAN_ADAMW], sizeof p->what[0], "AdamW m and v, fp32, for rank 0's shards: %zu of the %zu dense "
                  "parameters (zero_stage 1 over %d processes) + %zu of its %zu expert parameters (over %d replicas)",
@@ -173,6 +177,11 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     else
         snprintf(p->what[PLAN_ADAMW], sizeof p->what[0], "AdamW m and v, fp32, for all %zu parameters (zero_stage 0%s)", n,
                  P > 1 ? ": every process keeps the whole state" : "");
+    {
+        const size_t w = strlen(p->what[PLAN_ADAMW]);
+        snprintf(p->what[PLAN_ADAMW] + w, sizeof p->what[0] - w, "; the same shard's weights, copied for the update ratios "
+                 "(%.2f MiB, train/signals.h)", mib(sig_copy));
+    }
 
     // ---- activations (model/gpt.h gpt_activation_bytes: gpt_alloc_acts counts with it) ----
     GptActsBytes ab;

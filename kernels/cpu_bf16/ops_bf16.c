@@ -267,6 +267,21 @@ void ops_absmax(const float* x, const float* base, int N, int C, float* max, int
     ref_ops_absmax(x, base, N, C, max, pos);
 }
 float ops_abs_median(const float* x, const float* base, int N, int C) { return ref_ops_abs_median(x, base, N, C); }
+void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const OpsAttnShape* s) {
+    const size_t N = (size_t)s->B * s->T;
+    float *fq = widen(q, N * s->H * s->hd), *fk = widen(k, N * s->Hkv * s->hd);
+    ref_ops_attn_logit_max(head_max, fq, fk, s);
+    free(fq); free(fk);
+}
+float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
+    float* f = widen(logits, (size_t)N * Vp);
+    float m = ref_ops_logits_absmax(f, N, V, Vp);
+    free(f);
+    return m;
+}
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr) {
+    ref_ops_sumsq_ranges(out, x, y, n, nr);
+}
 
 // ---- MLP activations ---------------------------------------------------------------------------
 void ops_swiglu_forward(act_t* h, const act_t* gu, int N, int F) {

@@ -207,3 +207,137 @@ float ops_abs_median(const float* x, const float* base, int N, int C) {
     memcpy(&m, &prefix, sizeof(m));
     return m;
 }
+
+// ---- attention-logit growth -----------------------------------------------------------------
+// max of a and b where a NaN in either wins (the CPU loop's `d > m || d != d`): a diverged
+// logit is reported, not hidden behind the finite rest. Order-independent: deterministic.
+__device__ __forceinline__ float probe_nanmax(float a, float b) {
+    return (a != a || b != b) ? __uint_as_float(0x7fc00000u) : fmaxf(a, b);
+}
+
+// vals[h][b*T + t] = max over keys u <= t of q_t . k_u * scale: one warp per (h, b, t), each
+// lane a strided subset of the keys (a whole dot product over hd each), then a warp max
+__global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_t* k, int B, int T, int H, int Hkv,
+                                       int hd, float scale) {
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    size_t per_h = (size_t)B * T;
+    if (warp >= (size_t)H * per_h) return;
+    int h = (int)(warp / per_h), rest = (int)(warp % per_h);
+    int b = rest / T, t = rest % T;
+    const cact_t* qt = q + (((size_t)b * T + t) * H + h) * hd;
+    float m = -INFINITY;
+    for (int u = lane; u <= t; u += 32) {
+        const cact_t* ku = k + (((size_t)b * T + u) * Hkv + h / (H / Hkv)) * hd;
+        float d = 0.0f;
+        for (int i = 0; i < hd; i++) d += act_ld(qt[i]) * act_ld(ku[i]);
+        m = probe_nanmax(m, d * scale);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) vals[warp] = m;
+}
+
+// out[h] = max of vals[h][0..n) (NaN wins), one block per head
+__global__ void probe_max_rows_kernel(float* out, const float* vals, size_t n) {
+    __shared__ float red[32];
+    const float* v = vals + (size_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) m = probe_nanmax(m, v[i]);
+    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) red[w] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = probe_nanmax(m, red[i]);
+        out[blockIdx.x] = m;
+    }
+}
+
+void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const OpsAttnShape* s) {
+    CUDA_OP_TIMER("ops_attn_logit_max");
+    const int B = s->B, T = s->T, H = s->H;
+    const size_t per_h = (size_t)B * T;
+    if (per_h == 0) { for (int h = 0; h < H; h++) head_max[h] = -INFINITY; return; }
+    float* vals = (float*)cuda_scratch(CUDA_SCRATCH_REDUCE, ((size_t)H * per_h + H) * sizeof(float));
+    float* maxes = vals + (size_t)H * per_h;
+    const size_t warps = (size_t)H * per_h;
+    probe_logit_max_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
+        vals, CCACT(q), CCACT(k), B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
+    CUDA_LAUNCH_CHECK("probe_logit_max_kernel");
+    probe_max_rows_kernel<<<H, 256, 0, cuda_stream>>>(maxes, vals, per_h);
+    CUDA_LAUNCH_CHECK("probe_max_rows_kernel");
+    ops_to_host(head_max, maxes, (size_t)H * sizeof(float));
+}
+
+// ---- output-logit divergence ----------------------------------------------------------------
+// part[block] = max |logits[n, j]| over its strided share of the N x V (unpadded) entries
+__global__ void probe_logits_absmax_kernel(float* part, const cact_t* logits, int N, int V, int Vp) {
+    __shared__ float red[32];
+    const size_t total = (size_t)N * V, stride = (size_t)gridDim.x * blockDim.x;
+    float m = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
+        m = probe_nanmax(m, fabsf(act_ld(logits[(i / V) * Vp + i % V])));
+    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) red[w] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = probe_nanmax(m, red[i]);
+        part[blockIdx.x] = m;
+    }
+}
+
+float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
+    CUDA_OP_TIMER("ops_logits_absmax");
+    float* dpart = (float*)cuda_scratch(CUDA_SCRATCH_REDUCE, PROBE_BLOCKS * sizeof(float));
+    probe_logits_absmax_kernel<<<PROBE_BLOCKS, PROBE_THREADS, 0, cuda_stream>>>(dpart, CCACT(logits), N, V, Vp);
+    CUDA_LAUNCH_CHECK("probe_logits_absmax_kernel");
+    float part[PROBE_BLOCKS];
+    ops_to_host(part, dpart, sizeof(part));
+    float m = 0.0f;
+    for (int b = 0; b < PROBE_BLOCKS; b++) m = (m != m || part[b] != part[b]) ? NAN : fmaxf(m, part[b]);
+    return m;
+}
+
+// ---- per-group sums of squares -------------------------------------------------------------
+// part[c] = sum of (x[i] - y[i])^2 (or x[i]^2, y NULL) in double over chunk c of OPS_SUMSQ_CHUNK
+// (as optim.cu's sumsq_chunks_kernel: one block per chunk, a fixed-order block sum)
+__global__ void probe_sumsq_kernel(double* part, const float* x, const float* y, size_t n) {
+    __shared__ double red[32];
+    size_t i0 = (size_t)blockIdx.x * OPS_SUMSQ_CHUNK;
+    size_t i1 = i0 + OPS_SUMSQ_CHUNK < n ? i0 + OPS_SUMSQ_CHUNK : n;
+    double s = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) { double d = y ? (double)x[i] - y[i] : (double)x[i]; s += d * d; }
+    s = block_sum_d(s, red);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// one launch per range into one array of chunk sums, one copy back, the chunks added in order
+void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr) {
+    CUDA_OP_TIMER("ops_sumsq_ranges");
+    size_t items = 0;
+    for (int r = 0; r < nr; r++) items += (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+    for (int r = 0; r < nr; r++) out[r] = 0.0;
+    if (items == 0) return;
+    double* dpart = (double*)cuda_scratch(CUDA_SCRATCH_REDUCE, items * sizeof(double));
+    size_t at = 0;
+    for (int r = 0; r < nr; r++) {
+        const size_t nc = (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        if (nc == 0) continue;
+        probe_sumsq_kernel<<<(unsigned)nc, 256, 0, cuda_stream>>>(dpart + at, x[r], y ? y[r] : NULL, n[r]);
+        CUDA_LAUNCH_CHECK("probe_sumsq_kernel");
+        at += nc;
+    }
+    double* part = (double*)malloc(items * sizeof(double));
+    if (!part) { fprintf(stderr, "error: out of host memory in ops_sumsq_ranges\n"); exit(1); }
+    ops_to_host(part, dpart, items * sizeof(double));
+    at = 0;
+    for (int r = 0; r < nr; r++) {
+        const size_t nc = (n[r] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        double total = 0.0;
+        for (size_t c = 0; c < nc; c++) total += part[at + c];   // chunk order, as the CPU backend
+        out[r] = total;
+        at += nc;
+    }
+    free(part);
+}

@@ -484,8 +484,10 @@ def rope(x, c):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xp], dim=-1)
 
 
-def causal_attention(q, k, v):
-    """q [B,T,H,hd], k/v [B,T,Hkv,hd] -> y [B,T,H,hd]. Query head h reads kv head h // (H/Hkv)."""
+def causal_attention(q, k, v, rec=None):
+    """q [B,T,H,hd], k/v [B,T,Hkv,hd] -> y [B,T,H,hd]. Query head h reads kv head h // (H/Hkv).
+    rec (a dict, optional) receives logit_max [H]: per head, the largest logit the softmax takes
+    (over b, t and keys s <= t; the instability signal of docs/metrics.md)."""
     B, T, H, hd = q.shape
     rep = H // k.shape[2]
     k = k.repeat_interleave(rep, dim=2)                            # [B,T,H,hd]
@@ -493,6 +495,8 @@ def causal_attention(q, k, v):
     scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)  # [B,H,T,T]
     mask = torch.ones(T, T, dtype=torch.bool).tril()               # s <= t
     scores = scores.masked_fill(~mask, float("-inf"))
+    if rec is not None:
+        rec["logit_max"] = scores.detach().amax(dim=(0, 2, 3))
     p = torch.softmax(scores, dim=-1)
     return torch.einsum("bhts,bshd->bthd", p, v)
 
@@ -503,7 +507,7 @@ def norm(c, x, params, prefix):
     return layernorm(x, params[prefix + ".w"], params[prefix + ".b"], c.norm_eps)
 
 
-def attention_block(c, a, params, p):
+def attention_block(c, a, params, p, rec=None):
     """a = Norm1(x) [B,T,d] -> attention output before wo, flattened [B,T,H*hd]."""
     B, T, _ = a.shape
     H, Hkv, hd, G = c.n_head, c.n_kv_head, c.head_dim, c.gate_dim
@@ -527,7 +531,7 @@ def attention_block(c, a, params, p):
         g = gate_act(z.reshape(B, T, heads, per_head), c.gate_act)
     if c.attn_gate != "none" and c.gate_position == "value":
         v = v * g
-    y = causal_attention(q, k, v)                                  # [B,T,H,hd]
+    y = causal_attention(q, k, v, rec)                             # [B,T,H,hd]
     if c.attn_gate != "none" and c.gate_position == "sdpa":
         y = y * g
     return y.reshape(B, T, H * hd)
@@ -679,12 +683,15 @@ def moe_block(c, m, params, p):
     return out.reshape(B, T, d), aux, z, counts, int((~keep).sum()), gap
 
 
-def forward(c, params, idx, targets=None, moe=None, gdn=None):
+def forward(c, params, idx, targets=None, moe=None, gdn=None, sig=None):
     """idx, targets int64 [B,T]. Returns (logits [B,T,V_p], loss scalar or None): the loss is the
     mean cross-entropy. If `moe` is a list, one dict per MoE layer is appended to it: layer,
     aux, z (tensors, without coefficients), counts [E], dropped, gap (the smallest top-k logit
     gap). The objective of training is loss + moe_loss(c, moe). If `gdn` is a list, one dict per
-    Gated DeltaNet layer is appended: layer and the delta rule's q, k, v, g, beta, o (detached)."""
+    Gated DeltaNet layer is appended: layer and the delta rule's q, k, v, g, beta, o (detached).
+    If `sig` is a dict, it receives the instability signals (docs/metrics.md): attn, a list with
+    each layer's per-head maximum attention logit [H] (None for a Gated DeltaNet layer);
+    out_absmax, the largest |logit| over the V real columns; out_z, the mean of lse^2."""
     B, T = idx.shape
     x = params["wte"][idx]                                         # [B,T,d]
     if c.pos == "learned":
@@ -697,8 +704,13 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None):
             x = x + gdn_block(c, a, params, p, rec) @ params[p + "gdn.w_out"].t()
             if gdn is not None:
                 gdn.append(rec)
+            if sig is not None:
+                sig.setdefault("attn", []).append(None)
         else:
-            x = x + attention_block(c, a, params, p) @ params[p + "attn.wo"].t()
+            rec = {}
+            x = x + attention_block(c, a, params, p, rec) @ params[p + "attn.wo"].t()
+            if sig is not None:
+                sig.setdefault("attn", []).append(rec["logit_max"])
             if c.bias:
                 x = x + params[p + "attn.bo"]
         m = norm(c, x, params, p + "ln2")
@@ -718,6 +730,9 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None):
         lse = torch.logsumexp(lv, dim=-1)
         picked = lv.gather(-1, targets[..., None])[..., 0]
         loss = (lse - picked).mean()
+        if sig is not None:
+            sig["out_absmax"] = lv.detach().abs().max()
+            sig["out_z"] = (lse.detach() ** 2).mean()
     return logits, loss
 
 
