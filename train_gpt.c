@@ -27,6 +27,7 @@
 #include "train/comm.h"
 #include "train/dist.h"
 #include "train/plan.h"
+#include "train/mc_eval.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -355,6 +356,10 @@ typedef struct {
     char log_path[1100];
     FILE* logf;                       // the run log (rank 0; /dev/null on the others)
     Progress prog;                    // elapsed time and ETA of the step line (train/progress.h)
+    // [eval] tasks: the multiple-choice task files, tokenised once (train/mc_eval.h)
+    int n_tasks;
+    McTask* tasks;
+    McPrepared* task_prep;
 } Run;
 
 // The periodic work between steps, timed for the ETA (Run.prog's tasks)
@@ -665,6 +670,51 @@ static int open_run_log(Run* r) {
     return 0;
 }
 
+// [eval] tasks: each file read and tokenised with the run's tokenizer, on every process (each
+// scores its share of the rows of every task).
+static int setup_tasks(Run* r) {
+    const EvalConfig* ec = &r->cfg.eval;
+    if (!ec->tasks[0] || ec->task_every <= 0) return 0;
+    if (!r->dec.have_tok) {
+        fprintf(stderr, "error: %s: [eval] tasks needs a tokenizer to encode the task text: set [data] tokenizer\n", r->where);
+        return 1;
+    }
+    for (const char* p = ec->tasks; *p;) {   // a comma-separated list of files
+        const char* end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char path[1024];
+        while (p < end && *p == ' ') p++;
+        int n = (int)(end - p);
+        while (n > 0 && p[n - 1] == ' ') n--;
+        snprintf(path, sizeof path, "%.*s", n, p);
+        p = *end ? end + 1 : end;
+        if (!path[0]) continue;
+        r->tasks = realloc(r->tasks, (size_t)(r->n_tasks + 1) * sizeof(McTask));
+        r->task_prep = realloc(r->task_prep, (size_t)(r->n_tasks + 1) * sizeof(McPrepared));
+        McTask* t = &r->tasks[r->n_tasks];
+        if (mc_task_load(t, path, NULL, ec->task_limit) != 0) return 1;
+        if (mc_prepare(&r->task_prep[r->n_tasks], t, &r->dec.tok, r->cfg.model.max_seq_len, r->cfg.model.vocab_size) != 0) return 1;
+        r->n_tasks++;
+        printf("eval: task %s: %d examples, %d choices scored, from %s\n", t->name, t->n, r->task_prep[r->n_tasks - 1].n_rows, path);
+    }
+    return 0;
+}
+
+// Every [eval] task on the model after step `step`: all processes score their share, rank 0 logs
+// a console line and a "task" record per task.
+static void run_tasks(Run* r, int step) {
+    for (int i = 0; i < r->n_tasks; i++) {
+        McResult res;
+        // forwards of the trainer's own B x T tokens (the activations are resized and restored)
+        mc_score(&r->model, &r->task_prep[i], (long)r->B * r->T, r->comm, 10.0, &res);
+        printf("step %5d/%d | task %s: acc %.4f +- %.4f | acc_norm %.4f +- %.4f (chance %.4f, n %d) | %.1f s\n", step,
+               r->cfg.train.steps, r->tasks[i].name, res.acc, res.acc_stderr, res.acc_norm, res.acc_norm_stderr, res.chance,
+               res.n, res.seconds);
+        mc_write_record(&res, &r->tasks[i], step, r->logf);
+    }
+    fflush(stdout);
+}
+
 // The validation loss: a console line and an "eval" record (rank 0).
 static void run_eval(Run* r, int step) {
     float vl = evaluate(&r->model, &r->val_dl, r->cfg.log.val_batches, r->in, r->tg);
@@ -851,6 +901,8 @@ static void finish_run(Run* r) {
            pk[1], r->P > 1 ? " | the largest over the processes" : "");
     printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(r->in); free(r->tg); free(r->probe_in); free(r->probe_tg);
+    for (int i = 0; i < r->n_tasks; i++) { mc_prepared_free(&r->task_prep[i]); mc_task_free(&r->tasks[i]); }
+    free(r->tasks); free(r->task_prep);
     spike_free(&r->loss_win); spike_free(&r->grad_win);
     optim_free(&r->opt);
     dist_free(&r->dist);
@@ -877,7 +929,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     }
 
     // setup: the run's terms (data, batch over the processes, --resume), data, model, state
-    if (setup_run(r) != 0 || setup_data(r) != 0 || setup_model(r) != 0) return 1;
+    if (setup_run(r) != 0 || setup_data(r) != 0 || setup_tasks(r) != 0 || setup_model(r) != 0) return 1;
     int st = setup_state(r);
     if (st != 0) return st == 2 ? 0 : 1;
     if (open_run_log(r) != 0) return 1;
@@ -904,6 +956,8 @@ static int train_main(Comm* comm, int argc, char** argv) {
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
 
+    if (r->n_tasks && !r->resuming) run_tasks(r, 0);   // every process: each scores its share
+
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {
         StepStats s;
@@ -911,6 +965,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (train_step(r, step, &s) != 0) return 1;
         log_step(r, step, &s);
         run_measurements(r, step + 1);
+        if (r->n_tasks && ((step + 1) % cfg->eval.task_every == 0 || step + 1 == cfg->train.steps)) run_tasks(r, step + 1);
         fflush(r->logf);
         if (maybe_checkpoint(r, step + 1, s.lr) != 0) return 1;
     }
