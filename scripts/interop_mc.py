@@ -36,6 +36,11 @@ SMALL = ["--model.n_layer=2", "--model.d_model=64", "--model.n_head=4", "--model
 KINDS = {"qwen3": "tiny_baseline.ini", "qwen3_next": "tiny_gated.ini"}
 
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")        # the task files are local; nothing to fetch
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
 def run(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
@@ -128,7 +133,7 @@ def lm_eval_run(exp, task_dir, name, work):
     from lm_eval.tasks import TaskManager
     r = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={exp},dtype=float32,device=cpu", tasks=[name],
                                 task_manager=TaskManager(include_path=task_dir), batch_size=16, log_samples=True,
-                                bootstrap_iters=0)
+                                bootstrap_iters=100)   # > 0, else no stderr; a mean's is the closed form (mean_stderr)
     res = r["results"][name]
     samples = sorted(r["samples"][name], key=lambda s: s["doc_id"])
     lls = [[float(x[0]) for x in s["filtered_resps"]] for s in samples]

@@ -14,6 +14,7 @@ carries the space. Verses of fewer than 8 words are skipped; examples are a seed
 rest, in verse order.
 
 usage: scripts/make_kjv_task.py [--val data/kjv/val.txt] [--out data/kjv/kjv_mc.jsonl] [--n 500] [--seed 1234]
+       scripts/make_kjv_task.py --summary RUN/log.jsonl   (make demo: the last "task" record, accuracy beside chance)
 Standard library only; writes OUT.tmp then renames it.
 """
 import argparse, json, os, random, sys
@@ -26,7 +27,17 @@ def main():
     ap.add_argument("--n", type=int, default=500, help="examples (0 = every verse of 8 words or more)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--choices", type=int, default=4)
+    ap.add_argument("--summary", default=None, help="print the last task record of this log.jsonl and exit")
     a = ap.parse_args()
+    if a.summary:
+        recs = [json.loads(l) for l in open(a.summary, encoding="utf-8") if '"type":"task"' in l]
+        if not recs:
+            sys.exit(f"make_kjv_task: error: {a.summary} has no task record ([eval] tasks)")
+        r = recs[-1]
+        print(f"demo: {r['task']} at step {r['step']} ({r['n']} multiple-choice examples): acc {r['acc']:.3f} +- "
+              f"{r['acc_stderr']:.3f}, acc_norm {r['acc_norm']:.3f} +- {r['acc_norm_stderr']:.3f} | chance {r['chance']:.3f}"
+              + (f" | untrained (step {recs[0]['step']}): acc {recs[0]['acc']:.3f}" if len(recs) > 1 else ""))
+        return
     try:
         lines = open(a.val, encoding="utf-8").read().splitlines()
     except OSError as e:

@@ -13,6 +13,7 @@
 #   HellaSwag tests/mc/hellaswag.jsonl's context and choices after our preprocessing == lm-eval's
 #             (tests/mc/hellaswag_expected.jsonl, written by lm-eval 0.4.13's hellaswag utils)
 #   --fields  other field names give the same figures
+#   report    scripts/report.py's task table and tasks.png from the run
 #   errors    not JSON, a missing field, gold out of range, empty choices (and more): one line on
 #             stderr naming the file, line and field, exit 1, no --lls file; the same from train_gpt
 set -uo pipefail
@@ -35,6 +36,10 @@ check "a console line per task evaluation" '[ "$(grep -c "| task kjv: acc .* (ch
 
 "$tool" mc "$ck" --task "$tmp/kjv.jsonl" --json --lls "$tmp/lls.jsonl" --progress -1 > "$tmp/mc.out" 2>&1
 check "mc: exit 0, reproduces the trainer's step-8 record" '[ "$(tail -1 "$tmp/mc.out" | sed -E "s/,\"ms\":[^,}]*//")" = "$(no_ms "$tmp/a/log.jsonl" | tail -1)" ]'
+
+# report.py: the task table and the accuracy-over-steps figure
+"$PY" scripts/report.py "$tmp/a" --out "$tmp/rep" > "$tmp/rep.out" 2>&1
+check "report.py: a task table row (run a, task kjv, step 8, n 40) and tasks.png" 'grep -q "^| a | kjv | 8 | 40 | " "$tmp/rep/report.md" && [ -s "$tmp/rep/tasks.png" ] || cat "$tmp/rep.out"'
 
 # the scores against the full logits (numpy), and the figures from the scores
 cat > "$tmp/check.py" <<'EOF'
