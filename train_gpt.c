@@ -363,7 +363,7 @@ typedef struct {
 } Run;
 
 // The periodic work between steps, timed for the ETA (Run.prog's tasks)
-enum { PROG_EVAL, PROG_PROBE, PROG_SAMPLE, PROG_CKPT };
+enum { PROG_EVAL, PROG_PROBE, PROG_SAMPLE, PROG_CKPT, PROG_TASKS };
 
 // What one step measured, for its console line and its "step" record.
 typedef struct {
@@ -941,6 +941,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     progress_task_every(&r->prog, PROG_EVAL, r->have_val ? cfg->log.val_every : 0, r->have_val ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_PROBE, cfg->metrics.probe_every, cfg->metrics.probe_every > 0 ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_SAMPLE, cfg->log.sample_every, cfg->log.sample_every > 0 ? cfg->train.steps : 0);
+    progress_task_every(&r->prog, PROG_TASKS, r->n_tasks ? cfg->eval.task_every : 0, r->n_tasks ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_CKPT, cfg->ckpt.checkpoint_every, cfg->ckpt.checkpoint_every > 0 ? r->end_step : 0);
 
     // the untrained model's validation loss and probe, as the curves' first points (timed: the
@@ -956,7 +957,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
 
-    if (r->n_tasks && !r->resuming) run_tasks(r, 0);   // every process: each scores its share
+    if (r->n_tasks && !r->resuming) {   // every process: each scores its share
+        double t0 = progress_now();
+        run_tasks(r, 0);
+        progress_task_took(&r->prog, PROG_TASKS, progress_now() - t0);
+    }
 
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {
@@ -965,7 +970,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
         if (train_step(r, step, &s) != 0) return 1;
         log_step(r, step, &s);
         run_measurements(r, step + 1);
-        if (r->n_tasks && ((step + 1) % cfg->eval.task_every == 0 || step + 1 == cfg->train.steps)) run_tasks(r, step + 1);
+        if (r->n_tasks && ((step + 1) % cfg->eval.task_every == 0 || step + 1 == cfg->train.steps)) {
+            double t0 = progress_now();
+            run_tasks(r, step + 1);
+            progress_task_took(&r->prog, PROG_TASKS, progress_now() - t0);
+        }
         fflush(r->logf);
         if (maybe_checkpoint(r, step + 1, s.lr) != 0) return 1;
     }
