@@ -9,7 +9,8 @@
 #             logsumexp (~10) minus a logit, a few ulps (~6e-7) apart between the batched forward and
 #             the one-sequence forward, over <= 40 tokens: <= 2.4e-5, x4 margin; measured max 5.8e-6
 #             (AVX-512) and 6.7e-6 (ONEDNN_MAX_CPU_ISA=AVX2); acc, acc_norm (characters), acc_bytes and lm-eval's stderrs
-#             recomputed from the dump, on a task with non-ASCII choices too (characters != bytes)
+#             recomputed from the dump, on a task with non-ASCII choices too (characters != bytes) and
+#             contexts longer than max_seq_len (cut from the left)
 #   processes the same figures at 1, 2 and 3 processes (mpirun --oversubscribe): the step-0 records
 #             of training (the same initial weights) and `mc` on the trained checkpoint, exactly
 #   HellaSwag tests/mc/hellaswag.jsonl's context and choices after our preprocessing == lm-eval's
@@ -55,7 +56,7 @@ def enc(texts):
     r = subprocess.run([build + "/tok_encode", tok, "--nul"], input="\0".join(texts).encode(), capture_output=True, check=True)
     return [[int(x) for x in l.split()] for l in r.stdout.decode().splitlines()]
 worst = 0.0
-for e in range(0, len(docs), 7):   # every 7th example, every choice
+for e in sorted(set(range(0, len(docs), 7)) | {len(docs) - 2, len(docs) - 1}):   # every 7th and the last 2, every choice
     d = docs[e]
     ctx = d["context"].rstrip()
     moved = d["context"][len(ctx):]
@@ -99,9 +100,14 @@ with open(sys.argv[2], "w", encoding="utf-8") as f:
         d = json.loads(l)
         d["choices"] = [c if j % 2 else words[(i + j) % len(words)] + " " + c for j, c in enumerate(d["choices"])]
         f.write(json.dumps(d, ensure_ascii=False) + "\n")
+        last = d
+    for k in range(2):   # contexts of ~100 tokens: cut from the left to max_seq_len 64
+        f.write(json.dumps({"context": " ".join([last["context"]] * 5), "choices": last["choices"][k:k + 2], "gold": 1},
+                           ensure_ascii=False) + "\n")
 EOF
 "$tool" mc "$ck" --task "$tmp/accents.jsonl" --json --lls "$tmp/lls2.jsonl" --progress -1 > "$tmp/mc2.out" 2>&1
-check "the same on non-ASCII choices" '"$PY" "$tmp/check.py" "$build" "$ck" "$tmp/accents.jsonl" "$tmp/lls2.jsonl" "$(tail -1 "$tmp/mc2.out")" "$tokbin" "$tmp" > "$tmp/check2.out" 2>&1 && tail -1 "$tmp/check2.out" || { cat "$tmp/check2.out"; false; }'
+check "the accented task has rows cut from the left" 'grep -q "\"truncated\":[1-9]" "$tmp/mc2.out"'
+check "the same on non-ASCII choices and rows cut from the left" '"$PY" "$tmp/check.py" "$build" "$ck" "$tmp/accents.jsonl" "$tmp/lls2.jsonl" "$(tail -1 "$tmp/mc2.out")" "$tokbin" "$tmp" > "$tmp/check2.out" 2>&1 && tail -1 "$tmp/check2.out" || { cat "$tmp/check2.out"; false; }'
 
 # 1, 2, 3 processes
 if command -v mpirun > /dev/null 2>&1; then
