@@ -164,6 +164,7 @@ bad not_string 1 "field 'choices'" "element 0 is not a string" '{"context": "a",
 bad gold_float 1 "field 'gold'" "not an integer" '{"context": "a", "choices": ["b", "c"], "gold": 0.5}'
 bad array 1 "not a JSON object" "another JSON value" '["a", "b"]'
 bad hs_label 1 "field 'label'" "not an integer (or a string of digits)" '{"activity_label": "x", "ctx_a": "a", "ctx_b": "b", "endings": ["c", "d"], "label": "x"}'
+bad ws_context 1 "choice 0" "the context is only whitespace" '{"context": "  ", "choices": ["b", "c"], "gold": 0}'
 bad hs_missing 1 "field 'ctx_b'" "missing" '{"activity_label": "x", "ctx_a": "a", "endings": ["c", "d"], "label": "0"}'
 "$build/train_gpt" "${M[@]}" --train.steps=2 --eval.tasks="$tmp/bad_gold_range.jsonl" --log.run_dir="$tmp/badrun" > /dev/null 2> "$tmp/badrun.err"
 rc=$?

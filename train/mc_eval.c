@@ -45,6 +45,7 @@ int mc_prepare(McPrepared* p, const McTask* t, const Tokenizer* tok, int max_len
     int* whole = NULL;
     char* text = NULL;
     size_t text_cap = 0;
+    int rc = 0;
     for (int e = 0; e < t->n; e++) {
         const McExample* x = &t->ex[e];
         // the context without its trailing whitespace, which moves onto each continuation
@@ -52,16 +53,16 @@ int mc_prepare(McPrepared* p, const McTask* t, const Tokenizer* tok, int max_len
         while (keep > 0 && is_py_space((unsigned char)x->context[keep - 1])) keep--;
         size_t n_ctx = 0;
         if (cl == 0) {   // lm-eval: an empty context is the prefix token (end-of-text) alone
-            if (tokenizer_eot(tok) < 0) return row_error(t, x->line, 0, "the context is empty and the tokenizer has no end-of-text token to stand for it");
+            if (tokenizer_eot(tok) < 0) { rc = row_error(t, x->line, 0, "the context is empty and the tokenizer has no end-of-text token to stand for it"); goto done; }
             ctx_ids = realloc(ctx_ids, sizeof(int));
             ctx_ids[0] = tokenizer_eot(tok);
             n_ctx = 1;
         } else if (keep == 0) {
-            return row_error(t, x->line, 0, "the context is only whitespace (lm-eval would score the continuation without any token before it)");
+            { rc = row_error(t, x->line, 0, "the context is only whitespace (lm-eval would score the continuation without any token before it)"); goto done; }
         } else {
             free(ctx_ids);
             ctx_ids = NULL;
-            if (tokenizer_encode(tok, x->context, keep, &ctx_ids, &n_ctx) != 0) return -1;
+            if (tokenizer_encode(tok, x->context, keep, &ctx_ids, &n_ctx) != 0) { rc = -1; goto done; }
         }
         for (int c = 0; c < x->n_choices; c++) {
             const int r = p->row0[e] + c;
@@ -76,20 +77,21 @@ int mc_prepare(McPrepared* p, const McTask* t, const Tokenizer* tok, int max_len
             size_t n_cont;
             if (cl == 0) {
                 snprintf(text, text_cap, " %s", ch);
-                if (tokenizer_encode(tok, text, strlen(text), &whole, &n_whole) != 0) return -1;
+                if (tokenizer_encode(tok, text, strlen(text), &whole, &n_whole) != 0) { rc = -1; goto done; }
                 cont_ids = whole;
                 n_cont = n_whole;
             } else {
                 snprintf(text, text_cap, "%s %s", x->context, ch);   // = context[:keep] + moved + " " + choice
-                if (tokenizer_encode(tok, text, strlen(text), &whole, &n_whole) != 0) return -1;
-                if (n_whole <= n_ctx) return row_error(t, x->line, c, "the continuation encodes to no token after the context's");
+                if (tokenizer_encode(tok, text, strlen(text), &whole, &n_whole) != 0) { rc = -1; goto done; }
+                if (n_whole <= n_ctx) { rc = row_error(t, x->line, c, "the continuation encodes to no token after the context's"); goto done; }
                 cont_ids = whole + n_ctx;
                 n_cont = n_whole - n_ctx;
             }
             if ((int)n_cont > max_len) {
                 char why[160];
                 snprintf(why, sizeof why, "the continuation has %zu tokens, more than the model's max_seq_len %d", n_cont, max_len);
-                return row_error(t, x->line, c, why);
+                rc = row_error(t, x->line, c, why);
+                goto done;
             }
             // the row = ctx + cont, cut from the left to max_len + 1 tokens (lm-eval: [-(max_length + 1):])
             size_t L = n_ctx + n_cont, cut = L > (size_t)max_len + 1 ? L - ((size_t)max_len + 1) : 0;
@@ -97,7 +99,7 @@ int mc_prepare(McPrepared* p, const McTask* t, const Tokenizer* tok, int max_len
             if (used + L - cut > cap) { cap = 2 * (used + L); p->toks = realloc(p->toks, cap * sizeof(int)); }
             for (size_t i = cut; i < L; i++) {
                 int id = i < n_ctx ? ctx_ids[i] : cont_ids[i - n_ctx];
-                if (id < 0 || id >= vocab_size) return row_error(t, x->line, c, "a token id is not below the model's vocab_size (the wrong tokenizer?)");
+                if (id < 0 || id >= vocab_size) { rc = row_error(t, x->line, c, "a token id is not below the model's vocab_size (the wrong tokenizer?)"); goto done; }
                 p->toks[used++] = id;
             }
             p->tok_off[r + 1] = (int)used;
@@ -108,10 +110,11 @@ int mc_prepare(McPrepared* p, const McTask* t, const Tokenizer* tok, int max_len
             if (n_in > p->T) p->T = n_in;
         }
     }
+done:
     free(ctx_ids);
     free(whole);
     free(text);
-    return 0;
+    return rc;
 }
 
 void mc_prepared_free(McPrepared* p) {
