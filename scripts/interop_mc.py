@@ -6,7 +6,8 @@ A tiny model is trained a few steps (train_gpt), exported (gatedgpt_ckpt export,
 included) and scored on two task files by `gatedgpt_ckpt mc --lls`:
   generic     250 examples of scripts/make_kjv_task.py (KJV validation verses), plus examples with a
               context ending in spaces (lm-eval moves them onto the continuation), non-ASCII choices
-              (characters != bytes: acc_norm vs acc_bytes) and contexts longer than max_seq_len
+              (characters != bytes), 60 of ASCII junk against CJK text (where acc_norm, over
+              characters, and acc_bytes pick differently) and contexts longer than max_seq_len
               (cut from the left)
   hellaswag   250 lines in HellaSwag's own form (activity_label, ctx_a, ctx_b, endings, label as a
               string) made from KJV validation verses, with the WikiHow artifacts its preprocessing
@@ -68,6 +69,10 @@ def generic_file(path, work):
         accents = ["caf\u00e9 na\u00efve \u00fcber", "\u00c6thelred \u00e6\u00f8\u00e5", "\u6771\u4eac", "r\u00e9sum\u00e9"]
         extra.append({"context": " ".join(v[:5]), "choices": [" ".join(v[5:]), rng.choice(accents) + " " + " ".join(v[5:8]),
                                                              " ".join(verses[200 + i].split()[5:])], "gold": i % 3})
+    for i in range(60):   # ASCII junk against CJK (3 bytes a character): acc_norm and acc_bytes pick differently
+        junk = "".join(rng.choice("qxzjkvw#%&@~^") for _ in range(rng.randint(6, 14)))
+        cjk = "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(rng.randint(3, 8)))
+        extra.append({"context": " ".join(verses[500 + i].split()[:6]), "choices": [junk, cjk], "gold": i % 2})
     for i in range(6):   # contexts far longer than max_seq_len: cut from the left
         ctx = " ".join(verses[300 + 3 * i:300 + 3 * i + 3])
         extra.append({"context": ctx, "choices": [" ".join(verses[310 + i].split()[:12]), verses[320 + i][:40]], "gold": 1})

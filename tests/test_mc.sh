@@ -10,7 +10,8 @@
 #             the one-sequence forward, over <= 40 tokens: <= 2.4e-5, x4 margin; measured max 5.8e-6
 #             (AVX-512) and 6.7e-6 (ONEDNN_MAX_CPU_ISA=AVX2); acc, acc_norm (characters), acc_bytes and lm-eval's stderrs
 #             recomputed from the dump, on a task with non-ASCII choices too (characters != bytes) and
-#             contexts longer than max_seq_len (cut from the left)
+#             contexts longer than max_seq_len (cut from the left), and 20 of ASCII junk against CJK text
+#             (where dividing by characters and by bytes pick differently: acc_norm by bytes is caught)
 #   processes the same figures at 1, 2 and 3 processes (mpirun --oversubscribe): the step-0 records
 #             of training (the same initial weights) and `mc` on the trained checkpoint, exactly
 #   HellaSwag tests/mc/hellaswag.jsonl's context and choices after our preprocessing == lm-eval's
@@ -93,7 +94,7 @@ check "scores == log-softmax of the full logits (1e-4); acc, acc_norm, acc_bytes
     '"$PY" "$tmp/check.py" "$build" "$ck" "$tmp/kjv.jsonl" "$tmp/lls.jsonl" "$(tail -1 "$tmp/mc.out")" "$tokbin" "$tmp" > "$tmp/check.out" 2>&1 && tail -1 "$tmp/check.out" || { cat "$tmp/check.out"; false; }'
 # non-ASCII choices: acc_norm divides by characters, acc_bytes by bytes
 "$PY" - "$tmp/kjv.jsonl" "$tmp/accents.jsonl" <<'EOF'
-import json, sys
+import json, random, sys
 words = ["caf\u00e9", "na\u00efve", "\u00fcber", "\u6771\u4eac", "\u00c6thel", "r\u00e9sum\u00e9 \u00e9t\u00e9"]
 with open(sys.argv[2], "w", encoding="utf-8") as f:
     for i, l in enumerate(open(sys.argv[1], encoding="utf-8")):
@@ -101,6 +102,11 @@ with open(sys.argv[2], "w", encoding="utf-8") as f:
         d["choices"] = [c if j % 2 else words[(i + j) % len(words)] + " " + c for j, c in enumerate(d["choices"])]
         f.write(json.dumps(d, ensure_ascii=False) + "\n")
         last = d
+    rng = random.Random(5)
+    for k in range(20):   # ASCII junk against CJK (3 bytes a character): acc_norm and acc_bytes tend to differ
+        junk = "".join(rng.choice("qxzjkvw#%&@~^") for _ in range(rng.randint(6, 14)))
+        cjk = "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(rng.randint(3, 8)))
+        f.write(json.dumps({"context": last["context"], "choices": [junk, cjk], "gold": k % 2}, ensure_ascii=False) + "\n")
     for k in range(2):   # contexts of ~100 tokens: cut from the left to max_seq_len 64
         f.write(json.dumps({"context": " ".join([last["context"]] * 5), "choices": last["choices"][k:k + 2], "gold": 1},
                            ensure_ascii=False) + "\n")
