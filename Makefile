@@ -2,7 +2,8 @@
 #   make          build into build/
 #   make test     install dependencies, build, run every test (ctest; the GPU tests skip without a GPU)
 #   make test-gpu build, run the GPU tests only (ctest -L gpu: CUDA ops vs CPU ops, goldens, training)
-#   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model
+#   make demo     install dependencies, build, prepare the built-in corpus, train a tiny gated model, and print
+#                 its accuracy on the KJV multiple-choice task beside chance
 #   make golden   regenerate tests/golden/*.bin (and signals/*.bin) with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries;
 #                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
@@ -41,7 +42,9 @@ test-gpu: build
 demo: deps
 	@$(MAKE) --no-print-directory build
 	@bash scripts/prepare_kjv.sh $(BUILD)/prepare
+	@python3 scripts/make_kjv_task.py
 	./$(BUILD)/train_gpt --config configs/demo_kjv_gated.ini
+	@python3 scripts/make_kjv_task.py --summary runs/demo_kjv_gated/log.jsonl
 
 golden:
 	/usr/bin/python3 tests/reference/gen_golden.py --out tests/golden

@@ -33,6 +33,7 @@
 #include "train/plan.h"
 #include "train/watchdog.h"
 #include "train/straggler.h"
+#include "train/mc_eval.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -429,10 +430,14 @@ typedef struct {
     Progress prog;                    // elapsed time and ETA of the step line (train/progress.h)
     StragglerTrack strag;             // each rank's run of slow straggler reports (train/straggler.h)
     double compute_s;                 // this rank's compute time since the last straggler report
+    // [eval] tasks: the multiple-choice task files, tokenised once (train/mc_eval.h)
+    int n_tasks;
+    McTask* tasks;
+    McPrepared* task_prep;
 } Run;
 
 // The periodic work between steps, timed for the ETA (Run.prog's tasks)
-enum { PROG_EVAL, PROG_PROBE, PROG_SAMPLE, PROG_CKPT };
+enum { PROG_EVAL, PROG_PROBE, PROG_SAMPLE, PROG_CKPT, PROG_TASKS };
 
 // What one step measured, for its console line and its "step" record.
 typedef struct {
@@ -750,6 +755,52 @@ static int open_run_log(Run* r) {
     return 0;
 }
 
+// [eval] tasks: each file read and tokenised with the run's tokenizer, on every process (each
+// scores its share of the rows of every task).
+static int setup_tasks(Run* r) {
+    const EvalConfig* ec = &r->cfg.eval;
+    if (!ec->tasks[0] || ec->task_every <= 0) return 0;
+    if (!r->dec.have_tok) {
+        fprintf(stderr, "error: %s: [eval] tasks needs a tokenizer to encode the task text: set [data] tokenizer\n", r->where);
+        return 1;
+    }
+    for (const char* p = ec->tasks; *p;) {   // a comma-separated list of files
+        const char* end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char path[1024];
+        while (p < end && *p == ' ') p++;
+        int n = (int)(end - p);
+        while (n > 0 && p[n - 1] == ' ') n--;
+        snprintf(path, sizeof path, "%.*s", n, p);
+        p = *end ? end + 1 : end;
+        if (!path[0]) continue;
+        r->tasks = realloc(r->tasks, (size_t)(r->n_tasks + 1) * sizeof(McTask));
+        r->task_prep = realloc(r->task_prep, (size_t)(r->n_tasks + 1) * sizeof(McPrepared));
+        McTask* t = &r->tasks[r->n_tasks];
+        if (mc_task_load(t, path, NULL, ec->task_limit) != 0) return 1;
+        if (mc_prepare(&r->task_prep[r->n_tasks], t, &r->dec.tok, r->cfg.model.max_seq_len, r->cfg.model.vocab_size) != 0) return 1;
+        r->n_tasks++;
+        printf("eval: task %s: %d examples, %d choices scored, from %s\n", t->name, t->n, r->task_prep[r->n_tasks - 1].n_rows, path);
+    }
+    return 0;
+}
+
+// Every [eval] task on the model after step `step`: all processes score their share, rank 0 logs
+// a console line and a "task" record per task.
+static void run_tasks(Run* r, int step) {
+    for (int i = 0; i < r->n_tasks; i++) {
+        McResult res;
+        watchdog_phase(step, "multiple-choice task");
+        // forwards of the trainer's own B x T tokens (the activations are resized and restored)
+        mc_score(&r->model, &r->task_prep[i], (long)r->B * r->T, r->comm, 10.0, &res);
+        printf("step %5d/%d | task %s: acc %.4f +- %.4f | acc_norm %.4f +- %.4f (chance %.4f, n %d) | %.1f s\n", step,
+               r->cfg.train.steps, r->tasks[i].name, res.acc, res.acc_stderr, res.acc_norm, res.acc_norm_stderr, res.chance,
+               res.n, res.seconds);
+        mc_write_record(&res, &r->tasks[i], step, r->logf);
+    }
+    fflush(stdout);
+}
+
 // The validation loss: a console line and an "eval" record (rank 0).
 static void run_eval(Run* r, int step) {
     float vl = evaluate(&r->model, &r->val_dl, r->cfg.log.val_batches, r->in, r->tg);
@@ -1037,6 +1088,8 @@ static void finish_run(Run* r) {
            pk[1], r->P > 1 ? " | the largest over the processes" : "");
     printf("done: log in %s%s\n", r->log_path, r->ckpt_failed ? " (some checkpoint writes failed: see the warnings)" : "");
     free(r->in); free(r->tg); free(r->probe_in); free(r->probe_tg);
+    for (int i = 0; i < r->n_tasks; i++) { mc_prepared_free(&r->task_prep[i]); mc_task_free(&r->tasks[i]); }
+    free(r->tasks); free(r->task_prep);
     spike_free(&r->loss_win); spike_free(&r->grad_win);
     signals_free(&r->sig);
     optim_free(&r->opt);
@@ -1065,7 +1118,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     }
 
     // setup: the run's terms (data, batch over the processes, --resume), data, model, state
-    if (setup_run(r) != 0 || setup_data(r) != 0 || setup_model(r) != 0) return 1;
+    if (setup_run(r) != 0 || setup_data(r) != 0 || setup_tasks(r) != 0 || setup_model(r) != 0) return 1;
     int st = setup_state(r);
     if (st != 0) return st == 2 ? 0 : 1;
     if (open_run_log(r) != 0) return 1;
@@ -1079,6 +1132,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     progress_task_every(&r->prog, PROG_EVAL, r->have_val ? cfg->log.val_every : 0, r->have_val ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_PROBE, cfg->metrics.probe_every, cfg->metrics.probe_every > 0 ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_SAMPLE, cfg->log.sample_every, cfg->log.sample_every > 0 ? cfg->train.steps : 0);
+    progress_task_every(&r->prog, PROG_TASKS, r->n_tasks ? cfg->eval.task_every : 0, r->n_tasks ? cfg->train.steps : 0);
     progress_task_every(&r->prog, PROG_CKPT, cfg->ckpt.checkpoint_every, cfg->ckpt.checkpoint_every > 0 ? r->end_step : 0);
 
     // the untrained model's validation loss and probe, as the curves' first points (timed: the
@@ -1096,6 +1150,12 @@ static int train_main(Comm* comm, int argc, char** argv) {
         progress_task_took(&r->prog, PROG_PROBE, progress_now() - t0);
     }
 
+    if (r->n_tasks && !r->resuming) {   // every process: each scores its share
+        double t0 = progress_now();
+        run_tasks(r, 0);
+        progress_task_took(&r->prog, PROG_TASKS, progress_now() - t0);
+    }
+
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {
         StepStats s;
@@ -1106,6 +1166,11 @@ static int train_main(Comm* comm, int argc, char** argv) {
         straggler_exchange(r, step, &s);
         log_step(r, step, &s);
         run_measurements(r, step + 1);
+        if (r->n_tasks && ((step + 1) % cfg->eval.task_every == 0 || step + 1 == cfg->train.steps)) {
+            double t0 = progress_now();
+            run_tasks(r, step + 1);
+            progress_task_took(&r->prog, PROG_TASKS, progress_now() - t0);
+        }
         fflush(r->logf);
         if (maybe_checkpoint(r, step + 1, s.lr) != 0) return 1;
     }

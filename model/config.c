@@ -167,6 +167,10 @@ static const KeyDef KEYS[] = {
     K_FLOAT("metrics", "skip_loss_z", metrics.skip_loss_z, "0"),
     K_FLOAT("metrics", "skip_grad_z", metrics.skip_grad_z, "0"),
     K_INT("metrics", "max_nonfinite", metrics.max_nonfinite, "5"),
+
+    K_STR("eval", "tasks", eval.tasks, ""),
+    K_INT("eval", "task_every", eval.task_every, "100"),
+    K_INT("eval", "task_limit", eval.task_limit, "0"),
 };
 #define N_KEYS NELEM(KEYS)
 _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");
@@ -176,8 +180,8 @@ _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int)
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
                sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(RecomputeKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
 
-static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics"};
-#define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics"
+static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics", "eval"};
+#define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics, eval"
 
 static void* field_ptr(Config* c, const KeyDef* k) { return (char*)c + k->offset; }
 static const void* field_cptr(const Config* c, const KeyDef* k) { return (const char*)c + k->offset; }
@@ -1259,6 +1263,8 @@ static int finalize_log(const Config* c, const FinCtx* fc) {
     if (c->metrics.skip_grad_z < 0.0f)
         return fin_error(fc, "metrics", "skip_grad_z", "must not be negative (accepted: 0 = never skip, or a z-score > 0)");
     REQUIRE_POS("metrics", "max_nonfinite", c->metrics.max_nonfinite);
+    REQUIRE_NONNEG("eval", "task_every", c->eval.task_every, "off");
+    REQUIRE_NONNEG("eval", "task_limit", c->eval.task_limit, "every example");
     return 0;
 }
 #undef REQUIRE_POS

@@ -204,7 +204,7 @@ typedef struct {
 } CheckpointConfig;
 
 // Upper bound on the number of keys (all sections); config.c static-asserts its table fits.
-#define CONFIG_MAX_KEYS 112
+#define CONFIG_MAX_KEYS 128
 #define CONFIG_ORIGIN_LEN 256
 
 // [metrics]: the stability probe and the spike detector (docs/metrics.md)
@@ -217,6 +217,13 @@ typedef struct {
     int max_nonfinite;    // stop after this many non-finite steps in a row
 } MetricsConfig;
 
+// [eval]: multiple-choice tasks during training (train/mc_eval.h, docs/metrics.md)
+typedef struct {
+    char tasks[1024];     // comma-separated JSONL task files (data/mc_task.h); empty = none
+    int task_every;       // evaluate them every N steps, at step 0 and at the end (0 = off)
+    int task_limit;       // the first N examples of each file (0 = all)
+} EvalConfig;
+
 typedef struct {
     ModelConfig model;
     TrainConfig train;
@@ -224,6 +231,7 @@ typedef struct {
     LogConfig log;
     CheckpointConfig ckpt;
     MetricsConfig metrics;
+    EvalConfig eval;
     // Where each key's value came from, indexed like config_key(): "FILE:LINE", "command line",
     // "derived: RULE[ (0 at WHERE)]" once config_finalize filled it in, or "" for the default. Read it with config_origin(); not part of the configuration itself
     // (config_equal ignores it).

@@ -15,6 +15,8 @@
 #                DIR/X (its [log] run_dir), its console output to DIR/X/train.log; the report
 #                to DIR/report.md and DIR/*.png
 #   --build DIR  where train_gpt is (default build)
+#   --tasks F1,F2  multiple-choice task files scored during every run ([eval] tasks; report.py
+#                tabulates them); --eval.task_every=N after -- sets how often (default 100)
 #   -- ...       further overrides, passed to every run (e.g. -- --train.lr=3e-3)
 #
 # First every config is checked (train_gpt --check with the same overrides): they must all load,
@@ -28,7 +30,7 @@ set -euo pipefail
 die() { echo "ablate: error: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
-list="" steps="" np=1 out="" build="build"
+list="" steps="" np=1 out="" build="build" tasks=""
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,6 +43,8 @@ while [ $# -gt 0 ]; do
         --out=*) out=${1#*=}; shift ;;
         --build) [ $# -ge 2 ] || die "--build needs a directory"; build=$2; shift 2 ;;
         --build=*) build=${1#*=}; shift ;;
+        --tasks) [ $# -ge 2 ] || die "--tasks needs a comma-separated list of task files"; tasks=$2; shift 2 ;;
+        --tasks=*) tasks=${1#*=}; shift ;;
         --) shift; extra=("$@"); break ;;
         -*) die "unknown option '$1' (see --help)" ;;
         *) [ -z "$list" ] || die "one ablation list only (got '$list' and '$1'); overrides go after --"
@@ -64,6 +68,12 @@ name=$(basename "$list"); name=${name%.txt}
 [ -n "$out" ] || out="$root/runs/ablate_$name"
 out=$(abspath "$out")
 build=$(abspath "$build")
+if [ -n "$tasks" ]; then   # absolute paths (the runs start in the repository root), as [eval] tasks of every run
+    abs_tasks=""
+    IFS=, read -ra tlist <<< "$tasks"
+    for t in "${tlist[@]}"; do [ -f "$t" ] || die "--tasks: '$t' not found"; abs_tasks+="${abs_tasks:+,}$(abspath "$t")"; done
+    extra+=("--eval.tasks=$abs_tasks")
+fi
 cd "$root"
 
 train="$build/train_gpt"

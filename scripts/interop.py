@@ -16,8 +16,10 @@ and tests/hf_config_fixture.py is checked against what transformers wrote; trans
 save_pretrained of two of the exports (sharded_rows), and randomly initialised Qwen3-Next models
 with partial RoPE (partial_rotary_factor 0.25, dense / MoE / YaRN; hf_written_rows), likewise. Hybrids
 (Gated DeltaNet layers) load as Qwen3NextForCausalLM; without fla / causal-conv1d installed
-transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Prints a
-table; exit status 1 if any check fails.
+transformers runs its torch fallbacks (torch_chunk_gated_delta_rule, chunk 64). Then
+(scripts/interop_mc.py) `gatedgpt_ckpt mc` on 250+ generic and 250 HellaSwag-form examples: each
+choice's log-likelihood vs transformers' (<= 1e-4) and acc / acc_norm vs lm-evaluation-harness's
+on the same file (equal). Prints a table; exit status 1 if any check fails.
 
 usage: scripts/interop.sh [--build DIR] [-- --kinds a,b,... --saved a,b,... --steps N]   (creates the venv first)
        PYTHON scripts/interop.py --build DIR [--kinds ...] [--saved ...] [--steps N] [--keep DIR]
@@ -456,6 +458,7 @@ def main():
         ["gpt2", "gpt2 biases", "llama", "qwen3", "qwen3_moe", "qwen2_moe", "qwen3_next", "hybrid", "qwen3_next_moe"]))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--keep", default=None, help="keep the runs and exports in this directory")
+    ap.add_argument("--mc", type=int, default=1, help="1: the multiple-choice rows (scripts/interop_mc.py, needs lm-eval)")
     a = ap.parse_args()
     import torch
     import transformers
@@ -558,6 +561,10 @@ def main():
     rows, failed = rows + r, failed + f
     r, f = hf_written_rows(work, tool, toks)   # transformers' own save_pretrained (partial RoPE) -> import
     rows, failed = rows + r, failed + f
+    if a.mc:   # gatedgpt_ckpt mc vs transformers' log-likelihoods and lm-evaluation-harness's acc / acc_norm
+        import interop_mc
+        r, f = interop_mc.mc_rows(work, a.build)
+        rows, failed = rows + r, failed + f
     print(f"\n{'kind':<26} {'class':<22} {'our loss':>10} {'HF loss':>10} {'|dloss|':>9} {'max|dlogit|':>11} {'greedy':>7}  tokenizer")
     for k, c, l1, l2, dl, dg, g, tn, ok in rows:
         f = lambda v, p: "-" if v is None else p % v

@@ -2,7 +2,7 @@
 # scripts/interop.sh: `make interop`: every exportable model kind through Hugging Face transformers
 # (scripts/interop.py has what it checks). Not part of `make test`: it needs torch and
 # transformers, which go into a virtual environment created here on first use
-# (BUILD/venv-interop; pip: torch, transformers, safetensors, tokenizers, numpy: a few GB with
+# (BUILD/venv-interop; pip: torch, transformers, safetensors, tokenizers, numpy, lm-eval: a few GB with
 # torch's CUDA libraries). Needs a built tree (make build) and the KJV shards (made here).
 #
 # usage: scripts/interop.sh [--build DIR] [-- interop.py options, e.g. --kinds qwen3,gpt2 --keep DIR]
@@ -24,5 +24,12 @@ if ! "$venv/bin/python" -c "import torch, transformers, tokenizers, numpy" 2>/de
     "$venv/bin/pip" install -q --upgrade pip
     "$venv/bin/pip" install -q torch transformers safetensors tokenizers numpy tensorboard==2.21.0   # tensorboard: scripts/tb_interop.sh
 fi
+# lm-evaluation-harness for the multiple-choice rows (scripts/interop_mc.py), pinned: its
+# definitions are what those rows compare with; it leaves torch and transformers as they are
+if ! "$venv/bin/python" -c "import lm_eval" 2>/dev/null; then
+    echo "interop: installing lm-eval==0.4.13 into $venv (first use only)"
+    "$venv/bin/pip" install -q "lm-eval==0.4.13"
+fi
 bash scripts/prepare_kjv.sh "$build/prepare" > /dev/null
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1   # lm-eval reads the task files from disk; nothing to download
 exec "$venv/bin/python" scripts/interop.py --build "$build" "$@"

@@ -1339,6 +1339,103 @@ def write_long_context(L, groups, notes_fig):
 
 
 
+# ------------------------------------------------------------------------------------------
+# multiple-choice tasks: the "task" records of [eval] tasks (docs/metrics.md)
+
+TASK_FIELDS = {"step": "num", "task": "str", "n": "num", "acc": "num", "acc_norm": "num", "chance": "num"}
+
+
+def task_recs(r):
+    """The run's "task" records in step order (read from its log.jsonl once; [] for a run known only
+    from a report.md). Errors name the file and the line."""
+    if not hasattr(r, "_task_recs"):
+        recs = []
+        log = os.path.join(r.path, "log.jsonl") if getattr(r, "path", None) else None
+        if log and os.path.isfile(log):
+            for rec in read_log(log):
+                if rec["type"] == "task":
+                    check_fields(log, rec["_line"], rec, TASK_FIELDS)
+                    recs.append(rec)
+        r._task_recs = sorted(recs, key=lambda x: (x["step"], x["_line"]))
+    return r._task_recs
+
+
+def pm(v, se, spec=".3f"):
+    """'v +- se' ('-' when v is missing; the stderr is null for n < 2)"""
+    if not finite(v):
+        return "-"
+    return format(v, spec) + (f" +- {format(se, spec)}" if finite(se) else "")
+
+
+def fig_tasks(runs, names, path):
+    """acc (solid) and acc_norm (dashed) over steps, one panel per task, +- 1 stderr bars, chance dotted"""
+    fig, axes = plt.subplots(1, len(names), figsize=(6.5 * len(names), 4.2), squeeze=False)
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color=color(i), lw=1.6, label=r.name) for i, r in enumerate(runs) if task_recs(r)]
+    for ax, name in zip(axes[0], names):
+        chance = set()
+        for i, r in enumerate(runs):
+            recs = [t for t in task_recs(r) if t["task"] == name]
+            if not recs:
+                continue
+            x = [t["step"] for t in recs]
+            for key, ls in (("acc", "-"), ("acc_norm", "--")):
+                y = [t[key] for t in recs]
+                e = [t.get(key + "_stderr") if finite(t.get(key + "_stderr")) else 0.0 for t in recs]
+                ax.errorbar(x, y, yerr=e, color=color(i), ls=ls, marker="o", ms=4, lw=1.3, capsize=3)
+            chance |= {round(t["chance"], 6) for t in recs}
+        for c in chance:
+            ax.axhline(c, color="gray", ls=":", lw=1.2)
+        ax.set_title(f"{name}: accuracy over training", fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+    handles += [Line2D([], [], color="black", ls="-", marker="o", label="acc"),
+                Line2D([], [], color="black", ls="--", marker="o", label="acc_norm"),
+                Line2D([], [], color="gray", ls=":", label="chance")]
+    save_legend_outside(fig, path, handles)
+
+
+def write_tasks(L, runs, out):
+    """The "Multiple-choice tasks" section: the last record of each run and task, the spread over
+    seeds, and tasks.png (accuracy over steps). Nothing when no run has task records."""
+    runs_t = [r for r in runs if task_recs(r)]
+    if not runs_t:
+        return
+    names = sorted({t["task"] for r in runs_t for t in task_recs(r)})
+    L.append("## Multiple-choice tasks\n")
+    L.append("`[eval] tasks` (docs/metrics.md \"Multiple-choice tasks\": lm-evaluation-harness's acc and acc_norm, "
+             "+- its standard error). **first**: the first record (step 0: the untrained model).\n")
+    rows = []
+    for r in runs_t:
+        for name in names:
+            recs = [t for t in task_recs(r) if t["task"] == name]
+            if not recs:
+                continue
+            t, f0 = recs[-1], recs[0]
+            rows.append([r.name, name, fmt(int(t["step"]), "d"), fmt(int(t["n"]), "d"), pm(t["acc"], t.get("acc_stderr")),
+                         pm(t["acc_norm"], t.get("acc_norm_stderr")), fmt(t["chance"], ".3f"),
+                         f"{fmt(f0['acc'], '.3f')} (step {int(f0['step'])})"])
+    L.append(md_table(["run", "task", "step", "n", "acc", "acc_norm", "chance", "first acc"], rows))
+    L.append("")
+    groups = seed_groups(runs_t)
+    if groups:
+        rows = []
+        for label, g in groups:
+            for name in names:
+                last = [[t for t in task_recs(r) if t["task"] == name][-1:] for r in g]
+                last = [x[0] for x in last if x]
+                if last:
+                    rows.append([label, name, ", ".join(r.conf("train", "seed", "?") for r in g),
+                                 spread([t["acc"] for t in last], ".3f"), spread([t["acc_norm"] for t in last], ".3f")])
+        L.append("Across seeds (last record; mean [min, max]):\n")
+        L.append(md_table(["group (differs from the first in)", "task", "seeds", "acc", "acc_norm"], rows))
+        L.append("")
+    fig_tasks(runs_t, names, os.path.join(out, "tasks.png"))
+    L.append("![accuracy over steps](tasks.png)\n")
+    L.append("acc (solid) and acc_norm (dashed) at each task evaluation, +- one standard error; chance dotted.\n")
+
+
 def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
     L = []
     L.append("# gatedgpt run comparison\n")
@@ -1393,6 +1490,8 @@ def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
                       [["baseline", f"{PAPER['f_attn'][0]:.3f}", f"{PAPER['m_act'][0]}", "-"],
                        ["gated", f"{PAPER['f_attn'][1]:.3f}", f"{PAPER['m_act'][1]}", f"{PAPER['gate_mean']:.3f}"]]))
     L.append("")
+
+    write_tasks(L, runs, out)   # [eval] tasks: table and tasks.png (when any run has task records)
 
     L.append("## Figures\n")
     for fname, title, _, caption in FIGURES:

@@ -240,10 +240,10 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 96 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 99 && n <= CONFIG_MAX_KEYS);
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
-    CHECK(strcmp(config_key(n - 1, &sec), "max_nonfinite") == 0 && strcmp(sec, "metrics") == 0);
+    CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
     CHECK(config_key(n, &sec) == NULL);
 }
 
@@ -530,6 +530,7 @@ static void test_roundtrip(void) {
         "checkpoint.dir=ck/dir", "checkpoint.on_write_error=exit",
         "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
         "metrics.skip_grad_z=9", "metrics.max_nonfinite=2",
+        "eval.tasks=a.jsonl, b dir/c.jsonl", "eval.task_every=3", "eval.task_limit=40",
     };
     int n = (int)(sizeof args / sizeof args[0]);
     CHECK(n == config_key_count()); // one override per key
@@ -823,7 +824,7 @@ static void test_nonfinite_values(void) {
         "log.sample_temperature", "metrics.spike_z",
         "metrics.skip_loss_z", "metrics.skip_grad_z"};
     static const char* const STRINGS[] = {"layer_pattern", "train_glob", "val_glob", "tokenizer", "run_dir",
-                                          "sample_prompt", "dir"};
+                                          "sample_prompt", "dir", "tasks"};
     const int nf = (int)(sizeof FLOATS / sizeof FLOATS[0]);
     const char* bad[] = {"nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e39", "-1e39"};
     int n_float = 0;
@@ -831,7 +832,7 @@ static void test_nonfinite_values(void) {
         const char* sec;
         const char* key = config_key(i, &sec);
         int is_string = 0, is_float = 0;
-        for (int j = 0; j < 7; j++) is_string |= strcmp(key, STRINGS[j]) == 0;
+        for (int j = 0; j < (int)(sizeof STRINGS / sizeof STRINGS[0]); j++) is_string |= strcmp(key, STRINGS[j]) == 0;
         char full[128];
         snprintf(full, sizeof full, "%s.%s", sec, key);
         for (int j = 0; j < nf; j++) is_float |= strcmp(full, FLOATS[j]) == 0;
@@ -938,7 +939,7 @@ static void test_errors(void) {
     // [name, ini text, stage, expected substring]; line 1 of each text is line 1 of the file
     struct { const char* name; const char* ini; Stage stage; const char* expect; } cases[] = {
         {"unknown_section", "[model]\nn_layer = 4\n[modle]\nd_model = 8\n", STAGE_LOAD,
-         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, moe, train, data, log, checkpoint, metrics)"},
+         "unknown_section.ini:4: unknown section [modle] (did you mean [model]?) (accepted: model, moe, train, data, log, checkpoint, metrics, eval)"},
         {"unknown_section_far", "[optimizer]\nlr = 1\n", STAGE_LOAD, "unknown section [optimizer] (accepted:"},
         {"unknown_key", "[model]\nn_kv_heads = 2\n", STAGE_LOAD,
          "unknown_key.ini:2: [model] n_kv_heads = 2: unknown key in [model] (did you mean n_kv_head?)"},

@@ -7,6 +7,7 @@
 //   gatedgpt_ckpt lengths CKPT --out FILE         loss by context length under each RoPE scaling
 //   gatedgpt_ckpt stream  CKPT --out FILE         streaming loss with a rolling KV window (StreamingLLM)
 //   gatedgpt_ckpt logits  CKPT --ids I,.. --out F  logits for given tokens (+ a greedy continuation)
+//   gatedgpt_ckpt mc      CKPT --task FILE        multiple-choice accuracy (acc, acc_norm) as lm-eval defines it
 //   gatedgpt_ckpt import  HF_DIR --out DIR        a transformers directory -> a checkpoint to resume from
 //   gatedgpt_ckpt import  FILE.bin --out DIR      llm.c's GPT-2 model file (gpt2_124M.bin) -> the same
 //
@@ -32,6 +33,9 @@
 #include "tools/import_llmc.h"
 #include "tools/long_context.h"
 #include "train/checkpoint.h"
+#include "train/comm.h"
+#include "train/jsonl.h"
+#include "train/mc_eval.h"
 #include "train/progress.h"
 #include "train/resume.h"
 
@@ -74,6 +78,13 @@ static void usage(FILE* f) {
         "  logits CKPT --ids I1,I2,... --out FILE   the logits after each prefix of the ids (one sequence, the\n"
         "                          full forward) as float32 [n, vocab_size] to FILE; --generate N: also print a\n"
         "                          greedy continuation of N tokens (ids), for comparisons with other frameworks\n"
+        "  mc CKPT --task FILE     multiple-choice accuracy of a JSONL task (generic {context, choices, gold} or\n"
+        "                          HellaSwag's lines) as lm-evaluation-harness defines it: n, acc, acc_norm, acc_bytes\n"
+        "                          and their stderrs (docs/metrics.md); forwards of [train] batch_size x seq_len tokens\n"
+        "      --limit N           the first N examples (0 = all)   --fields ctx=A,choices=B,gold=C  other field names\n"
+        "      --json              also the \"task\" record (as train_gpt's log.jsonl) on stdout\n"
+        "      --lls FILE          per example: line, gold and each choice's log-likelihood, JSONL\n"
+        "      --tokenizer FILE    ([data] tokenizer)   --progress S   (10; -1 = none)\n"
         "  import HF_DIR --out DIR a Hugging Face directory of a class export writes (config.json + model.safetensors,\n"
         "                          or the shards of model.safetensors.index.json; F32, BF16, F16)\n"
         "                          -> the checkpoint DIR/step_00000000 (fresh AdamW state) that train_gpt --resume\n"
@@ -354,6 +365,75 @@ static int cmd_logits(Loaded* L, const char* ids_text, const char* out_path, int
     return 0;
 }
 
+// ----------------------------------------------------------------------------------------------
+// mc: multiple-choice accuracy of a task file (train/mc_eval.h), as train_gpt's [eval] tasks
+// compute it (the same forwards: [train] batch_size x seq_len tokens each)
+
+static int cmd_mc(Loaded* L, Comm* comm, const char* task_path, int limit, const char* fields_spec, const char* tok_path,
+                  int json, const char* lls_path, double progress_s) {
+    McFields fields;
+    mc_fields_default(&fields);
+    if (fields_spec && mc_fields_parse(&fields, fields_spec, "mc: --fields") != 0) return 1;
+    if (!tok_path || !tok_path[0]) {
+        fprintf(stderr, "error: mc: no tokenizer (the checkpoint's [data] tokenizer is empty): pass --tokenizer FILE\n");
+        return 1;
+    }
+    Tokenizer tok;
+    if (tokenizer_load(&tok, tok_path) != 0) return 1;
+    if (tokenizer_vocab_size(&tok) > L->cfg.model.vocab_size) {
+        fprintf(stderr, "error: mc: the tokenizer %s has %d tokens but [model] vocab_size is %d: pass the model's tokenizer with --tokenizer FILE\n",
+                tok_path, tokenizer_vocab_size(&tok), L->cfg.model.vocab_size);
+        tokenizer_free(&tok);
+        return 1;
+    }
+    McTask task;
+    McPrepared prep;
+    if (mc_task_load(&task, task_path, &fields, limit) != 0) { tokenizer_free(&tok); return 1; }
+    if (mc_prepare(&prep, &task, &tok, L->cfg.model.max_seq_len, L->cfg.model.vocab_size) != 0) {
+        mc_prepared_free(&prep); mc_task_free(&task); tokenizer_free(&tok);
+        return 1;
+    }
+    McResult r;
+    mc_score(&L->model, &prep, (long)L->cfg.train.batch_size * L->cfg.train.seq_len, comm, progress_s, &r);
+    int rc = 0;
+    if (lls_path && comm->rank == 0) {   // per example: its line, gold and each choice's log-likelihood (tmp + rename)
+        char tmp[CKPT_PATH_MAX + 8];
+        snprintf(tmp, sizeof tmp, "%s.tmp", lls_path);
+        FILE* f = fopen(tmp, "w");
+        for (int e = 0; f && e < task.n; e++) {
+            const McExample* x = &task.ex[e];
+            fprintf(f, "{\"line\":%d,\"gold\":%d,\"context\":\"", x->line, x->gold);
+            jsonl_escape(f, (const unsigned char*)x->context, (int)strlen(x->context));
+            fprintf(f, "\",\"choices\":[");
+            for (int c = 0; c < x->n_choices; c++) {
+                fprintf(f, "%s\"", c ? "," : "");
+                jsonl_escape(f, (const unsigned char*)x->choices[c], (int)strlen(x->choices[c]));
+                fprintf(f, "\"");
+            }
+            fprintf(f, "],\"lls\":[");
+            for (int c = 0; c < task.ex[e].n_choices; c++) fprintf(f, "%s%.17g", c ? "," : "", prep.ll[prep.row0[e] + c]);
+            fprintf(f, "],\"cont_tokens\":[");
+            for (int c = 0; c < task.ex[e].n_choices; c++) fprintf(f, "%s%d", c ? "," : "", prep.cont[prep.row0[e] + c]);
+            fprintf(f, "]}\n");
+        }
+        if (!f || fclose(f) != 0 || rename(tmp, lls_path) != 0) {
+            fprintf(stderr, "error: mc: writing --lls %s failed\n", lls_path);
+            remove(tmp);
+            rc = 1;
+        }
+    }
+    printf("mc: %s step %d: task %s: n %d | acc %.4f +- %.4f | acc_norm %.4f +- %.4f | acc_bytes %.4f +- %.4f | chance %.4f "
+           "(%s%d examples%s) | %d batches of %d x %d tokens, %d rows cut from the left | %.1f s\n",
+           L->path, L->info.step, task.name, r.n, r.acc, r.acc_stderr, r.acc_norm, r.acc_norm_stderr, r.acc_bytes,
+           r.acc_bytes_stderr, r.chance, task.n_hellaswag ? "HellaSwag form: " : "", task.n_hellaswag ? task.n_hellaswag : r.n,
+           limit > 0 ? ", --limit" : "", r.batches, r.rows, r.T, r.truncated, r.seconds);
+    if (json) mc_write_record(&r, &task, L->info.step, stdout);
+    mc_prepared_free(&prep);
+    mc_task_free(&task);
+    tokenizer_free(&tok);
+    return rc;
+}
+
 // The model as its transformers class (or gatedgpt's own names with raw), and the tokenizer
 static int cmd_export(Loaded* L, const char* out_dir, int raw, const char* tok_path) {
     const ParamTable* t = &L->model.table;
@@ -386,6 +466,14 @@ static int cmd_export(Loaded* L, const char* out_dir, int raw, const char* tok_p
 
 int main(int argc, char** argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) { usage(stdout); return 0; }
+    // mc under mpirun: the batches split over the processes (train/mc_eval.h), rank 0 prints
+    Comm comm;
+    memset(&comm, 0, sizeof comm);
+    comm.size = comm.rep_size = 1;
+    if (argc >= 2 && strcmp(argv[1], "mc") == 0) {
+        comm_init(&comm, &argc, &argv);
+        if (comm.rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    }
     if (argc < 3) { usage(stderr); return 1; }
     const char* cmd = argv[1];
     const char* ckpt = argv[2];
@@ -407,13 +495,14 @@ int main(int argc, char** argv) {
         return import_hf(ckpt, &c, out, stdout) == 0 ? 0 : 1;
     }
     if (strcmp(cmd, "inspect") && strcmp(cmd, "sample") && strcmp(cmd, "eval") && strcmp(cmd, "export") &&
-        strcmp(cmd, "lengths") && strcmp(cmd, "stream") && strcmp(cmd, "logits")) {
-        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export, lengths, stream, logits; see --help)\n", cmd);
+        strcmp(cmd, "lengths") && strcmp(cmd, "stream") && strcmp(cmd, "logits") && strcmp(cmd, "mc")) {
+        fprintf(stderr, "error: unknown command '%s' (accepted: inspect, sample, eval, export, lengths, stream, logits, mc; see --help)\n", cmd);
         return 1;
     }
     // options: every one takes a value, except --greedy
     const char *prompt = NULL, *glob = NULL, *out = NULL, *tok = NULL, *format = NULL, *ids = NULL;
-    int generate = 0;
+    const char *task = NULL, *fields = NULL, *lls = NULL;   // mc
+    int generate = 0, limit = 0, json = 0;
     long long seed = -1, tokens = -1;
     int top_k = -1, batches = -1, threads = -1;
     double progress_s = 10.0;
@@ -427,6 +516,7 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; i++) {
         const char* a = argv[i];
         if (strcmp(a, "--greedy") == 0) { temperature = 0.0f; continue; }
+        if (strcmp(a, "--json") == 0) { json = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value (see --help)\n", a); return 1; }
         const char* v = argv[++i];
         char* end = NULL;
@@ -435,6 +525,10 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--tokenizer") == 0) tok = v;
         else if (strcmp(a, "--ids") == 0) ids = v;
+        else if (strcmp(a, "--task") == 0) task = v;
+        else if (strcmp(a, "--fields") == 0) fields = v;
+        else if (strcmp(a, "--lls") == 0) lls = v;
+        else if (strcmp(a, "--limit") == 0) limit = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--generate") == 0) generate = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--format") == 0) {
             if (strcmp(v, "hf") && strcmp(v, "raw")) { fprintf(stderr, "error: --format %s: unknown (accepted: hf, raw)\n", v); return 1; }
@@ -466,6 +560,10 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %s: --tokens must be 1 .. %d\n", cmd, 1 << 28);
         return 1;
     }
+    if (strcmp(cmd, "mc") == 0 && (!task || limit < 0)) {
+        fprintf(stderr, "error: mc needs --task FILE (a JSONL task: docs/formats.md \"Task files\"); --limit N >= 0\n");
+        return 1;
+    }
     if (strcmp(cmd, "export") == 0 && !out) { fprintf(stderr, "error: export needs --out DIR\n"); return 1; }
     if (strcmp(cmd, "logits") == 0 && (!out || !ids || generate < 0 || generate > 4096)) {
         fprintf(stderr, "error: logits needs --ids I1,I2,... and --out FILE (--generate N: 0 .. 4096)\n");
@@ -488,6 +586,8 @@ int main(int argc, char** argv) {
     else if (strcmp(cmd, "eval") == 0)
         rc = cmd_eval(&L, glob ? glob : L.cfg.data.val_glob, batches >= 0 ? batches : L.cfg.log.val_batches, progress_s);
     else if (strcmp(cmd, "logits") == 0) rc = cmd_logits(&L, ids, out, generate);
+    else if (strcmp(cmd, "mc") == 0)
+        rc = cmd_mc(&L, &comm, task, limit, fields, tok ? tok : L.cfg.data.tokenizer, json, lls, progress_s);
     else if (strcmp(cmd, "lengths") == 0 || strcmp(cmd, "stream") == 0) {
         FILE* f = fopen(out, "a");
         if (!f) { fprintf(stderr, "error: %s: cannot open --out %s for appending\n", cmd, out); gpt_free(&L.model); return 1; }
@@ -506,5 +606,9 @@ int main(int argc, char** argv) {
     }
     else rc = cmd_export(&L, out, format && strcmp(format, "raw") == 0, tok ? tok : L.cfg.data.tokenizer);
     gpt_free(&L.model);
+    if (strcmp(cmd, "mc") == 0 && comm.mpi) {
+        if (rc != 0 && comm.size > 1) comm_abort(&comm, rc, "mc failed (its error is above)");
+        comm_finalize(&comm);
+    }
     return rc;
 }

@@ -3,7 +3,7 @@
 //
 // The ETA is
 //   (items left) x (mean duration of the last PROGRESS_WINDOW items)
-//   + for each periodic task (evaluation, probe, sample, checkpoint): the runs still due
+//   + for each periodic task (evaluation, probe, sample, checkpoint, [eval] tasks): the runs still due
 //     x its last measured duration.
 // Periodic work is counted where it falls instead of being smeared into a trailing mean of
 // whole iterations: a window of 20 steps holds an evaluation every val_every steps or none, so
@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #define PROGRESS_WINDOW 20
-#define PROGRESS_TASKS 4
+#define PROGRESS_TASKS 5
 
 typedef struct {
     double t0;                          // wall clock (seconds) at progress_init
