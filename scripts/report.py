@@ -813,10 +813,17 @@ SUMMARY_HEADER = ["run", "attn_gate", "steps", "final val loss", "spikes (loss/g
 SEED_KEY = ("train", "seed")
 
 
+# keys that do not change what a run computes: the CPU backend's results do not depend on the
+# thread count (the same losses to every printed digit at 1 and 2 threads), so runs that differ
+# only there still group
+SAME_RESULT_KEYS = {("train", "threads")}
+
+
 def config_key(r):
-    """The run's config up to the seed (and run_dir, checkpoint dir)."""
+    """The run's config up to the seed (and run_dir, checkpoint dir, thread count)."""
     return tuple(sorted((sec, k, v) for sec, kv in r.cfg.items() for k, v in kv.items()
-                        if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY))
+                        if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY
+                        and (sec, k) not in SAME_RESULT_KEYS))
 
 
 def seed_groups(runs):
@@ -1016,13 +1023,15 @@ def write_lr_sweep(L, variants, fig_note):
              "lowest L of the sweep; per seed, then mean [min, max] over the seeds. Lower: the loss "
              "depends less on the learning rate. Definitions: docs/metrics.md.\n")
     all_lrs = sorted({lr for v in variants for lr in v.lrs})
+    def one_or_spread(vals):
+        return format(vals[0], ".4f") if len(vals) == 1 else spread(vals, ".4f")
     rows = []
     for v in variants:
         sens = [v.sensitivity(s) for s in v.seeds]
-        L0s = [p.L0 for s in v.seeds for p in v.points[s].values() if p.L0 is not None]
-        rows.append([f"**{v.label}**", ", ".join(v.seeds), spread(L0s, ".4f")]
+        L0s = [mean_or_none([p.L0 for p in v.points[s].values()]) for s in v.seeds]   # per seed
+        rows.append([f"**{v.label}**", ", ".join(v.seeds), one_or_spread([x for x in L0s if x is not None] or [None])]
                     + [lr_cell([v.points[s].get(lr) for s in v.seeds]) if lr in v.lrs else "-" for lr in all_lrs]
-                    + ["-" if any(x is None for x in sens) else spread([x[0] for x in sens], ".4f")])
+                    + ["-" if any(x is None for x in sens) else one_or_spread([x[0] for x in sens])])
     L.append("Final loss min(L, L0) by learning rate (mean [min, max] over the seeds):\n")
     L.append(md_table(["variant", "seeds", "L0"] + [f"lr {fmt_lr(lr)}" for lr in all_lrs] + ["LR sensitivity"], rows))
     L.append("")

@@ -17,7 +17,8 @@ out by hand from the table below, not from this file's code:
   elem.    2     9.15                 4.50     4.00                final eval null (non-finite)
 
 The first step record's train loss is L0 + 0.02 in every run (not L0: "the first logged loss" is
-the step-0 eval). Plain Python, deterministic.
+the step-0 eval). Seed 1 ran on 1 thread, seed 2 on 2 ([train] threads, which changes no result:
+the seeds must still form one variant). Plain Python, deterministic.
 """
 import json
 import os
@@ -33,6 +34,7 @@ seed = {seed}                          ; command line
 steps = {steps}                        ; command line
 lr = {lr}                         ; command line
 warmup_steps = 20
+threads = {threads}                       ; command line
 
 [log]
 run_dir = {run_dir}                  ; command line
@@ -61,7 +63,7 @@ def main():
             d = os.path.join(out, f"{'baseline' if gate == 'none' else 'gated'}_lr{lr}_s{seed}")
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "config.ini"), "w") as f:
-                f.write(CONFIG.format(gate=gate, seed=seed, steps=STEPS, lr=float(lr), run_dir=d))
+                f.write(CONFIG.format(gate=gate, seed=seed, steps=STEPS, lr=float(lr), run_dir=d, threads=seed))
             with open(os.path.join(d, "log.jsonl"), "w") as f:
                 rec(f, type="run", step=0, params=1000)
                 rec(f, type="eval", step=0, val_loss=L0)
