@@ -1064,7 +1064,8 @@ def write_lr_sweep(L, variants, fig_note):
         L.append("![Final loss against learning rate](lr_sweep.png)\n")
         L.append("Final validation loss min(L, L0) against the learning rate (log scale), one colour per "
                  "variant: the mean over the seeds with [min, max] bars; each diverged run as a cross at its "
-                 "L0; the dashed line is L0 (mean over the seeds).\n")
+                 "L0; the dashed line is L0 (mean over the seeds), drawn when some run reached it (else its "
+                 "values are in the legend).\n")
     if notes:
         L.extend(f"- {n}" for n in notes)
         L.append("")
@@ -1074,6 +1075,11 @@ def fig_lr_sweep(variants, path):
     from matplotlib.lines import Line2D
     fig, ax = plt.subplots(figsize=(8, 4.5))
     handles, drawn = [], False
+    # L0 (~ln V) lies far above trained losses: its line is drawn only when some run sits at it
+    # (diverged, or ended above it); otherwise the legend gives its values and the axis the data
+    at_L0 = any(p.state == "diverged" or (p.state == "ok" and p.L >= p.L0)
+                for v in variants for s in v.seeds for p in v.points[s].values())
+    L0_text = []
     for j, v in enumerate(variants):
         c = color(j)
         pts = []
@@ -1086,15 +1092,20 @@ def fig_lr_sweep(variants, path):
         if div:
             ax.scatter([x for x, _ in div], [y for _, y in div], marker="x", s=60, color=c, zorder=5)
         L0 = mean_or_none([p.L0 for s in v.seeds for p in v.points[s].values()])
-        if L0 is not None:
+        if L0 is not None and at_L0:
             ax.axhline(L0, color=c, ls="--", lw=0.9)
+        elif L0 is not None:
+            L0_text.append(f"{L0:.3f}")
         drawn = drawn or bool(pts) or bool(div)
         handles.append(Line2D([], [], color=c, marker=MARKERS[j % len(MARKERS)], label=v.label))
     if not drawn:
         plt.close(fig)
         return "no run of the sweep has a final or initial validation loss"
-    handles += [Line2D([], [], color="black", ls="--", lw=0.9, label="L0 (step 0)"),
-                Line2D([], [], color="black", ls="", marker="x", label="diverged (at L0)")]
+    if at_L0:
+        handles += [Line2D([], [], color="black", ls="--", lw=0.9, label="L0 (step 0)"),
+                    Line2D([], [], color="black", ls="", marker="x", label="diverged (at L0)")]
+    elif L0_text:
+        handles.append(Line2D([], [], ls="", label=f"L0 (step 0): {' / '.join(L0_text)},\nabove every run: not drawn"))
     log_axis(ax, "x")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final val loss, min(L, L0)")
