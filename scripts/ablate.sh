@@ -3,7 +3,8 @@
 # them with scripts/report.py.
 #
 # usage: scripts/ablate.sh configs/ablations/NAME.txt [--steps N] [--np P] [--out DIR]
-#                          [--build DIR] [-- --section.key=value ...]
+#                          [--lrs LR,LR,...] [--seeds S,S,...] [--build DIR]
+#                          [-- --section.key=value ...]
 #
 #   NAME.txt     one config file per line, relative to configs/, optionally followed by
 #                overrides for that run only (e.g. "tiny_gated.ini --train.lr=5e-3"; values
@@ -14,6 +15,13 @@
 #   --out DIR    where the runs and the report go (default runs/ablate_NAME); run X.ini goes to
 #                DIR/X (its [log] run_dir), its console output to DIR/X/train.log; the report
 #                to DIR/report.md and DIR/*.png
+#   --lrs LIST   a learning-rate sweep: comma-separated values > 0 (e.g. 1e-3,3e-3,1e-2), each
+#                crossed with every config of the list (--train.lr=VALUE); run X.ini at lr V
+#                goes to DIR/X_lrV (V as written). The list and the overrides must not set
+#                [train] lr then. report.py draws final loss against lr and the LR sensitivity
+#   --seeds LIST a seed sweep: comma-separated integers, crossed the same way (--train.seed=S);
+#                DIR/X_sS, or DIR/X_lrV_sS with --lrs. Runs go seed by seed, lr by lr, the
+#                configs of the list innermost
 #   --build DIR  where train_gpt is (default build)
 #   --tasks F1,F2  multiple-choice task files scored during every run ([eval] tasks; report.py
 #                tabulates them); --eval.task_every=N after -- sets how often (default 100)
@@ -21,8 +29,11 @@
 #
 # First every config is checked (train_gpt --check with the same overrides): they must all load,
 # and agree on [train] seed and the data ([data] train_glob, val_glob, shuffle), so that the runs
-# differ only where the configs mean them to. Then the runs go one after another; a run that fails
-# stops the ablation with an error naming it (its log: DIR/X/train.log). Non-interactive.
+# differ only where the configs mean them to (the seed: among runs of the same --seeds value).
+# Then the runs go one after another; a run that fails stops the ablation with an error naming it
+# (its log: DIR/X/train.log), except a run the trainer stopped for non-finite losses ("N
+# non-finite steps in a row"): that run diverged, which is a result (report.py counts it as
+# such), so the ablation goes on. Non-interactive.
 # Relative paths on the command line are relative to the current directory; the runs themselves
 # start in the repository root (the configs' data paths are relative to it).
 set -euo pipefail
@@ -30,7 +41,7 @@ set -euo pipefail
 die() { echo "ablate: error: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
-list="" steps="" np=1 out="" build="build" tasks=""
+list="" steps="" np=1 out="" build="build" tasks="" lrs="" seeds=""
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,6 +52,10 @@ while [ $# -gt 0 ]; do
         --np=*) np=${1#*=}; shift ;;
         --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
         --out=*) out=${1#*=}; shift ;;
+        --lrs) [ $# -ge 2 ] || die "--lrs needs a comma-separated list of learning rates"; lrs=$2; shift 2 ;;
+        --lrs=*) lrs=${1#*=}; shift ;;
+        --seeds) [ $# -ge 2 ] || die "--seeds needs a comma-separated list of seeds"; seeds=$2; shift 2 ;;
+        --seeds=*) seeds=${1#*=}; shift ;;
         --build) [ $# -ge 2 ] || die "--build needs a directory"; build=$2; shift 2 ;;
         --build=*) build=${1#*=}; shift ;;
         --tasks) [ $# -ge 2 ] || die "--tasks needs a comma-separated list of task files"; tasks=$2; shift 2 ;;
@@ -54,9 +69,39 @@ done
 [ -n "$list" ] || { usage >&2; die "no ablation list given (e.g. configs/ablations/tiny_gate.txt)"; }
 [ -z "$steps" ] || [[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, got '$steps'"
 [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np must be a positive integer, got '$np'"
+# the sweeps: lr_list (the values as written, for the run names) and seed_list; "" = no sweep
+lr_list=() seed_list=()
+if [ -n "$lrs" ]; then
+    IFS=, read -r -a lr_list <<<"$lrs"
+    [ ${#lr_list[@]} -gt 0 ] || die "--lrs '$lrs' lists no learning rate"
+    for v in "${lr_list[@]}"; do
+        [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] \
+            || die "--lrs: '$v' is not a number (write e.g. --lrs 1e-3,3e-3,1e-2, no spaces)"
+        awk -v x="$v" 'BEGIN { exit !(x + 0 > 0) }' || die "--lrs: '$v' is not > 0"
+    done
+    dup=$(printf '%s\n' "${lr_list[@]}" | awk '{ v = sprintf("%.9g", $1 + 0); if (v in seen) { print seen[v] " and " $1; exit } seen[v] = $1 }')
+    [ -z "$dup" ] || die "--lrs: $dup are the same learning rate"
+fi
+if [ -n "$seeds" ]; then
+    IFS=, read -r -a seed_list <<<"$seeds"
+    [ ${#seed_list[@]} -gt 0 ] || die "--seeds '$seeds' lists no seed"
+    for v in "${seed_list[@]}"; do
+        [[ "$v" =~ ^[0-9]+$ ]] || die "--seeds: '$v' is not a non-negative integer (write e.g. --seeds 1337,2024, no spaces)"
+    done
+    dup=$(printf '%s\n' "${seed_list[@]}" | sed 's/^0*\([0-9]\)/\1/' | sort | uniq -d | head -1)
+    [ -z "$dup" ] || die "--seeds: seed $dup is listed twice"
+fi
+# an override that sets what a sweep sets would be silently replaced: refuse it ($1: where it is)
+sweep_clash() {
+    case "$2" in
+        --train.lr=*) [ -z "$lrs" ] || die "$1'$2' sets [train] lr, which --lrs sweeps (drop one of them)" ;;
+        --train.seed=*) [ -z "$seeds" ] || die "$1'$2' sets [train] seed, which --seeds sweeps (drop one of them)" ;;
+    esac
+}
 for o in ${extra[@]+"${extra[@]}"}; do
     [[ "$o" == --*.*=* ]] || die "extra argument '$o' is not an override --section.key=value"
     case "$o" in --log.run_dir=*) die "'$o': each run's run_dir is set by ablate.sh (use --out)" ;; esac
+    sweep_clash "" "$o"
 done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,6 +143,7 @@ while IFS= read -r line || [ -n "$line" ]; do
     for o in "${words[@]:1}"; do
         [[ "$o" == --*.*=* ]] || die "$list:$lineno: '$o' is not an override --section.key=value"
         case "$o" in --log.run_dir=*) die "$list:$lineno: '$o': each run's run_dir is set by ablate.sh" ;; esac
+        sweep_clash "$list:$lineno: " "$o"
     done
     [ -f "configs/$line" ] || die "$list:$lineno: configs/$line not found"
     n=$(basename "$line"); n=${n%.ini}
@@ -112,11 +158,43 @@ common=()
 [ -z "$steps" ] || common+=("--train.steps=$steps")
 common+=(${extra[@]+"${extra[@]}"})
 
-echo "ablate: $name: ${#configs[@]} runs (${names[*]}) -> $out"
+# ---- the runs: every config crossed with the sweeps (seed outermost, then lr, the configs
+# innermost); run_cfg: index into configs, run_sweep: its --train.lr / --train.seed overrides ----
+lr_axis=("") seed_axis=("")
+[ ${#lr_list[@]} -eq 0 ] || lr_axis=("${lr_list[@]}")
+[ ${#seed_list[@]} -eq 0 ] || seed_axis=("${seed_list[@]}")
+run_cfg=() run_name=() run_sweep=() run_seedref=()
+for si in "${!seed_axis[@]}"; do
+    s=${seed_axis[$si]}
+    for lv in "${lr_axis[@]}"; do
+        for i in "${!configs[@]}"; do
+            n=${names[$i]} sw=""
+            [ -z "$lv" ] || { n+="_lr$lv"; sw+=" --train.lr=$lv"; }
+            [ -z "$s" ] || { n+="_s$s"; sw+=" --train.seed=$s"; }
+            run_cfg+=("$i"); run_name+=("$n"); run_sweep+=("$sw")
+            run_seedref+=($((si * ${#lr_axis[@]} * ${#configs[@]})))   # the first run of its seed
+        done
+    done
+done
+nrun=${#run_name[@]}
+
+echo "ablate: $name: $nrun runs (${run_name[*]}) -> $out"
+[ ${#lr_list[@]} -eq 0 ] || echo "ablate: learning-rate sweep: ${lr_list[*]} (x ${#configs[@]} configs)"
+[ ${#seed_list[@]} -eq 0 ] || echo "ablate: seeds: ${seed_list[*]}"
 [ ${#common[@]} -eq 0 ] || echo "ablate: overrides for every run: ${common[*]}"
 [ ${#launch[@]} -eq 0 ] || echo "ablate: launcher: ${launch[*]}"
 
-# ---- check every config first, and that they share the seed and the data ----
+# the command line of run r (without the launcher): config, its line's overrides, the common
+# overrides, the sweep's, the run directory
+run_cmd() {
+    local i=${run_cfg[$1]} mine sw
+    read -r -a mine <<<"${own[$i]}"
+    read -r -a sw <<<"${run_sweep[$1]}"
+    cmd=("$train" --config "${configs[$i]}" ${mine[@]+"${mine[@]}"} ${common[@]+"${common[@]}"} \
+         ${sw[@]+"${sw[@]}"} --log.run_dir="$out/${run_name[$1]}")
+}
+
+# ---- check every run first, and that they share the seed and the data ----
 mkdir -p "$out" || die "cannot create $out"
 chkdir=$(mktemp -d)
 trap 'rm -rf "$chkdir"' EXIT
@@ -128,25 +206,32 @@ resolved() {  # value of [section] key in a resolved config dump (train_gpt --ch
             print v; exit }' "$1"
 }
 same_keys=("train seed" "data train_glob" "data val_glob" "data shuffle")
-for i in "${!configs[@]}"; do
-    chk="$chkdir/${names[$i]}.ini"
-    read -r -a mine <<<"${own[$i]}"
-    if ! "$train" --config "${configs[$i]}" ${mine[@]+"${mine[@]}"} ${common[@]+"${common[@]}"} --log.run_dir="$out/${names[$i]}" --check \
-            >"$chk" 2>"$chk.err"; then
+for r in $(seq 0 $((nrun - 1))); do
+    i=${run_cfg[$r]}
+    chk="$chkdir/${run_name[$r]}.ini"
+    run_cmd "$r"
+    if ! "${cmd[@]}" --check >"$chk" 2>"$chk.err"; then
         cat "$chk.err" >&2
-        die "config ${configs[$i]} (run '${names[$i]}') does not load with these overrides; nothing was run"
+        die "config ${configs[$i]} (run '${run_name[$r]}') does not load with these overrides; nothing was run"
     fi
     for sk in "${same_keys[@]}"; do
         sec=${sk% *} key=${sk#* }
-        a=$(resolved "$chkdir/${names[0]}.ini" "$sec" "$key")
+        ref=0
+        [ "$sk" != "train seed" ] || ref=${run_seedref[$r]}   # runs of another --seeds value differ in it
+        a=$(resolved "$chkdir/${run_name[$ref]}.ini" "$sec" "$key")
         b=$(resolved "$chk" "$sec" "$key")
-        [ "$a" = "$b" ] || die "run '${names[$i]}' (${configs[$i]}) has [$sec] $key = '$b' but '${names[0]}' has '$a': an ablation compares runs on the same seed and data (fix the config or pass -- --$sec.$key=...)"
+        [ "$a" = "$b" ] || die "run '${run_name[$r]}' (${configs[$i]}) has [$sec] $key = '$b' but '${run_name[$ref]}' has '$a': an ablation compares runs on the same seed and data (fix the config or pass -- --$sec.$key=...)"
     done
 done
-seed=$(resolved "$chkdir/${names[0]}.ini" train seed)
-data=$(resolved "$chkdir/${names[0]}.ini" data train_glob)
-echo "ablate: all configs load; shared seed $seed, data $data"
-# what differs from the first config (the baseline), as "[section] key = value"
+seed=$(resolved "$chkdir/${run_name[0]}.ini" train seed)
+data=$(resolved "$chkdir/${run_name[0]}.ini" data train_glob)
+if [ ${#seed_list[@]} -eq 0 ]; then
+    echo "ablate: all configs load; shared seed $seed, data $data"
+else
+    echo "ablate: all configs load; seeds ${seed_list[*]}, data $data"
+fi
+# what differs from the first config (the baseline), as "[section] key = value"; runs 0 .. the
+# number of configs - 1 are the configs at the first lr and seed
 keyvals() {
     awk '/^\[/ { sec = $0; next }
          /^[a-z_0-9]+ =/ { v = $0; sub(/[ \t]+;.*$/, "", v); sub(/[ \t]+$/, "", v)
@@ -154,7 +239,7 @@ keyvals() {
 }
 for i in "${!configs[@]}"; do
     [ "$i" -gt 0 ] || continue
-    d=$(diff <(keyvals "$chkdir/${names[0]}.ini") <(keyvals "$chkdir/${names[$i]}.ini") \
+    d=$(diff <(keyvals "$chkdir/${run_name[0]}.ini") <(keyvals "$chkdir/${run_name[$i]}.ini") \
         | sed -n 's/^> //p' | paste -sd ';' | sed 's/;/; /g' || true)
     echo "ablate: ${names[$i]} differs from ${names[0]} in: ${d:-nothing (identical configs)}"
 done
@@ -163,15 +248,15 @@ done
 # line-buffered stdout (coreutils stdbuf) keeps the trainer's stdout and stderr in order in train.log
 linebuf=()
 ! command -v stdbuf >/dev/null 2>&1 || linebuf=(stdbuf -oL)
-dirs=()
+dirs=() diverged=()
 t_all=$SECONDS
-for i in "${!configs[@]}"; do
-    n=${names[$i]}
+for r in $(seq 0 $((nrun - 1))); do
+    i=${run_cfg[$r]}
+    n=${run_name[$r]}
     dir="$out/$n"
     mkdir -p "$dir"
-    read -r -a mine <<<"${own[$i]}"
-    cmd=("$train" --config "${configs[$i]}" ${mine[@]+"${mine[@]}"} ${common[@]+"${common[@]}"} --log.run_dir="$dir")
-    echo "ablate: [$((i + 1))/${#configs[@]}] $n: ${launch[*]+${launch[*]} }${cmd[*]}"
+    run_cmd "$r"
+    echo "ablate: [$((r + 1))/$nrun] $n: ${launch[*]+${launch[*]} }${cmd[*]}"
     echo "ablate:   console output: $dir/train.log"
     t0=$SECONDS
     set +e
@@ -179,6 +264,14 @@ for i in "${!configs[@]}"; do
         | grep --line-buffered -E '^(model:|step |done:|warning|error|config error)' | sed -u "s/^/  [$n] /"
     rc=${PIPESTATUS[0]}
     set -e
+    if [ "$rc" -ne 0 ] && grep -qE '^error: [0-9]+ non-finite steps in a row: stopping' "$dir/train.log" \
+            && [ -s "$dir/log.jsonl" ]; then
+        # diverged: a result of the ablation (a learning rate too high), not a failure of it
+        echo "ablate: [$((r + 1))/$nrun] $n diverged (stopped on non-finite losses) after $((SECONDS - t0)) s; going on"
+        diverged+=("$n")
+        dirs+=("$dir")
+        continue
+    fi
     if [ "$rc" -ne 0 ]; then
         if grep -qE '^(error|config error|warning)' "$dir/train.log"; then
             echo "ablate: errors and warnings in $dir/train.log:" >&2
@@ -187,13 +280,13 @@ for i in "${!configs[@]}"; do
             echo "ablate: last lines of $dir/train.log:" >&2
             tail -n 15 "$dir/train.log" | sed 's/^/  | /' >&2
         fi
-        die "run '$n' (${configs[$i]}) failed with exit status $rc; the ablation stopped after $((i)) of ${#configs[@]} runs"
+        die "run '$n' (${configs[$i]}) failed with exit status $rc; the ablation stopped after $r of $nrun runs"
     fi
     [ -s "$dir/log.jsonl" ] || die "run '$n' (${configs[$i]}) exited 0 but wrote no $dir/log.jsonl"
-    echo "ablate: [$((i + 1))/${#configs[@]}] $n done in $((SECONDS - t0)) s"
+    echo "ablate: [$((r + 1))/$nrun] $n done in $((SECONDS - t0)) s"
     dirs+=("$dir")
 done
-echo "ablate: ${#configs[@]} runs done in $((SECONDS - t_all)) s"
+echo "ablate: $nrun runs done in $((SECONDS - t_all)) s${diverged[0]+ (diverged: ${diverged[*]})}"
 
 # ---- the report ----
 py=/usr/bin/python3

@@ -17,6 +17,13 @@ runs' common parent directory):
   gate_hist.png    gate-score histograms, last probe, per run with a gate
   probes.png       M-Act, F-Attn and mean gate score over the probes of the run
 
+When some config was run at 2 or more learning rates (scripts/ablate.sh --lrs, with --seeds),
+report.md gets a "Learning-rate sensitivity" section: per variant (the runs whose configs differ
+only in [train] lr and seed) the final validation loss min(L, L0) at each lr, the LR sensitivity of
+Wortsman et al. (per seed, then mean [min, max]; docs/metrics.md), a diverged run counting as L0,
+and the figure
+  lr_sweep.png     final validation loss against learning rate (log), one line per variant
+
 When a run directory holds long_context.jsonl (scripts/long_context.sh: "length_eval" and
 "stream_eval" records of the final checkpoint; docs/metrics.md), report.md gets a "Long context"
 section: loss by context length per RoPE scaling and the streaming (rolling KV window) table,
@@ -77,9 +84,11 @@ SINK_HEAD_THRESHOLD = 0.3
 # reading a run directory
 
 # required fields per record type: name -> allowed kinds ("num", "bool", "str", "list", "null")
+# "num?": a number, or null: train/jsonl.c writes a non-finite float as null (JSON has no NaN), so
+# a step or eval of a diverged run reads as NaN
 REQUIRED = {
-    "step": {"step": "num", "loss": "num"},
-    "eval": {"step": "num", "val_loss": "num"},
+    "step": {"step": "num", "loss": "num?"},
+    "eval": {"step": "num", "val_loss": "num?"},
     "sample": {"step": "num"},
     "probe": {"step": "num"},
     "spike": {"step": "num", "kind": "str"},
@@ -147,14 +156,18 @@ def read_jsonl(path, what, empty_hint, types_hint):
 
 
 def check_fields(path, i, rec, required):
-    """required: {field: kind}, kind "num" or "str"; dies naming the file, line and field."""
+    """required: {field: kind}, kind "num", "num?" (a number or null, read as NaN) or "str"; dies
+    naming the file, line and field."""
     t = rec["type"]
     for key, kind in required.items():
         v = rec.get(key)
-        ok = is_num(v) if kind == "num" else isinstance(v, str)
+        if kind == "num?" and key in rec and v is None:
+            rec[key] = float("nan")
+            continue
+        ok = is_num(v) if kind.startswith("num") else isinstance(v, str)
         if not ok:
             die(f"{path}:{i}: \"{t}\" record: field \"{key}\" is {'missing' if key not in rec else repr(v)}"
-                f" (expected a {'number' if kind == 'num' else 'string'})")
+                f" (expected a {'number' if kind.startswith('num') else 'string'})")
 
 
 def read_log(path):
@@ -327,6 +340,34 @@ class Run:
 
     def final_val_step(self):
         return self.evals[-1]["step"] if self.evals else None
+
+    # ---- the learning-rate sweep's figures (docs/metrics.md, "LR sensitivity") ----
+    def init_val_loss(self):
+        """L0: the validation loss of the untrained model, this run's eval record at step 0 (the
+        trainer writes it before the first step); None when there is none (e.g. a resumed log)."""
+        e = next((e for e in self.evals if e["step"] == 0), None)
+        return e["val_loss"] if e is not None else None
+
+    def end_val_loss(self):
+        """(L, state) for the final validation loss L: the eval record at the config's [train]
+        steps (the last eval of a completed run). state "ok" (L finite), "diverged" (that eval is
+        non-finite, or there is none and the trainer stopped on non-finite losses: the last
+        step or spike record is a non-finite loss or a "nonfinite" spike; L = None) or
+        "incomplete" (neither: a run still going, or one that failed for another reason)."""
+        try:
+            steps = int(self.conf("train", "steps"))
+        except (TypeError, ValueError):
+            return None, "incomplete"
+        e = next((e for e in reversed(self.evals) if e["step"] == steps), None)
+        if e is not None:
+            return (e["val_loss"], "ok") if finite(e["val_loss"]) else (None, "diverged")
+        tail = sorted(self.steps + self.spikes, key=lambda r: (r["step"], r["_line"]))
+        if tail:
+            t = tail[-1]
+            if (t["type"] == "step" and not finite(t["loss"])) or \
+                    (t["type"] == "spike" and t["kind"] == "nonfinite"):
+                return None, "diverged"
+        return None, "incomplete"
 
     def last_step(self):
         return int(self.steps[-1]["step"]) if self.steps else None
@@ -772,10 +813,17 @@ SUMMARY_HEADER = ["run", "attn_gate", "steps", "final val loss", "spikes (loss/g
 SEED_KEY = ("train", "seed")
 
 
+# keys that do not change what a run computes: the CPU backend's results do not depend on the
+# thread count (the same losses to every printed digit at 1 and 2 threads), so runs that differ
+# only there still group
+SAME_RESULT_KEYS = {("train", "threads")}
+
+
 def config_key(r):
-    """The run's config up to the seed (and run_dir, checkpoint dir)."""
+    """The run's config up to the seed (and run_dir, checkpoint dir, thread count)."""
     return tuple(sorted((sec, k, v) for sec, kv in r.cfg.items() for k, v in kv.items()
-                        if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY))
+                        if (sec, k) not in IGNORED_DIFF and (sec, k) != SEED_KEY
+                        and (sec, k) not in SAME_RESULT_KEYS))
 
 
 def seed_groups(runs):
@@ -850,6 +898,221 @@ def layer_table(r):
             row.append(fmt(v, spec) if (v is None or is_num(v)) else str(v))
         rows.append(row)
     return md_table([c[0] for c in cols], rows) if rows else None
+
+
+# ------------------------------------------------------------------------------------------
+# learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale
+# Transformer training instabilities"): runs whose configs differ only in [train] lr and seed
+# (scripts/ablate.sh --lrs --seeds); definition in docs/metrics.md, "LR sensitivity"
+
+LR_KEY = ("train", "lr")
+LR_FIGURE = "lr_sweep.png"
+
+
+class LRPoint:
+    """One run of the sweep: its lr, seed, L0, final L and state (Run.end_val_loss)."""
+    def __init__(self, r):
+        self.run = r
+        self.lr = float(r.conf("train", "lr"))
+        self.seed = r.conf("train", "seed", "?")
+        self.L0 = r.init_val_loss()
+        self.L, self.state = r.end_val_loss()
+        if self.L0 is None or not finite(self.L0):
+            self.state = "no L0"
+
+    def clipped(self):
+        """min(L, L0), L0 for a diverged run; None when the run gives no result."""
+        if self.state == "ok":
+            return min(self.L, self.L0)
+        return self.L0 if self.state == "diverged" else None
+
+
+class LRVariant:
+    """The runs of one config up to lr and seed: points[seed][lr] = LRPoint."""
+    def __init__(self, label, runs):
+        self.label = label
+        self.points = {}
+        for r in runs:
+            p = LRPoint(r)
+            self.points.setdefault(p.seed, {})[p.lr] = p
+        self.lrs = sorted({lr for by_lr in self.points.values() for lr in by_lr})
+        self.seeds = list(self.points)
+
+    def sensitivity(self, seed):
+        """(S, best lr, min L, mean of min(L, L0)) of one seed over every lr of the variant's
+        sweep: S = mean over lr of min(L(lr), L0) - min over lr of L(lr), a diverged run counting
+        as L0; None when an lr of the sweep has no result for this seed or no lr has a finite L."""
+        by_lr = self.points[seed]
+        pts = [by_lr.get(lr) for lr in self.lrs]
+        if any(p is None or p.clipped() is None for p in pts):
+            return None
+        ok = [p for p in pts if p.state == "ok"]
+        if not ok:
+            return None
+        best = min(ok, key=lambda p: p.L)
+        mean_clipped = float(np.mean([p.clipped() for p in pts]))
+        return mean_clipped - best.L, best.lr, best.L, mean_clipped
+
+
+def lr_variant_key(r):
+    """The run's config up to the learning rate and the seed (and run_dir, checkpoint dir)."""
+    return tuple(x for x in config_key(r) if (x[0], x[1]) != LR_KEY)
+
+
+def lr_groups(runs):
+    """[LRVariant] when some config was run at 2 or more learning rates (runs grouped by config up
+    to lr and seed, labelled as the long-context groups); None otherwise. Runs without config.ini
+    or an lr that is not a number are left out."""
+    with_lr = []
+    for r in runs:
+        try:
+            float(r.conf("train", "lr"))
+        except (TypeError, ValueError):
+            continue
+        with_lr.append(r)
+    order, by = [], {}
+    for r in with_lr:
+        k = lr_variant_key(r)
+        if k not in by:
+            order.append(k)
+            by[k] = []
+        by[k].append(r)
+    if not any(len({float(r.conf("train", "lr")) for r in by[k]}) > 1 for k in order):
+        return None
+    out = []
+    for k in order:
+        g = by[k][0].attn_gate
+        lab = "baseline" if g == "none" else (f"gated ({g})" if g else by[k][0].name)
+        if lab in [v.label for v in out]:
+            lab = f"{lab} #{len(out) + 1}"
+        out.append(LRVariant(lab, by[k]))
+    return out
+
+
+def fmt_lr(lr):
+    """1e-3, 3e-3, 1.5e-2: as ablate.sh's run names write them (3 significant digits)"""
+    m, e = f"{lr:.2e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}"
+
+
+def lr_cell(points):
+    """min(L, L0) over the seeds' runs at one lr: 'mean [min, max]', '(k diverged)' after it,
+    '(k of n runs)' when some seed has no result; '-' when none has."""
+    vals = [p.clipped() if p is not None else None for p in points]
+    have = [v for v in vals if v is not None]
+    if not have:
+        return "-"
+    s = format(have[0], ".4f") if len(have) == 1 else spread(have, ".4f")
+    nd = sum(1 for p in points if p is not None and p.state == "diverged")
+    if nd:
+        s += f" ({nd} diverged)"
+    if len(have) < len(vals):
+        s += f" ({len(have)} of {len(vals)} runs)"
+    return s
+
+
+def write_lr_sweep(L, variants, fig_note):
+    """The "Learning-rate sensitivity" section of report.md."""
+    L.append("## Learning-rate sensitivity\n")
+    L.append("Runs whose configs differ only in `[train] lr` and `[train] seed` form a variant. "
+             "**L0**: the validation loss at step 0 (the untrained model). **L**: the final "
+             "validation loss (the eval at the last step). A run that diverged (its final eval "
+             "non-finite, or the trainer stopped on non-finite losses) counts as L0. **LR sensitivity** "
+             "(Wortsman et al. 2023): mean over the sweep's learning rates of min(L, L0), minus the "
+             "lowest L of the sweep; per seed, then mean [min, max] over the seeds. Lower: the loss "
+             "depends less on the learning rate. Definitions: docs/metrics.md.\n")
+    all_lrs = sorted({lr for v in variants for lr in v.lrs})
+    def one_or_spread(vals):
+        return format(vals[0], ".4f") if len(vals) == 1 else spread(vals, ".4f")
+    rows = []
+    for v in variants:
+        sens = [v.sensitivity(s) for s in v.seeds]
+        L0s = [mean_or_none([p.L0 for p in v.points[s].values()]) for s in v.seeds]   # per seed
+        rows.append([f"**{v.label}**", ", ".join(v.seeds), one_or_spread([x for x in L0s if x is not None] or [None])]
+                    + [lr_cell([v.points[s].get(lr) for s in v.seeds]) if lr in v.lrs else "-" for lr in all_lrs]
+                    + ["-" if any(x is None for x in sens) else one_or_spread([x[0] for x in sens])])
+    L.append("Final loss min(L, L0) by learning rate (mean [min, max] over the seeds):\n")
+    L.append(md_table(["variant", "seeds", "L0"] + [f"lr {fmt_lr(lr)}" for lr in all_lrs] + ["LR sensitivity"], rows))
+    L.append("")
+    rows, notes = [], []
+    for v in variants:
+        for s in v.seeds:
+            x = v.sensitivity(s)
+            pts = v.points[s]
+            L0s = sorted({p.L0 for p in pts.values() if p.L0 is not None})
+            div = [fmt_lr(lr) for lr in v.lrs if lr in pts and pts[lr].state == "diverged"]
+            rows.append([f"**{v.label}**", s, ", ".join(f"{x0:.4f}" for x0 in L0s) or "-",
+                         "-" if x is None else fmt_lr(x[1]), "-" if x is None else f"{x[2]:.4f}",
+                         "-" if x is None else f"{x[3]:.4f}", "-" if x is None else f"{x[0]:.4f}",
+                         ", ".join(div) or "none"])
+            for lr in v.lrs:
+                p = pts.get(lr)
+                if p is None:
+                    notes.append(f"{v.label}, seed {s}: no run at lr {fmt_lr(lr)}: no LR sensitivity for this seed")
+                elif p.state in ("incomplete", "no L0"):
+                    why = ("no eval record at step 0 (L0)" if p.state == "no L0" else
+                           "no final eval and no sign of divergence (still running, or failed otherwise)")
+                    notes.append(f"{p.run.name} (lr {fmt_lr(lr)}, seed {s}): {why}: left out of the sweep")
+    L.append("Per seed (**best lr**: the lowest L; **mean min(L, L0)**: over the sweep):\n")
+    L.append(md_table(["variant", "seed", "L0", "best lr", "min L", "mean min(L, L0)", "LR sensitivity",
+                       "diverged at lr"], rows))
+    L.append("")
+    if fig_note:
+        L.append(f"_Figure skipped: {fig_note}._\n")
+    else:
+        L.append("![Final loss against learning rate](lr_sweep.png)\n")
+        L.append("Final validation loss min(L, L0) against the learning rate (log scale), one colour per "
+                 "variant: the mean over the seeds with [min, max] bars; each diverged run as a cross at its "
+                 "L0; the dashed line is L0 (mean over the seeds), drawn when some run reached it (else its "
+                 "values are in the legend).\n")
+    if notes:
+        L.extend(f"- {n}" for n in notes)
+        L.append("")
+
+
+def fig_lr_sweep(variants, path):
+    from matplotlib.lines import Line2D
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    handles, drawn = [], False
+    # L0 (~ln V) lies far above trained losses: its line is drawn only when some run sits at it
+    # (diverged, or ended above it); otherwise the legend gives its values and the axis the data
+    at_L0 = any(p.state == "diverged" or (p.state == "ok" and p.L >= p.L0)
+                for v in variants for s in v.seeds for p in v.points[s].values())
+    L0_text = []
+    for j, v in enumerate(variants):
+        c = color(j)
+        pts = []
+        for lr in v.lrs:
+            a = _agg([v.points[s][lr].clipped() for s in v.seeds if lr in v.points[s]])
+            if a:
+                pts.append((lr, a))
+        _errorbar(ax, pts, color=c, marker=MARKERS[j % len(MARKERS)], ls="-")
+        div = [(p.lr, p.L0) for s in v.seeds for p in v.points[s].values() if p.state == "diverged"]
+        if div:
+            ax.scatter([x for x, _ in div], [y for _, y in div], marker="x", s=60, color=c, zorder=5)
+        L0 = mean_or_none([p.L0 for s in v.seeds for p in v.points[s].values()])
+        if L0 is not None and at_L0:
+            ax.axhline(L0, color=c, ls="--", lw=0.9)
+        elif L0 is not None:
+            L0_text.append(f"{L0:.3f}")
+        drawn = drawn or bool(pts) or bool(div)
+        handles.append(Line2D([], [], color=c, marker=MARKERS[j % len(MARKERS)], label=v.label))
+    if not drawn:
+        plt.close(fig)
+        return "no run of the sweep has a final or initial validation loss"
+    if at_L0:
+        handles += [Line2D([], [], color="black", ls="--", lw=0.9, label="L0 (step 0)"),
+                    Line2D([], [], color="black", ls="", marker="x", label="diverged (at L0)")]
+    elif L0_text:
+        handles.append(Line2D([], [], ls="", label=f"L0 (step 0): {' / '.join(L0_text)},\nabove every run: not drawn"))
+    log_axis(ax, "x")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final val loss, min(L, L0)")
+    ax.set_title("Final validation loss against learning rate")
+    ax.grid(alpha=0.3)
+    save_legend_outside(fig, path, handles=handles)
+    return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -1436,7 +1699,7 @@ def write_tasks(L, runs, out):
     L.append("acc (solid) and acc_norm (dashed) at each task evaluation, +- one standard error; chance dotted.\n")
 
 
-def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
+def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None, lr_variants=None, lr_note=None):
     L = []
     L.append("# gatedgpt run comparison\n")
     L.append("Runs:\n")
@@ -1484,6 +1747,8 @@ def write_report(runs, out, notes_fig, lc_groups=None, notes_lc=None):
                  "median |h|.\n")
         L.append(md_table(SEED_HEADER, seed_rows(groups)))
         L.append("")
+    if lr_variants:
+        write_lr_sweep(L, lr_variants, lr_note)
     L.append("Paper reference (Qiu et al. 2025, Table 4: 15B MoE, 3.5T tokens; baseline vs the "
              "elementwise SDPA sigmoid gate):\n")
     L.append(md_table(["", "F-Attn", "M-Act", "mean gate"],
@@ -1690,10 +1955,16 @@ def main():
             notes_lc[fname] = why
             if os.path.exists(path):
                 os.remove(path)
-    write_report(runs, out, notes_fig, groups, notes_lc)
+    lr_variants = lr_groups(runs)
+    lr_path = os.path.join(out, LR_FIGURE)
+    lr_note = fig_lr_sweep(lr_variants, lr_path) if lr_variants else "no config run at 2 or more learning rates"
+    if lr_note and os.path.exists(lr_path):
+        os.remove(lr_path)
+    write_report(runs, out, notes_fig, groups, notes_lc, lr_variants, lr_note)
     if groups:
         notes_fig = dict(notes_fig, **notes_lc)
     drawn = [f for f, *_ in FIGURES + (LC_FIGURES if groups else []) if f not in notes_fig]
+    drawn += [LR_FIGURE] if lr_variants and not lr_note else []
     print(f"{PROG}: {len(runs)} run(s) -> {os.path.join(out, 'report.md')}"
           f" ({', '.join(drawn) if drawn else 'no figures'}"
           f"{'; skipped ' + ', '.join(notes_fig) if notes_fig else ''})")

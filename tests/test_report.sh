@@ -17,6 +17,12 @@
 #   to ceil(log10 max) of what it shows; m_act.png's decades reach the M-Act maximum read from
 #   the runs' log.jsonl. --replot redraws m_act.png and f_attn.png from a report.md's tables
 #   (the same checks); a report.md without them is an error naming the file.
+#   Learning-rate sensitivity (tests/report_fixtures/make_lr_runs.py: 2 variants x 2 seeds x 3
+#   learning rates, a run stopped on non-finite losses, a null final eval, a final loss above
+#   L0, mid-run evals below the final one): the section's per-lr and per-seed rows equal the
+#   numbers worked by hand below; lr_sweep.png is valid and passes the figure checks; a run cut
+#   short is left out with a note (no sensitivity for its seed); no section, and a stale
+#   lr_sweep.png removed, when no config ran at 2 learning rates.
 # Skips (exit 0) when python3-numpy or python3-matplotlib is missing. PYTHON overrides the
 # interpreter (default /usr/bin/python3, the one Debian's packages serve).
 set -u
@@ -330,6 +336,55 @@ rc=$?
 check "long_context.jsonl incomplete last line: exit 0 (rc $rc): $(cat "$TMP/p.err")" [ $rc -eq 0 ]
 check "long_context.jsonl incomplete last line: warning names the line" grep -qF "$TMP/lc_partial/long_context.jsonl:$(wc -l <"$TMP/lc_partial/long_context.jsonl" | awk '{print $1 + 1}'): ignoring an incomplete last line" "$TMP/p.err"
 check "long_context.jsonl incomplete last line: section still written" grep -qxF "## Long context" "$TMP/lc_partial_out/report.md"
+
+# ---- learning-rate sensitivity (tests/report_fixtures/make_lr_runs.py: 2 variants x 2 seeds x
+# lr 1e-3, 1e-2, 1e-1). Expected numbers worked by hand from the fixture's table (docs/metrics.md:
+# S = mean over lr of min(L, L0) - min over lr of L, a diverged run counting as L0; per seed):
+#   baseline s1: L0 9.00; 4.50, 4.00 (final, not the 3.80 at step 50), stopped -> 9.00:
+#                (4.50 + 4.00 + 9.00) / 3 = 5.8333; - 4.00 = 1.8333
+#   baseline s2: L0 9.10; 4.70, 4.10, 9.50 -> min with L0 = 9.10:
+#                (4.70 + 4.10 + 9.10) / 3 = 5.9667; - 4.10 = 1.8667
+#   gated s1:    L0 9.05; 4.40, 3.90, 5.00 (final, not the 4.20 at step 50):
+#                (4.40 + 3.90 + 5.00) / 3 = 4.4333; - 3.90 = 0.5333
+#   gated s2:    L0 9.15; 4.50, 4.00, final eval null -> 9.15:
+#                (4.50 + 4.00 + 9.15) / 3 = 5.8833; - 4.00 = 1.8833
+#   over seeds:  baseline (1.8333 + 1.8667) / 2 = 1.8500; gated (0.5333 + 1.8833) / 2 = 1.2083
+#   lr 1e-1 cells: baseline (9.00 + 9.10) / 2 = 9.0500, 1 diverged; gated (5.00 + 9.15) / 2 = 7.0750
+LR=$TMP/lr
+"$PY" tests/report_fixtures/make_lr_runs.py "$LR/runs" >"$TMP/lrgen.out" 2>&1
+check "lr fixture generator exits 0: $(cat "$TMP/lrgen.out")" grep -qF "12 runs" "$TMP/lrgen.out"
+"$PY" $FIGCHECK $REPORT -- "$LR"/runs/* --out "$LR/out" >"$TMP/lr.out" 2>"$TMP/lr.err"
+rc=$?
+check "lr sweep report exits 0 and its figures pass (rc $rc): $(cat "$TMP/lr.err") $(grep FAIL "$TMP/lr.out" | head -3)" [ $rc -eq 0 ]
+check "lr sweep: section present" grep -qxF "## Learning-rate sensitivity" "$LR/out/report.md"
+check "lr sweep: lr_sweep.png valid" is_png "$LR/out/lr_sweep.png"
+check "lr sweep: lr_sweep.png inspected (legend outside, log x decades)" grep -q "^lr_sweep.png: " "$TMP/lr.out"
+check "lr sweep: header" grep -qxF "| variant | seeds | L0 | lr 1e-3 | lr 1e-2 | lr 1e-1 | LR sensitivity |" "$LR/out/report.md"
+for row in \
+    "| **baseline** | 1, 2 | 9.0500 [9.0000, 9.1000] | 4.6000 [4.5000, 4.7000] | 4.0500 [4.0000, 4.1000] | 9.0500 [9.0000, 9.1000] (1 diverged) | 1.8500 [1.8333, 1.8667] |" \
+    "| **gated (elementwise)** | 1, 2 | 9.1000 [9.0500, 9.1500] | 4.4500 [4.4000, 4.5000] | 3.9500 [3.9000, 4.0000] | 7.0750 [5.0000, 9.1500] (1 diverged) | 1.2083 [0.5333, 1.8833] |" \
+    "| **baseline** | 1 | 9.0000 | 1e-2 | 4.0000 | 5.8333 | 1.8333 | 1e-1 |" \
+    "| **baseline** | 2 | 9.1000 | 1e-2 | 4.1000 | 5.9667 | 1.8667 | none |" \
+    "| **gated (elementwise)** | 1 | 9.0500 | 1e-2 | 3.9000 | 4.4333 | 0.5333 | none |" \
+    "| **gated (elementwise)** | 2 | 9.1500 | 1e-2 | 4.0000 | 5.8833 | 1.8833 | 1e-1 |"; do
+    got=$(grep -F "$(echo "$row" | cut -d'|' -f1-3)|" "$LR/out/report.md" | grep -vF "| seeds |" | head -3 | tr '\n' ' ')
+    check "lr sweep row: want '$row', got '$got'" grep -qxF "$row" "$LR/out/report.md"
+done
+check "no lr section for runs at one lr" not grep -qF "## Learning-rate sensitivity" "$OUT/report.md"
+check "no lr figure for runs at one lr" [ ! -e "$OUT/lr_sweep.png" ]
+# a run cut short (no final eval, no sign of divergence): left out with a note, no sensitivity
+# for its seed; a stale lr_sweep.png of an earlier report is removed when no sweep is left
+cp -r "$LR/runs" "$LR/cut"
+sed -i '/"step":100/d' "$LR/cut/gated_lr1e-2_s1/log.jsonl"
+"$PY" $REPORT "$LR"/cut/* --out "$LR/cutout" >"$TMP/lrc.out" 2>"$TMP/lrc.err"
+rc=$?
+check "lr sweep with a cut run: exit 0 (rc $rc): $(cat "$TMP/lrc.err")" [ $rc -eq 0 ]
+check "lr sweep with a cut run: noted" grep -qF "gated_lr1e-2_s1 (lr 1e-2, seed 1): no final eval and no sign of divergence" "$LR/cutout/report.md"
+check "lr sweep with a cut run: no sensitivity for that seed" grep -qxF "| **gated (elementwise)** | 1 | 9.0500 | - | - | - | - | none |" "$LR/cutout/report.md"
+check "lr sweep with a cut run: no mean over seeds" grep -qE '^\| \*\*gated \(elementwise\)\*\* \| 1, 2 \| .* \| - \|$' "$LR/cutout/report.md"
+cp "$LR/out/lr_sweep.png" "$LR/cutout/lr_sweep.png"
+"$PY" $REPORT "$LR"/cut/baseline_lr1e-3_s1 "$LR"/cut/gated_lr1e-3_s1 --out "$LR/cutout" >/dev/null 2>&1
+check "a stale lr_sweep.png is removed" [ ! -e "$LR/cutout/lr_sweep.png" ]
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
