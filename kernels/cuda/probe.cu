@@ -215,6 +215,19 @@ __device__ __forceinline__ float probe_nanmax(float a, float b) {
     return (a != a || b != b) ? __uint_as_float(0x7fc00000u) : fmaxf(a, b);
 }
 
+// The block's NaN-propagating max of each thread's m, valid on thread 0 (blockDim.x a multiple
+// of 32, at most 1024)
+__device__ float probe_block_nanmax(float m) {
+    __shared__ float red[32];
+    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) red[w] = m;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = probe_nanmax(m, red[i]);
+    return m;
+}
+
 // vals[h][b*T + t] = max over keys u <= t of q_t . k_u * scale: one warp per (h, b, t), each
 // lane a strided subset of the keys (a whole dot product over hd each), then a warp max
 __global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_t* k, int B, int T, int H, int Hkv,
@@ -239,18 +252,11 @@ __global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_
 
 // out[h] = max of vals[h][0..n) (NaN wins), one block per head
 __global__ void probe_max_rows_kernel(float* out, const float* vals, size_t n) {
-    __shared__ float red[32];
     const float* v = vals + (size_t)blockIdx.x * n;
     float m = -INFINITY;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) m = probe_nanmax(m, v[i]);
-    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) red[w] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = probe_nanmax(m, red[i]);
-        out[blockIdx.x] = m;
-    }
+    m = probe_block_nanmax(m);
+    if (threadIdx.x == 0) out[blockIdx.x] = m;
 }
 
 void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const OpsAttnShape* s) {
@@ -272,19 +278,12 @@ void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const O
 // ---- output-logit divergence ----------------------------------------------------------------
 // part[block] = max |logits[n, j]| over its strided share of the N x V (unpadded) entries
 __global__ void probe_logits_absmax_kernel(float* part, const cact_t* logits, int N, int V, int Vp) {
-    __shared__ float red[32];
     const size_t total = (size_t)N * V, stride = (size_t)gridDim.x * blockDim.x;
     float m = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
         m = probe_nanmax(m, fabsf(act_ld(logits[(i / V) * Vp + i % V])));
-    for (int o = 16; o > 0; o >>= 1) m = probe_nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) red[w] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = probe_nanmax(m, red[i]);
-        part[blockIdx.x] = m;
-    }
+    m = probe_block_nanmax(m);
+    if (threadIdx.x == 0) part[blockIdx.x] = m;
 }
 
 float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
