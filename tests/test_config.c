@@ -240,7 +240,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 99 && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 99 + 2 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
@@ -523,6 +523,7 @@ static void test_roundtrip(void) {
         "train.hang_timeout_s=7.5", "train.straggler_factor=1.5", "train.straggler_reports=4",
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",
+        "data.sources=", "data.val_sources=",   // empty: each excludes train_glob / val_glob (set above)
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said", "log.tensorboard=true",
@@ -824,7 +825,7 @@ static void test_nonfinite_values(void) {
         "log.sample_temperature", "metrics.spike_z",
         "metrics.skip_loss_z", "metrics.skip_grad_z"};
     static const char* const STRINGS[] = {"layer_pattern", "train_glob", "val_glob", "tokenizer", "run_dir",
-                                          "sample_prompt", "dir", "tasks"};
+                                          "sample_prompt", "dir", "tasks", "sources", "val_sources"};
     const int nf = (int)(sizeof FLOATS / sizeof FLOATS[0]);
     const char* bad[] = {"nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e39", "-1e39"};
     int n_float = 0;

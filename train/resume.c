@@ -129,7 +129,8 @@ static int key_is_free(const char* section, const char* key) {
     // process holds every expert, and the checkpoint stores them by global index (like another
     // process count, the sums over tokens are grouped differently: docs/distributed.md)
     if (strcmp(section, "moe") == 0 && strcmp(key, "expert_parallel") == 0) return 1;
-    if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "tokenizer") == 0)) return 1;
+    if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "val_sources") == 0 ||
+                                         strcmp(key, "tokenizer") == 0)) return 1;
     return 0;
 }
 
