@@ -3,7 +3,6 @@
 #include "mixture.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,8 +130,9 @@ int mixture_init(Mixture* mix, int n, const char (*names)[MIX_NAME_LEN], const d
             mixture_schedule_free(&mix->sched);
             return -1;
         }
-        // each source its own order: the run's seed, apart per source index
-        if (shuffle) dataloader_shuffle(&mix->src[i], seed + 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1));
+        // each source its own order: the run's seed, apart per source index (source 0 takes the
+        // seed itself, so a one-source mixture reads train_glob's order: tests/test_mixture_train.sh)
+        if (shuffle) dataloader_shuffle(&mix->src[i], seed + 0x9E3779B97F4A7C15ULL * (uint64_t)i);
     }
     return 0;
 }
@@ -250,6 +250,28 @@ int mixture_restore(Mixture* mix, const unsigned char* buf, size_t len, const ch
         mix->drawn[i] = drawn[i];
     }
     mix->seq = seq;
+    return 0;
+}
+
+int mixture_describe(const unsigned char* buf, size_t len, FILE* f) {
+    uint32_t n;
+    uint64_t seq;
+    if (len < 16) return -1;
+    memcpy(&n, buf, 4);
+    if (n > MIX_MAX_SOURCES || len != 16 + (size_t)n * MIX_REC_BYTES) return -1;
+    memcpy(&seq, buf + 8, 8);
+    fprintf(f, "data: a mixture of %u sources, next global sequence %llu\n", n, (unsigned long long)seq);
+    for (uint32_t k = 0; k < n; k++) {
+        const unsigned char* p = buf + 16 + (size_t)k * MIX_REC_BYTES;
+        char name[MIX_NAME_LEN + 1] = {0};
+        uint64_t d;
+        int64_t pos[3];
+        memcpy(name, p, MIX_NAME_LEN);
+        memcpy(&d, p + MIX_NAME_LEN, 8);
+        memcpy(pos, p + MIX_NAME_LEN + 8, 24);
+        fprintf(f, "  source %-12s %12llu sequences drawn | epoch %lld, shard %lld, sequence %lld (next)\n", name,
+                (unsigned long long)d, (long long)pos[0], (long long)pos[1], (long long)pos[2]);
+    }
     return 0;
 }
 

@@ -16,7 +16,9 @@
 //
 // The sources. Each source is an ordinary DataLoader over its glob with B = 1, nproc = 1: a
 // stream of single sequences with its own position, epoch and shuffle (seeded by the run's seed
-// and the source's index), in units that do not depend on the process count. Every process
+// and the source's index; source 0 by the seed itself, so one source reads train_glob's order
+// until train_glob's loader drops a shard's tail), in units that do not depend on the process
+// count. Every process
 // walks every sequence of the global batch: those of its rank are read, the others skipped
 // (dataloader_skip), so every process holds the same position for every source, and a resume
 // on any process count continues the same sequences.
@@ -27,6 +29,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dataloader.h"
 
@@ -85,5 +88,9 @@ int mixture_save(const Mixture* mix, unsigned char** buf, size_t* len);
 // lacks, or a source of this run the save lacks, is an error. Returns 0, or -1 after one error
 // line naming `what` (the file) and the source.
 int mixture_restore(Mixture* mix, const unsigned char* buf, size_t len, const char* what);
+
+// Prints a saved position (gatedgpt_ckpt inspect): one line, then a line per source. Returns 0,
+// or -1 when buf is not one mixture_save wrote.
+int mixture_describe(const unsigned char* buf, size_t len, FILE* f);
 
 void mixture_free(Mixture* mix);
