@@ -11,6 +11,7 @@
 #include "../model/gpt.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1187,6 +1188,24 @@ static void test_errors(void) {
     CHECKM(n_files >= 40, "only %d files in %s", n_files, dir);
 }
 
+// [data] sources: config_parse_sources's entries, normalized weights and separators
+static void test_sources(void) {
+    ConfigSource s[CONFIG_MAX_SOURCES];
+    char err[600];
+    int n = config_parse_sources("web:0.7:data/web/train_*.bin, code:0.3:data/code/t?.bin", s, CONFIG_MAX_SOURCES, err, sizeof err);
+    CHECK(n == 2 && strcmp(s[0].name, "web") == 0 && strcmp(s[1].glob, "data/code/t?.bin") == 0);
+    CHECK(n == 2 && fabs(s[0].weight - 0.7) < 1e-12 && fabs(s[1].weight - 0.3) < 1e-12);
+    n = config_parse_sources("  a_1:7:x\tb:3:y,,c:10:z ", s, CONFIG_MAX_SOURCES, err, sizeof err);   // normalized by the sum 20
+    CHECK(n == 3 && fabs(s[0].weight - 0.35) < 1e-12 && fabs(s[1].weight - 0.15) < 1e-12 && fabs(s[2].weight - 0.5) < 1e-12);
+    CHECK(n == 3 && strcmp(s[0].name, "a_1") == 0 && strcmp(s[2].glob, "z") == 0);
+    CHECK(config_parse_sources(" , ", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "no entries"));
+    CHECK(config_parse_sources("a:1:x b:1:y c:1:z", s, 2, err, sizeof err) == -1 && strstr(err, "more than 2 sources"));
+    CHECK(config_parse_sources("a:1e400:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "not a positive number"));
+    CHECK(config_parse_sources("a:nan:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "not a positive number"));
+    CHECK(config_parse_sources("a:1:", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "the glob must have"));
+    CHECK(config_parse_sources(":1:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "the name must have"));
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) g_root = argv[1];
     const char* tmp = getenv("TMPDIR");
@@ -1205,6 +1224,7 @@ int main(int argc, char** argv) {
     test_bounds();
     test_docs();
     test_errors();
+    test_sources();
 
     // clean up the temp dir (only files this program wrote)
     DIR* d = opendir(g_tmpdir);
