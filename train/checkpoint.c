@@ -218,7 +218,7 @@ static int r_open(Reader* r, const char* path, uint32_t kind) {
         snprintf(msg, sizeof msg, "version %u, this build reads version %d (written by a newer gatedgpt?)", version, CKPT_VERSION);
         what = msg;
     } else if (k != kind) {
-        snprintf(msg, sizeof msg, "kind %u, expected %u (%s)", k, kind, kind == CKPT_KIND_MODEL ? "model" : "rank state");
+        snprintf(msg, sizeof msg, "kind %u, expected %u (%s)", k, kind, kind == CKPT_KIND_MODEL ? "model" : kind == CKPT_KIND_DATA ? "mixture position" : "rank state");
         what = msg;
     } else if ((uint64_t)st.st_size != CKPT_HEADER_BYTES + bytes) {
         snprintf(msg, sizeof msg, "%s: %lld bytes, the header says %llu", (uint64_t)st.st_size < CKPT_HEADER_BYTES + bytes ?
@@ -539,6 +539,44 @@ static int write_rank_file(const char* dir, int step, int rank, int nproc, const
     return 0;
 }
 
+// data.bin (rank 0, a mixture only): its payload is the mixture's position as mixture_save
+// wrote it (docs/formats.md); the checkpoint code keeps it as bytes.
+static int write_data_file(const char* dir, int step, const CkptTrainState* st) {
+    char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    tmp_path(tmp, sizeof tmp, dir, step);
+    snprintf(path, sizeof path, "%s/data.bin", tmp);
+    Writer w;
+    if (w_open(&w, path) != 0) return -1;
+    w_put(&w, st->mix, st->mix_len);
+    if (w_close(&w, CKPT_KIND_DATA) != 0) return -1;
+    ck_pause();
+    return 0;
+}
+
+// data.bin into st->mix (malloc'd) when the checkpoint has one, else NULL / 0.
+static int read_data_file(const char* path, CkptTrainState* st) {
+    char file[CKPT_PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/data.bin", path);
+    st->mix = NULL;
+    st->mix_len = 0;
+    if (!exists(file)) return 0;
+    Reader r;
+    if (r_open(&r, file, CKPT_KIND_DATA) != 0) return -1;
+    unsigned char* buf = malloc(r.payload ? (size_t)r.payload : 1);
+    if (!buf) { fclose(r.f); return ck_error(file, "out of memory"); }
+    if (r_get(&r, buf, (size_t)r.payload) != 0) { fclose(r.f); free(buf); return -1; }
+    if (r_close(&r) != 0) { free(buf); return -1; }
+    st->mix = buf;
+    st->mix_len = (size_t)r.payload;
+    return 0;
+}
+
+static uint32_t kind_of(const char* name) {
+    if (strcmp(name, "model.bin") == 0) return CKPT_KIND_MODEL;
+    if (strcmp(name, "data.bin") == 0) return CKPT_KIND_DATA;
+    return CKPT_KIND_RANK;
+}
+
 void checkpoint_abort(const char* dir, int step) {
     char tmp[CKPT_PATH_MAX];
     tmp_path(tmp, sizeof tmp, dir, step);
@@ -556,7 +594,7 @@ static int file_summary(const char* dir, const char* name, uint64_t* size, uint3
         return 0;
     }
     Reader r;
-    if (r_open(&r, path, strcmp(name, "model.bin") == 0 ? CKPT_KIND_MODEL : CKPT_KIND_RANK) != 0) return -1;
+    if (r_open(&r, path, kind_of(name)) != 0) return -1;
     *size = CKPT_HEADER_BYTES + r.payload;
     *crc = r.want_crc;
     fclose(r.f);
@@ -575,9 +613,13 @@ int checkpoint_commit(const char* dir, int step, int nproc) {
     if (!mf) return ck_error(tmp, "out of memory");
     fprintf(mf, "step %d\nnproc %d\n", step, nproc);
     int rc = 0;
-    for (int i = -2; i < nproc && rc == 0; i++) {
+    snprintf(path, sizeof path, "%s/data.bin", tmp);
+    const int have_data = exists(path);   // a mixture's position (rank 0 wrote it)
+    for (int i = -3; i < nproc && rc == 0; i++) {
         char name[32];
-        if (i == -2) snprintf(name, sizeof name, "model.bin");
+        if (i == -3 && !have_data) continue;
+        if (i == -3) snprintf(name, sizeof name, "data.bin");
+        else if (i == -2) snprintf(name, sizeof name, "model.bin");
         else if (i == -1) snprintf(name, sizeof name, "config.ini");
         else snprintf(name, sizeof name, "rank_%05d.bin", i);
         uint64_t size;
@@ -627,6 +669,7 @@ int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GP
         if (rank == 0) {
             if (!whole) failed = ck_error(dir, "the experts of this expert-parallel model were not gathered (no checkpoint_set_gather)");
             else failed = write_model_file(dir, step, cfg, m, &g, whole) != 0;
+            if (!failed && st->mix_len > 0) failed = write_data_file(dir, step, st) != 0;
         }
         free(whole);
         if (!failed) {
@@ -638,6 +681,7 @@ int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GP
         param_table_free(&g);
     } else {
         failed = rank == 0 && checkpoint_write_model(dir, step, cfg, m) != 0;
+        if (!failed && rank == 0 && st->mix_len > 0) failed = write_data_file(dir, step, st) != 0;
         if (!failed) failed = checkpoint_write_rank(dir, step, rank, nproc, o, o->lo, o->hi - o->lo, st) != 0;
     }
     failed = agree(ctx, failed);
@@ -696,14 +740,14 @@ int checkpoint_verify(const char* path, CkptInfo* info, FILE* report) {
             if (rc == 0) free(text);
             have_config = 1;
         } else {
-            int is_model = strcmp(name, "model.bin") == 0;
+            int is_model = strcmp(name, "model.bin") == 0, is_data = strcmp(name, "data.bin") == 0;
             int r_idx = -1;
-            if (!is_model && sscanf(name, "rank_%d.bin", &r_idx) != 1) {
+            if (!is_model && !is_data && sscanf(name, "rank_%d.bin", &r_idx) != 1) {
                 rc = ck_error(done, "lists an unknown file '%s'", name);
                 break;
             }
             Reader r;
-            rc = r_open(&r, fpath, is_model ? CKPT_KIND_MODEL : CKPT_KIND_RANK);
+            rc = r_open(&r, fpath, kind_of(name));
             if (rc == 0) {
                 got_size = CKPT_HEADER_BYTES + r.payload;
                 got_crc = r.want_crc;
@@ -712,7 +756,7 @@ int checkpoint_verify(const char* path, CkptInfo* info, FILE* report) {
                 else fclose(r.f);
             }
             if (is_model) have_model = 1;
-            else n_rank++;
+            else if (!is_data) n_rank++;
         }
         if (rc == 0 && (got_size != size || got_crc != crc))
             rc = ck_error(fpath, "size %llu / crc32 %08x, but DONE recorded %llu / %08x (a file from another checkpoint?)",
@@ -1162,6 +1206,7 @@ static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainSta
         free(mine.s);
     }
     if (rc != 0) return -1;
+    if (st && read_data_file(path, st) != 0) return -1;
     gpt_params_changed(m, o->t);   // round as the uninterrupted run did after update t
     return 0;
 fail:

@@ -6,6 +6,7 @@
 //   config.ini       rank 0: the resolved config (loadable with config_load_file)
 //   rank_RRRRR.bin   every rank: its AdamW slice (m, v, t), data-loader position, step,
 //                    spike-detector windows, non-finite counter, RNG seeds
+//   data.bin         rank 0, only for a [data] sources mixture: its position (data/mixture.h)
 //   DONE             rank 0, last: the step, the process count, every file's size and checksum
 //
 // Every file starts with a magic, a version and a zlib crc32 of its contents. The directory is
@@ -32,6 +33,7 @@
 #define CKPT_VERSION 1
 #define CKPT_KIND_MODEL 1
 #define CKPT_KIND_RANK 2
+#define CKPT_KIND_DATA 3          // data.bin: a mixture's position ([data] sources)
 #define CKPT_HEADER_BYTES 32
 #define CKPT_PATH_MAX 1100
 
@@ -46,6 +48,11 @@ typedef struct {
     float lr;                  // learning rate of the last step (informational: lr is a function of step)
     SpikeWindow* loss_win;     // spike-detector windows (train/spike.h)
     SpikeWindow* grad_win;
+    // a [data] sources mixture's position (mixture_save's bytes), written as data.bin by rank 0
+    // when mix_len > 0; checkpoint_load fills them from data.bin (malloc'd: the caller frees),
+    // or NULL / 0 when the checkpoint has none (one data set: the position is `data` above)
+    unsigned char* mix;
+    size_t mix_len;
     // filled by checkpoint_load: who wrote the checkpoint (the data position above is in its
     // units: global batches of nproc x batch_size x seq_len tokens; train/resume.h converts it)
     int ckpt_nproc;            // processes that wrote it (one rank file each)
