@@ -33,7 +33,6 @@ typedef struct {
     int nfiles;
     const char* field;
     Tokenizer* toks;
-    int nthreads;
     size_t batch_bytes;
     pthread_mutex_t mu;       // guards everything below up to `cur`
     pthread_cond_t cv_work;   // todo got a batch, or the reader finished, or a failure
@@ -268,7 +267,7 @@ static PoolBatch* pool_next_done(const Pool* p, int64_t next) {
 
 int encode_pool_run(char* const* files, int nfiles, const char* jsonl_field, Tokenizer* toks, int nthreads,
                     size_t batch_bytes, const EncodePoolSink* sink) {
-    Pool p = {.files = files, .nfiles = nfiles, .field = jsonl_field, .toks = toks, .nthreads = nthreads,
+    Pool p = {.files = files, .nfiles = nfiles, .field = jsonl_field, .toks = toks,
               .batch_bytes = batch_bytes, .max_inflight = 2 * nthreads};
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.cv_work, NULL);

@@ -107,10 +107,11 @@ size_t tokenizer_next_piece(const unsigned char* s, size_t n, size_t i, int eof)
 // document there.
 size_t tokenizer_safe_cut(const Tokenizer* t, const unsigned char* s, size_t from, size_t n);
 
-// Streams a text file as documents of pre-tokens. A line holding only "<|endoftext|>" (an
-// optional \r before its \n allowed) ends a document and is dropped; a file starts a new
-// document. Calls doc_begin before the first piece of each non-empty document, piece for each
-// pre-token (never crossing a document), progress with the count of bytes read after each read.
+// Streams a text file (plain, or gzip/zstd/xz compressed: tokenizer_read_docs below) as documents
+// of pre-tokens. A line holding only "<|endoftext|>" (an optional \r before its \n allowed) ends a
+// document and is dropped; a file starts a new document. Calls doc_begin before the first piece of
+// each non-empty document, piece for each pre-token (never crossing a document), progress with the
+// count of file bytes consumed after each read (compressed bytes for a compressed file).
 // Any callback may be NULL; a non-zero return from doc_begin or piece stops and returns -1.
 // Memory is bounded by the chunk size except for a single pre-token longer than 16 MiB, which
 // is cut there.
