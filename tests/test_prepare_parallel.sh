@@ -5,7 +5,8 @@
 #   separators (cut between batches where a space follows a non-space byte); documents whose first
 #   batch is far slower to encode than the ones after it (long uncached pre-tokens), so that a writer
 #   that did not keep the document order would put later batches first; several files with an empty
-#   one and one of separators only; JSON lines; a Hugging Face tokenizer.json (documents never cut).
+#   one and one of separators only; JSON lines; a Hugging Face tokenizer.json (documents never cut);
+#   a tokenizer trained in the same run (in memory for -j 1, read back from the sidecar for -j 2).
 #   Bad -j values fail in one line.
 set -u
 if [ $# -ne 1 ]; then
@@ -76,6 +77,15 @@ same "JSON lines" "$TOK" 4096 "$TMP/d.jsonl"
 
 # a Hugging Face tokenizer.json (GPT-2's regex): its documents go whole to a worker
 same "tokenizer.json (gpt2)" tests/hf_tokenizer/gpt2.json 4096 "$TMP/v50.txt" "$TMP/one_doc.txt"
+
+# a tokenizer trained in the same run: -j 1 encodes with the trained one in memory, -j 2 with
+# copies read back from the sidecar
+for j in 1 2; do
+    "$BIN" --train "$TMP/v50.txt" "$TMP/double.txt" --out "$TMP/t$j" --vocab-size 700 -j $j --batch-bytes 4096 --quiet \
+        >/dev/null 2>&1
+done
+check "trained tokenizer: -j 2's train shard = -j 1's" cmp -s "$TMP/t1/train_000000.bin" "$TMP/t2/train_000000.bin"
+check "trained tokenizer: the same tokenizer.bin" cmp -s "$TMP/t1/tokenizer.bin" "$TMP/t2/tokenizer.bin"
 
 # bad -j values: one line
 for v in 0 257 x; do
