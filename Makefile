@@ -7,6 +7,7 @@
 #   make golden   regenerate tests/golden/*.bin (and signals/*.bin) with the PyTorch reference (needs python3-torch)
 #   make bench    the training-step benchmark vs PyTorch, hybrid layers vs full attention (bench/README.md); bench_gemm: GEMM libraries;
 #                 prepare's tokenizer.json encoder vs tokenizers and tiktoken (bench/bench_tokenizer.sh, venv)
+#                 prepare -j 1 vs -j 2 throughput (bench/bench_prepare.sh)
 #   make interop  every exportable model kind loaded by Hugging Face transformers vs our eval/logits (venv, ~GBs);
 #                 first tokenizer.json ids vs the tokenizers library on 100,000 texts (scripts/hf_tokenizer_interop.sh);
 #                 last TensorBoard event files read by tensorboard's own readers vs log.jsonl (scripts/tb_interop.sh)
@@ -56,6 +57,7 @@ bench: build
 	./$(BUILD)/bench_decode
 	bash bench/bench_mpi.sh --build $(BUILD)
 	bash bench/bench_tokenizer.sh --build $(BUILD)
+	bash bench/bench_prepare.sh --build $(BUILD)
 
 mutants: deps
 	python3 scripts/mutants.py

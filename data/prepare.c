@@ -1,7 +1,8 @@
 // data/prepare.c: text files -> a BPE tokenizer and llm.c token shards (the `prepare` command).
 //
 //   prepare --train FILE... [--val FILE...] --out DIR [--vocab-size 8192] [--tokenizer TOK]
-//           [--field NAME] [--shard-tokens 100000000] [--stats] [--quiet] [--progress]
+//           [--field NAME] [--shard-tokens 100000000] [-j N] [--batch-bytes 1048576] [--stats]
+//           [--quiet] [--progress]
 //   prepare --decode SHARD [--tokenizer TOK]
 //
 // Trains a byte-level BPE on the train files (or loads --tokenizer: our tokenizer.bin, or a
@@ -12,11 +13,17 @@
 // Documents: a line holding only <|endoftext|> separates documents (a file without one is one
 // document); in a .jsonl file each line is a document (its string field NAME, default "text").
 // An end-of-text token is written before every document. --decode prints a shard back as text
-// (end-of-text as its token text).
+// (end-of-text as its token text). Input files may be gzip, zstd or xz compressed (told by their
+// first bytes; data/decompress.h), read as a stream.
+//
+// -j N (default: the cores online) encodes on N threads (data/encode_pool.h: a reader, N workers
+// with a tokenizer each, the writer in document order), so the shards are the same bytes for every
+// N; -j 1 is the single-threaded stream (tokenizer_stream_file), the reference the tests compare with.
 //
 // Every file appears atomically (written as NAME.tmp, then renamed). Old train_*/val_* shards
 // in DIR are removed first (they would belong to another tokenizer), and train_000000.bin is
-// renamed into place last: its presence means the whole set is complete.
+// renamed into place last: its presence means the whole set is complete. A run that fails while
+// encoding (a corrupt stream, a bad line) removes the shards it wrote.
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "encode_pool.h"
 #include "shard.h"
 #include "tokenizer.h"
 
@@ -40,7 +48,8 @@ static void usage(FILE* f) {
         "(DIR/tokenizer.bin, or DIR/tokenizer.json for a Hugging Face one), and encodes the texts into\n"
         "llm.c token shards DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin. In text files a line holding\n"
         "only <|endoftext|> separates documents (a file without one is a single document); in a .jsonl\n"
-        "file every line is a document. An end-of-text token is written before every document.\n"
+        "file every line is a document. An end-of-text token is written before every document. Files may\n"
+        "be gzip, zstd or xz compressed (told by their first bytes; name.jsonl.gz etc. count as .jsonl).\n"
         "\n"
         "options:\n"
         "  --train FILE...       text files for training the tokenizer and for the train shards\n"
@@ -55,11 +64,16 @@ static void usage(FILE* f) {
         "                        gpt2_tokenizer.bin works too)\n"
         "  --field NAME          the string field holding each document in .jsonl files (default text)\n"
         "  --shard-tokens N      tokens per shard (default 100000000)\n"
+        "  -j N, --jobs N        encode on N threads (default: the cores online); the shards are the same\n"
+        "                        bytes for every N; -j 1 reads and encodes on one thread\n"
+        "  --batch-bytes N       text per unit of work with -j N >= 2 (default 1048576); at most 2N + 1\n"
+        "                        units are in memory (a longer document is cut where a space follows a\n"
+        "                        non-space byte; a tokenizer.json's documents are held whole)\n"
         "  --stats               print unigram statistics: the entropy of the train and val token\n"
         "                        frequencies and the cross-entropy of val under train's frequencies\n"
         "                        (nats/token; the loss of a model that only knows token frequencies)\n"
-        "  --quiet               no progress line (percent, MB, MB/s, elapsed time and ETA; shown when\n"
-        "                        stderr is a terminal)\n"
+        "  --quiet               no progress line (percent, MB of the files, MB/s, documents, tokens/s,\n"
+        "                        elapsed time and ETA; shown when stderr is a terminal)\n"
         "  --progress            the progress line also when stderr is not a terminal (after 1 s, then every 10 s)\n"
         "  --decode SHARD        print the shard's tokens as text on stdout, then exit\n"
         "  -h, --help            this text\n");
@@ -108,6 +122,9 @@ typedef struct {
     int64_t* counts;          // [vocab] token frequencies (for --stats)
     int* scratch;             // ids of one piece
     size_t scratch_cap;
+    int jobs;                 // -j: 1 the single-threaded stream, else encode_pool_run on toks[0..jobs)
+    Tokenizer* toks;
+    size_t batch_bytes;
     // progress
     int show;                 // 0: none; 1: a terminal line rewritten in place; 2: a line after 1 s, then every 10 s (--progress)
     int64_t done, total;
@@ -173,9 +190,11 @@ static void fmt_duration(double s, char* out, size_t size) {
     else snprintf(out, size, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
 }
 
-// "encoding train  42.0%  123.4 MB  35.2 MB/s  elapsed 3m30s  ETA 4m50s": the ETA is the bytes
-// left over the rate so far (shown after 1 s; the final line has none). A terminal gets the line
-// rewritten in place; --progress on a non-terminal, a line after 1 s, then every 10 s.
+// "encoding train  42.0%  123.4 MB  35.2 MB/s  1189 docs  1.52 M tokens/s  elapsed 3m30s  ETA 4m50s":
+// percent and MB of the files read (compressed bytes for a compressed file), documents and tokens
+// written so far; the ETA is the file bytes left over the rate so far (shown after 1 s; the final
+// line has none). A terminal gets the line rewritten in place; --progress on a non-terminal, a line
+// after 1 s, then every 10 s.
 static void enc_progress_line(Enc* e, int final) {
     double dt = now_s() - e->t0;
     double pct = e->total > 0 ? 100.0 * (double)e->done / (double)e->total : 100.0;
@@ -187,8 +206,9 @@ static void enc_progress_line(Enc* e, int final) {
         fmt_duration((double)(e->total - e->done) / rate, t, sizeof t);
         snprintf(eta, sizeof eta, "  ETA %s", t);
     }
-    fprintf(stderr, "%sencoding %-5s %5.1f%% %8.1f MB %7.1f MB/s  elapsed %s%s%s", e->show == 1 ? "\r" : "", e->split, pct,
-            (double)e->done / 1e6, rate / 1e6, el, eta, final || e->show == 2 ? "\n" : "\033[K");
+    fprintf(stderr, "%sencoding %-5s %5.1f%% %8.1f MB %7.1f MB/s %8lld docs %7.2f M tokens/s  elapsed %s%s%s",
+            e->show == 1 ? "\r" : "", e->split, pct, (double)e->done / 1e6, rate / 1e6, (long long)e->docs,
+            dt > 0 ? (double)e->tokens / dt / 1e6 : 0.0, el, eta, final || e->show == 2 ? "\n" : "\033[K");
     fflush(stderr);
 }
 
@@ -203,16 +223,31 @@ static void enc_progress(void* ctx, size_t got) {
     }
 }
 
+// encode_pool_run's sink: a batch's ids in document order (ENCODE_POOL_DOC: a document begins)
+static int enc_batch(void* ctx, const int* ids, size_t n, int64_t text_bytes, int64_t in_bytes) {
+    Enc* e = ctx;
+    for (size_t i = 0; i < n; i++)
+        if ((ids[i] == ENCODE_POOL_DOC ? enc_doc(e) : enc_push(e, ids[i])) != 0) return -1;
+    e->bytes += text_bytes;
+    enc_progress(e, (size_t)in_bytes);
+    return 0;
+}
+
 static int encode_split(Enc* e, char** files, int nfiles) {
     e->t0 = e->last = now_s();
     for (int i = 0; i < nfiles; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) e->total += (int64_t)st.st_size;
     }
-    TokenizerStream st = {.doc_begin = enc_doc, .piece = enc_piece, .progress = enc_progress, .ctx = e,
-                          .tok = e->tok, .jsonl_field = e->field};
-    for (int i = 0; i < nfiles; i++)
-        if (tokenizer_stream_file(files[i], &st) != 0) return -1;
+    if (e->jobs > 1) {
+        EncodePoolSink sink = {.batch = enc_batch, .ctx = e};
+        if (encode_pool_run(files, nfiles, e->field, e->toks, e->jobs, e->batch_bytes, &sink) != 0) return -1;
+    } else {
+        TokenizerStream st = {.doc_begin = enc_doc, .piece = enc_piece, .progress = enc_progress, .ctx = e,
+                              .tok = e->tok, .jsonl_field = e->field};
+        for (int i = 0; i < nfiles; i++)
+            if (tokenizer_stream_file(files[i], &st) != 0) return -1;
+    }
     if (e->show) enc_progress_line(e, 1);
     if (e->tokens == 0) {
         fprintf(stderr, "error: prepare: the %s files hold no text (first: '%s')\n", e->split, files[0]);
@@ -256,8 +291,9 @@ static void print_stats(const Enc* tr, const Enc* va, int V) {
     printf("; uniform ln(V) %.4f\n", log((double)V));
 }
 
-// removes DIR/{train,val}_NNNNNN.bin[.pending][.tmp]: shards of an earlier run (another tokenizer)
-static int remove_old_shards(const char* dir) {
+// removes DIR/{train,val}_NNNNNN.bin[.pending][.tmp]: shards of an earlier run (another tokenizer),
+// or (report 0: silently) those of this run when it failed
+static int remove_old_shards(const char* dir, int report) {
     DIR* d = opendir(dir);
     if (!d) { fprintf(stderr, "error: prepare: cannot list '%s': %s\n", dir, strerror(errno)); return -1; }
     int removed = 0, rc = 0;
@@ -282,17 +318,16 @@ static int remove_old_shards(const char* dir) {
         removed++;
     }
     closedir(d);
-    if (removed) printf("prepare: removed %d old shard%s from %s\n", removed, removed == 1 ? "" : "s", dir);
+    if (removed && report) printf("prepare: removed %d old shard%s from %s\n", removed, removed == 1 ? "" : "s", dir);
     return rc;
 }
 
 // What the first bytes of a file say it is when it is not text (NULL: nothing known). prepare reads
-// UTF-8 text; a compressed file or a token shard read as text would make shards of noise.
+// UTF-8 text, plain or gzip/zstd/xz compressed; a bzip2 file, an archive or a token shard read as
+// text would make shards of noise.
 static const char* binary_kind(const unsigned char* b, size_t n, const char** fix) {
     *fix = "";
-    if (n >= 2 && b[0] == 0x1F && b[1] == 0x8B) { *fix = ": decompress it first (gunzip -k, or zcat FILE > FILE.txt)"; return "gzip-compressed data"; }
-    if (n >= 4 && memcmp(b, "\x28\xB5\x2F\xFD", 4) == 0) { *fix = ": decompress it first (zstd -d)"; return "zstd-compressed data"; }
-    if (n >= 6 && memcmp(b, "\xFD" "7zXZ\x00", 6) == 0) { *fix = ": decompress it first (xz -dk)"; return "xz-compressed data"; }
+    // (gzip, zstd and xz are read: data/decompress.h)
     if (n >= 10 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h' && b[3] >= '1' && b[3] <= '9' &&
         (memcmp(b + 4, "\x31\x41\x59\x26\x53\x59", 6) == 0 || memcmp(b + 4, "\x17\x72\x45\x38\x50\x90", 6) == 0)) {
         *fix = ": decompress it first (bunzip2 -k)";
@@ -403,7 +438,9 @@ static int parse_int(const char* opt, const char* s, long long lo, long long hi,
 static int prepare_main(int argc, char** argv, char** train, char** val) {
     int ntrain = 0, nval = 0, stats = 0, quiet = 0, progress = 0;
     const char *out = NULL, *tok_path = NULL, *decode = NULL, *field = "text";
-    long long vocab = 8192, shard_tokens = 100000000;
+    long long vocab = 8192, shard_tokens = 100000000, batch_bytes = 1 << 20;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long long jobs = cores >= 1 ? (cores < 256 ? cores : 256) : 1;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (strcmp(a, "--train") == 0 || strcmp(a, "--val") == 0) {
@@ -422,6 +459,10 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
             if (parse_int(a, argv[++i], 257, 1 << 30, &vocab) != 0) return 1;
         } else if (strcmp(a, "--shard-tokens") == 0 && i + 1 < argc) {
             if (parse_int(a, argv[++i], 1, 0x7fffffff, &shard_tokens) != 0) return 1;
+        } else if ((strcmp(a, "-j") == 0 || strcmp(a, "--jobs") == 0) && i + 1 < argc) {
+            if (parse_int(a, argv[++i], 1, 256, &jobs) != 0) return 1;
+        } else if (strcmp(a, "--batch-bytes") == 0 && i + 1 < argc) {
+            if (parse_int(a, argv[++i], 1, (long long)1 << 30, &batch_bytes) != 0) return 1;
         } else if (strcmp(a, "--stats") == 0) stats = 1;
         else if (strcmp(a, "--quiet") == 0) quiet = 1;
         else if (strcmp(a, "--progress") == 0) progress = 1;
@@ -487,23 +528,41 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
     printf("prepare: wrote %s\n", path);
     fflush(stdout);
 
-    // 2. the shards
-    if (remove_old_shards(out) != 0) return 1;
+    // 2. the shards; with -j N, every worker its own copy of the tokenizer (encoding fills its
+    // cache), loaded from the sidecar just written
+    if (remove_old_shards(out, 1) != 0) return 1;
     const int V = tokenizer_vocab_size(&tok);
+    Tokenizer* toks = NULL;
+    if (jobs > 1) {
+        toks = calloc((size_t)jobs, sizeof(Tokenizer));
+        if (!toks) { fprintf(stderr, "error: prepare: out of memory for %lld tokenizers\n", jobs); return 1; }
+        for (int w = 0; w < jobs; w++) {
+            if (tokenizer_load(&toks[w], path) != 0) return 1;
+            if (tokenizer_vocab_size(&toks[w]) != V) {
+                fprintf(stderr, "error: prepare: '%s' read back has vocab_size %d, not %d\n", path, tokenizer_vocab_size(&toks[w]), V);
+                return 1;
+            }
+        }
+    }
     Enc tr = {.tok = &tok, .out_dir = out, .split = "train", .field = field, .cap = shard_tokens,
-               .show = quiet ? 0 : isatty(2) ? 1 : progress ? 2 : 0};
+               .show = quiet ? 0 : isatty(2) ? 1 : progress ? 2 : 0, .jobs = (int)jobs, .toks = toks,
+               .batch_bytes = (size_t)batch_bytes};
     Enc va = tr;
     va.split = "val";
     tr.counts = calloc((size_t)V, sizeof(int64_t));
     va.counts = calloc((size_t)V, sizeof(int64_t));
     if (!tr.counts || !va.counts) { fprintf(stderr, "error: prepare: out of memory\n"); return 1; }
     double t1 = now_s();
-    if (encode_split(&tr, train, ntrain) != 0) return 1;
-    if (nval > 0) {
+    int failed = encode_split(&tr, train, ntrain) != 0;
+    if (!failed && nval > 0) {
         va.buf = tr.buf;  // train's last shard is written: reuse the buffer
         va.bufcap = tr.bufcap;
         tr.buf = NULL;
-        if (encode_split(&va, val, nval) != 0) return 1;
+        failed = encode_split(&va, val, nval) != 0;
+    }
+    if (failed) {  // (the failure said why) no shard of a half-read input stays under a final name
+        remove_old_shards(out, 0);
+        return 1;
     }
     // commit: train_000000.bin appears last
     char pending[4096];
@@ -520,6 +579,8 @@ static int prepare_main(int argc, char** argv, char** train, char** val) {
     if (nval > 0) enc_summary(&va);
     if (stats) print_stats(&tr, nval > 0 ? &va : NULL, V);
     free(tr.buf); free(va.buf); free(tr.counts); free(va.counts); free(tr.scratch); free(va.scratch);
+    for (int w = 0; toks && w < jobs; w++) tokenizer_free(&toks[w]);
+    free(toks);
     tokenizer_free(&tok);
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "decompress.h"
 #include "hf_tokenizer.h"
 
 #include <errno.h>
@@ -144,6 +145,17 @@ size_t tokenizer_next_piece(const unsigned char* s, size_t n, size_t i, int eof)
 #undef NEED
 }
 
+size_t tokenizer_safe_cut(const Tokenizer* t, const unsigned char* s, size_t from, size_t n) {
+    if (t && t->hf) return 0;  // a tokenizer.json's regex: no such proof
+    // A space after a non-space byte: the piece before it (a contraction or a run of one class,
+    // rules 1-4) ends there whatever follows, with or without eof, and a piece starts at the space
+    // (rules 2-6 start there; none looks behind). So the text before and the text from it on cut
+    // into the same pieces as the whole.
+    for (size_t i = n; i-- > from + 1;)
+        if (s[i] == ' ' && !is_space(s[i - 1])) return i;
+    return 0;
+}
+
 // ================================================================================================
 // streaming a file as documents of pre-tokens
 // ================================================================================================
@@ -255,18 +267,72 @@ static int is_separator_line(const unsigned char* line, size_t n) {
     return n == sn && memcmp(line, sep, sn) == 0;
 }
 
+int tokenizer_is_jsonl_name(const char* path) {
+    static const char* const ends[] = {".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.xz"};
+    size_t plen = strlen(path);
+    for (size_t k = 0; k < sizeof(ends) / sizeof(ends[0]); k++) {
+        size_t el = strlen(ends[k]);
+        if (plen > el && strcmp(path + plen - el, ends[k]) == 0) return 1;
+    }
+    return 0;
+}
+
+// the lines of a (decompressed) file, each whole in memory: *line = the line with its '\n' if any
+typedef struct {
+    Decomp* z;
+    const char* path;
+    char* buf;
+    size_t start, scanned, len, cap;  // buf[start..len) not yet returned; buf[start..scanned) holds no '\n'
+    int eof;
+} LineReader;
+
+// the length of the next line (0 at the end of the file), or -1 after a read error (reported)
+static ssize_t line_next(LineReader* r, char** line) {
+    for (;;) {
+        char* nl = memchr(r->buf + r->scanned, '\n', r->len - r->scanned);
+        if (nl || (r->eof && r->len > r->start)) {
+            size_t n = nl ? (size_t)(nl + 1 - (r->buf + r->start)) : r->len - r->start;
+            *line = r->buf + r->start;
+            r->start += n;
+            r->scanned = r->start;
+            return (ssize_t)n;
+        }
+        if (r->eof) return 0;
+        r->scanned = r->len;
+        if (r->start > 0) {  // keep only the partial line
+            memmove(r->buf, r->buf + r->start, r->len - r->start);
+            r->len -= r->start;
+            r->scanned -= r->start;
+            r->start = 0;
+        }
+        if (r->cap - r->len < STREAM_CHUNK) {
+            size_t cap = r->cap ? 2 * r->cap : 2 * STREAM_CHUNK;
+            char* g = realloc(r->buf, cap);
+            if (!g) { tok_error(r->path, "out of memory for a line of %zu bytes", r->len); return -1; }
+            r->buf = g;
+            r->cap = cap;
+        }
+        ssize_t got = decomp_read(r->z, r->buf + r->len, r->cap - r->len);
+        if (got < 0) return -1;
+        if (got == 0) r->eof = 1;
+        r->len += (size_t)got;
+    }
+}
+
 // JSON lines: each non-blank line is an object whose string member `field` is one document
-static int stream_jsonl(const char* path, const TokenizerStream* stream) {
-    FILE* f = fopen(path, "rb");
-    if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
-    char* line = NULL;
-    size_t cap = 0;
+static int read_jsonl(const char* path, const char* field, const TokenizerDocSink* sink) {
+    Decomp* z = decomp_open(path);
+    if (!z) return -1;
+    LineReader r = {.z = z, .path = path};
+    char* line;
     ssize_t got;
-    int64_t lineno = 0;
+    int64_t lineno = 0, seen = 0;
     int rc = 0;
-    while (rc == 0 && (got = getline(&line, &cap, f)) >= 0) {
+    while (rc == 0 && (got = line_next(&r, &line)) > 0) {
         lineno++;
-        if (stream->progress) stream->progress(stream->ctx, (size_t)got);
+        int64_t in = decomp_in_bytes(z);
+        if (sink->progress && in > seen) sink->progress(sink->ctx, (size_t)(in - seen));
+        seen = in;
         size_t k = 0;
         while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
         if (k == (size_t)got) continue;  // a blank line
@@ -276,71 +342,70 @@ static int stream_jsonl(const char* path, const TokenizerStream* stream) {
             break;
         }
         cJSON* o = cJSON_ParseWithLength(line, (size_t)got);
-        const cJSON* v = o ? cJSON_GetObjectItemCaseSensitive(o, stream->jsonl_field) : NULL;
+        const cJSON* v = o ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
         if (!o) tok_error(path, "line %lld is not JSON (a .jsonl file holds one JSON object a line)", (long long)lineno);
         else if (!cJSON_IsString(v))
-            tok_error(path, "line %lld has no string field \"%s\" (choose the field with --field NAME)", (long long)lineno,
-                      stream->jsonl_field);
+            tok_error(path, "line %lld has no string field \"%s\" (choose the field with --field NAME)", (long long)lineno, field);
         else {  // the whole document at once: cJSON has decoded its escapes
-            DocState d = {.cb = stream, .path = path, .doc = (unsigned char*)v->valuestring, .len = strlen(v->valuestring),
-                          .doc_no = lineno, .end_off = -1};
-            rc = d.len ? doc_flush(&d, 1) : 0;
+            size_t n = strlen(v->valuestring);
+            rc = n ? sink->text(sink->ctx, (const unsigned char*)v->valuestring, n, lineno, -1) : 0;
+            if (rc == 0 && n) rc = sink->doc_end(sink->ctx);
             cJSON_Delete(o);
             continue;
         }
         cJSON_Delete(o);
         rc = -1;
     }
-    if (rc == 0 && ferror(f)) { tok_error(path, "read error: %s", strerror(errno)); rc = -1; }
-    free(line);
-    fclose(f);
+    if (rc == 0 && got < 0) rc = -1;
+    free(r.buf);
+    decomp_close(z);
     return rc;
 }
 
-int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
-    size_t plen = strlen(path);
-    if (stream->jsonl_field && plen > 6 && strcmp(path + plen - 6, ".jsonl") == 0) return stream_jsonl(path, stream);
-    FILE* f = fopen(path, "rb");
-    if (!f) { tok_error(path, "cannot open: %s", strerror(errno)); return -1; }
-    DocState d = {.cb = stream, .path = path, .flush_at = STREAM_DOC_FLUSH, .doc_no = 1};
-    int64_t fpos = 0;         // the file offset of raw[0]
+int tokenizer_read_docs(const char* path, const char* jsonl_field, const TokenizerDocSink* sink) {
+    if (jsonl_field && tokenizer_is_jsonl_name(path)) return read_jsonl(path, jsonl_field, sink);
+    Decomp* z = decomp_open(path);
+    if (!z) return -1;
+    const int packed = decomp_format(z) != DECOMP_PLAIN;
+    int64_t fpos = 0;         // the (decompressed) text offset of raw[0]
+    int64_t seen = 0;         // file bytes reported to progress
+    int64_t doc_no = 1;       // the current document's number in the file
     unsigned char* raw = malloc(STREAM_CHUNK);
-    if (!raw) { tok_error(path, "out of memory"); fclose(f); return -1; }
+    if (!raw) { tok_error(path, "out of memory"); decomp_close(z); return -1; }
     size_t rlen = 0;          // raw[0..rlen) not yet consumed
     int at_line_start = 1;    // raw[0] begins a line (a separator can only be a whole line)
     int rc = 0, eof = 0;
     while (!eof && rc == 0) {
-        size_t got = fread(raw + rlen, 1, STREAM_CHUNK - rlen, f);
-        if (got < STREAM_CHUNK - rlen) {
-            if (ferror(f)) { tok_error(path, "read error: %s", strerror(errno)); rc = -1; break; }
-            eof = 1;
-        }
+        ssize_t sgot = decomp_read(z, raw + rlen, STREAM_CHUNK - rlen);
+        if (sgot < 0) { rc = -1; break; }  // (decomp_read said why)
+        size_t got = (size_t)sgot;
+        if (got < STREAM_CHUNK - rlen) eof = 1;  // decomp_read fills the buffer until the end of the text
         const unsigned char* nul = memchr(raw + rlen, 0, got);
         if (nul) {  // text holds no NUL byte: binary data (or UTF-16) read as text would make shards of noise
-            fprintf(stderr, "error: text '%s': a NUL byte at offset %lld: binary data, not UTF-8 text%s\n", path,
-                    (long long)(fpos + (nul - raw)),
+            fprintf(stderr, "error: text '%s': a NUL byte at offset %lld%s: binary data, not UTF-8 text%s\n", path,
+                    (long long)(fpos + (nul - raw)), packed ? " of the decompressed text" : "",
                       fpos == 0 && rlen == 0 && got >= 2 && ((raw[0] == 0xFF && raw[1] == 0xFE) || (raw[0] == 0xFE && raw[1] == 0xFF))
                           ? " (it starts like UTF-16: convert it to UTF-8)" : "");
             rc = -1;
             break;
         }
         rlen += got;
-        if (stream->progress && got) stream->progress(stream->ctx, got);
+        int64_t in = decomp_in_bytes(z);
+        if (sink->progress && in > seen) sink->progress(sink->ctx, (size_t)(in - seen));
+        seen = in;
         size_t pos = 0;
         while (rc == 0 && pos < rlen) {
             unsigned char* nl = memchr(raw + pos, '\n', rlen - pos);
             size_t n = nl ? (size_t)(nl - (raw + pos)) + 1 : rlen - pos;
             if (nl || eof) {  // a whole line (or the last one, without a newline)
-                d.end_off = fpos + (int64_t)pos;
-                if (at_line_start && is_separator_line(raw + pos, n)) rc = doc_flush(&d, 1);
-                else { d.end_off += (int64_t)n; rc = doc_append(&d, raw + pos, n, path); }
+                if (at_line_start && is_separator_line(raw + pos, n)) { rc = sink->doc_end(sink->ctx); doc_no++; }
+                else rc = sink->text(sink->ctx, raw + pos, n, doc_no, fpos + (int64_t)(pos + n));
                 pos += n;
                 at_line_start = 1;
             } else if (at_line_start && rlen - pos <= 16) {
                 break;  // short partial line: it might still be a separator; read more
             } else {    // a partial line that cannot be a separator (or continues one that is not)
-                d.end_off = fpos + (int64_t)rlen;
-                rc = doc_append(&d, raw + pos, rlen - pos, path);
+                rc = sink->text(sink->ctx, raw + pos, rlen - pos, doc_no, fpos + (int64_t)rlen);
                 pos = rlen;
                 at_line_start = 0;
             }
@@ -349,11 +414,40 @@ int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
         rlen -= pos;
         fpos += (int64_t)pos;
     }
-    if (rc == 0) rc = doc_flush(&d, 1);
+    if (rc == 0) rc = sink->doc_end(sink->ctx);  // a file ends its last document
     free(raw);
-    free(d.doc);
-    fclose(f);
+    decomp_close(z);
     return rc;
+}
+
+// DocState as the sink of tokenizer_read_docs: tokenizer_stream_file's pre-tokenizing reader
+static int state_text(void* ctx, const unsigned char* p, size_t n, int64_t doc_no, int64_t end_off) {
+    DocState* d = ctx;
+    d->doc_no = doc_no;
+    d->end_off = end_off;
+    return doc_append(d, p, n, d->path);
+}
+
+static int state_doc_end(void* ctx) { return doc_flush(ctx, 1); }
+
+static void state_progress(void* ctx, size_t bytes) {
+    DocState* d = ctx;
+    if (d->cb->progress) d->cb->progress(d->cb->ctx, bytes);
+}
+
+int tokenizer_stream_file(const char* path, const TokenizerStream* stream) {
+    DocState d = {.cb = stream, .path = path, .flush_at = STREAM_DOC_FLUSH, .doc_no = 1};
+    TokenizerDocSink sink = {.text = state_text, .doc_end = state_doc_end, .progress = state_progress, .ctx = &d};
+    int rc = tokenizer_read_docs(path, stream->jsonl_field, &sink);
+    free(d.doc);
+    return rc;
+}
+
+int tokenizer_stream_doc(const TokenizerStream* stream, const char* path, int64_t doc_no, int64_t end_off,
+                         const unsigned char* text, size_t n) {
+    // the whole text at once (doc_flush moves nothing at eof, so text stays untouched)
+    DocState d = {.cb = stream, .path = path, .doc = (unsigned char*)text, .len = n, .doc_no = doc_no, .end_off = end_off};
+    return n ? doc_flush(&d, 1) : 0;
 }
 
 // ================================================================================================

@@ -100,10 +100,18 @@ size_t tokenizer_encode_piece(const Tokenizer* t, const unsigned char* p, size_t
 // A pre-token depends only on the bytes from its start on, so streaming gives the same pieces.
 size_t tokenizer_next_piece(const unsigned char* s, size_t n, size_t i, int eof);
 
-// Streams a text file as documents of pre-tokens. A line holding only "<|endoftext|>" (an
-// optional \r before its \n allowed) ends a document and is dropped; a file starts a new
-// document. Calls doc_begin before the first piece of each non-empty document, piece for each
-// pre-token (never crossing a document), progress with the count of bytes read after each read.
+// The last c in (from, n) at which s[0..n) may be cut so that s[0..c) and s[c..n), each cut into
+// pre-tokens as a whole text (eof), give the pre-tokens of s[0..n) (the rest of the text only
+// continuing the second): a space after a non-space byte. 0 when there is none, and always 0 for a
+// tokenizer.json (no such rule is proven for an arbitrary regex). prepare -j N splits a long
+// document there.
+size_t tokenizer_safe_cut(const Tokenizer* t, const unsigned char* s, size_t from, size_t n);
+
+// Streams a text file (plain, or gzip/zstd/xz compressed: tokenizer_read_docs below) as documents
+// of pre-tokens. A line holding only "<|endoftext|>" (an optional \r before its \n allowed) ends a
+// document and is dropped; a file starts a new document. Calls doc_begin before the first piece of
+// each non-empty document, piece for each pre-token (never crossing a document), progress with the
+// count of file bytes consumed after each read (compressed bytes for a compressed file).
 // Any callback may be NULL; a non-zero return from doc_begin or piece stops and returns -1.
 // Memory is bounded by the chunk size except for a single pre-token longer than 16 MiB, which
 // is cut there.
@@ -117,13 +125,37 @@ typedef struct {
 } TokenizerStream;
 int tokenizer_stream_file(const char* path, const TokenizerStream* stream);
 
+// The reader under tokenizer_stream_file: a file, plain or compressed (gzip, zstd, xz; told by its
+// first bytes: data/decompress.h), cut into documents whose text is passed on unchanged.
+// text(ctx, p, n, doc_no, end_off) hands over the next bytes of the current document (doc_no: its
+// number in the file from 1, in a .jsonl file its line; end_off: the offset in the decompressed
+// text just after p[n), -1 in a .jsonl file); doc_end(ctx) ends the current document (it may be
+// empty: separators in a row, an empty file); progress(ctx, n): n more bytes of the file consumed
+// (compressed bytes, comparable to its size). A non-zero return from text or doc_end stops and
+// returns -1; so do a read error and a corrupt or truncated stream (one line on stderr).
+typedef struct {
+    int (*text)(void* ctx, const unsigned char* p, size_t n, int64_t doc_no, int64_t end_off);
+    int (*doc_end)(void* ctx);
+    void (*progress)(void* ctx, size_t bytes);  // may be NULL
+    void* ctx;
+} TokenizerDocSink;
+int tokenizer_read_docs(const char* path, const char* jsonl_field, const TokenizerDocSink* sink);
+// 1 when path names a JSON lines file: it ends in .jsonl, .jsonl.gz, .jsonl.zst or .jsonl.xz
+int tokenizer_is_jsonl_name(const char* path);
+// One whole document text[0..n) of file path cut into pre-tokens through stream's doc_begin and piece
+// callbacks, the same pieces tokenizer_stream_file gives for it (doc_no and end_off, as
+// TokenizerDocSink has them, only place an error message). Thread-safe for distinct Tokenizers:
+// prepare -j N runs one per worker, each with its own Tokenizer.
+int tokenizer_stream_doc(const TokenizerStream* stream, const char* path, int64_t doc_no, int64_t end_off,
+                         const unsigned char* text, size_t n);
+
 // ---- Hugging Face tokenizer.json (data/hf_tokenizer.h) ----------------------------------------
 // tokenizer_load reads a tokenizer.json (a file starting with '{') or a directory holding one;
 // tokenizer_save then writes that file's bytes back unchanged. TokenizerStream.tok selects the
 // pre-tokenizer used by tokenizer_stream_file: NULL or one of ours: the rules above; a
 // tokenizer.json's: its added tokens, then its Split regex. TokenizerStream.jsonl_field, when not
-// NULL, reads files whose name ends in .jsonl as JSON lines: one document per line, the text in
-// that string field (other files stay plain text).
+// NULL, reads files whose name ends in .jsonl (or .jsonl.gz, .jsonl.zst, .jsonl.xz) as JSON lines:
+// one document per line, the text in that string field (other files stay plain text).
 
 // Builds t->ranks and t->cache from t->merges (tokenizer_load calls it for a tokenizer.json too).
 int tokenizer_index_merges(Tokenizer* t, const char* what);

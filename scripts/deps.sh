@@ -6,7 +6,9 @@ set -euo pipefail
 PACKAGES=(
   cmake make gcc pkg-config     # build
   libinih-dev                   # INI parsing of configs
-  zlib1g-dev                    # crc32 checksums of checkpoint files
+  zlib1g-dev                    # crc32 checksums of checkpoint files, gzip input of prepare
+  libzstd-dev liblzma-dev       # zstd and xz input of prepare (data/decompress.c)
+  zstd xz-utils time            # the tests' compressed inputs; /usr/bin/time -v in bench/bench_prepare.sh
   libpcre2-dev libcjson-dev libutf8proc-dev   # Hugging Face tokenizer.json: its regex (PCRE2, JIT), the JSON, NFC (data/hf_tokenizer.c)
   libdnnl-dev                   # oneDNN: the CPU GEMM (docs/gemm_choice.md)
   libopenblas-dev               # the GEMM we compare against (bench), and a fallback

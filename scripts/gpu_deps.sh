@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_deps.sh [DIR]: stage, from this machine's Debian packages, what a bare GPU machine
-# lacks for scripts/gpu_check.sh: libinih, zlib, PCRE2 and utf8proc (static libraries and headers), cJSON
+# lacks for scripts/gpu_check.sh: libinih, zlib, libzstd, liblzma, PCRE2 and utf8proc (static libraries and headers), cJSON
 # (its shared library: Debian has no static one) and the
 # cudnn-frontend headers (scripts/cudnn_frontend.sh) into DIR (default
 # gpu-deps/ in the repository, ignored by git). Carry DIR to the GPU machine with the working
@@ -27,6 +27,13 @@ for p in /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/libz.a; do
         cp "$p" "$dir/lib/libz.a"
         break
     fi
+done
+# libzstd and liblzma (static) for prepare's compressed input (data/decompress.c)
+for l in zstd lzma; do
+    if [ -f /usr/include/$l.h ] && [ -f /usr/lib/x86_64-linux-gnu/lib$l.a ]; then
+        cp /usr/include/$l.h "$dir/include/" && cp /usr/lib/x86_64-linux-gnu/lib$l.a "$dir/lib/"
+        if [ $l = zstd ]; then cp /usr/include/zstd_errors.h "$dir/include/"; else cp -r /usr/include/lzma "$dir/include/"; fi
+    else echo "gpu_deps: error: $l.h or lib$l.a not found: apt-get install lib$l-dev (scripts/deps.sh)" >&2; exit 1; fi
 done
 # PCRE2 (static) and cJSON (Debian ships it shared only: the binaries find it by their build RPATH)
 # for data/hf_tokenizer.c
