@@ -272,7 +272,10 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
                 LTI(ACT_ROUTE, row_slot, S); LTI(ACT_ROUTE, slot_row, S);
                 LTA(ACT_CHEAP, xp, S * d);
                 if (EP == 1) { LTA(ACT_HEAVY, ep_pre, S * sw * Fe); LTA(ACT_CHEAP, ep_act, S * Fe); }
-                LTA(ACT_HEAVY, yp, S * d);
+                // expert parallelism: yp holds rows the other members computed and sent back, so
+                // it is kept like the routing (recomputing it would run the all-to-all again; the
+                // received rows of each layer are kept anyway, GPT.moe_ep_rows)
+                LTA(EP > 1 ? ACT_ROUTE : ACT_HEAVY, yp, S * d);
                 if (EP > 1) LTI(ACT_ROUTE, ep_rc, E);
                 if (mc->n_shared_expert) { LTA(ACT_HEAVY, sh_pre, N * sw * Fs); LTA(ACT_CHEAP, sh_act, N * Fs); }
                 if (mc->shared_expert_gate) { LTA(ACT_HEAVY, sh_out, N * d); LT(ACT_HEAVY, sh_z, N); }
