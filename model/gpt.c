@@ -400,6 +400,26 @@ void gpt_refresh_act_weights(GPT* m) {
     m->params_act_stale = 0;
 }
 
+void gpt_round_master_shard(GPT* m, size_t lo, size_t hi) {
+    if (hi > lo) ops_weights_to_act_at(m->params_act + lo, m->params + lo, lo, hi - lo, m->params_act_seed);
+    m->params_act_stale = 0;
+}
+
+int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]) {
+    int n = 0;
+    for (int i = 0; i < m->table.n; i++) {
+        const ParamInfo* p = &m->table.p[i];
+        const char* dot = strrchr(p->name, '.');
+        const int f32 = p->ndim == 1 || strcmp(p->name, "wte") == 0 || strcmp(p->name, "wpe") == 0 ||
+                        (dot && strcmp(dot, ".conv_w") == 0);
+        if (!f32) continue;
+        // merged across the alignment padding between tensors (< 16 floats, zeros on every process)
+        if (n > 0 && r[n - 1][1] + 16 > p->offset) r[n - 1][1] = p->offset + p->numel;
+        else { r[n][0] = p->offset; r[n][1] = p->offset + p->numel; n++; }
+    }
+    return n;
+}
+
 const act_t* gpt_act_w(GPT* m, const float* w) {
     if (!w) return NULL;
     gpt_refresh_act_weights(m);
