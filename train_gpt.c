@@ -644,6 +644,7 @@ static int setup_model(Run* r) {
     r->mem_acts = ops_allocated_bytes() - held;
     if (dist_init_ep(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total, r->model.table.dense_total) != 0)
         return 1;
+    dist_master_init(&r->dist, &r->model);   // bf16 layouts under ZeRO-1: the fp32 master sharded
     // the exchange hooks for every forward (training, evaluation, probes, samples): the model
     // holds only this member's experts (model/gpt.h)
     moe_ep_hooks(&r->model, r->comm, &r->dist, 1);
@@ -691,6 +692,9 @@ static int setup_model(Run* r) {
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, optim_moment_count(&r->opt), r->model.table.total,
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
+    if (r->dist.master_sharded)
+        printf("distributed: fp32 master sharded: %zu of %zu floats updated here, the bf16 compute copy all-gathered "
+               "(the fp32-read tensors, %d ranges, in fp32)\n", r->dist.hi - r->dist.lo, r->model.table.total, r->dist.nf32);
     if (r->comm->ep_size > 1)
         printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
                "(tokens exchanged by all-to-all: %s) | held per process: %zu floats (%zu dense + %zu experts), the experts' "
@@ -955,7 +959,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         watchdog_phase(done, "optimizer step");
         optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
         watchdog_phase(done, "all-gather of parameters");
-        dist_gather_params(&r->dist, m->params);     // ZeRO-1: everyone's updated shards
+        dist_gather_weights(&r->dist, m);            // ZeRO-1: everyone's updated shards
     }
     if (measure) signals_after_update(&r->sig, &r->dist, m->params, skipped);
     for (int i = 0; i < nhits; i++) write_spike(&hits[i], done, have_probe ? &spike_probe : NULL, &r->sig, r->logf);
@@ -1140,6 +1144,7 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
     cs->lr = lr;
     const double t0 = progress_now();
     watchdog_phase(done, "checkpoint write");   // re-armed at each stage of the write (train/checkpoint.c)
+    dist_gather_master(&r->dist, &r->model);    // a sharded fp32 master, whole for model.bin
     const int failed = write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0;
     free(cs->mix);
     cs->mix = NULL;

@@ -62,6 +62,11 @@ void  ops_float_from_act(float* x, const act_t* act, size_t n);
 // act_t, the random bits bf16_sr_bits(seed, i) (kernels/bf16.h); a copy for fp32 act_t,
 // nothing when act aliases w.
 void  ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed);
+// The same for the range [at, at + n) of the weights (ZeRO-1's master shard, train/dist.h):
+// act[i] (=) w[i] rounded with the bits bf16_sr_bits(seed, at + i) of the GLOBAL index, so the
+// shards' copies put together are ops_weights_to_act's over the whole arena, bit for bit,
+// wherever the shards are cut. act and w point at the range's first element.
+void  ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsigned long long seed);
 
 // ---------------------------------------------------------------------------------------------
 // GEMM

@@ -1389,11 +1389,6 @@ int config_finalize_processes(Config* c, const char* where, int nproc) {
                     c->model.moe.n_expert, EP);
             return -1;
         }
-        if (t->recompute != RECOMPUTE_NONE) {
-            fprintf(stderr, "error: %s: [train] recompute = %s is not supported with [moe] expert_parallel = %d yet "
-                    "(fix: set recompute = none, or expert_parallel = 1)\n", where, config_enum_name("recompute", t->recompute), EP);
-            return -1;
-        }
     }
     return 0;
 }

@@ -272,7 +272,10 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
                 LTI(ACT_ROUTE, row_slot, S); LTI(ACT_ROUTE, slot_row, S);
                 LTA(ACT_CHEAP, xp, S * d);
                 if (EP == 1) { LTA(ACT_HEAVY, ep_pre, S * sw * Fe); LTA(ACT_CHEAP, ep_act, S * Fe); }
-                LTA(ACT_HEAVY, yp, S * d);
+                // expert parallelism: yp holds rows the other members computed and sent back, so
+                // it is kept like the routing (recomputing it would run the all-to-all again; the
+                // received rows of each layer are kept anyway, GPT.moe_ep_rows)
+                LTA(EP > 1 ? ACT_ROUTE : ACT_HEAVY, yp, S * d);
                 if (EP > 1) LTI(ACT_ROUTE, ep_rc, E);
                 if (mc->n_shared_expert) { LTA(ACT_HEAVY, sh_pre, N * sw * Fs); LTA(ACT_CHEAP, sh_act, N * Fs); }
                 if (mc->shared_expert_gate) { LTA(ACT_HEAVY, sh_out, N * d); LT(ACT_HEAVY, sh_z, N); }
@@ -395,6 +398,26 @@ void gpt_refresh_act_weights(GPT* m) {
     if (!m->params_act_stale) return;
     ops_weights_to_act(m->params_act, m->params, m->table.total, m->params_act_seed);
     m->params_act_stale = 0;
+}
+
+void gpt_round_master_shard(GPT* m, size_t lo, size_t hi) {
+    if (hi > lo) ops_weights_to_act_at(m->params_act + lo, m->params + lo, lo, hi - lo, m->params_act_seed);
+    m->params_act_stale = 0;
+}
+
+int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]) {
+    int n = 0;
+    for (int i = 0; i < m->table.n; i++) {
+        const ParamInfo* p = &m->table.p[i];
+        const char* dot = strrchr(p->name, '.');
+        const int f32 = p->ndim == 1 || strcmp(p->name, "wte") == 0 || strcmp(p->name, "wpe") == 0 ||
+                        (dot && strcmp(dot, ".conv_w") == 0);
+        if (!f32) continue;
+        // merged across the alignment padding between tensors (< 16 floats, zeros on every process)
+        if (n > 0 && r[n - 1][1] + 16 > p->offset) r[n - 1][1] = p->offset + p->numel;
+        else { r[n][0] = p->offset; r[n][1] = p->offset + p->numel; n++; }
+    }
+    return n;
 }
 
 const act_t* gpt_act_w(GPT* m, const float* w) {

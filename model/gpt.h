@@ -194,6 +194,25 @@ void gpt_params_changed(GPT* m, long step);
 // parameters changed (gpt_forward does this anyway; a caller outside a forward needs it).
 const act_t* gpt_act_w(GPT* m, const float* w);
 void gpt_refresh_act_weights(GPT* m);
+
+// ---- ZeRO-1 with the fp32 master sharded (bf16 act_t, train/dist.h dist_master_sharded) ----
+// The process updates only its shard [lo, hi) of the fp32 master (m->params); the GEMMs read the
+// bf16 compute copy, which the processes put together from their rounded shards (bits moved,
+// 2 bytes a parameter); only the tensors the forward and backward read in fp32 are all-gathered
+// in fp32 (gpt_fp32_ranges). The rest of m->params outside [lo, hi) is then out of date and
+// read by nobody until a checkpoint gathers the master whole.
+//
+// The compute copy of the shard: m->params_act[lo, hi) (=) m->params[lo, hi) stochastically
+// rounded with the seed of gpt_params_changed and each element's GLOBAL index
+// (ops_weights_to_act_at), so the shards' copies, all-gathered, are gpt_refresh_act_weights'
+// over the whole arena bit for bit. Marks the copy fresh: the caller all-gathers it next.
+void gpt_round_master_shard(GPT* m, size_t lo, size_t hi);
+// The arena ranges [r[i][0], r[i][1]) of the tensors the model reads as fp32 parameters (not
+// through gpt_act_w: the embeddings, the norms' weights and biases, qk-norm, the Gated
+// DeltaNet's conv, A_log, dt_bias and gated-norm weight; every 1-D tensor, the linear biases
+// included), adjacent tensors merged, in arena order. r holds m->table.n pairs at most; returns
+// how many.
+int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]);
 // Host copy of the first `count` logits of token n of the last forward (converted to fp32).
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 // Host copy of the per-token losses [B*T] of the last forward with targets.

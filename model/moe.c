@@ -320,10 +320,10 @@ double moe_layer_forward(const MoeLayerIO* io, float* out, RecomputeKind redo) {
         exit(1);
     }
     if (ep_on(io)) {
-        // expert parallelism: the rows travel to the members that hold their experts and back
-        // (the trainer refuses recomputation with it: the received rows are not kept twice)
-        if (!fwd) { fprintf(stderr, "error: MoE recomputation under expert parallelism is not supported\n"); exit(1); }
-        ep_experts_forward(io);
+        // expert parallelism: the rows travel to the members that hold their experts and back.
+        // A recomputation runs no exchange: yp is kept (model/gpt.c, ACT_ROUTE under expert
+        // parallelism) and so are the received rows the backward reads (io->ep_rows)
+        if (fwd) ep_experts_forward(io);
     } else {
         if (all) ops_grouped_matmul_forward(a->ep_pre, a->xp, w->moe_w_in, a->offsets, E, d, sw * Fe);
         ffn_act_forward(c, a->ep_act, a->ep_pre, R, Fe);

@@ -121,6 +121,13 @@ static void test_ops(void) {
     }
     TU_CHECK(det == 0, "ops_weights_to_act is not deterministic (%d differ)", det);
     TU_CHECK(sr == 0, "ops_weights_to_act: %d elements differ from bf16_from_f32_sr", sr);
+    // ZeRO-1's shards (ops_weights_to_act_at, train/dist.h): the copy made in three unequal
+    // pieces, each rounded with its elements' global indices, is the whole copy bit for bit
+    const size_t cut[4] = {0, 4096, 4096 + 1234, n};
+    for (int k = 0; k < 3; k++) ops_weights_to_act_at(b + cut[k], w + cut[k], cut[k], cut[k + 1] - cut[k], 99);
+    int shard = 0;
+    for (size_t i = 0; i < n; i++) shard += a[i] != b[i];
+    TU_CHECK(shard == 0, "ops_weights_to_act_at: %d elements of the copy made in 3 shards differ from the whole copy", shard);
     // statistical: w = 0.05 x uniform has a dropped fraction ~uniform, so another seed flips ~1/3 of
     // the roundings (E|U - U'| = 1/3); n / 10 is far below that; measured 3318 of 10007
     TU_CHECK(seeds > (int)n / 10, "another seed changed only %d of %zu roundings", seeds, n);

@@ -177,6 +177,17 @@ static void test_conversions(size_t n) {
         ops_weights_to_act(d_a, d_x, n, seeds[s]);
         cmp_bits(NM("weights_to_act (stochastic rounding) seed %#llx", seeds[s]), d_a, want, n);
     }
+    // ZeRO-1's shard rounding (ops_weights_to_act_at): a range [at, n) rounded with its global
+    // indices, the bits of the whole copy above (at not a multiple of the block size)
+    const size_t at = n / 3 + 1;
+    act_t* d_s = poison_act(n);
+    ops_weights_to_act_at(d_s + at, d_x + at, at, n - at, seeds[1]);
+    uint16_t* got_s = hold(malloc(n * 2));
+    ops_to_host(got_s, d_s, n * sizeof(act_t));
+    size_t bad_s = 0;
+    for (size_t i = at; i < n; i++) bad_s += got_s[i] != want[i];
+    TU_CHECK(bad_s == 0, "weights_to_act_at n=%zu from %zu: %zu of %zu elements differ from the whole copy's rounding",
+             n, at, bad_s, n - at);
     // the way back, act -> fp32 (exact): every bf16 pattern (i * 40503 mod 2^16 is a bijection
     // over 65536 consecutive i): zeros, subnormals, inf, NaN
     uint16_t* bits = hold(malloc(n * 2));

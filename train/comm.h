@@ -55,6 +55,9 @@ void comm_allreduce_max_f64(Comm* c, double* x, size_t n);
 // is left unspecified. allgather: every rank's shard of x is copied to all ranks.
 void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
 void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt);
+// The same all-gather over 2-byte elements (the bf16 compute copy of the weights under ZeRO-1
+// with the master sharded, train/dist.h dist_gather_act): off and cnt count elements.
+void comm_allgather_bf16(Comm* c, void* x, const size_t* off, const size_t* cnt);
 // Rank 0's bytes buf[n] to every rank.
 void comm_broadcast(Comm* c, void* buf, size_t n);
 

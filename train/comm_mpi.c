@@ -179,14 +179,14 @@ static void reduce_scatter(Comm* c, MPI_Comm g, int n, int me, float* x, const s
     c->seconds += now_s() - t;
 }
 
-static void allgather(Comm* c, MPI_Comm g, int n, float* x, const size_t* off, const size_t* cnt) {
+static void allgather(Comm* c, MPI_Comm g, int n, void* x, const size_t* off, const size_t* cnt, MPI_Datatype type) {
     if (n == 1) return;
     double t = now_s();
     int* ioff = malloc(2 * (size_t)n * sizeof(int));
     if (!ioff) { fprintf(stderr, "error: rank %d: out of memory in allgather\n", c->rank); MPI_Abort(MPI_COMM_WORLD, 1); }
     int* icnt = ioff + n;
     int_counts(c, n, off, cnt, ioff, icnt);
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, icnt, ioff, MPI_FLOAT, g), "MPI_Allgatherv");
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, icnt, ioff, type, g), "MPI_Allgatherv");
     free(ioff);
     c->seconds += now_s() - t;
 }
@@ -195,7 +195,10 @@ void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const siz
     reduce_scatter(c, MPI_COMM_WORLD, c->size, c->rank, x, off, cnt);
 }
 void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
-    allgather(c, MPI_COMM_WORLD, c->size, x, off, cnt);
+    allgather(c, MPI_COMM_WORLD, c->size, x, off, cnt, MPI_FLOAT);
+}
+void comm_allgather_bf16(Comm* c, void* x, const size_t* off, const size_t* cnt) {
+    allgather(c, MPI_COMM_WORLD, c->size, x, off, cnt, MPI_UINT16_T);   // bits moved, not values
 }
 void comm_rep_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
     if (c->rep_size <= 1) return;
@@ -203,7 +206,7 @@ void comm_rep_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const
 }
 void comm_rep_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
     if (c->rep_size <= 1) return;
-    allgather(c, *(MPI_Comm*)c->rep_comm, c->rep_size, x, off, cnt);
+    allgather(c, *(MPI_Comm*)c->rep_comm, c->rep_size, x, off, cnt, MPI_FLOAT);
 }
 
 void comm_broadcast(Comm* c, void* buf, size_t n) {

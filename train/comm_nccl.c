@@ -2,6 +2,7 @@
 #include "comm_nccl.h"
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,17 @@ void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* 
     for (int r = 0; r < n->nranks; r++)
         if (cnt[r] > 0)
             NCCL_CHECK(ncclBroadcast(x + off[r], x + off[r], cnt[r], ncclFloat, r,
+                                 (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+void nccl_allgather_bf16(NcclComm* n, void* x, const size_t* off, const size_t* cnt) {
+    wait_for_compute(n);
+    uint16_t* b = (uint16_t*)x;
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < n->nranks; r++)
+        if (cnt[r] > 0)
+            NCCL_CHECK(ncclBroadcast(b + off[r], b + off[r], cnt[r], ncclBfloat16, r,
                                  (ncclComm_t)n->nccl, (cudaStream_t)n->stream));
     NCCL_CHECK(ncclGroupEnd());
 }

@@ -46,6 +46,8 @@ int nccl_abort(NcclComm* n);
 void nccl_allreduce_sum_f32(NcclComm* n, float* x, size_t count);
 void nccl_reduce_scatter_sum_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
 void nccl_allgather_f32(NcclComm* n, float* x, const size_t* off, const size_t* cnt);
+// The same over 2-byte bf16 elements (ncclBfloat16; off and cnt count elements).
+void nccl_allgather_bf16(NcclComm* n, void* x, const size_t* off, const size_t* cnt);
 void nccl_sync(NcclComm* n);
 
 // Expert parallelism (docs/distributed.md): a communicator over this process's group

@@ -29,6 +29,9 @@ void comm_reduce_scatter_sum_f32(Comm* c, float* x, const size_t* off, const siz
 void comm_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* cnt) {
     (void)c; (void)x; (void)off; (void)cnt;
 }
+void comm_allgather_bf16(Comm* c, void* x, const size_t* off, const size_t* cnt) {
+    (void)c; (void)x; (void)off; (void)cnt;
+}
 void comm_broadcast(Comm* c, void* buf, size_t n) { (void)c; (void)buf; (void)n; }
 // one process: nothing is exchanged, nothing allocated
 void comm_reduce_scatter_bytes(int size, size_t floats, size_t shard, size_t* held, size_t* temp) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../kernels/ops.h"
+#include "../model/gpt.h"
 #ifdef GATEDGPT_NCCL
 #include "comm_nccl.h"
 #endif
@@ -121,7 +122,7 @@ void dist_free(Dist* d) {
     if (d->nccl_ep) { nccl_free((NcclComm*)d->nccl_ep); free(d->nccl_ep); }
     if (d->nccl_rep) { nccl_free((NcclComm*)d->nccl_rep); free(d->nccl_rep); }
 #endif
-    free(d->off); free(d->cnt); free(d->xoff); free(d->xcnt); free(d->part); free(d->xpart);
+    free(d->off); free(d->cnt); free(d->xoff); free(d->xcnt); free(d->part); free(d->xpart); free(d->f32);
     memset(d, 0, sizeof(*d));
 }
 
@@ -318,6 +319,58 @@ void dist_gather_params(Dist* d, float* params) {
     }
 #endif
     comm_allgather_f32(d->comm, params, d->off, d->cnt);
+}
+
+void dist_master_init(Dist* d, const GPT* m) {
+    d->master_sharded = 0; d->nf32 = 0;
+    if (OPS_ACT_IS_FLOAT || d->zero_stage != 1 || d->comm->size <= 1 || d->comm->ep_size > 1) return;
+    d->f32 = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(*d->f32));
+    if (!d->f32) { fprintf(stderr, "error: out of host memory (dist_master_init)\n"); exit(1); }
+    d->nf32 = gpt_fp32_ranges(m, d->f32);
+    d->master_sharded = 1;
+}
+
+void dist_gather_range(Dist* d, float* params, size_t lo, size_t hi) {
+    if (hi <= lo || d->comm->size == 1) return;
+    size_t* off = malloc(2 * (size_t)d->comm->size * sizeof(size_t));
+    if (!off) { fprintf(stderr, "error: out of host memory (dist)\n"); exit(1); }
+    size_t* cnt = off + d->comm->size;
+    sub_shards(d, lo, hi, off, cnt);
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) nccl_allgather_f32((NcclComm*)d->nccl, params, off, cnt);
+    else
+#endif
+        comm_allgather_f32(d->comm, params, off, cnt);
+    free(off);
+}
+
+void dist_gather_act(Dist* d, void* act) {
+    if (d->comm->size == 1) return;
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) { nccl_allgather_bf16((NcclComm*)d->nccl, act, d->off, d->cnt); return; }
+#endif
+    comm_allgather_bf16(d->comm, act, d->off, d->cnt);
+}
+
+void dist_gather_weights(Dist* d, GPT* m) {
+    if (!d->master_sharded) { dist_gather_params(d, m->params); return; }
+    // this process's shard of the compute copy, rounded by global index, then everyone's
+    gpt_round_master_shard(m, d->lo, d->hi);
+    dist_gather_act(d, m->params_act);
+    // the fp32 tensors the forward reads (the master's other floats stay sharded)
+    for (int i = 0; i < d->nf32; i++) dist_gather_range(d, m->params, d->f32[i][0], d->f32[i][1]);
+#ifdef GATEDGPT_NCCL
+    if (d->nccl) {
+        NcclComm* n = (NcclComm*)d->nccl;
+        double t = n->seconds;
+        nccl_sync(n);
+        d->comm->seconds += n->seconds - t;
+    }
+#endif
+}
+
+void dist_gather_master(Dist* d, GPT* m) {
+    if (d->master_sharded) dist_gather_params(d, m->params);
 }
 
 int dist_ep_alltoallv(Dist* d, const void* send, const int* send_rows, void* recv, const int* recv_rows,

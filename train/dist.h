@@ -51,6 +51,11 @@ typedef struct {
     int overlap;
     size_t (*done)[2];     // [ndone] ranges already reduced this step, in the order reduced
     int ndone, done_cap;
+    // ZeRO-1 with the fp32 master sharded (dist_master_init): the tensors read in fp32, whose
+    // fp32 values are all-gathered after each update (gpt_fp32_ranges); nf32 = 0 when off
+    int master_sharded;
+    size_t (*f32)[2];
+    int nf32;
 } Dist;
 
 // Returns 0, or -1 after printing why (a CUDA build without NCCL under mpirun; NCCL failing to
@@ -82,6 +87,29 @@ void dist_reduce_grads(Dist* d, float* grads);
 float dist_grad_norm(Dist* d, const float* grads);
 // ZeRO-1: every process's updated shard of params[total] to all processes (no-op for 0).
 void dist_gather_params(Dist* d, float* params);
+
+// ZeRO-1 with the fp32 master sharded, in the layouts whose GEMMs read a bf16 compute copy
+// (bf16 act_t: the CUDA bf16 build and its CPU emulation; the fp32 layouts' weights are the
+// compute copy and keep dist_gather_params): after the update each process rounds its shard of
+// the master into the bf16 copy (gpt_round_master_shard) and the copy is all-gathered, 2 bytes
+// a parameter instead of 4; of the fp32 master only the tensors read in fp32 (gpt_fp32_ranges:
+// embeddings, norms, biases, small Gated DeltaNet tensors) are all-gathered. Training is the
+// same bit for bit as zero_stage 0 (the rounding's bits follow the global index). On with
+// zero_stage 1, more than one process, bf16 act_t and no expert parallelism (the experts'
+// replica shards keep dist_gather_params). Call after dist_init.
+struct GPT;
+void dist_master_init(Dist* d, const struct GPT* m);
+// After optim_step: the compute copy and the fp32-read tensors of every process's updated
+// shard to all processes (master sharded), else dist_gather_params.
+void dist_gather_weights(Dist* d, struct GPT* m);
+// Before a checkpoint (master sharded): the whole fp32 master to every process
+// (dist_gather_params), so that model.bin holds it as with any other layout; nothing otherwise
+// (it is whole already).
+void dist_gather_master(Dist* d, struct GPT* m);
+// fp32 all-gather of the arena range [lo, hi) (each process's part of it from its shard).
+void dist_gather_range(Dist* d, float* params, size_t lo, size_t hi);
+// bf16 all-gather of the dense region of a 2-byte-element arena (the compute copy) by shards.
+void dist_gather_act(Dist* d, void* act);
 // Overlap (d->overlap, more than one process): reduce-scatter grads[lo, hi) now (each process
 // keeps the sum of its shard's part of it). Call after the last micro-step's backward has
 // finished those gradients; dist_reduce_grads then reduces only what no call covered. Every

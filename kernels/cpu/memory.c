@@ -76,6 +76,10 @@ void ops_weights_to_act(float* act, const float* w, size_t n, unsigned long long
     (void)seed;
     if (act != w) memcpy(act, w, n * sizeof(float));
 }
+void ops_weights_to_act_at(float* act, const float* w, size_t at, size_t n, unsigned long long seed) {
+    (void)at; (void)seed;
+    if (act != w) memcpy(act, w, n * sizeof(float));
+}
 void ops_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 void ops_from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 

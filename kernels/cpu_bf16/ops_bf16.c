@@ -84,7 +84,10 @@ void ops_float_from_act(float* x, const act_t* act, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(act[i]);
 }
 void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
-    for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
+    ops_weights_to_act_at(act, w, 0, n, seed);
+}
+void ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsigned long long seed) {
+    for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, at + i));
 }
 
 // ---- GEMM ------------------------------------------------------------------------------------

@@ -199,9 +199,10 @@ __global__ static void float_from_act_kernel(float* x, const cact_t* act, size_t
 }
 // act[i] = w[i] rounded stochastically with the bits of (seed, i): the same bits as the CPU's
 // emulation (kernels/bf16.h is shared)
-__global__ static void weights_to_act_kernel(uint16_t* act, const float* w, size_t n, unsigned long long seed) {
+// the element at + i of the arena (ops_weights_to_act_at: a shard's range; at = 0, the whole arena)
+__global__ static void weights_to_act_kernel(uint16_t* act, const float* w, size_t at, size_t n, unsigned long long seed) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
+    if (i < n) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, at + i));
 }
 static void act_not_aliased(const void* act, const void* src, const char* op) {
     if (act != src) return;
@@ -260,14 +261,18 @@ void ops_float_from_act(float* x, const act_t* act, size_t n) {
 }
 
 void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
+    ops_weights_to_act_at(act, w, 0, n, seed);
+}
+
+void ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsigned long long seed) {
     CUDA_OP_TIMER("ops_weights_to_act");
     if (n == 0) return;
 #ifdef GATEDGPT_ACT_BF16
     act_not_aliased(act, w, "ops_weights_to_act");
-    weights_to_act_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(act, w, n, seed);
+    weights_to_act_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(act, w, at, n, seed);
     CUDA_LAUNCH_CHECK("weights_to_act_kernel");
 #else
-    (void)seed;   // fp32 act_t: exact, nothing to round
+    (void)at; (void)seed;   // fp32 act_t: exact, nothing to round
     if ((const void*)act != (const void*)w)
         CUDA_CHECK(cudaMemcpyAsync(act, w, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 #endif

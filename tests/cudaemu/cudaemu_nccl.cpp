@@ -19,9 +19,12 @@ struct EmuNccl {
 };
 static int group_depth;
 
+// bytes of one element: ncclFloat everywhere; ncclBfloat16 too where only bits move (the
+// broadcast of ZeRO-1's bf16 weight all-gather, train/comm_nccl.c nccl_allgather_bf16)
+static size_t elem_bytes(ncclDataType_t t) { return t == ncclBfloat16 ? 2 : 4; }
 static ncclResult_t check_args(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, const char* what) {
-    if (t != ncclFloat) {
-        fprintf(stderr, "cudaemu: %s: only ncclFloat is emulated\n", what);
+    if (t != ncclFloat && !(t == ncclBfloat16 && strcmp(what, "ncclBroadcast") == 0)) {
+        fprintf(stderr, "cudaemu: %s: only ncclFloat (and ncclBfloat16 for ncclBroadcast) is emulated\n", what);
         return ncclInvalidArgument;
     }
     if (op != ncclSum) {
@@ -29,8 +32,8 @@ static ncclResult_t check_args(const void* send, void* recv, size_t count, ncclD
         return ncclInvalidArgument;
     }
     if (count) {
-        emu_check_device_range(send, count * sizeof(float), what);
-        emu_check_device_range(recv, count * sizeof(float), what);
+        emu_check_device_range(send, count * elem_bytes(t), what);
+        emu_check_device_range(recv, count * elem_bytes(t), what);
     }
     return ncclSuccess;
 }
@@ -127,9 +130,10 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     if (root < 0 || root >= c->nranks) return ncclInvalidArgument;
     ncclResult_t r = check_args(send, recv, count, t, ncclSum, "ncclBroadcast");
     if (r != ncclSuccess) return r;
-    if (c->rank == root && send != recv) memcpy(recv, send, count * sizeof(float));
+    if (c->rank == root && send != recv) memcpy(recv, send, count * elem_bytes(t));
 #ifdef GATEDGPT_MPI
-    if (c->nranks > 1 && count) MPI_Bcast(recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD);
+    if (c->nranks > 1 && count)
+        MPI_Bcast(recv, (int)count, t == ncclBfloat16 ? MPI_UINT16_T : MPI_FLOAT, root, MPI_COMM_WORLD);
 #endif
     return ncclSuccess;
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tests/test_zero_master.sh BUILD_DIR [cpu|cudaemu]: ZeRO-1 with the fp32 master sharded
+# (train/dist.h dist_master_init) trains bit for bit like ZeRO-0.
+#
+# In the bf16 layouts (the GEMMs read a bf16 compute copy of the weights) ZeRO-1 updates only
+# the process's shard of the fp32 master, rounds that shard into the bf16 copy (stochastic
+# rounding seeded by each element's global index: ops_weights_to_act_at) and all-gathers the
+# copy, and the fp32 of the tensors read in fp32; ZeRO-0 keeps the whole master everywhere and
+# rounds it whole. Under mpirun, the same run under zero_stage 0 and 1 must give
+#   - the same losses and gradient norms (17 digits: the same doubles),
+#   - the last checkpoint's model.bin (the fp32 master, gathered for the checkpoint) byte for byte,
+#   - the AdamW m and v byte for byte (ZeRO-1's shards reassembled in rank order against
+#     ZeRO-0's full copies: tests/compare_ckpt.py adam),
+# and ZeRO-1 must say the master is sharded (ZeRO-0 must not). A shard rounded with the wrong
+# indices, a tensor read in fp32 but not gathered, or a stale compute copy changes the bits.
+# cpu: train_gpt_bf16emu (the CPU emulation of the CUDA bf16 build; the MPI path: MPI_UINT16_T),
+# 2 and 3 processes (unequal shards), a dense SwiGLU model with qk-norm, a GPT-2-style one
+# (learned positions, LayerNorm biases, linear biases, GELU) and a hybrid with Gated DeltaNet
+# layers and MoE, 4 steps of 2 micro-steps; then the ZeRO-1 checkpoint of step 2 resumed to step
+# 4 on 2 processes equals the straight run byte for byte. ~15 s.
+# cudaemu: train_gpt_cudaemu_bf16 (the CUDA bf16 build on the CUDA emulator; the NCCL path with
+# ncclBfloat16 broadcasts), the dense model on 2 and 3 processes, 2 steps. ~30 s.
+# Skips (exit 0) when mpirun is missing.
+set -u
+build=$(cd "$1" && pwd)
+where=${2:-cpu}
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+source tests/mpi_common.sh
+mpi_require
+kjv_shards
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT INT TERM
+S=4; BIN=train_gpt_bf16emu
+[ "$where" = cudaemu ] && { S=2; BIN=train_gpt_cudaemu_bf16; }
+[ -x "$build/$BIN" ] || { echo "FAIL: $build/$BIN missing"; exit 1; }
+TINY=(--model.n_layer=2 --model.d_model=64 --model.n_head=4 --model.n_kv_head=2 --model.head_dim=16
+      --model.d_ff=128 --model.max_seq_len=32 --train.seq_len=32 --train.tokens_per_step=384
+      --train.batch_size=2 --train.steps=$S --train.warmup_steps=1 --train.threads=1 --log.log_every=1
+      --log.val_every=0 --metrics.probe_every=0 --log.sample_every=0 --checkpoint.checkpoint_every=2)
+GPT2=(--config configs/tiny_gated.ini --model.pos=learned --model.norm=layernorm --model.qk_norm=false
+      --model.mlp=gelu --model.bias=true --model.attn_gate=headwise --model.gate_position=value)
+HYB=(--config configs/tiny_hybrid_gated.ini --model.n_layer=4 --moe.n_expert=4 --moe.top_k=2 --moe.d_expert=64
+     --moe.moe_every=2)
+run() {  # run NAME NP [overrides...]
+    local name=$1 np=$2; shift 2
+    timeout 300 mpirun -np "$np" --oversubscribe ${ONEDNN_MAX_CPU_ISA:+-x ONEDNN_MAX_CPU_ISA} \
+        "$build/$BIN" "${TINY[@]}" "$@" --log.run_dir="$TMP/$name" >"$TMP/$name.out" 2>&1
+}
+ck() { echo "$TMP/$1/checkpoints/step_$(printf %08d "$2")"; }
+pair() {  # pair NAME NP [overrides...]: zero_stage 0 and 1, compared
+    local name=$1 np=$2; shift 2
+    run "${name}_z0" "$np" "$@" --train.zero_stage=0
+    check "$name: ZeRO-0 run ($(grep -m1 error: "$TMP/${name}_z0.out"))" [ -f "$(ck "${name}_z0" $S)/DONE" ]
+    run "${name}_z1" "$np" "$@" --train.zero_stage=1
+    check "$name: ZeRO-1 run ($(grep -m1 error: "$TMP/${name}_z1.out"))" [ -f "$(ck "${name}_z1" $S)/DONE" ]
+    check "$name: ZeRO-1 says the master is sharded" grep -q "fp32 master sharded" "$TMP/${name}_z1.out"
+    check "$name: ZeRO-0 does not" bash -c "! grep -q 'fp32 master sharded' '$TMP/${name}_z0.out'"
+    check "$name: losses and grad norms bitwise" "$PY" tests/compare_ckpt.py losses "$TMP/${name}_z1/log.jsonl" "$TMP/${name}_z0/log.jsonl" 0
+    check "$name: model.bin (fp32 master) byte for byte" cmp "$(ck "${name}_z1" $S)/model.bin" "$(ck "${name}_z0" $S)/model.bin"
+    "$PY" tests/compare_ckpt.py adam "$(ck "${name}_z1" $S)" "$(ck "${name}_z0" $S)" >"$TMP/$name.a.cmp" 2>&1
+    local rc=$?
+    check "$name: AdamW m, v byte for byte ($(tail -1 "$TMP/$name.a.cmp"))" [ $rc -eq 0 ]
+}
+if [ "$where" = cpu ]; then
+    pair dense2 2 --config configs/tiny_gated.ini
+    pair dense3 3 --config configs/tiny_gated.ini
+    pair gpt2 2 "${GPT2[@]}"
+    pair hybrid3 3 "${HYB[@]}"
+    # the sharded checkpoint of step 2 resumed to step 4: the straight run's bytes
+    run res 2 --config configs/tiny_gated.ini --train.zero_stage=1 --resume "$(ck dense2_z1 2)"
+    check "resume: ran ($(grep -m1 error: "$TMP/res.out"))" [ -f "$(ck res 4)/DONE" ]
+    check "resume: model.bin == the straight run's" cmp "$(ck res 4)/model.bin" "$(ck dense2_z1 4)/model.bin"
+    "$PY" tests/compare_ckpt.py adam "$(ck res 4)" "$(ck dense2_z1 4)" >"$TMP/res.a.cmp" 2>&1
+    rc=$?
+    check "resume: AdamW state == the straight run's ($(tail -1 "$TMP/res.a.cmp"))" [ $rc -eq 0 ]
+else
+    pair dense2 2 --config configs/tiny_gated.ini
+    pair dense3 3 --config configs/tiny_gated.ini
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
