@@ -67,12 +67,23 @@ check "6 checkpoint records, ok, async, with snapshot_ms, write_ms, write_cpu_ms
 check "5 writes overlapped later steps (done_step > step; the last is waited for at once)" '[ "$(overlaps "$tmp/async/log.jsonl")" = 5 ]'
 check "synchronous records say async false" '[ "$(grep "\"type\":\"checkpoint\"" "$tmp/sync/log.jsonl" | grep -c "\"async\":false")" = 6 ]'
 
+# ---- the memory plan: a `snapshot` line with async on (rank 0's weights, m and v: 3 x 4 bytes a
+# parameter, the count from the master line), none without; host memory apart on a CUDA layout
+"$build/train_gpt" "${X[@]}" --checkpoint.async=true --check > "$tmp/plan.out" 2>&1
+np=$(sed -nE 's/^  master .*\(([0-9]+) x 4 bytes.*/\1/p' "$tmp/plan.out")
+snap=$(awk '$1 == "snapshot" {print $2}' "$tmp/plan.out")
+check "planner: snapshot line = 12 x $np parameters ($snap bytes)" '[ -n "$np" ] && [ "$snap" = "$((12 * np))" ]'
+"$build/train_gpt" "${X[@]}" --check --layout cuda-bf16 --device h100 --checkpoint.async=true > "$tmp/plan2.out" 2>&1
+check "planner (cuda-bf16 layout): the snapshot listed apart as host memory" 'grep -qE "^  snapshot +$((12 * np)) .*host, not on the GPU" "$tmp/plan2.out"'
+"$build/train_gpt" "${X[@]}" --check > "$tmp/plan3.out" 2>&1
+check "planner: no snapshot line without async" '! grep -q "^  snapshot" "$tmp/plan3.out" && grep -q "^  master" "$tmp/plan3.out"'
+
 # ---- 2. SIGKILL in the middle of an asynchronous write
 run="$tmp/kill"; ck="$run/checkpoints"
 GATEDGPT_CKPT_SLOW_MS=300 "$build/train_gpt" "${X[@]}" --checkpoint.async=true --log.run_dir="$run" --resume auto > "$tmp/kill.out" 2>&1 &
 pid=$!
 for _ in $(seq 3000); do [ -d "$ck/step_00000004.tmp" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done
-sleep 0.5   # inside the write: it lasts > 1.5 s (5 pauses of 300 ms on the writer)
+sleep 1.0   # inside the write: it lasts > 2 s (the pause in checkpoint_begin, then 6 pauses of 300 ms on the writer)
 ls "$ck/step_00000004.tmp" > "$tmp/inflight" 2>/dev/null
 kill -9 $pid 2>/dev/null; killed=$?
 wait $pid 2>/dev/null

@@ -699,6 +699,9 @@ int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT*
 int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s) {
     int failed = 0;
     const GPT* m = s->m;
+    // the testing pause also before the first file of an asynchronous write: the step loop trains
+    // on meanwhile, so a writer that read the live state instead of the copy would write a later one
+    if (s->host) ck_pause();
     if (m->table.ep_size > 1) {
         // an expert shard: model.bin from the whole model's arena, and this rank's AdamW state as
         // segments of the whole model's arena

@@ -179,5 +179,6 @@ int checkpoint_list(const char* dir, int* steps, int max);
 int checkpoint_prune(const char* dir, int keep_last, int keep_every, int current);
 
 // Testing hook (docs/formats.md): GATEDGPT_CKPT_SLOW_MS=N sleeps N ms at each stage of a write
-// (after each file, in the middle of each file, before and after the rename), so that a test
-// can kill the trainer while a checkpoint is being written.
+// (after each file, in the middle of each file, before and after the rename; an asynchronous
+// write also before its first file), so that a test can kill the trainer while a checkpoint is
+// being written.
