@@ -15,6 +15,9 @@
 #     checkpoint equal the uninterrupted run's.
 #  3. Two processes (where mpirun is): the same comparison as 1 for rank_00000.bin, rank_00001.bin
 #     and model.bin, the writers' completion agreed between the ranks.
+#  4. The CUDA build on the emulator (where built): the same comparison, the snapshot copied from
+#     device memory into pinned host memory.
+# Also the memory plan's `snapshot` line (arithmetic: 3 x 4 bytes a parameter).
 set -uo pipefail
 build=$1
 source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit), check, finish, steps_of
@@ -115,5 +118,19 @@ if command -v mpirun > /dev/null; then
     check "2 processes: 5 writes overlapped later steps" '[ "$(overlaps "$tmp/async2/log.jsonl")" = 5 ]'
 else
     echo "skip: 2 processes (no mpirun)"
+fi
+# ---- 4. the CUDA build on the emulator (tests/cudaemu): the snapshot in pinned memory
+# (cudaMallocHost), copied from device memory; 4 steps, checkpoints at 2 and 4
+if [ -x "$build/train_gpt_cudaemu" ] && [ -x "$build/tests/test_gpu_ops_emu" ] && GATEDGPT_GPU_EMU=1 "$build/tests/test_gpu_ops_emu" --has-device > /dev/null 2>&1; then
+    X4=("${TINY[@]}" --train.steps=4 --checkpoint.checkpoint_every=2 --checkpoint.keep_last=0)
+    GATEDGPT_GPU_EMU=1 "$build/train_gpt_cudaemu" "${X4[@]}" --log.run_dir="$tmp/run" > "$tmp/emu.out" 2>&1 || { echo "FAIL: emulator synchronous run"; tail "$tmp/emu.out"; exit 1; }
+    mv "$tmp/run" "$tmp/emu_sync"
+    GATEDGPT_GPU_EMU=1 GATEDGPT_CKPT_SLOW_MS=40 "$build/train_gpt_cudaemu" "${X4[@]}" --checkpoint.async=true --log.run_dir="$tmp/run" > "$tmp/emu2.out" 2>&1 \
+        || { echo "FAIL: emulator asynchronous run"; tail "$tmp/emu2.out"; exit 1; }
+    mv "$tmp/run" "$tmp/emu_async"
+    check "CUDA (emulator): every file byte-identical to the synchronous write" 'compare_ckpts "$tmp/emu_sync" "$tmp/emu_async"'
+    check "CUDA (emulator): the write of step 2 overlapped step 3" '[ "$(overlaps "$tmp/emu_async/log.jsonl")" = 1 ]'
+else
+    echo "skip: the CUDA build on the emulator (train_gpt_cudaemu not built)"
 fi
 finish
