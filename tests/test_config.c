@@ -528,6 +528,7 @@ static void test_roundtrip(void) {
         "log.sample_prompt=And God said", "log.tensorboard=true",
         "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.keep_every=1000",
         "checkpoint.dir=ck/dir", "checkpoint.on_write_error=exit",
+        "checkpoint.async=true",
         "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
         "metrics.skip_grad_z=9", "metrics.max_nonfinite=2",
         "eval.tasks=a.jsonl, b dir/c.jsonl", "eval.task_every=3", "eval.task_limit=40",
