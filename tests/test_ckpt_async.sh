@@ -17,7 +17,8 @@
 #     and model.bin, the writers' completion agreed between the ranks.
 #  4. The CUDA build on the emulator (where built): the same comparison, the snapshot copied from
 #     device memory into pinned host memory.
-# Also the memory plan's `snapshot` line (arithmetic: 3 x 4 bytes a parameter).
+# Also the memory plan's `snapshot` line (arithmetic: 3 x 4 bytes a parameter), and the watchdog
+# over the wait for a write in flight.
 set -uo pipefail
 build=$1
 source tests/ckpt_common.sh   # the KJV shards, $PY, $tmp (removed at exit), check, finish, steps_of
@@ -103,6 +104,20 @@ check "the resumed run's step records equal the uninterrupted run's" 'diff <(ste
 check "its final checkpoint equals the uninterrupted run's (model.bin, rank_00000.bin)" \
     'cmp "$tmp/sync/checkpoints/step_00000012/model.bin" "$ck/step_00000012/model.bin" && cmp "$tmp/sync/checkpoints/step_00000012/rank_00000.bin" "$ck/step_00000012/rank_00000.bin"'
 check "no leftover step_N.tmp/" '! ls "$ck" | grep -q "\.tmp$"'
+
+# ---- the watchdog ([train] hang_timeout_s = 2) over the wait for a write in flight (the run's
+# only checkpoint, step 2, waited for at once): a writer stuck 5 s before its first file
+# (GATEDGPT_TEST_CKPT_WRITE_DELAY_MS, no progress meanwhile) ends the job with status 3 in that
+# phase; a 3 s write of 0.5 s stages (each re-arms it) completes
+W=("${TINY[@]}" --train.steps=2 --checkpoint.checkpoint_every=2 --checkpoint.async=true --train.hang_timeout_s=2)
+GATEDGPT_TEST_CKPT_WRITE_DELAY_MS=5000 "$build/train_gpt" "${W[@]}" --log.run_dir="$tmp/wd1" > "$tmp/wd1.out" 2>&1
+rc=$?
+check "watchdog: a stuck writer ends the job (status $rc, want 3) in the wait for the asynchronous write" \
+    '[ "$rc" = 3 ] && grep -q "no progress for 2 s at step 2 in waiting for the asynchronous checkpoint write" "$tmp/wd1.out"'
+GATEDGPT_CKPT_SLOW_MS=500 "$build/train_gpt" "${W[@]}" --log.run_dir="$tmp/wd2" > "$tmp/wd2.out" 2>&1
+rc=$?
+check "watchdog: a 3 s asynchronous write of 0.5 s stages completes under a 2 s timeout (status $rc)" \
+    '[ "$rc" = 0 ] && [ -f "$tmp/wd2/checkpoints/step_00000002/DONE" ]'
 
 # ---- 3. two processes (one thread each; mpirun as root allowed as in tests/mpi_common.sh)
 if command -v mpirun > /dev/null; then

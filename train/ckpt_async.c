@@ -3,6 +3,7 @@
 #include "ckpt_async.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,6 +11,16 @@ static double now_ms(clockid_t clock) {
     struct timespec ts;
     clock_gettime(clock, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Testing hook (docs/formats.md): GATEDGPT_TEST_CKPT_WRITE_DELAY_MS=N: the writer sleeps N ms
+// before each write, with no watchdog progress (a writer stuck on a dead filesystem).
+static void test_write_delay(void) {
+    const char* e = getenv("GATEDGPT_TEST_CKPT_WRITE_DELAY_MS");
+    const long ms = e ? atol(e) : 0;
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 // The writer: waits for a snapshot, writes this rank's files from it, reports, waits again.
@@ -21,6 +32,7 @@ static void* writer_main(void* arg) {
         if (a->state != CKA_WRITING) break;   // quit with nothing to write
         pthread_mutex_unlock(&a->mu);
         // the snapshot is the writer's alone while WRITING: the step loop reads none of it
+        test_write_delay();
         const double t0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
         const int failed = checkpoint_write_snapshot(a->dir, &a->snap) != 0;
         const double t1 = now_ms(CLOCK_MONOTONIC), c1 = now_ms(CLOCK_THREAD_CPUTIME_ID);
