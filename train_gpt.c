@@ -36,6 +36,7 @@
 #include "train/straggler.h"
 #include "train/mc_eval.h"
 #include "data/dataloader.h"
+#include "data/mixture.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "kernels/scratch.h"
@@ -428,6 +429,13 @@ typedef struct {
     long tokens_per_step;             // global: B x T x P x grad_accum
     DataLoader train_dl, val_dl;
     int have_val;
+    // [data] sources: the training mixture (train_dl unused); [data] val_sources: a validation
+    // loader per source (val_dl unused), val_loss their weighted mean
+    Mixture mix;
+    int have_mix;
+    int n_valsrc;
+    ConfigSource valsrc[CONFIG_MAX_SOURCES];
+    DataLoader val_srcs[CONFIG_MAX_SOURCES];
     Decoder dec;
     GPT model;
     Dist dist;
@@ -537,8 +545,8 @@ static int check_memory_plan(Run* r) {
 // a checkpoint to continue from (--resume) that accepts this config, and the kernels' backend.
 static int setup_run(Run* r) {
     const TrainConfig* tc = &r->cfg.train;
-    if (!r->cfg.data.train_glob[0]) {
-        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/kjv/train_*.bin, which scripts/prepare_kjv.sh prepares)\n",
+    if (!r->cfg.data.train_glob[0] && !r->cfg.data.sources[0]) {
+        fprintf(stderr, "error: %s: [data] train_glob is empty: set it to your token shards (e.g. data/kjv/train_*.bin, which scripts/prepare_kjv.sh prepares), or set [data] sources\n",
                 r->where);
         return 1;
     }
@@ -570,12 +578,44 @@ static int setup_run(Run* r) {
 static int setup_data(Run* r) {
     const Config* cfg = &r->cfg;
     const int vocab = cfg->model.vocab_size;
-    if (dataloader_init(&r->train_dl, cfg->data.train_glob, r->B, r->T, r->comm->rank, r->P, vocab) != 0) return 1;
-    // whole optimizer steps per shard: the tokens read do not depend on the process count
-    if (dataloader_set_accum(&r->train_dl, r->grad_accum) != 0) return 1;
-    if (cfg->data.shuffle) dataloader_shuffle(&r->train_dl, cfg->train.seed);
+    _Static_assert(CONFIG_MAX_SOURCES <= MIX_MAX_SOURCES, "a mixture holds every source the config accepts");
+    char err[600];
+    if (cfg->data.sources[0]) {   // a weighted mixture (data/mixture.h); config_finalize checked the list
+        ConfigSource src[CONFIG_MAX_SOURCES];
+        const int n = config_parse_sources(cfg->data.sources, src, CONFIG_MAX_SOURCES, err, sizeof err);
+        if (n < 0) { fprintf(stderr, "error: %s: [data] sources: %s\n", r->where, err); return 1; }
+        char names[MIX_MAX_SOURCES][MIX_NAME_LEN];
+        double w[MIX_MAX_SOURCES];
+        const char* globs[MIX_MAX_SOURCES];
+        _Static_assert(sizeof src[0].name == MIX_NAME_LEN, "source names fit the mixture's");
+        for (int i = 0; i < n; i++) { memcpy(names[i], src[i].name, MIX_NAME_LEN); w[i] = src[i].weight; globs[i] = src[i].glob; }
+        if (mixture_init(&r->mix, n, (const char (*)[MIX_NAME_LEN])names, w, globs, r->B, r->T, r->comm->rank, r->P, vocab,
+                         cfg->data.shuffle, cfg->train.seed) != 0) return 1;
+        r->have_mix = 1;
+        printf("data: a mixture of %d sources, schedule period W = %d sequences (exact over every W; within %.2f sequences of "
+               "the weights over any window):", n, r->mix.sched.W, r->mix.sched.max_dev);
+        for (int i = 0; i < n; i++) printf(" %s %d/%d", src[i].name, r->mix.sched.w[i], r->mix.sched.W);
+        printf("\n");
+    } else {
+        if (dataloader_init(&r->train_dl, cfg->data.train_glob, r->B, r->T, r->comm->rank, r->P, vocab) != 0) return 1;
+        // whole optimizer steps per shard: the tokens read do not depend on the process count
+        if (dataloader_set_accum(&r->train_dl, r->grad_accum) != 0) return 1;
+        if (cfg->data.shuffle) dataloader_shuffle(&r->train_dl, cfg->train.seed);
+    }
     if (cfg->data.val_glob[0] && cfg->log.val_every > 0) {
         if (dataloader_init(&r->val_dl, cfg->data.val_glob, r->B, r->T, 0, 1, vocab) != 0) return 1;
+        r->have_val = 1;
+    }
+    if (cfg->data.val_sources[0] && cfg->log.val_every > 0) {
+        const int n = config_parse_sources(cfg->data.val_sources, r->valsrc, CONFIG_MAX_SOURCES, err, sizeof err);
+        if (n < 0) { fprintf(stderr, "error: %s: [data] val_sources: %s\n", r->where, err); return 1; }
+        for (int i = 0; i < n; i++) {
+            if (dataloader_init(&r->val_srcs[i], r->valsrc[i].glob, r->B, r->T, 0, 1, vocab) != 0) {
+                fprintf(stderr, "error: [data] val_sources: source '%s' (%s) cannot be read (above)\n", r->valsrc[i].name, r->valsrc[i].glob);
+                return 1;
+            }
+            r->n_valsrc = i + 1;
+        }
         r->have_val = 1;
     }
     Decoder* dec = &r->dec;
@@ -599,8 +639,10 @@ static int setup_data(Run* r) {
                 return 1;
             }
         }
-        dataloader_set_bos(&r->train_dl, bos);
-        if (r->have_val) dataloader_set_bos(&r->val_dl, bos);
+        if (r->have_mix) mixture_set_bos(&r->mix, bos);
+        else dataloader_set_bos(&r->train_dl, bos);
+        if (r->have_val && !r->n_valsrc) dataloader_set_bos(&r->val_dl, bos);
+        for (int i = 0; i < r->n_valsrc; i++) dataloader_set_bos(&r->val_srcs[i], bos);
         printf("data: every sample starts with BOS token %d\n", bos);
     }
     return 0;
@@ -695,8 +737,11 @@ static int setup_state(Run* r) {
     // (read whatever probe_every: a spike record measures it too)
     r->probe_in = malloc(bt * sizeof(int));
     r->probe_tg = malloc(bt * sizeof(int));
-    {
-        DataLoader* src = r->have_val ? &r->val_dl : &r->train_dl;
+    if (r->have_mix && !r->have_val) {   // the mixture's first batch, and back to its start
+        if (mixture_next(&r->mix, r->probe_in, r->probe_tg) != 0) return 1;
+        mixture_reset(&r->mix);
+    } else {
+        DataLoader* src = r->n_valsrc ? &r->val_srcs[0] : r->have_val ? &r->val_dl : &r->train_dl;
         if (dataloader_next(src, r->probe_in, r->probe_tg) != 0) return 1;
         dataloader_reset(src);
         if (src == &r->train_dl && r->cfg.data.shuffle) dataloader_shuffle(&r->train_dl, tc->seed);
@@ -707,8 +752,9 @@ static int setup_state(Run* r) {
     r->cs.loss_win = &r->loss_win;
     r->cs.grad_win = &r->grad_win;
     if (r->resuming) {
-        if (resume_restore(r->resume_path, &r->model, &r->opt, &r->train_dl, &r->cs) != 0) return 1;
-        if (resume_resave(r->comm, &r->cfg, &r->model, &r->opt, &r->cs, &r->train_dl) != 0) return 1;
+        Mixture* mix = r->have_mix ? &r->mix : NULL;
+        if (resume_restore(r->resume_path, &r->model, &r->opt, &r->train_dl, mix, &r->cs) != 0) return 1;
+        if (resume_resave(r->comm, &r->cfg, &r->model, &r->opt, &r->cs, &r->train_dl, mix) != 0) return 1;
         r->start_step = r->cs.step;
         r->nonfinite_run = r->cs.nonfinite_run;
         if (r->start_step >= tc->steps) {
@@ -824,12 +870,32 @@ static void run_tasks(Run* r, int step) {
 }
 
 // The validation loss: a console line and an "eval" record (rank 0).
+// [data] val_sources: a loss per source (val_batches batches from its start), val_loss their
+// mean weighted by the sources' weights.
 static void run_eval(Run* r, int step) {
-    float vl = evaluate(&r->model, &r->val_dl, r->cfg.log.val_batches, r->in, r->tg);
-    printf("step %5d/%d | val loss %.4f\n", step, r->cfg.train.steps, vl);
+    float per[CONFIG_MAX_SOURCES];
+    float vl;
+    if (r->n_valsrc) {
+        double sum = 0.0;
+        for (int i = 0; i < r->n_valsrc; i++) {
+            per[i] = evaluate(&r->model, &r->val_srcs[i], r->cfg.log.val_batches, r->in, r->tg);
+            sum += r->valsrc[i].weight * per[i];
+        }
+        vl = (float)sum;
+    } else {
+        vl = evaluate(&r->model, &r->val_dl, r->cfg.log.val_batches, r->in, r->tg);
+    }
+    printf("step %5d/%d | val loss %.4f", step, r->cfg.train.steps, vl);
+    for (int i = 0; i < r->n_valsrc; i++) printf("%s%s %.4f%s", i ? ", " : " (", r->valsrc[i].name, per[i], i + 1 == r->n_valsrc ? ")" : "");
+    printf("\n");
     Jsonl j;
     jsonl_begin(&j, r->logf, "eval", step);
     jsonl_num(&j, "val_loss", vl);
+    for (int i = 0; i < r->n_valsrc; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "val_loss_%s", r->valsrc[i].name);
+        jsonl_num(&j, key, per[i]);
+    }
     jsonl_end(&j);
 }
 
@@ -852,7 +918,7 @@ static int train_step(Run* r, int step, StepStats* s) {
     const double tc0 = progress_now(), cc0 = r->comm->seconds;
     for (int micro = 0; micro < grad_accum; micro++) {
         watchdog_phase(step + 1, "forward");
-        if (dataloader_next(&r->train_dl, r->in, r->tg) != 0) return 1;
+        if ((r->have_mix ? mixture_next(&r->mix, r->in, r->tg) : dataloader_next(&r->train_dl, r->in, r->tg)) != 0) return 1;
         test_slow(r->comm);
         loss += gpt_forward(m, r->in, r->tg) / grad_accum;
         // the last micro-step finishes each layer's gradients: reduce them while the rest of
@@ -1039,6 +1105,13 @@ static void log_step(Run* r, int step, const StepStats* s) {
         jsonl_fmt(&j, "ep_ms", "%.3f", s->ep_ms);
         jsonl_fmt(&j, "ep_bytes", "%.0f", s->ep_bytes);
     }
+    for (int i = 0; r->have_mix && i < r->mix.n; i++) {   // per source: tokens drawn so far (all processes), epochs done
+        char key[64];
+        snprintf(key, sizeof key, "tokens_%s", r->mix.name[i]);
+        jsonl_int(&j, key, (long long)(r->mix.drawn[i] * (uint64_t)r->T));
+        snprintf(key, sizeof key, "epoch_%s", r->mix.name[i]);
+        jsonl_int(&j, key, (long long)r->mix.src[i].epoch);
+    }
     jsonl_end(&j);
 }
 
@@ -1099,17 +1172,27 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
     if (cc->checkpoint_every <= 0 || (done % cc->checkpoint_every != 0 && done != r->end_step)) return 0;
     CkptTrainState* cs = &r->cs;
     cs->step = done;
-    dataloader_get_state(&r->train_dl, &cs->data);
-    cs->data_seed = r->train_dl.seed;
-    cs->data_shuffle = r->train_dl.shuffle;
+    if (r->have_mix) {   // the mixture's position: data.bin (the rank files' data position stays 0)
+        if (mixture_save(&r->mix, &cs->mix, &cs->mix_len) != 0) return 1;
+        cs->data_seed = r->cfg.train.seed;
+        cs->data_shuffle = r->cfg.data.shuffle;
+    } else {
+        dataloader_get_state(&r->train_dl, &cs->data);
+        cs->data_seed = r->train_dl.seed;
+        cs->data_shuffle = r->train_dl.shuffle;
+    }
     cs->nonfinite_run = r->nonfinite_run;
     cs->lr = lr;
     const double t0 = progress_now();
     if (cc->async) {   // at most one write in flight: the previous one first
         if (finish_async_checkpoint(r, done, 1) != 0) return 1;
         watchdog_phase(done, "checkpoint snapshot");
-        if (ckpt_async_begin(&r->ckpt_async, r->ckpt_dir, done, &r->cfg, &r->model, &r->opt, cs, r->comm->rank,
-                             r->comm->size, ckpt_agree, r->comm) != 0) {
+        const int failed = ckpt_async_begin(&r->ckpt_async, r->ckpt_dir, done, &r->cfg, &r->model, &r->opt, cs, r->comm->rank,
+                                            r->comm->size, ckpt_agree, r->comm) != 0;
+        free(cs->mix);   // the snapshot holds its own copy
+        cs->mix = NULL;
+        cs->mix_len = 0;
+        if (failed) {
             checkpoint_outcome(r->comm, &r->cfg, r->ckpt_dir, done, -1, 0.0, &r->ckpt_async, done, r->logf);
             r->ckpt_failed++;
             if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
@@ -1121,7 +1204,11 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
         return done == r->end_step && finish_async_checkpoint(r, done, 1) != 0;
     }
     watchdog_phase(done, "checkpoint write");   // re-armed at each stage of the write (train/checkpoint.c)
-    if (write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0) {
+    const int failed = write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0;
+    free(cs->mix);
+    cs->mix = NULL;
+    cs->mix_len = 0;
+    if (failed) {
         r->ckpt_failed++;
         if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
     }
@@ -1156,8 +1243,10 @@ static void finish_run(Run* r) {
     optim_free(&r->opt);
     dist_free(&r->dist);
     gpt_free(&r->model);
-    dataloader_free(&r->train_dl);
-    if (r->have_val) dataloader_free(&r->val_dl);
+    if (r->have_mix) mixture_free(&r->mix);
+    else dataloader_free(&r->train_dl);
+    if (r->have_val && !r->n_valsrc) dataloader_free(&r->val_dl);
+    for (int i = 0; i < r->n_valsrc; i++) dataloader_free(&r->val_srcs[i]);
     train_args_free(&r->args);
     straggler_track_free(&r->strag);
 }
@@ -1218,7 +1307,8 @@ static int train_main(Comm* comm, int argc, char** argv) {
     }
 
     // [checkpoint] async: the writer thread (train/ckpt_async.h)
-    if (cfg->ckpt.async && cfg->ckpt.checkpoint_every > 0 && ckpt_async_init(&r->ckpt_async) != 0) return 1;
+    if (cfg->ckpt.async && cfg->ckpt.checkpoint_every > 0 && ckpt_async_init(&r->ckpt_async, &r->model, &r->opt, r->comm->rank) != 0)
+        return 1;
 
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {

@@ -152,6 +152,22 @@ int dataloader_init(DataLoader* loader, const char* glob_pattern, int B, int T,
     return 0;
 }
 
+// Past one batch of shard (the current one): next global batch, next shard, or wrap to the
+// first shard. The batch count is that of this shard (shuffled, shard_idx is a position in the
+// visiting order).
+static void advance(DataLoader* loader, int shard) {
+    loader->batch_idx++;
+    if (loader->batch_idx == loader->shard_batches[shard]) {
+        loader->batch_idx = 0;
+        loader->shard_idx++;
+        loader->perm_epoch = -1;   // the next shard draws its own sample order
+        if (loader->shard_idx == loader->num_shards) {
+            loader->shard_idx = 0;
+            loader->epoch++;
+        }
+    }
+}
+
 int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
     int shard = current_shard(loader);
     if (dataloader_load(loader, shard) != 0) return -1;
@@ -192,18 +208,16 @@ int dataloader_next(DataLoader* loader, int* inputs, int* targets) {
         }
     }
 
-    // advance: next global batch, next shard, or wrap to the first shard. The batch count is
-    // that of the shard just read (shuffled, shard_idx is a position in the visiting order)
-    loader->batch_idx++;
-    if (loader->batch_idx == loader->shard_batches[shard]) {
-        loader->batch_idx = 0;
-        loader->shard_idx++;
-        loader->perm_epoch = -1;   // the next shard draws its own sample order
-        if (loader->shard_idx == loader->num_shards) {
-            loader->shard_idx = 0;
-            loader->epoch++;
-        }
+    advance(loader, shard);
+    return 0;
+}
+
+int dataloader_skip(DataLoader* loader, int64_t n) {
+    if (n < 0) {
+        fprintf(stderr, "error: dataloader: cannot skip %lld batches\n", (long long)n);
+        return -1;
     }
+    for (int64_t i = 0; i < n; i++) advance(loader, current_shard(loader));
     return 0;
 }
 

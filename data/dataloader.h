@@ -81,6 +81,10 @@ int dataloader_set_accum(DataLoader* loader, int accum);
 // inputs[i]). Moves to the next shard (mapping and checking it) when needed.
 int dataloader_next(DataLoader* loader, int* inputs, int* targets);
 
+// Moves past the next n batches without reading them (no shard is mapped): the position is
+// what n dataloader_next calls would leave. data/mixture.h skips the sequences of other ranks.
+int dataloader_skip(DataLoader* loader, int64_t n);
+
 // Back to the first batch of the first shard, epoch 0.
 void dataloader_reset(DataLoader* loader);
 

@@ -139,6 +139,8 @@ static const KeyDef KEYS[] = {
 
     K_STR("data", "train_glob", data.train_glob, ""),
     K_STR("data", "val_glob", data.val_glob, ""),
+    K_STR("data", "sources", data.sources, ""),
+    K_STR("data", "val_sources", data.val_sources, ""),
     K_BOOL("data", "shuffle", data.shuffle, "true"),
     K_STR("data", "tokenizer", data.tokenizer, ""),
     K_BOOL("data", "bos", data.bos, "false"),
@@ -1231,12 +1233,94 @@ static int finalize_train(Config* c, const FinCtx* fc) {
 // [data]
 static int finalize_data(const Config* c, const FinCtx* fc) {
     const ModelConfig* m = &c->model;
+    ConfigSource src[CONFIG_MAX_SOURCES];
+    char err[600], buf[CONFIG_ORIGIN_LEN + 64];
+    if (c->data.sources[0] && config_parse_sources(c->data.sources, src, CONFIG_MAX_SOURCES, err, sizeof err) < 0)
+        return fin_error(fc, "data", "sources", "%s", err);
+    if (c->data.val_sources[0] && config_parse_sources(c->data.val_sources, src, CONFIG_MAX_SOURCES, err, sizeof err) < 0)
+        return fin_error(fc, "data", "val_sources", "%s", err);
+    if (c->data.sources[0] && c->data.train_glob[0])
+        return fin_error(fc, "data", "sources", "and [data] train_glob (%s) are both set (fix: set one of them: sources for a weighted "
+                         "mixture, train_glob for one set of shards)", from(c, "data", "train_glob", buf, sizeof buf));
+    if (c->data.val_sources[0] && c->data.val_glob[0])
+        return fin_error(fc, "data", "val_sources", "and [data] val_glob (%s) are both set (fix: set one of them: val_sources for a "
+                         "loss per source, val_glob for one set of shards)", from(c, "data", "val_glob", buf, sizeof buf));
     if (c->data.bos_token < -1 || c->data.bos_token >= m->vocab_size)
         return fin_error(fc, "data", "bos_token", "%d is not a token id (accepted: -1 = the tokenizer's end-of-text, or 0 <= id < vocab_size %d)",
                          c->data.bos_token, m->vocab_size);
     if (c->data.bos && c->data.bos_token < 0 && c->data.tokenizer[0] == '\0')
         return fin_error(fc, "data", "bos_token", "-1 (the tokenizer's end-of-text) but [data] tokenizer is empty (fix: set bos_token to the id, or set tokenizer)");
     return 0;
+}
+
+int config_parse_sources(const char* text, ConfigSource* out, int max, char* err, size_t errlen) {
+    int n = 0;
+    double sum = 0.0;
+    const char* p = text;
+    for (;;) {
+        while (*p == ',' || isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        const char* e = p;
+        while (*e && *e != ',' && !isspace((unsigned char)*e)) e++;
+        const int len = (int)(e - p);
+        const char* c1 = memchr(p, ':', (size_t)len);
+        const char* c2 = c1 ? memchr(c1 + 1, ':', (size_t)(e - c1 - 1)) : NULL;
+        if (!c2) {
+            snprintf(err, errlen, "entry '%.*s' is not name:weight:glob (accepted: e.g. \"web:0.7:data/web/train_*.bin "
+                     "code:0.3:data/code/train_*.bin\")", len, p);
+            return -1;
+        }
+        if (n == max) {
+            snprintf(err, errlen, "more than %d sources (accepted: 1 .. %d entries)", max, max);
+            return -1;
+        }
+        ConfigSource* s = &out[n];
+        const int nl = (int)(c1 - p);
+        if (nl < 1 || nl >= (int)sizeof s->name) {
+            snprintf(err, errlen, "entry '%.*s': the name must have 1 .. %d characters", len, p, (int)sizeof s->name - 1);
+            return -1;
+        }
+        for (int i = 0; i < nl; i++)
+            if (!isalnum((unsigned char)p[i]) && p[i] != '_') {
+                snprintf(err, errlen, "entry '%.*s': the name '%.*s' has '%c' (accepted: letters, digits and _, as it names "
+                         "log fields such as tokens_<name>)", len, p, nl, p, p[i]);
+                return -1;
+            }
+        memcpy(s->name, p, (size_t)nl);
+        s->name[nl] = 0;
+        for (int j = 0; j < n; j++)
+            if (strcmp(out[j].name, s->name) == 0) {
+                snprintf(err, errlen, "the name '%s' is used twice (accepted: a different name per source)", s->name);
+                return -1;
+            }
+        char num[64];
+        const int wl = (int)(c2 - c1 - 1);
+        snprintf(num, sizeof num, "%.*s", wl < 63 ? wl : 63, c1 + 1);
+        char* end;
+        errno = 0;
+        double w = strtod(num, &end);
+        if (wl < 1 || wl > 62 || *end || errno || !(w > 0.0) || !isfinite(w)) {
+            snprintf(err, errlen, "entry '%.*s': the weight '%.*s' is not a positive number (accepted: e.g. 0.7 or 7)", len, p, wl, c1 + 1);
+            return -1;
+        }
+        const int gl = (int)(e - c2 - 1);
+        if (gl < 1 || gl >= (int)sizeof s->glob) {
+            snprintf(err, errlen, "entry '%.*s': the glob must have 1 .. %d characters", len, p, (int)sizeof s->glob - 1);
+            return -1;
+        }
+        memcpy(s->glob, c2 + 1, (size_t)gl);
+        s->glob[gl] = 0;
+        s->weight = w;
+        sum += w;
+        n++;
+        p = e;
+    }
+    if (n == 0) {
+        snprintf(err, errlen, "no entries (accepted: name:weight:glob, separated by commas or spaces)");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) out[i].weight /= sum;
+    return n;
 }
 
 // [log], [checkpoint], [metrics]

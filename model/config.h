@@ -174,6 +174,8 @@ typedef struct {
 typedef struct {
     char train_glob[1024]; // token shards (llm.c format)
     char val_glob[1024];
+    char sources[1024];     // weighted mixture "name:weight:glob ..." instead of train_glob (config_parse_sources)
+    char val_sources[1024]; // the same for validation, instead of val_glob (a val_loss_<name> each)
     int shuffle;           // bool: shuffle shard and sample order per epoch (seeded by [train] seed)
     char tokenizer[1024];  // tokenizer file for samples (ours or llm.c's gpt2_tokenizer.bin); empty = bytes
     int bos;               // bool: every sample starts with the BOS token (dataloader_set_bos)
@@ -280,3 +282,15 @@ int config_key_count(void);
 const char* config_key(int i, const char** section);
 // The i-th key's value as config_write writes it ("" for i out of range).
 void config_key_value(const Config* c, int i, char* buf, size_t n);
+
+// [data] sources / val_sources: a list of name:weight:glob entries separated by commas or
+// whitespace (a glob holds neither). Names are unique, 1..31 of [A-Za-z0-9_] (they become log
+// fields: tokens_<name>); weights are positive numbers, returned normalized to sum 1.
+#define CONFIG_MAX_SOURCES 16
+typedef struct {
+    char name[32];
+    double weight;        // normalized: the weights of a list sum to 1
+    char glob[1024];
+} ConfigSource;
+// Returns the number of entries (>= 1), or -1 with a one-line reason (no "error:" prefix) in err.
+int config_parse_sources(const char* text, ConfigSource* out, int max, char* err, size_t errlen);

@@ -7,7 +7,8 @@
 #     in the same run_dir. Every file of every checkpoint is compared: model.bin and
 #     rank_00000.bin with cmp; config.ini differs in exactly the `async` line (the config is
 #     another one; so does its first line's size and checksum), DONE in exactly config.ini's size
-#     and checksum line (and its own first line's checksum). The step records equal.
+#     and checksum line (and its own first line's checksum). The same with a [data] sources
+#     mixture, whose position (data.bin) is part of the snapshot. The step records equal.
 #  2. SIGKILL in the middle of an asynchronous write: GATEDGPT_CKPT_SLOW_MS=300; kill -9 once the
 #     write of step 4 is underway (step_00000004.tmp/ exists, step 2 is complete). Then: no
 #     step_N/ without DONE (nothing half-written under a final name), every complete checkpoint
@@ -70,6 +71,16 @@ check "6 checkpoint records, ok, async, with snapshot_ms, write_ms, write_cpu_ms
 # the writes overlapped training: committed steps later than they were taken (but the last)
 check "5 writes overlapped later steps (done_step > step; the last is waited for at once)" '[ "$(overlaps "$tmp/async/log.jsonl")" = 5 ]'
 check "synchronous records say async false" '[ "$(grep "\"type\":\"checkpoint\"" "$tmp/sync/log.jsonl" | grep -c "\"async\":false")" = 6 ]'
+
+# ---- a [data] sources mixture: its position (data.bin, rank 0) is part of the snapshot
+XM=("${X[@]}" --data.train_glob= --data.val_glob= "--data.sources=a:0.7:data/kjv/train_*.bin, b:0.3:data/kjv/val_*.bin")
+"$build/train_gpt" "${XM[@]}" --log.run_dir="$tmp/run" > "$tmp/msync.out" 2>&1 || { echo "FAIL: mixture, synchronous run"; cat "$tmp/msync.out"; exit 1; }
+mv "$tmp/run" "$tmp/msync"
+GATEDGPT_CKPT_SLOW_MS=40 "$build/train_gpt" "${XM[@]}" --checkpoint.async=true --log.run_dir="$tmp/run" > "$tmp/masync.out" 2>&1 \
+    || { echo "FAIL: mixture, asynchronous run"; cat "$tmp/masync.out"; exit 1; }
+mv "$tmp/run" "$tmp/masync"
+check "mixture: every file byte-identical to the synchronous write, data.bin included" \
+    'compare_ckpts "$tmp/msync" "$tmp/masync" && [ -f "$tmp/masync/checkpoints/step_00000012/data.bin" ] && [ "$(overlaps "$tmp/masync/log.jsonl")" = 5 ]'
 
 # ---- the memory plan: a `snapshot` line with async on (rank 0's weights, m and v: 3 x 4 bytes a
 # parameter, the count from the master line), none without; host memory apart on a CUDA layout

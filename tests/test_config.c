@@ -11,6 +11,7 @@
 #include "../model/gpt.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,7 +241,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 99 + 1 /* [checkpoint] async */ && n <= CONFIG_MAX_KEYS);
+    CHECK(n == 99 + 2 + 1 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
@@ -523,6 +524,7 @@ static void test_roundtrip(void) {
         "train.hang_timeout_s=7.5", "train.straggler_factor=1.5", "train.straggler_reports=4",
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",
+        "data.sources=", "data.val_sources=",   // empty: each excludes train_glob / val_glob (set above)
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said", "log.tensorboard=true",
@@ -825,7 +827,7 @@ static void test_nonfinite_values(void) {
         "log.sample_temperature", "metrics.spike_z",
         "metrics.skip_loss_z", "metrics.skip_grad_z"};
     static const char* const STRINGS[] = {"layer_pattern", "train_glob", "val_glob", "tokenizer", "run_dir",
-                                          "sample_prompt", "dir", "tasks"};
+                                          "sample_prompt", "dir", "tasks", "sources", "val_sources"};
     const int nf = (int)(sizeof FLOATS / sizeof FLOATS[0]);
     const char* bad[] = {"nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e39", "-1e39"};
     int n_float = 0;
@@ -1187,6 +1189,24 @@ static void test_errors(void) {
     CHECKM(n_files >= 40, "only %d files in %s", n_files, dir);
 }
 
+// [data] sources: config_parse_sources's entries, normalized weights and separators
+static void test_sources(void) {
+    ConfigSource s[CONFIG_MAX_SOURCES];
+    char err[600];
+    int n = config_parse_sources("web:0.7:data/web/train_*.bin, code:0.3:data/code/t?.bin", s, CONFIG_MAX_SOURCES, err, sizeof err);
+    CHECK(n == 2 && strcmp(s[0].name, "web") == 0 && strcmp(s[1].glob, "data/code/t?.bin") == 0);
+    CHECK(n == 2 && fabs(s[0].weight - 0.7) < 1e-12 && fabs(s[1].weight - 0.3) < 1e-12);
+    n = config_parse_sources("  a_1:7:x\tb:3:y,,c:10:z ", s, CONFIG_MAX_SOURCES, err, sizeof err);   // normalized by the sum 20
+    CHECK(n == 3 && fabs(s[0].weight - 0.35) < 1e-12 && fabs(s[1].weight - 0.15) < 1e-12 && fabs(s[2].weight - 0.5) < 1e-12);
+    CHECK(n == 3 && strcmp(s[0].name, "a_1") == 0 && strcmp(s[2].glob, "z") == 0);
+    CHECK(config_parse_sources(" , ", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "no entries"));
+    CHECK(config_parse_sources("a:1:x b:1:y c:1:z", s, 2, err, sizeof err) == -1 && strstr(err, "more than 2 sources"));
+    CHECK(config_parse_sources("a:1e400:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "not a positive number"));
+    CHECK(config_parse_sources("a:nan:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "not a positive number"));
+    CHECK(config_parse_sources("a:1:", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "the glob must have"));
+    CHECK(config_parse_sources(":1:x", s, CONFIG_MAX_SOURCES, err, sizeof err) == -1 && strstr(err, "the name must have"));
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) g_root = argv[1];
     const char* tmp = getenv("TMPDIR");
@@ -1205,6 +1225,7 @@ int main(int argc, char** argv) {
     test_bounds();
     test_docs();
     test_errors();
+    test_sources();
 
     // clean up the temp dir (only files this program wrote)
     DIR* d = opendir(g_tmpdir);

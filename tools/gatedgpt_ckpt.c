@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "data/dataloader.h"
+#include "data/mixture.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/config.h"
@@ -166,9 +167,12 @@ static int cmd_inspect(Loaded* L) {
         if (tps % (bt * p) == 0) printf("%s%ld", listed++ ? ", " : "", p);
     printf("%s processes (those that divide [train] tokens_per_step = %ld into micro-batches of %ld tokens)\n",
            listed == 16 ? ", ..." : "", tps, bt);
-    printf("data: epoch %lld, shard %lld, batch %lld (next) | shuffle %s, seed %llu\n", (long long)st.data.epoch,
+    if (!st.mix) printf("data: epoch %lld, shard %lld, batch %lld (next) | shuffle %s, seed %llu\n", (long long)st.data.epoch,
            (long long)st.data.shard_idx, (long long)st.data.batch_idx, st.data_shuffle ? "on" : "off",
            (unsigned long long)st.data_seed);
+    if (st.mix && mixture_describe(st.mix, st.mix_len, stdout) != 0)
+        printf("data.bin: %zu bytes that are not a mixture position (damaged?)\n", st.mix_len);
+    free(st.mix);
     double lm, ls, gm, gs;
     spike_z(&lw, 0.0, &lm, &ls);
     spike_z(&gw, 0.0, &gm, &gs);

@@ -218,7 +218,7 @@ static int r_open(Reader* r, const char* path, uint32_t kind) {
         snprintf(msg, sizeof msg, "version %u, this build reads version %d (written by a newer gatedgpt?)", version, CKPT_VERSION);
         what = msg;
     } else if (k != kind) {
-        snprintf(msg, sizeof msg, "kind %u, expected %u (%s)", k, kind, kind == CKPT_KIND_MODEL ? "model" : "rank state");
+        snprintf(msg, sizeof msg, "kind %u, expected %u (%s)", k, kind, kind == CKPT_KIND_MODEL ? "model" : kind == CKPT_KIND_DATA ? "mixture position" : "rank state");
         what = msg;
     } else if ((uint64_t)st.st_size != CKPT_HEADER_BYTES + bytes) {
         snprintf(msg, sizeof msg, "%s: %lld bytes, the header says %llu", (uint64_t)st.st_size < CKPT_HEADER_BYTES + bytes ?
@@ -536,9 +536,11 @@ static int write_rank_file(const char* dir, int step, int rank, int nproc, const
         for (int k = 0; k < nlist; k++) {
             // o holds [lo, hi) and [xlo, xhi): the segment's moments are contiguous in one of them
             const float* src = (which == 0 ? o->m : o->v) + optim_moment_index(o, list[k].local);
-            if (on_host) { w_put(&w, src, list[k].n * sizeof(float)); continue; }
             for (size_t done = 0; done < list[k].n; done += chunk) {
                 size_t n = list[k].n - done < chunk ? list[k].n - done : chunk;
+                // a snapshot's copy is written in place, a chunk at a time too: the crc32 then
+                // reads what fwrite has just read, from the cache, not a second pass over memory
+                if (on_host) { w_put(&w, src + done, n * sizeof(float)); continue; }
                 ops_to_host(host, src + done, n * sizeof(float));
                 w_put(&w, host, n * sizeof(float));
             }
@@ -549,6 +551,44 @@ static int write_rank_file(const char* dir, int step, int rank, int nproc, const
     if (w_close(&w, CKPT_KIND_RANK) != 0) return -1;
     ck_pause();
     return 0;
+}
+
+// data.bin (rank 0, a mixture only): its payload is the mixture's position as mixture_save
+// wrote it (docs/formats.md); the checkpoint code keeps it as bytes.
+static int write_data_file(const char* dir, int step, const CkptTrainState* st) {
+    char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    tmp_path(tmp, sizeof tmp, dir, step);
+    snprintf(path, sizeof path, "%s/data.bin", tmp);
+    Writer w;
+    if (w_open(&w, path) != 0) return -1;
+    w_put(&w, st->mix, st->mix_len);
+    if (w_close(&w, CKPT_KIND_DATA) != 0) return -1;
+    ck_pause();
+    return 0;
+}
+
+// data.bin into st->mix (malloc'd) when the checkpoint has one, else NULL / 0.
+static int read_data_file(const char* path, CkptTrainState* st) {
+    char file[CKPT_PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/data.bin", path);
+    st->mix = NULL;
+    st->mix_len = 0;
+    if (!exists(file)) return 0;
+    Reader r;
+    if (r_open(&r, file, CKPT_KIND_DATA) != 0) return -1;
+    unsigned char* buf = malloc(r.payload ? (size_t)r.payload : 1);
+    if (!buf) { fclose(r.f); return ck_error(file, "out of memory"); }
+    if (r_get(&r, buf, (size_t)r.payload) != 0) { fclose(r.f); free(buf); return -1; }
+    if (r_close(&r) != 0) { free(buf); return -1; }
+    st->mix = buf;
+    st->mix_len = (size_t)r.payload;
+    return 0;
+}
+
+static uint32_t kind_of(const char* name) {
+    if (strcmp(name, "model.bin") == 0) return CKPT_KIND_MODEL;
+    if (strcmp(name, "data.bin") == 0) return CKPT_KIND_DATA;
+    return CKPT_KIND_RANK;
 }
 
 void checkpoint_abort(const char* dir, int step) {
@@ -568,7 +608,7 @@ static int file_summary(const char* dir, const char* name, uint64_t* size, uint3
         return 0;
     }
     Reader r;
-    if (r_open(&r, path, strcmp(name, "model.bin") == 0 ? CKPT_KIND_MODEL : CKPT_KIND_RANK) != 0) return -1;
+    if (r_open(&r, path, kind_of(name)) != 0) return -1;
     *size = CKPT_HEADER_BYTES + r.payload;
     *crc = r.want_crc;
     fclose(r.f);
@@ -587,9 +627,13 @@ int checkpoint_commit(const char* dir, int step, int nproc) {
     if (!mf) return ck_error(tmp, "out of memory");
     fprintf(mf, "step %d\nnproc %d\n", step, nproc);
     int rc = 0;
-    for (int i = -2; i < nproc && rc == 0; i++) {
+    snprintf(path, sizeof path, "%s/data.bin", tmp);
+    const int have_data = exists(path);   // a mixture's position (rank 0 wrote it)
+    for (int i = -3; i < nproc && rc == 0; i++) {
         char name[32];
-        if (i == -2) snprintf(name, sizeof name, "model.bin");
+        if (i == -3 && !have_data) continue;
+        if (i == -3) snprintf(name, sizeof name, "data.bin");
+        else if (i == -2) snprintf(name, sizeof name, "model.bin");
         else if (i == -1) snprintf(name, sizeof name, "config.ini");
         else snprintf(name, sizeof name, "rank_%05d.bin", i);
         uint64_t size;
@@ -642,6 +686,20 @@ static int copy_window(SpikeWindow* dst, const SpikeWindow* src) {
     return 0;
 }
 
+int checkpoint_snapshot_reserve(CkptSnapshot* s, const GPT* m, const Optim* o, int rank) {
+    const size_t model_floats = rank == 0 && m->table.ep_size <= 1 ? m->table.total : 0;
+    const size_t need = checkpoint_snapshot_bytes(model_floats, optim_moment_count(o));
+    if (s->buf_bytes >= need) return 0;
+    ops_host_free(s->buf);
+    s->buf = ops_host_alloc(need);
+    s->buf_bytes = s->buf ? need : 0;
+    if (!s->buf)
+        return ck_error("[checkpoint] async", "out of host memory for the checkpoint snapshot (%.1f MiB; set [checkpoint] async = false)",
+                        need / 1048576.0);
+    memset(s->buf, 0, need);   // the pages now, not in the step loop's first snapshot
+    return 0;
+}
+
 int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT* m, const Optim* o,
                         const CkptTrainState* st, int rank, int nproc, int copy) {
     s->step = step;
@@ -673,15 +731,7 @@ int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT*
     }
     // the copies: rank 0's arena (unless gathered), this rank's m and v, the spike windows
     const size_t model_floats = rank == 0 && !s->gathered ? m->table.total : 0, mom = optim_moment_count(o);
-    const size_t need = checkpoint_snapshot_bytes(model_floats, mom);
-    if (s->buf_bytes < need) {
-        ops_host_free(s->buf);
-        s->buf = ops_host_alloc(need);
-        s->buf_bytes = s->buf ? need : 0;
-        if (!s->buf)
-            return ck_error(cfg->log.run_dir, "out of host memory for the checkpoint snapshot (%.1f MiB; set [checkpoint] async = false)",
-                            need / 1048576.0);
-    }
+    if (checkpoint_snapshot_reserve(s, m, o, rank) != 0) return -1;
     float* b = (float*)s->buf;
     if (model_floats) { ops_to_host(b, m->params, model_floats * sizeof(float)); s->params = b; }
     ops_to_host(b + model_floats, o->m, mom * sizeof(float));
@@ -693,6 +743,17 @@ int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT*
         return ck_error(cfg->log.run_dir, "out of memory (the spike windows for a checkpoint)");
     s->st.loss_win = st->loss_win ? &s->loss_win : NULL;
     s->st.grad_win = st->grad_win ? &s->grad_win : NULL;
+    // a mixture's position (data.bin, rank 0): the caller frees its bytes after this call
+    if (st->mix_len > 0) {
+        if (s->mix_cap < st->mix_len) {
+            unsigned char* p = realloc(s->mix, st->mix_len);
+            if (!p) return ck_error(cfg->log.run_dir, "out of memory (the data position for a checkpoint)");
+            s->mix = p;
+            s->mix_cap = st->mix_len;
+        }
+        memcpy(s->mix, st->mix, st->mix_len);
+        s->st.mix = s->mix;
+    }
     return 0;
 }
 
@@ -707,7 +768,10 @@ int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s) {
         // segments of the whole model's arena
         ParamTable g;
         param_table_build(&g, &m->cfg);
-        if (s->rank == 0) failed = write_model_file(dir, s->step, s->config_text, s->config_len, m, &g, s->params) != 0;
+        if (s->rank == 0) {
+            failed = write_model_file(dir, s->step, s->config_text, s->config_len, m, &g, s->params) != 0;
+            if (!failed && s->st.mix_len > 0) failed = write_data_file(dir, s->step, &s->st) != 0;
+        }
         if (!failed) {
             CkSegs segs;
             optim_segments(&s->o, &m->table, &g, &segs);
@@ -719,6 +783,7 @@ int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s) {
         // a view (host = 0) reads the live arena through ops_to_host (whole = NULL)
         failed = s->rank == 0 && write_model_file(dir, s->step, s->config_text, s->config_len, m, &m->table,
                                                   s->host ? s->params : NULL) != 0;
+        if (!failed && s->rank == 0 && s->st.mix_len > 0) failed = write_data_file(dir, s->step, &s->st) != 0;
         if (!failed) failed = write_rank_file(dir, s->step, s->rank, s->nproc, &s->o, s->host, s->o.lo, s->o.hi - s->o.lo,
                                               NULL, &s->st) != 0;
     }
@@ -737,6 +802,7 @@ void checkpoint_snapshot_free(CkptSnapshot* s) {
     free(s->config_text);
     free(s->loss_win.buf);
     free(s->grad_win.buf);
+    free(s->mix);
     memset(s, 0, sizeof *s);
 }
 
@@ -819,14 +885,14 @@ int checkpoint_verify(const char* path, CkptInfo* info, FILE* report) {
             if (rc == 0) free(text);
             have_config = 1;
         } else {
-            int is_model = strcmp(name, "model.bin") == 0;
+            int is_model = strcmp(name, "model.bin") == 0, is_data = strcmp(name, "data.bin") == 0;
             int r_idx = -1;
-            if (!is_model && sscanf(name, "rank_%d.bin", &r_idx) != 1) {
+            if (!is_model && !is_data && sscanf(name, "rank_%d.bin", &r_idx) != 1) {
                 rc = ck_error(done, "lists an unknown file '%s'", name);
                 break;
             }
             Reader r;
-            rc = r_open(&r, fpath, is_model ? CKPT_KIND_MODEL : CKPT_KIND_RANK);
+            rc = r_open(&r, fpath, kind_of(name));
             if (rc == 0) {
                 got_size = CKPT_HEADER_BYTES + r.payload;
                 got_crc = r.want_crc;
@@ -835,7 +901,7 @@ int checkpoint_verify(const char* path, CkptInfo* info, FILE* report) {
                 else fclose(r.f);
             }
             if (is_model) have_model = 1;
-            else n_rank++;
+            else if (!is_data) n_rank++;
         }
         if (rc == 0 && (got_size != size || got_crc != crc))
             rc = ck_error(fpath, "size %llu / crc32 %08x, but DONE recorded %llu / %08x (a file from another checkpoint?)",
@@ -1285,6 +1351,7 @@ static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainSta
         free(mine.s);
     }
     if (rc != 0) return -1;
+    if (st && read_data_file(path, st) != 0) return -1;
     gpt_params_changed(m, o->t);   // round as the uninterrupted run did after update t
     return 0;
 fail:

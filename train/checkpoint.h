@@ -6,6 +6,7 @@
 //   config.ini       rank 0: the resolved config (loadable with config_load_file)
 //   rank_RRRRR.bin   every rank: its AdamW slice (m, v, t), data-loader position, step,
 //                    spike-detector windows, non-finite counter, RNG seeds
+//   data.bin         rank 0, only for a [data] sources mixture: its position (data/mixture.h)
 //   DONE             rank 0, last: the step, the process count, every file's size and checksum
 //
 // Every file starts with a magic, a version and a zlib crc32 of its contents. The directory is
@@ -32,6 +33,7 @@
 #define CKPT_VERSION 1
 #define CKPT_KIND_MODEL 1
 #define CKPT_KIND_RANK 2
+#define CKPT_KIND_DATA 3          // data.bin: a mixture's position ([data] sources)
 #define CKPT_HEADER_BYTES 32
 #define CKPT_PATH_MAX 1100
 
@@ -46,6 +48,11 @@ typedef struct {
     float lr;                  // learning rate of the last step (informational: lr is a function of step)
     SpikeWindow* loss_win;     // spike-detector windows (train/spike.h)
     SpikeWindow* grad_win;
+    // a [data] sources mixture's position (mixture_save's bytes), written as data.bin by rank 0
+    // when mix_len > 0; checkpoint_load fills them from data.bin (malloc'd: the caller frees),
+    // or NULL / 0 when the checkpoint has none (one data set: the position is `data` above)
+    unsigned char* mix;
+    size_t mix_len;
     // filled by checkpoint_load: who wrote the checkpoint (the data position above is in its
     // units: global batches of nproc x batch_size x seq_len tokens; train/resume.h converts it)
     int ckpt_nproc;            // processes that wrote it (one rank file each)
@@ -109,6 +116,8 @@ typedef struct {
     Optim o;                   // o's ranges and t; m and v: the copies, or the live moments of a view
     CkptTrainState st;         // the train state; its spike windows point at the copies below
     SpikeWindow loss_win, grad_win;
+    unsigned char* mix;        // the copy of a mixture's position (data.bin); st.mix points at it
+    size_t mix_cap;
     char* config_text;         // config.ini's body, config_write's text (rank 0)
     size_t config_len;
     int host;                  // 1: params, o.m, o.v are host copies; 0: a view of backend memory
@@ -122,12 +131,17 @@ size_t checkpoint_snapshot_bytes(size_t model_floats, size_t moment_floats);
 // Rank 0 begins (checkpoint_begin) and the ranks agree (agree may be NULL for one process).
 int checkpoint_start(const char* dir, int step, int rank, CkptAgree agree, void* ctx);
 // The state of step `step` into s (zeroed before its first use): copy = 1 copies the weights
-// (rank 0), this rank's AdamW state and the spike windows into s->buf (allocated on first use
-// and kept); copy = 0 only points at them. Expert parallelism: calls the gather (a collective).
+// (rank 0), this rank's AdamW state, the spike windows and a mixture's position into s (the
+// floats into s->buf, allocated on first use and kept); copy = 0 only points at them. Expert
+// parallelism: calls the gather (a collective).
 int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT* m, const Optim* o,
                         const CkptTrainState* st, int rank, int nproc, int copy);
-// This rank's files of s into DIR/step_N.tmp/ (rank 0: model.bin and config.ini; every rank its
-// rank file). Touches nothing but s and the files (the asynchronous writer's thread calls it).
+// Allocates s->buf for m and o's state on `rank` (checkpoint_snapshot_bytes) and touches its
+// pages, so that the first snapshot in the step loop does not fault them in (1.5 GB for GPT-2
+// 124M on rank 0). Returns 0, or -1 with a message.
+int checkpoint_snapshot_reserve(CkptSnapshot* s, const GPT* m, const Optim* o, int rank);
+// This rank's files of s into DIR/step_N.tmp/ (rank 0: model.bin, config.ini and a mixture's
+// data.bin; every rank its rank file). Touches nothing but s and the files (the asynchronous writer's thread calls it).
 int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s);
 // The ranks agree on `failed` (any rank), rank 0 commits (or removes the partial directory), and
 // every rank learns the outcome: 0, or -1.

@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(clockid_t clock) {
     struct timespec ts;
@@ -26,6 +29,9 @@ static void test_write_delay(void) {
 // The writer: waits for a snapshot, writes this rank's files from it, reports, waits again.
 static void* writer_main(void* arg) {
     CkptAsync* a = (CkptAsync*)arg;
+    // below the step loop's threads: where they and the writer share cores, the scheduler gives
+    // the compute its share first (Linux: a thread's own nice value; best effort)
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CKPT_ASYNC_NICE);
     pthread_mutex_lock(&a->mu);
     for (;;) {
         while (a->state != CKA_WRITING && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
@@ -47,10 +53,11 @@ static void* writer_main(void* arg) {
     return NULL;
 }
 
-int ckpt_async_init(CkptAsync* a) {
+int ckpt_async_init(CkptAsync* a, const GPT* m, const Optim* o, int rank) {
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
+    if (checkpoint_snapshot_reserve(&a->snap, m, o, rank) != 0) return -1;
     int e = pthread_create(&a->thread, NULL, writer_main, a);
     if (e != 0) {
         fprintf(stderr, "error: cannot start the checkpoint writer thread: %s (set [checkpoint] async = false)\n", strerror(e));

@@ -14,11 +14,15 @@
 // The commit itself runs on the main thread (a few small files and fsyncs), since it is a
 // collective decision.
 //
-// The buffer is allocated at the first write and kept: checkpoint_snapshot_bytes (the memory
+// The buffer is allocated before the first step and kept: checkpoint_snapshot_bytes (the memory
 // planner's `snapshot` line, train/plan.c).
 #pragma once
 #include <pthread.h>
 #include "train/checkpoint.h"
+
+// The writer thread's nice value (Linux: per thread): the step loop's threads go first where they
+// share cores with it (docs/performance.md "Asynchronous checkpoints").
+#define CKPT_ASYNC_NICE 10
 
 typedef enum { CKA_IDLE = 0, CKA_WRITING, CKA_WRITTEN } CkptAsyncState;
 
@@ -39,8 +43,10 @@ typedef struct {
     double write_cpu_ms;       // the writer thread's CPU time (crc32, copies into the page cache)
 } CkptAsync;
 
-// Starts the writer thread. Returns 0, or -1 with a message.
-int ckpt_async_init(CkptAsync* a);
+// Reserves the snapshot's buffer for m and o on `rank` (checkpoint_snapshot_reserve: allocated
+// and its pages touched before training) and starts the writer thread. Returns 0, or -1 with a
+// message.
+int ckpt_async_init(CkptAsync* a, const GPT* m, const Optim* o, int rank);
 // Begins the write of step `step` (nothing in flight: the caller polled or waited before): rank 0
 // creates step_N.tmp/ and the ranks agree (checkpoint_start), the state is copied
 // (checkpoint_snapshot, copy = 1) and handed to the writer. Returns 0, or -1 when the write could

@@ -129,7 +129,8 @@ static int key_is_free(const char* section, const char* key) {
     // process holds every expert, and the checkpoint stores them by global index (like another
     // process count, the sums over tokens are grouped differently: docs/distributed.md)
     if (strcmp(section, "moe") == 0 && strcmp(key, "expert_parallel") == 0) return 1;
-    if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "tokenizer") == 0)) return 1;
+    if (strcmp(section, "data") == 0 && (strcmp(key, "val_glob") == 0 || strcmp(key, "val_sources") == 0 ||
+                                         strcmp(key, "tokenizer") == 0)) return 1;
     return 0;
 }
 
@@ -268,8 +269,41 @@ static int convert_position(const char* path, CkptTrainState* cs, const DataLoad
     return 0;
 }
 
-int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs) {
-    if (checkpoint_load(path, m, o, cs, train_dl->rank, train_dl->nproc) != 0) return -1;
+// A mixture's position from the checkpoint's data.bin (cs->mix, freed here).
+static int restore_mixture(const char* path, Mixture* mix, CkptTrainState* cs) {
+    char what[CKPT_PATH_MAX + 16];
+    snprintf(what, sizeof what, "%s/data.bin", path);
+    int rc = 0;
+    if (!mix && cs->mix) {
+        fprintf(stderr, "error: --resume %s: the checkpoint holds a [data] sources mixture's position (data.bin), but this "
+                     "run reads [data] train_glob; resume with the checkpoint's [data] sources (its config.ini)\n", path);
+        rc = -1;
+    } else if (mix && !cs->mix) {
+        fprintf(stderr, "error: --resume %s: the checkpoint holds one data set's position (no data.bin), but this run reads "
+                     "[data] sources; resume with the checkpoint's [data] train_glob (its config.ini)\n", path);
+        rc = -1;
+    } else if (mix && mixture_restore(mix, cs->mix, cs->mix_len, what) != 0) {
+        rc = -1;
+    }
+    free(cs->mix);
+    cs->mix = NULL;
+    cs->mix_len = 0;
+    if (rc == 0 && mix) {
+        printf("resume: mixture at global sequence %llu:", (unsigned long long)mix->seq);
+        for (int i = 0; i < mix->n; i++)
+            printf(" %s %llu drawn (epoch %lld)", mix->name[i], (unsigned long long)mix->drawn[i], (long long)mix->src[i].epoch);
+        printf("\n");
+    }
+    return rc;
+}
+
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, Mixture* mix, CkptTrainState* cs) {
+    if (checkpoint_load(path, m, o, cs, mix ? mix->rank : train_dl->rank, mix ? mix->nproc : train_dl->nproc) != 0) return -1;
+    if (restore_mixture(path, mix, cs) != 0) return -1;
+    if (mix) {
+        printf("resume: continuing from %s: step %d, AdamW t %d\n", path, cs->step, o->t);
+        return 0;
+    }
     if (convert_position(path, cs, train_dl) != 0) return -1;
     if (dataloader_set_state(train_dl, &cs->data) != 0) {
         fprintf(stderr, "error: --resume %s: the saved data position does not fit [data] train_glob (above); resume with "
@@ -291,13 +325,22 @@ static int agree_max(void* ctx, int failed) {
     return f != 0.0;
 }
 
-int resume_resave(Comm* comm, const Config* cfg, const GPT* m, const Optim* o, CkptTrainState* cs, const DataLoader* train_dl) {
+int resume_resave(Comm* comm, const Config* cfg, const GPT* m, const Optim* o, CkptTrainState* cs, const DataLoader* train_dl,
+                  const Mixture* mix) {
     const char* dir = getenv("GATEDGPT_RESAVE_DIR");
     if (!dir || !dir[0]) return 0;
-    dataloader_get_state(train_dl, &cs->data);
-    cs->data_seed = train_dl->seed;
-    cs->data_shuffle = train_dl->shuffle;
-    if (checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, agree_max, comm) != 0) {
+    if (mix) {
+        if (mixture_save(mix, &cs->mix, &cs->mix_len) != 0) return -1;
+    } else {
+        dataloader_get_state(train_dl, &cs->data);
+        cs->data_seed = train_dl->seed;
+        cs->data_shuffle = train_dl->shuffle;
+    }
+    int rc = checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, agree_max, comm);
+    free(cs->mix);
+    cs->mix = NULL;
+    cs->mix_len = 0;
+    if (rc != 0) {
         fprintf(stderr, "error: GATEDGPT_RESAVE_DIR=%s: writing the loaded state failed (above)\n", dir);
         return -1;
     }

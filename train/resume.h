@@ -7,6 +7,7 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "data/dataloader.h"
+#include "data/mixture.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
 
@@ -53,11 +54,14 @@ int resume_trim_log(const char* log_path, int step);
 // checkpoint of another process count (or batch_size): the AdamW state is re-cut to o's range
 // (checkpoint_load) and the data position, global batches of the writer's nproc x batch_size x
 // seq_len tokens, is converted to this loader's (the same token of the same shard).
-int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, CkptTrainState* cs);
+// mix: the run's [data] sources mixture (train_dl unused), or NULL (one data set). A mixture's
+// position is the checkpoint's data.bin, in sequences (no conversion: any process count); a
+// checkpoint of the other kind (data.bin present or missing) is refused with one error line.
+int resume_restore(const char* path, GPT* m, Optim* o, DataLoader* train_dl, Mixture* mix, CkptTrainState* cs);
 
 // Testing hook (docs/formats.md): with GATEDGPT_RESAVE_DIR=DIR in the environment, every rank
 // writes the state it has just loaded (resume_restore) as a checkpoint into DIR, at the same
 // step, before training goes on; tests/test_elastic_resume.sh compares it with the checkpoint it
 // was loaded from. Without it, does nothing. Returns 0, or -1 after an error line.
 int resume_resave(Comm* comm, const Config* cfg, const GPT* m, const Optim* o, CkptTrainState* cs,
-                  const DataLoader* train_dl);
+                  const DataLoader* train_dl, const Mixture* mix);
