@@ -132,7 +132,7 @@ size_t checkpoint_snapshot_bytes(size_t model_floats, size_t moment_floats);
 int checkpoint_start(const char* dir, int step, int rank, CkptAgree agree, void* ctx);
 // The state of step `step` into s (zeroed before its first use): copy = 1 copies the weights
 // (rank 0), this rank's AdamW state, the spike windows and a mixture's position into s (the
-// floats into s->buf, allocated on first use and kept); copy = 0 only points at them. Expert
+// floats into s->buf: checkpoint_snapshot_reserve, or here on first use); copy = 0 only points at them. Expert
 // parallelism: calls the gather (a collective).
 int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT* m, const Optim* o,
                         const CkptTrainState* st, int rank, int nproc, int copy);
