@@ -26,6 +26,7 @@
 #include "train/signals.h"
 #include "train/spike.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_async.h"
 #include "train/resume.h"
 #include "train/tb.h"
 #include "train/comm.h"
@@ -218,9 +219,6 @@ static void write_spike(const SpikeHit* h, int step, const ProbeResult* pr, cons
     jsonl_end(&j);
 }
 
-// Writes the checkpoint of cs->step, then prunes older ones; logs a "checkpoint" record. On a
-// failure the error is printed (with what on_write_error will do) and -1 returned; the
-// checkpoint is removed again and older ones are untouched (train/checkpoint.h).
 // checkpoint_save_ranks's agreement: any rank failed -> every rank sees 1
 static int ckpt_agree(void* ctx, int failed) {
     double f = failed ? 1.0 : 0.0;
@@ -231,37 +229,59 @@ static int ckpt_agree(void* ctx, int failed) {
     return f != 0.0;
 }
 
-static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, const GPT* m, const Optim* o,
-                            const CkptTrainState* cs, FILE* logf) {
-    double t0 = progress_now();
+// The outcome of the checkpoint write of `step` (rc 0: committed): prunes older ones (rank 0),
+// prints the console line and logs the "checkpoint" record; a failure gets the error line of
+// [checkpoint] on_write_error. a: the asynchronous write's figures (NULL for a synchronous write),
+// done_step: the step after which it was committed. Returns rc.
+static int checkpoint_outcome(Comm* comm, const Config* cfg, const char* dir, int step, int rc, double ms,
+                              const CkptAsync* a, int done_step, FILE* logf) {
     char path[CKPT_PATH_MAX];
-    checkpoint_path(path, sizeof path, dir, cs->step);
+    checkpoint_path(path, sizeof path, dir, step);
     Jsonl j;
-    // every rank writes its own state, rank 0 the shared files and DONE (train/checkpoint.h)
-    if (checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, ckpt_agree, comm) != 0) {
-        jsonl_begin(&j, logf, "checkpoint", cs->step);
+    if (rc != 0) {
+        jsonl_begin(&j, logf, "checkpoint", step);
         jsonl_bool(&j, "ok", 0);
+        jsonl_bool(&j, "async", a != NULL);
         jsonl_end(&j);
         fflush(logf);
         if (cfg->ckpt.on_write_error == CKPT_ON_ERROR_EXIT)
             fprintf(stderr, "error: step %d: checkpoint write failed (above); stopping ([checkpoint] on_write_error = exit); "
-                    "the older checkpoints are untouched\n", cs->step);
+                    "the older checkpoints are untouched\n", step);
         else
             fprintf(stderr, "warning: step %d: checkpoint write failed (above); training continues ([checkpoint] "
-                    "on_write_error = continue); the older checkpoints are untouched\n", cs->step);
+                    "on_write_error = continue); the older checkpoints are untouched\n", step);
         return -1;
     }
-    int pruned = comm->rank == 0 ? checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, cs->step) : 0;
-    double ms = (progress_now() - t0) * 1e3;
-    printf("step %5d/%d | checkpoint %s | %.0f ms%s\n", cs->step, cfg->train.steps, path, ms, pruned ? " | older ones pruned" : "");
+    int pruned = comm->rank == 0 ? checkpoint_prune(dir, cfg->ckpt.keep_last, cfg->ckpt.keep_every, step) : 0;
+    char how[160] = "";
+    if (a) snprintf(how, sizeof how, " (async: snapshot %.0f ms, written by step %d in %.0f ms, writer CPU %.0f ms)",
+                    a->snapshot_ms, done_step, a->write_ms, a->write_cpu_ms);
+    printf("step %5d/%d | checkpoint %s | %.0f ms%s%s\n", step, cfg->train.steps, path, ms, how, pruned ? " | older ones pruned" : "");
     fflush(stdout);
-    jsonl_begin(&j, logf, "checkpoint", cs->step);
+    jsonl_begin(&j, logf, "checkpoint", step);
     jsonl_bool(&j, "ok", 1);
     jsonl_str(&j, "path", path);
     jsonl_fmt(&j, "ms", "%.1f", ms);
+    jsonl_bool(&j, "async", a != NULL);
+    if (a) {
+        jsonl_fmt(&j, "snapshot_ms", "%.1f", a->snapshot_ms);
+        jsonl_fmt(&j, "write_ms", "%.1f", a->write_ms);
+        jsonl_fmt(&j, "write_cpu_ms", "%.1f", a->write_cpu_ms);
+        jsonl_int(&j, "done_step", done_step);
+    }
     jsonl_end(&j);
     fflush(logf);
     return 0;
+}
+
+// Writes the checkpoint of cs->step at once, then its outcome (checkpoint_outcome). On a failure
+// the checkpoint is removed again and older ones are untouched (train/checkpoint.h).
+static int write_checkpoint(Comm* comm, const Config* cfg, const char* dir, const GPT* m, const Optim* o,
+                            const CkptTrainState* cs, FILE* logf) {
+    double t0 = progress_now();
+    // every rank writes its own state, rank 0 the shared files and DONE (train/checkpoint.h)
+    int rc = checkpoint_save_ranks(dir, cs->step, cfg, m, o, cs, comm->rank, comm->size, ckpt_agree, comm);
+    return checkpoint_outcome(comm, cfg, dir, cs->step, rc, (progress_now() - t0) * 1e3, NULL, cs->step, logf);
 }
 
 // Fault injection for the distributed tests: GATEDGPT_FAIL_RANK=R GATEDGPT_FAIL_STEP=S makes
@@ -430,6 +450,8 @@ typedef struct {
     Signals sig;                      // per-group gradient norms and update ratios (probe, spike steps)
     int nonfinite_run;                // consecutive non-finite steps
     CkptTrainState cs;                // what a checkpoint holds besides weights and AdamW state
+    CkptAsync ckpt_async;             // [checkpoint] async: the writer thread and its snapshot
+    double ckpt_async_t0;             // when the write in flight began (progress_now)
     char ckpt_dir[CKPT_PATH_MAX], resume_path[CKPT_PATH_MAX];
     int resuming, start_step, end_step, ckpt_failed;
     char log_path[1100];
@@ -1124,9 +1146,32 @@ static void run_measurements(Run* r, int done) {
     }
 }
 
+// [checkpoint] async: the write in flight, after step `done`: committed when every rank's writer
+// is done (wait = 1: after waiting for this rank's; the watchdog covers the wait, re-armed by
+// each stage of the write), then its outcome logged. Returns 1 when a failed write stops the run.
+static int finish_async_checkpoint(Run* r, int done, int wait) {
+    CkptAsync* a = &r->ckpt_async;
+    if (!ckpt_async_in_flight(a)) return 0;
+    const char* phase = watchdog_current_phase();
+    watchdog_phase(-1, wait ? "waiting for the asynchronous checkpoint write" : "asynchronous checkpoint write (all-reduce of in-flight)");
+    int rc = 0;
+    const int finished = ckpt_async_poll(a, wait, r->comm->rank, ckpt_agree, r->comm, &rc);
+    watchdog_phase(-1, phase);
+    if (!finished) return 0;
+    if (checkpoint_outcome(r->comm, &r->cfg, r->ckpt_dir, a->step, rc, (progress_now() - r->ckpt_async_t0) * 1e3, a, done,
+                           r->logf) != 0) {
+        r->ckpt_failed++;
+        if (r->cfg.ckpt.on_write_error == CKPT_ON_ERROR_EXIT) return 1;
+    }
+    return 0;
+}
+
 // A checkpoint every checkpoint_every steps and after the last one (of the run, or of this job).
+// [checkpoint] async: the write in flight is polled after every step (one all-reduce while it
+// is in flight), and a new one begins only once it is committed.
 // Returns 1 when a failed write stops the run ([checkpoint] on_write_error = exit).
 static int maybe_checkpoint(Run* r, int done, float lr) {
+    if (finish_async_checkpoint(r, done, 0) != 0) return 1;
     const CheckpointConfig* cc = &r->cfg.ckpt;
     if (cc->checkpoint_every <= 0 || (done % cc->checkpoint_every != 0 && done != r->end_step)) return 0;
     CkptTrainState* cs = &r->cs;
@@ -1143,6 +1188,25 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
     cs->nonfinite_run = r->nonfinite_run;
     cs->lr = lr;
     const double t0 = progress_now();
+    if (cc->async) {   // at most one write in flight: the previous one first
+        if (finish_async_checkpoint(r, done, 1) != 0) return 1;
+        watchdog_phase(done, "checkpoint snapshot");
+        const int failed = ckpt_async_begin(&r->ckpt_async, r->ckpt_dir, done, &r->cfg, &r->model, &r->opt, cs, r->comm->rank,
+                                            r->comm->size, ckpt_agree, r->comm) != 0;
+        free(cs->mix);   // the snapshot holds its own copy
+        cs->mix = NULL;
+        cs->mix_len = 0;
+        if (failed) {
+            checkpoint_outcome(r->comm, &r->cfg, r->ckpt_dir, done, -1, 0.0, &r->ckpt_async, done, r->logf);
+            r->ckpt_failed++;
+            if (cc->on_write_error == CKPT_ON_ERROR_EXIT) return 1;
+        } else {
+            r->ckpt_async_t0 = t0;
+        }
+        progress_task_took(&r->prog, PROG_CKPT, progress_now() - t0);
+        // the run's (or this job's) last checkpoint: nothing left to overlap it with
+        return done == r->end_step && finish_async_checkpoint(r, done, 1) != 0;
+    }
     watchdog_phase(done, "checkpoint write");   // re-armed at each stage of the write (train/checkpoint.c)
     dist_gather_master(&r->dist, &r->model);    // a sharded fp32 master, whole for model.bin
     const int failed = write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0;
@@ -1160,6 +1224,7 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
 // The closing lines, and everything freed.
 static void finish_run(Run* r) {
     const TrainConfig* tc = &r->cfg.train;
+    if (r->cfg.ckpt.async && r->cfg.ckpt.checkpoint_every > 0) ckpt_async_free(&r->ckpt_async);   // nothing in flight: the last was waited for
     jsonl_mirror(r->logf, NULL, NULL);
     tb_close(&r->tb);
     fclose(r->logf);
@@ -1245,6 +1310,10 @@ static int train_main(Comm* comm, int argc, char** argv) {
         run_tasks(r, 0);
         progress_task_took(&r->prog, PROG_TASKS, progress_now() - t0);
     }
+
+    // [checkpoint] async: the writer thread (train/ckpt_async.h)
+    if (cfg->ckpt.async && cfg->ckpt.checkpoint_every > 0 && ckpt_async_init(&r->ckpt_async, &r->model, &r->opt, r->comm->rank) != 0)
+        return 1;
 
     // the loop: a step, its record, the measurements, the checkpoint
     for (int step = r->start_step; step < r->end_step; step++) {

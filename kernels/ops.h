@@ -43,6 +43,12 @@ void  ops_copy(float* dst, const float* src, size_t n);              // device t
 void  ops_accumulate(act_t* y, const act_t* x, size_t n);            // y[n] += x[n]
 void  ops_to_host(void* dst, const void* src, size_t bytes);         // backend -> host
 void  ops_from_host(void* dst, const void* src, size_t bytes);       // host -> backend
+// Host memory for copies of backend memory that outlive a step (the asynchronous checkpoint's
+// snapshot, train/ckpt_async.h): CPU, malloc; CUDA, pinned (cudaMallocHost), so ops_to_host into
+// it runs at the link's full speed. NULL when it cannot be had; not counted by
+// ops_allocated_bytes (host memory: the planner lists it apart). ops_host_free(NULL) is a no-op.
+void* ops_host_alloc(size_t bytes);
+void  ops_host_free(void* p);
 double ops_peak_flops(void);                 // peak FLOP/s of this device, for MFU (see below)
 // Where ops_peak_flops's number comes from, one line for logs: "<kind>: <details>", kind one of
 //   measured  on this machine (CPU: an FMA loop at the widest vector width, on all threads)

@@ -162,6 +162,7 @@ static const KeyDef KEYS[] = {
     K_INT("checkpoint", "keep_every", ckpt.keep_every, "0"),
     K_STR("checkpoint", "dir", ckpt.dir, ""),
     K_ENUM("checkpoint", "on_write_error", ckpt.on_write_error, ONERROR_NAMES, "continue"),
+    K_BOOL("checkpoint", "async", ckpt.async, "false"),
 
     K_INT("metrics", "probe_every", metrics.probe_every, "50"),
     K_INT("metrics", "spike_window", metrics.spike_window, "100"),

@@ -203,6 +203,7 @@ typedef struct {
     int keep_every;        // also keep (forever) checkpoints whose step is a multiple of this; 0 = none
     char dir[1024];        // empty = <run_dir>/checkpoints
     CkptOnError on_write_error; // a failed write: keep training, or exit non-zero
+    int async;             // bool: the step loop snapshots the state, a writer thread writes it (train/ckpt_async.h)
 } CheckpointConfig;
 
 // Upper bound on the number of keys (all sections); config.c static-asserts its table fits.

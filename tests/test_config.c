@@ -241,7 +241,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 99 + 2 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources
+    CHECK(n == 99 + 2 + 1 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
@@ -530,6 +530,7 @@ static void test_roundtrip(void) {
         "log.sample_prompt=And God said", "log.tensorboard=true",
         "checkpoint.checkpoint_every=9", "checkpoint.keep_last=5", "checkpoint.keep_every=1000",
         "checkpoint.dir=ck/dir", "checkpoint.on_write_error=exit",
+        "checkpoint.async=true",
         "metrics.probe_every=7", "metrics.spike_window=20", "metrics.spike_z=3.5", "metrics.skip_loss_z=8",
         "metrics.skip_grad_z=9", "metrics.max_nonfinite=2",
         "eval.tasks=a.jsonl, b dir/c.jsonl", "eval.task_every=3", "eval.task_limit=40",

@@ -371,16 +371,33 @@ static CkptGather g_gather;
 static void* g_gather_ctx;
 void checkpoint_set_gather(CkptGather gather, void* ctx) { g_gather = gather; g_gather_ctx = ctx; }
 
-// model.bin from table t and its arena: `whole` (host) when set, else m->params (backend memory)
-static int write_model_file(const char* dir, int step, const Config* cfg, const GPT* m, const ParamTable* t,
-                            const float* whole);
+// model.bin from table t and its arena: `whole` (host) when set, else m->params (backend memory);
+// config.ini with the text config_write printed (config_text: rendered when the state was taken)
+static int write_model_file(const char* dir, int step, const char* config_text, size_t config_len, const GPT* m,
+                            const ParamTable* t, const float* whole);
 
-int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m) {
-    return write_model_file(dir, step, cfg, m, &m->table, NULL);
+// config_write's text of cfg (malloc'd), or NULL
+static char* render_config(const Config* cfg, size_t* len) {
+    char* text = NULL;
+    *len = 0;
+    FILE* mf = open_memstream(&text, len);
+    if (!mf) return NULL;
+    config_write(cfg, mf);
+    fclose(mf);
+    return text;
 }
 
-static int write_model_file(const char* dir, int step, const Config* cfg, const GPT* m, const ParamTable* t,
-                            const float* whole) {
+int checkpoint_write_model(const char* dir, int step, const Config* cfg, const GPT* m) {
+    size_t len;
+    char* text = render_config(cfg, &len);
+    if (!text) return ck_error(dir, "out of memory");
+    int rc = write_model_file(dir, step, text, len, m, &m->table, NULL);
+    free(text);
+    return rc;
+}
+
+static int write_model_file(const char* dir, int step, const char* config_text, size_t config_len, const GPT* m,
+                            const ParamTable* t, const float* whole) {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     tmp_path(tmp, sizeof tmp, dir, step);
 
@@ -424,15 +441,8 @@ static int write_model_file(const char* dir, int step, const Config* cfg, const 
     ck_pause();
 
     // config.ini: the resolved config, exactly what config_write prints
-    char* text = NULL;
-    size_t len = 0;
-    FILE* mf = open_memstream(&text, &len);
-    if (!mf) return ck_error(path, "out of memory");
-    config_write(cfg, mf);
-    fclose(mf);
     snprintf(path, sizeof path, "%s/config.ini", tmp);
-    int rc = write_text(path, "config", text, len);
-    free(text);
+    int rc = write_text(path, "config", config_text, config_len);
     if (rc == 0) ck_pause();
     return rc;
 }
@@ -475,16 +485,17 @@ static void optim_segments(const Optim* o, const ParamTable* t, const ParamTable
 
 #define CKPT_SEGMENTS UINT64_MAX   // opt_offset of a rank file whose AdamW state is in segments
 
-static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o,
+static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o, int on_host,
                            size_t offset, size_t count, const CkSegs* segs, const CkptTrainState* st);
 
 int checkpoint_write_rank(const char* dir, int step, int rank, int nproc, const Optim* o,
                           size_t offset, size_t count, const CkptTrainState* st) {
-    return write_rank_file(dir, step, rank, nproc, o, offset, count, NULL, st);
+    return write_rank_file(dir, step, rank, nproc, o, 0, offset, count, NULL, st);
 }
 
-// segs: NULL, or the segments (then offset and count are unused)
-static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o,
+// segs: NULL, or the segments (then offset and count are unused). on_host: o->m and o->v are host
+// memory (a snapshot's copies), else backend memory (read through ops_to_host in chunks)
+static int write_rank_file(const char* dir, int step, int rank, int nproc, const Optim* o, int on_host,
                            size_t offset, size_t count, const CkSegs* segs, const CkptTrainState* st) {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     tmp_path(tmp, sizeof tmp, dir, step);
@@ -527,6 +538,9 @@ static int write_rank_file(const char* dir, int step, int rank, int nproc, const
             const float* src = (which == 0 ? o->m : o->v) + optim_moment_index(o, list[k].local);
             for (size_t done = 0; done < list[k].n; done += chunk) {
                 size_t n = list[k].n - done < chunk ? list[k].n - done : chunk;
+                // a snapshot's copy is written in place, a chunk at a time too: the crc32 then
+                // reads what fwrite has just read, from the cache, not a second pass over memory
+                if (on_host) { w_put(&w, src + done, n * sizeof(float)); continue; }
                 ops_to_host(host, src + done, n * sizeof(float));
                 w_put(&w, host, n * sizeof(float));
             }
@@ -652,44 +666,175 @@ int checkpoint_commit(const char* dir, int step, int nproc) {
     return 0;
 }
 
-static int agree_alone(void* ctx, int failed) { (void)ctx; return failed != 0; }
+// ---- the two phases of a write: the snapshot, then the files
 
-int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
-                          const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx) {
-    if (!agree) agree = agree_alone;
-    // the directory exists before anyone writes into it
-    if (agree(ctx, rank == 0 && checkpoint_begin(dir, step) != 0)) return -1;
-    int failed = 0;
+size_t checkpoint_snapshot_bytes(size_t model_floats, size_t moment_floats) {
+    return (model_floats + 2 * moment_floats) * sizeof(float);
+}
+
+// A spike window's ring copied into dst (its buffer grown to src's capacity).
+static int copy_window(SpikeWindow* dst, const SpikeWindow* src) {
+    if (dst->window < src->window) {
+        double* b = realloc(dst->buf, (size_t)src->window * sizeof(double));
+        if (!b) return -1;
+        dst->buf = b;
+    }
+    dst->window = src->window;
+    dst->n = src->n;
+    dst->head = src->head;
+    memcpy(dst->buf, src->buf, (size_t)src->window * sizeof(double));
+    return 0;
+}
+
+int checkpoint_snapshot_reserve(CkptSnapshot* s, const GPT* m, const Optim* o, int rank) {
+    const size_t model_floats = rank == 0 && m->table.ep_size <= 1 ? m->table.total : 0;
+    const size_t need = checkpoint_snapshot_bytes(model_floats, optim_moment_count(o));
+    if (s->buf_bytes >= need) return 0;
+    ops_host_free(s->buf);
+    s->buf = ops_host_alloc(need);
+    s->buf_bytes = s->buf ? need : 0;
+    if (!s->buf)
+        return ck_error("[checkpoint] async", "out of host memory for the checkpoint snapshot (%.1f MiB; set [checkpoint] async = false)",
+                        need / 1048576.0);
+    memset(s->buf, 0, need);   // the pages now, not in the step loop's first snapshot
+    return 0;
+}
+
+int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT* m, const Optim* o,
+                        const CkptTrainState* st, int rank, int nproc, int copy) {
+    s->step = step;
+    s->rank = rank;
+    s->nproc = nproc;
+    s->m = m;
+    s->o = *o;
+    s->st = *st;
+    s->params = NULL;
+    s->gathered = NULL;
+    s->host = copy;
+    // expert parallelism: the whole model from the group (a collective: every member calls it);
+    // the gathered copy is host memory, the writer's own until the write ends
     if (m->table.ep_size > 1) {
-        // an expert shard: the whole model from the group (every member calls the gather), and
-        // this rank's AdamW state as segments of the whole model's arena
-        float* whole = g_gather ? g_gather(g_gather_ctx, m) : NULL;
+        s->gathered = g_gather ? g_gather(g_gather_ctx, m) : NULL;
+        if (rank == 0 && !s->gathered)
+            return ck_error(cfg->ckpt.dir[0] ? cfg->ckpt.dir : cfg->log.run_dir,
+                            "the experts of this expert-parallel model were not gathered (no checkpoint_set_gather)");
+        s->params = s->gathered;
+    }
+    if (rank == 0) {
+        free(s->config_text);
+        s->config_text = render_config(cfg, &s->config_len);
+        if (!s->config_text) return ck_error(cfg->log.run_dir, "out of memory (the config for a checkpoint)");
+    }
+    if (!copy) {   // a view of the live state: the write reads the backend's memory itself
+        if (rank == 0 && !s->params) s->params = m->params;
+        return 0;
+    }
+    // the copies: rank 0's arena (unless gathered), this rank's m and v, the spike windows
+    const size_t model_floats = rank == 0 && !s->gathered ? m->table.total : 0, mom = optim_moment_count(o);
+    if (checkpoint_snapshot_reserve(s, m, o, rank) != 0) return -1;
+    float* b = (float*)s->buf;
+    if (model_floats) { ops_to_host(b, m->params, model_floats * sizeof(float)); s->params = b; }
+    ops_to_host(b + model_floats, o->m, mom * sizeof(float));
+    ops_to_host(b + model_floats + mom, o->v, mom * sizeof(float));
+    s->o.m = b + model_floats;
+    s->o.v = b + model_floats + mom;
+    if ((st->loss_win && copy_window(&s->loss_win, st->loss_win) != 0) ||
+        (st->grad_win && copy_window(&s->grad_win, st->grad_win) != 0))
+        return ck_error(cfg->log.run_dir, "out of memory (the spike windows for a checkpoint)");
+    s->st.loss_win = st->loss_win ? &s->loss_win : NULL;
+    s->st.grad_win = st->grad_win ? &s->grad_win : NULL;
+    // a mixture's position (data.bin, rank 0): the caller frees its bytes after this call
+    if (st->mix_len > 0) {
+        if (s->mix_cap < st->mix_len) {
+            unsigned char* p = realloc(s->mix, st->mix_len);
+            if (!p) return ck_error(cfg->log.run_dir, "out of memory (the data position for a checkpoint)");
+            s->mix = p;
+            s->mix_cap = st->mix_len;
+        }
+        memcpy(s->mix, st->mix, st->mix_len);
+        s->st.mix = s->mix;
+    }
+    return 0;
+}
+
+int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s) {
+    int failed = 0;
+    const GPT* m = s->m;
+    // the testing pause also before the first file of an asynchronous write: the step loop trains
+    // on meanwhile, so a writer that read the live state instead of the copy would write a later one
+    if (s->host) ck_pause();
+    if (m->table.ep_size > 1) {
+        // an expert shard: model.bin from the whole model's arena, and this rank's AdamW state as
+        // segments of the whole model's arena
         ParamTable g;
         param_table_build(&g, &m->cfg);
-        if (rank == 0) {
-            if (!whole) failed = ck_error(dir, "the experts of this expert-parallel model were not gathered (no checkpoint_set_gather)");
-            else failed = write_model_file(dir, step, cfg, m, &g, whole) != 0;
-            if (!failed && st->mix_len > 0) failed = write_data_file(dir, step, st) != 0;
+        if (s->rank == 0) {
+            failed = write_model_file(dir, s->step, s->config_text, s->config_len, m, &g, s->params) != 0;
+            if (!failed && s->st.mix_len > 0) failed = write_data_file(dir, s->step, &s->st) != 0;
         }
-        free(whole);
         if (!failed) {
             CkSegs segs;
-            optim_segments(o, &m->table, &g, &segs);
-            failed = write_rank_file(dir, step, rank, nproc, o, 0, 0, &segs, st) != 0;
+            optim_segments(&s->o, &m->table, &g, &segs);
+            failed = write_rank_file(dir, s->step, s->rank, s->nproc, &s->o, s->host, 0, 0, &segs, &s->st) != 0;
             free(segs.s);
         }
         param_table_free(&g);
     } else {
-        failed = rank == 0 && checkpoint_write_model(dir, step, cfg, m) != 0;
-        if (!failed && rank == 0 && st->mix_len > 0) failed = write_data_file(dir, step, st) != 0;
-        if (!failed) failed = checkpoint_write_rank(dir, step, rank, nproc, o, o->lo, o->hi - o->lo, st) != 0;
+        // a view (host = 0) reads the live arena through ops_to_host (whole = NULL)
+        failed = s->rank == 0 && write_model_file(dir, s->step, s->config_text, s->config_len, m, &m->table,
+                                                  s->host ? s->params : NULL) != 0;
+        if (!failed && s->rank == 0 && s->st.mix_len > 0) failed = write_data_file(dir, s->step, &s->st) != 0;
+        if (!failed) failed = write_rank_file(dir, s->step, s->rank, s->nproc, &s->o, s->host, s->o.lo, s->o.hi - s->o.lo,
+                                              NULL, &s->st) != 0;
     }
+    return failed ? -1 : 0;
+}
+
+void checkpoint_snapshot_release(CkptSnapshot* s) {
+    free(s->gathered);
+    s->gathered = NULL;
+    s->params = NULL;
+}
+
+void checkpoint_snapshot_free(CkptSnapshot* s) {
+    checkpoint_snapshot_release(s);
+    ops_host_free(s->buf);
+    free(s->config_text);
+    free(s->loss_win.buf);
+    free(s->grad_win.buf);
+    free(s->mix);
+    memset(s, 0, sizeof *s);
+}
+
+static int agree_alone(void* ctx, int failed) { (void)ctx; return failed != 0; }
+
+int checkpoint_start(const char* dir, int step, int rank, CkptAgree agree, void* ctx) {
+    if (!agree) agree = agree_alone;
+    return agree(ctx, rank == 0 && checkpoint_begin(dir, step) != 0) ? -1 : 0;
+}
+
+int checkpoint_finish(const char* dir, int step, int rank, int nproc, int failed, CkptAgree agree, void* ctx) {
+    if (!agree) agree = agree_alone;
     failed = agree(ctx, failed);
     if (rank == 0) {   // DONE only when every rank wrote its file
         if (!failed && checkpoint_commit(dir, step, nproc) != 0) failed = 1;
         if (failed) checkpoint_abort(dir, step);
     }
     return agree(ctx, failed) ? -1 : 0;   // every rank learns the outcome
+}
+
+int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
+                          const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx) {
+    // the directory exists before anyone writes into it
+    if (checkpoint_start(dir, step, rank, agree, ctx) != 0) return -1;
+    // a view of the live state (no copy), written at once: the same files an asynchronous write
+    // of this state writes from its copy (train/ckpt_async.h)
+    CkptSnapshot s;
+    memset(&s, 0, sizeof s);
+    int failed = checkpoint_snapshot(&s, step, cfg, m, o, st, rank, nproc, 0) != 0;
+    if (!failed) failed = checkpoint_write_snapshot(dir, &s) != 0;
+    checkpoint_snapshot_free(&s);
+    return checkpoint_finish(dir, step, rank, nproc, failed, agree, ctx);
 }
 
 int checkpoint_save(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,

@@ -102,6 +102,54 @@ typedef int (*CkptAgree)(void* ctx, int failed);
 int checkpoint_save_ranks(const char* dir, int step, const Config* cfg, const GPT* m, const Optim* o,
                           const CkptTrainState* st, int rank, int nproc, CkptAgree agree, void* ctx);
 
+// ---- the two phases of a write: a snapshot of the state, then the files written from it
+// checkpoint_save_ranks = checkpoint_start, checkpoint_snapshot (a view: copy = 0),
+// checkpoint_write_snapshot, checkpoint_finish, all on the caller's thread. The asynchronous write
+// (train/ckpt_async.h) runs the same steps with a copy (copy = 1) taken in the step loop and the
+// write on its writer thread: one code path writes the files, so their bytes are the same.
+typedef struct {
+    int step, rank, nproc;
+    const GPT* m;              // the model: its table (constant during a run) and config
+    const float* params;       // model.bin's arena (rank 0): the copy, the gathered whole model
+                               // (expert parallelism), or the live m->params of a view
+    float* gathered;           // the gather's malloc'd whole arena (expert parallelism), or NULL
+    Optim o;                   // o's ranges and t; m and v: the copies, or the live moments of a view
+    CkptTrainState st;         // the train state; its spike windows point at the copies below
+    SpikeWindow loss_win, grad_win;
+    unsigned char* mix;        // the copy of a mixture's position (data.bin); st.mix points at it
+    size_t mix_cap;
+    char* config_text;         // config.ini's body, config_write's text (rank 0)
+    size_t config_len;
+    int host;                  // 1: params, o.m, o.v are host copies; 0: a view of backend memory
+    void* buf;                 // the copies: [model floats (rank 0), m, v] (ops_host_alloc, kept)
+    size_t buf_bytes;
+} CkptSnapshot;
+
+// Bytes of a snapshot's host buffer: rank 0's arena (model_floats; 0 on the other ranks and for
+// an expert shard, whose whole model the gather copies) and this rank's AdamW m and v.
+size_t checkpoint_snapshot_bytes(size_t model_floats, size_t moment_floats);
+// Rank 0 begins (checkpoint_begin) and the ranks agree (agree may be NULL for one process).
+int checkpoint_start(const char* dir, int step, int rank, CkptAgree agree, void* ctx);
+// The state of step `step` into s (zeroed before its first use): copy = 1 copies the weights
+// (rank 0), this rank's AdamW state, the spike windows and a mixture's position into s (the
+// floats into s->buf: checkpoint_snapshot_reserve, or here on first use); copy = 0 only points at them. Expert
+// parallelism: calls the gather (a collective).
+int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT* m, const Optim* o,
+                        const CkptTrainState* st, int rank, int nproc, int copy);
+// Allocates s->buf for m and o's state on `rank` (checkpoint_snapshot_bytes) and touches its
+// pages, so that the first snapshot in the step loop does not fault them in (1.5 GB for GPT-2
+// 124M on rank 0). Returns 0, or -1 with a message.
+int checkpoint_snapshot_reserve(CkptSnapshot* s, const GPT* m, const Optim* o, int rank);
+// This rank's files of s into DIR/step_N.tmp/ (rank 0: model.bin, config.ini and a mixture's
+// data.bin; every rank its rank file). Touches nothing but s and the files (the asynchronous writer's thread calls it).
+int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s);
+// The ranks agree on `failed` (any rank), rank 0 commits (or removes the partial directory), and
+// every rank learns the outcome: 0, or -1.
+int checkpoint_finish(const char* dir, int step, int rank, int nproc, int failed, CkptAgree agree, void* ctx);
+// Frees what one write held (the gathered arena); checkpoint_snapshot_free, everything.
+void checkpoint_snapshot_release(CkptSnapshot* s);
+void checkpoint_snapshot_free(CkptSnapshot* s);
+
 // Expert parallelism (a model built by gpt_build_ep with ep_size > 1 holds only its experts):
 // checkpoints still hold the whole model, every expert by its global index (docs/formats.md).
 // model.bin is written by rank 0 from the whole model's arena in the ep_size-1 layout, which
@@ -145,5 +193,6 @@ int checkpoint_list(const char* dir, int* steps, int max);
 int checkpoint_prune(const char* dir, int keep_last, int keep_every, int current);
 
 // Testing hook (docs/formats.md): GATEDGPT_CKPT_SLOW_MS=N sleeps N ms at each stage of a write
-// (after each file, in the middle of each file, before and after the rename), so that a test
-// can kill the trainer while a checkpoint is being written.
+// (after each file, in the middle of each file, before and after the rename; an asynchronous
+// write also before its first file), so that a test can kill the trainer while a checkpoint is
+// being written.

@@ -13,6 +13,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "model/probe.h"
+#include "train/checkpoint.h"
 #include "train/comm.h"
 #include "train/dist.h"
 #include "train/signals.h"
@@ -290,6 +291,24 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
              "and val shard (%.2f MiB), mapped and read whole%s", mib(batches), mib(tr), ntr, mib(va),
              perm ? ", the shuffle order" : "");
 
+    // ---- [checkpoint] async: the snapshot's host buffer, allocated at the first write and kept
+    // (train/checkpoint.h checkpoint_snapshot_bytes): rank 0's weights and its AdamW m and v; an
+    // expert shard's rank 0 holds the gathered whole model instead (malloc'd for each write) ----
+    if (cfg->ckpt.async && cfg->ckpt.checkpoint_every > 0) {
+        size_t whole = 0;
+        if (EPP > 1) {
+            ParamTable g;
+            param_table_build(&g, mc);
+            whole = g.total;
+            param_table_free(&g);
+        }
+        const size_t mom = (hi - lo) + (xhi - xlo);
+        p->bytes[PLAN_SNAPSHOT] = checkpoint_snapshot_bytes(EPP > 1 ? 0 : n, mom) + whole * sizeof(float);
+        snprintf(p->what[PLAN_SNAPSHOT], sizeof p->what[0], "[checkpoint] async: rank 0's copy of the %s (%zu x 4 bytes) and "
+                 "of its AdamW m and v (2 x %zu x 4 bytes), %s host memory", EPP > 1 ? "gathered whole model" : "weights",
+                 EPP > 1 ? whole : n, mom, cuda ? "pinned" : "in");
+    }
+
     // ---- runtime ----
     if (!cuda) {
         const size_t xsmm = cpu_small_gemm_persistent(&ss);   // the delta rule's small-GEMM JIT, when it runs
@@ -307,8 +326,8 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
 
     // what counts against the device, what is exact
     for (int i = 0; i < PLAN_LINES; i++) {
-        p->on_device[i] = !cuda || i != PLAN_HOST;
-        p->exact[i] = i <= PLAN_BACKWARD || (cuda && i == PLAN_SCRATCH && o->this_backend) || (cuda && i == PLAN_COMM);
+        p->on_device[i] = !cuda || (i != PLAN_HOST && i != PLAN_SNAPSHOT);
+        p->exact[i] = i <= PLAN_BACKWARD || i == PLAN_SNAPSHOT || (cuda && i == PLAN_SCRATCH && o->this_backend) || (cuda && i == PLAN_COMM);
     }
     for (int i = 0; i < PLAN_LINES; i++) {
         if (p->on_device[i]) p->total += p->bytes[i];
@@ -339,7 +358,8 @@ int plan_largest_batch(const Config* cfg, const PlanOptions* o) {
 }
 
 static const char* LINE_NAMES[PLAN_LINES] = {"weights", "master", "grads", "adamw", "activations", "logits",
-                                             "backward", "expert rows", "kv cache", "scratch", "comm", "host", "runtime"};
+                                             "backward", "expert rows", "kv cache", "scratch", "comm", "host", "snapshot",
+                                             "runtime"};
 
 void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f) {
     const int cuda = o->layout != PLAN_LAYOUT_CPU;
@@ -347,7 +367,7 @@ void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f)
             plan_layout_name(o->layout), p->nproc, p->nproc == 1 ? "" : "es", p->zero_stage, p->B, p->T);
     fprintf(f, "  %-12s %16s %10s  %s\n", "line", "bytes", "GiB", "what");
     for (int i = 0; i < PLAN_LINES; i++) {
-        if (!p->on_device[i]) continue;
+        if (!p->on_device[i] || (i == PLAN_SNAPSHOT && !p->bytes[i])) continue;   // snapshot: only with [checkpoint] async
         fprintf(f, "  %-12s %16zu %10.3f  %s%s\n", LINE_NAMES[i], p->bytes[i], p->bytes[i] / 1073741824.0,
                 p->exact[i] ? "" : "~ ", p->what[i]);
     }
@@ -356,6 +376,9 @@ void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f)
     if (cuda)
         fprintf(f, "  %-12s %16zu %10.3f  ~ host, not on the GPU: %s\n", LINE_NAMES[PLAN_HOST], p->bytes[PLAN_HOST],
                 p->bytes[PLAN_HOST] / 1073741824.0, p->what[PLAN_HOST]);
+    if (cuda && p->bytes[PLAN_SNAPSHOT])
+        fprintf(f, "  %-12s %16zu %10.3f  host, not on the GPU: %s\n", LINE_NAMES[PLAN_SNAPSHOT], p->bytes[PLAN_SNAPSHOT],
+                p->bytes[PLAN_SNAPSHOT] / 1073741824.0, p->what[PLAN_SNAPSHOT]);
     fprintf(f, "  (~: a measurement or an allowance; the other lines are the allocations' own sizes)\n");
     const double need = (double)p->total * (o->device_shared ? o->nproc : 1);
     if (o->device_shared)

@@ -31,6 +31,7 @@ enum {
     PLAN_SCRATCH,       // the kernels' scratch (+ the GEMM library's workspace on the CPU)
     PLAN_COMM,          // communication buffers
     PLAN_HOST,          // host buffers: token batches, the mapped data shards
+    PLAN_SNAPSHOT,      // [checkpoint] async: the checkpoint snapshot's host buffer (train/ckpt_async.h)
     PLAN_RUNTIME,       // libraries, MPI / the CUDA context: measured (CPU) or an allowance (GPU)
     PLAN_LINES
 };

@@ -82,6 +82,12 @@ void ops_weights_to_act_at(float* act, const float* w, size_t at, size_t n, unsi
 }
 void ops_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 void ops_from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+// the host is the backend's memory: plain, 64-byte aligned (AVX-512 lines)
+void* ops_host_alloc(size_t bytes) {
+    void* p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 1) == 0 ? p : NULL;
+}
+void ops_host_free(void* p) { free(p); }
 
 // ---- measured peak: independent FMA chains at the widest vector width the CPU has ----
 // ACC accumulators hide the FMA latency (4 cycles x 2 pipes = 8 in flight at least) and, with

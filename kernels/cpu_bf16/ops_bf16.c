@@ -74,6 +74,8 @@ void ops_accumulate(act_t* y, const act_t* x, size_t n) {
 }
 void ops_to_host(void* dst, const void* src, size_t bytes) { ref_ops_to_host(dst, src, bytes); }
 void ops_from_host(void* dst, const void* src, size_t bytes) { ref_ops_from_host(dst, src, bytes); }
+void* ops_host_alloc(size_t bytes) { return ref_ops_host_alloc(bytes); }
+void ops_host_free(void* p) { ref_ops_host_free(p); }
 double ops_peak_flops(void) { return ref_ops_peak_flops(); }
 const char* ops_peak_source(void) { return ref_ops_peak_source(); }   // the fp32 FMA peak, as on the fp32 build
 size_t ops_mem_available(void) { return ref_ops_mem_available(); }

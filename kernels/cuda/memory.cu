@@ -288,6 +288,15 @@ void ops_from_host(void* dst, const void* src, size_t bytes) {
     CUDA_OP_TIMER("ops_from_host");
     if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
+// pinned: ops_to_host into it is a direct DMA (no staging copy through a driver buffer)
+void* ops_host_alloc(size_t bytes) {
+    void* p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return p;
+}
+void ops_host_free(void* p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
 
 size_t cuda_allocated_bytes(void) { return cuda_live; }
 size_t cuda_allocated_peak_bytes(void) { return cuda_peak; }

@@ -927,6 +927,16 @@ cudaError_t cudaFree(void* p) {
     return cudaSuccess;
 }
 
+// pinned host memory: host memory (the copies' checks take it as host memory, as they must)
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : (last_error = cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return cudaSuccess;
+}
+
 static cudaError_t copy_checked(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
     const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
