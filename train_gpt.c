@@ -381,7 +381,54 @@ static void grads_ready(void* ctx, size_t lo, size_t hi) {
     watchdog_phase(-1, phase);
 }
 
+// [train] precision on the CPU (docs/architecture.md "Precision"): act_t is a compile-time type,
+// so each precision is a binary: train_gpt computes in fp32, train_gpt_bf16 in bf16 (the CMake
+// target names the other one in GATEDGPT_PRECISION_SIBLING). A config that asks for the other
+// precision runs that binary, found beside this one, with the same command line: before MPI
+// starts (under mpirun every rank does the same) and before anything is written. Returns 0 to go
+// on here, or an exit status after an error line.
+#ifdef GATEDGPT_PRECISION_SIBLING
+static int exec_precision_sibling(int argc, char** argv) {
+    static TrainArgs a;
+    static Config c;
+    if (train_args_parse(&a, argc, argv) != 0) return 1;
+    if (a.help) return 0;
+    if (train_args_config(&a, &c) != 0) return 1;   // its error line, once: train_main would repeat it
+    const PrecisionKind own = OPS_ACT_IS_FLOAT ? PRECISION_FP32 : PRECISION_BF16;
+    const char* want = config_enum_name("precision", c.train.precision);
+    const char* where = a.config_path ? a.config_path : "--train.precision";
+    if (c.train.precision == own) return 0;
+    if (getenv("GATEDGPT_PRECISION_EXEC")) {   // the sibling sent us here: a loop, never expected
+        fprintf(stderr, "error: %s: [train] precision = %s: %s was started by its sibling for the other precision "
+                "(GATEDGPT_PRECISION_EXEC is set): unset it\n", where, want, argv[0]);
+        return 1;
+    }
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 64);
+    if (n <= 0) { fprintf(stderr, "error: %s: [train] precision = %s: cannot find this binary's folder (/proc/self/exe)\n", where, want); return 1; }
+    path[n] = 0;
+    char* slash = strrchr(path, '/');
+    snprintf(slash ? slash + 1 : path, 64, "%s", GATEDGPT_PRECISION_SIBLING);
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr, "error: %s: [train] precision = %s needs %s (not found: %s): build it "
+                "(cmake --build build --target %s; it needs oneDNN), or set precision = %s\n", where, want,
+                GATEDGPT_PRECISION_SIBLING, path, GATEDGPT_PRECISION_SIBLING, config_enum_name("precision", own));
+        return 1;
+    }
+    printf("precision = %s: running %s\n", want, path);
+    fflush(stdout);
+    setenv("GATEDGPT_PRECISION_EXEC", "1", 1);
+    execv(path, argv);
+    fprintf(stderr, "error: %s: [train] precision = %s: cannot run %s: %s\n", where, want, path, strerror(errno));
+    return 1;
+}
+#endif
+
 int main(int argc, char** argv) {
+#ifdef GATEDGPT_PRECISION_SIBLING
+    int prc = exec_precision_sibling(argc, argv);
+    if (prc != 0) return prc;
+#endif
     Comm comm;
     comm_init(&comm, &argc, &argv);
     // only rank 0 prints; every rank's errors and warnings still reach stderr
@@ -529,6 +576,14 @@ static int setup_run(Run* r) {
     size_t held0 = ops_allocated_bytes();
     ops_init(tc->threads);
     r->mem_scratch = ops_allocated_bytes() - held0;   // CUDA: cuBLASLt's workspace
+    // precision = bf16 on a binary that computes in fp32 and has no bf16 sibling (the CUDA fp32
+    // build: its bf16 twin is train_gpt_cuda_bf16): never run fp32 in its place. The bf16 binaries
+    // other than train_gpt_bf16 (the emulation, the CUDA bf16 build) are bf16 by what they are.
+    if (tc->precision == PRECISION_BF16 && OPS_ACT_IS_FLOAT) {
+        fprintf(stderr, "error: %s: [train] precision = bf16, but this binary computes in fp32 (%s): run train_gpt "
+                "(which runs train_gpt_bf16) or train_gpt_cuda_bf16\n", r->where, ops_backend_name());
+        return 1;
+    }
     if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
         fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
                 "set attn_impl = fused\n", r->args.config_path ? r->args.config_path : "--train.attn_impl",

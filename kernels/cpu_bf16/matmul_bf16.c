@@ -53,12 +53,15 @@ const char* bf16mm_isa_name(Bf16mmIsa isa) {
 // ---- the primitive cache ------------------------------------------------------------------------
 typedef struct {
     char ta, tb;
-    int M, N, K, lda, ldb, ldc;
+    int M, N, K, lda, ldb, ldc;   // M, N, K -1 in a primitive of run-time sizes
     float beta;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;   // memory objects without data: the pointers are set per call
+    dnnl_memory_t a, b, c;   // memory objects without data: the pointers are set per call (fixed sizes)
 } Bf16mmEntry;
 
+// fixed-size primitives (the dense layers: a handful of shapes per model); past this many, the
+// shapes that vary from call to call (the MoE experts' rows) would fill it: they share
+// primitives of run-time sizes instead (bf16mm_var)
 #define BF16MM_CACHE 512
 static Bf16mmEntry cache[BF16MM_CACHE];
 static int n_cached;
@@ -66,8 +69,9 @@ static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
 // a 2-D bf16/f32 descriptor of rows x cols, row-major with leading dimension ld, or its transpose
+// (rows or cols -1: a run-time size)
 static void md2(dnnl_memory_desc_t* md, int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
-    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t dims = {rows < 0 ? DNNL_RUNTIME_DIM_VAL : rows, cols < 0 ? DNNL_RUNTIME_DIM_VAL : cols};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
     dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "memory descriptor");
 }
@@ -111,28 +115,52 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
     dnnl_check(dnnl_primitive_create(&e->prim, pd), "primitive");
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_attr_destroy(attr);
-    dnnl_check(dnnl_memory_create(&e->a, &a_md, engine, DNNL_MEMORY_NONE), "memory A");
-    dnnl_check(dnnl_memory_create(&e->b, &b_md, engine, DNNL_MEMORY_NONE), "memory B");
-    dnnl_check(dnnl_memory_create(&e->c, &c_md, engine, DNNL_MEMORY_NONE), "memory C");
+    if (M >= 0) {
+        dnnl_check(dnnl_memory_create(&e->a, &a_md, engine, DNNL_MEMORY_NONE), "memory A");
+        dnnl_check(dnnl_memory_create(&e->b, &b_md, engine, DNNL_MEMORY_NONE), "memory B");
+        dnnl_check(dnnl_memory_create(&e->c, &c_md, engine, DNNL_MEMORY_NONE), "memory C");
+    }
     n_cached++;
     return e;
 }
 
-void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
-            int ldb, float beta, float* C, int ldc) {
+static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {   // an empty sum: C = beta C
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
-    Bf16mmEntry* e = bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta);
-    dnnl_check(dnnl_memory_set_data_handle(e->a, (void*)A), "set A");
-    dnnl_check(dnnl_memory_set_data_handle(e->b, (void*)B), "set B");
-    dnnl_check(dnnl_memory_set_data_handle(e->c, C), "set C");
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+    Bf16mmEntry* e = var ? bf16mm_entry(ta, tb, -1, -1, -1, lda, ldb, ldc, beta)
+                         : bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta);
+    dnnl_memory_t a = e->a, b = e->b, c = e->c;
+    if (var) {   // memory objects of this call's sizes
+        dnnl_memory_desc_t a_md, b_md, c_md;
+        md2(&a_md, M, K, lda, ta == 'T', dnnl_bf16);
+        md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
+        md2(&c_md, M, N, ldc, 0, dnnl_f32);
+        dnnl_check(dnnl_memory_create(&a, &a_md, engine, (void*)A), "memory A");
+        dnnl_check(dnnl_memory_create(&b, &b_md, engine, (void*)B), "memory B");
+        dnnl_check(dnnl_memory_create(&c, &c_md, engine, C), "memory C");
+    } else {
+        dnnl_check(dnnl_memory_set_data_handle(a, (void*)A), "set A");
+        dnnl_check(dnnl_memory_set_data_handle(b, (void*)B), "set B");
+        dnnl_check(dnnl_memory_set_data_handle(c, C), "set C");
+    }
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     dnnl_check(dnnl_primitive_execute(e->prim, stream, 3, args), "execute");
     dnnl_check(dnnl_stream_wait(stream), "stream wait");
+    if (var) { dnnl_memory_destroy(a); dnnl_memory_destroy(b); dnnl_memory_destroy(c); }
+}
+
+void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+            int ldb, float beta, float* C, int ldc) {
+    bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                int ldb, float beta, float* C, int ldc) {
+    bf16mm_run(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 // ---- the peak -------------------------------------------------------------------------------------

@@ -27,6 +27,10 @@ Bf16mmIsa bf16mm_cpu_isa(void);
 // shape, transposes, leading dimensions and beta (creating one costs ~ms).
 void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
             int ldb, float beta, float* C, int ldc);
+// the same for sizes that change from call to call (the MoE experts' rows): one primitive of
+// run-time M, N, K per transposes, leading dimensions and beta (oneDNN's run-time dimensions)
+void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                int ldb, float beta, float* C, int ldc);
 
 // the sustained bf16 GEMM rate of this process on all its threads (FLOP/s; best of 3 timings of a
 // 1024^3 product) and a line saying how it was measured; 0 when bf16mm_isa() is NONE

@@ -40,6 +40,7 @@ static void bf16mm(char ta, char tb, int M, int N, int K, const act_t* A, int ld
     (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
     abort();
 }
+#define bf16mm_var bf16mm
 #endif
 
 // ---- conversions (each op allocates its fp32 copies: simple, and the cost is the point of
@@ -455,7 +456,7 @@ void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, co
         float* fo = f32_alloc(R * OC);
         for (int g = 0; g < G; g++) {
             const int r0 = offsets[g], rows = offsets[g + 1] - offsets[g];
-            if (rows > 0) bf16mm('N', 'T', rows, OC, C, inp + (size_t)r0 * C, C, w + (size_t)g * OC * C, C, 0.0f,
+            if (rows > 0) bf16mm_var('N', 'T', rows, OC, C, inp + (size_t)r0 * C, C, w + (size_t)g * OC * C, C, 0.0f,
                                  fo + (size_t)r0 * OC, OC);
         }
         narrow(out, fo, R * OC);
@@ -475,8 +476,8 @@ void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, cons
             const int r0 = offsets[g], rows = offsets[g + 1] - offsets[g];
             if (rows <= 0) continue;
             const act_t* dy = dout + (size_t)r0 * OC;
-            if (fdi) bf16mm('N', 'N', rows, C, OC, dy, OC, w + (size_t)g * OC * C, C, 0.0f, fdi + (size_t)r0 * C, C);
-            bf16mm('T', 'N', OC, C, rows, dy, OC, inp + (size_t)r0 * C, C, 1.0f, dw + (size_t)g * OC * C, C);
+            if (fdi) bf16mm_var('N', 'N', rows, C, OC, dy, OC, w + (size_t)g * OC * C, C, 0.0f, fdi + (size_t)r0 * C, C);
+            bf16mm_var('T', 'N', OC, C, rows, dy, OC, inp + (size_t)r0 * C, C, 1.0f, dw + (size_t)g * OC * C, C);
         }
         if (fdi) narrow(dinp, fdi, R * C);
         return;
