@@ -2,6 +2,7 @@
 // primitive (the fast CPU bf16 backend's GEMMs; matmul_bf16.h). Row-major throughout: a
 // transpose is a pair of strides, so no operand is copied.
 #include "matmul_bf16.h"
+#include "../bf16.h"
 #include <cpuid.h>
 #include <dnnl.h>
 #include <stdio.h>
@@ -183,7 +184,7 @@ double bf16mm_peak_flops(const char** source) {
         uint16_t* a = malloc((size_t)n * n * sizeof(uint16_t));
         float* c = malloc((size_t)n * n * sizeof(float));
         if (!a || !c) { fprintf(stderr, "error: out of memory for the bf16 peak measurement\n"); exit(1); }
-        for (size_t i = 0; i < (size_t)n * n; i++) a[i] = 0x3f80 + (uint16_t)(i % 3);   // 1, 1.0078, 1.0156
+        for (size_t i = 0; i < (size_t)n * n; i++) a[i] = bf16_from_f32(1.0f + (float)(i % 3) / 128);   // 1, 1.0078, 1.0156
         bf16mm('N', 'T', n, n, n, a, n, a, n, 0.0f, c, n);   // the primitive is created outside the timing
         double best = 0.0;
         for (int rep = 0; rep < 3; rep++) {
