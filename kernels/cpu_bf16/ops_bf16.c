@@ -50,18 +50,41 @@ static float* f32_alloc(size_t n) {
     if (!p) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
     return p;
 }
-// fp32 copy of x[n] (NULL for NULL)
+// fp32 copy of x[n] (NULL for NULL); elementwise, so the threads change no bit
 static float* widen(const act_t* x, size_t n) {
     if (!x) return NULL;
     float* f = f32_alloc(n);
+    #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
     return f;
 }
+// dst[n] = round(src[n])
+static void round_to(act_t* dst, const float* src, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+}
 // dst[n] = round(src[n]), then src is freed
 static void narrow(act_t* dst, float* src, size_t n) {
-    if (dst) for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+    if (dst) round_to(dst, src, n);
     free(src);
 }
+#ifdef GATEDGPT_BF16_FAST
+// the fast GEMMs' fp32 results: two buffers held for the run and grown to the largest product
+// (the logits: N x Vp), so no op allocates and faults in fresh pages for them
+static float* fast_out(int slot, size_t n) {
+    static float* buf[2];
+    static size_t cap[2];
+    if (n > cap[slot]) {
+        free(buf[slot]);
+        buf[slot] = malloc(n * sizeof(float));
+        if (!buf[slot]) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 backend\n", n); exit(1); }
+        cap[slot] = n;
+    }
+    return buf[slot];
+}
+#else
+static float* fast_out(int slot, size_t n) { (void)slot; (void)n; abort(); }   // never called: FAST_GEMM is 0
+#endif
 // rows of a permuted MoE buffer: the largest row any kept slot points at, + 1
 static size_t moe_rows(const int* slot_row, size_t S) {
     int r = -1;
@@ -146,9 +169,9 @@ void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long
 // the emulation's path (bias, GELU, one rounding) unchanged.
 void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC) {
     if (FAST_GEMM) {
-        float* fo = f32_alloc((size_t)N * OC);
+        float* fo = fast_out(0, (size_t)N * OC);
         bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
-        narrow(out, fo, (size_t)N * OC);
+        round_to(out, fo, (size_t)N * OC);
         return;
     }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fo = f32_alloc((size_t)N * OC);
@@ -167,9 +190,9 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
                          const act_t* w, int N, int C, int OC) {
     if (FAST_GEMM) {
         if (dinp) {
-            float* fdi = f32_alloc((size_t)N * C);
+            float* fdi = fast_out(0, (size_t)N * C);
             bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdi, C);
-            narrow(dinp, fdi, (size_t)N * C);
+            round_to(dinp, fdi, (size_t)N * C);
         }
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
@@ -184,10 +207,10 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
 void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
                              int OC) {
     if (FAST_GEMM) {
-        float* fo = f32_alloc((size_t)N * OC);
+        float* fo = fast_out(0, (size_t)N * OC);
         bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
         if (bias) ops_bias_add_f32(fo, bias, N, OC);
-        narrow(out, fo, (size_t)N * OC);
+        round_to(out, fo, (size_t)N * OC);
         return;
     }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fb = widen(bias, (size_t)OC);
@@ -210,10 +233,10 @@ void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC) {
     if (FAST_GEMM) {
-        float *fp = f32_alloc((size_t)N * OC), *fa = f32_alloc((size_t)N * OC);
+        float *fp = fast_out(0, (size_t)N * OC), *fa = fast_out(1, (size_t)N * OC);
         bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fp, OC);
         ref_ops_gelu_forward(fa, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
-        narrow(pre, fp, (size_t)N * OC); narrow(act, fa, (size_t)N * OC);
+        round_to(pre, fp, (size_t)N * OC); round_to(act, fa, (size_t)N * OC);
         return;
     }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
@@ -225,10 +248,10 @@ void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act
 void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
                               const act_t* w, const act_t* pre, int N, int C, int OC) {
     if (FAST_GEMM) {
-        float *fdp = f32_alloc((size_t)N * C), *fp = widen(pre, (size_t)N * C);
+        float *fdp = fast_out(0, (size_t)N * C), *fp = widen(pre, (size_t)N * C);
         bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdp, C);   // dact
         ref_ops_gelu_backward(fdp, fdp, fp, (size_t)N * C);           // dpre, in place
-        narrow(dpre, fdp, (size_t)N * C);
+        round_to(dpre, fdp, (size_t)N * C);
         free(fp);
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
