@@ -524,7 +524,8 @@ static int check_memory_plan(Run* r) {
     if (config_finalize_processes(cfg, r->where, o.nproc) != 0) return 1;
     // this binary's layout: the CUDA backend allocates in 256-byte units, the CPU in 64
     const PlanLayout own = ops_alloc_align() == SCRATCH_CUDA_ALLOC_ALIGN
-                               ? (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CUDA_FP32 : PLAN_LAYOUT_CUDA_BF16) : PLAN_LAYOUT_CPU;
+                               ? (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CUDA_FP32 : PLAN_LAYOUT_CUDA_BF16)
+                               : (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CPU : PLAN_LAYOUT_CPU_BF16);
     int gpu = 0;
     o.smem_optin = CUDA_SMEM_OPTIN_SM90;
     if (a->device && plan_parse_device(a->device, &o.device_bytes, o.device_name, sizeof o.device_name, &gpu, &o.smem_optin) != 0)
@@ -534,7 +535,7 @@ static int check_memory_plan(Run* r) {
     if (o.this_backend) ops_init(cfg->train.threads);   // the backend's own scratch rule (CUDA: CUB, this GPU)
     o.threads = o.this_backend ? ops_num_threads() : (cfg->train.threads > 0 ? cfg->train.threads : 1);
     if (!a->device) {
-        if (o.layout == PLAN_LAYOUT_CPU) {
+        if (plan_layout_is_cpu(o.layout)) {
             o.device_bytes = plan_mem_available();
             snprintf(o.device_name, sizeof o.device_name, "this machine's RAM (MemAvailable, /proc/meminfo)");
         } else if (o.this_backend) {
@@ -547,10 +548,10 @@ static int check_memory_plan(Run* r) {
             return 1;
         }
     }
-    o.device_shared = o.layout == PLAN_LAYOUT_CPU;
+    o.device_shared = plan_layout_is_cpu(o.layout);
     // the runtime line measures this process: with MPI's memory when the planned run has several
     // processes (each starts MPI) and this one was started without a launcher (no MPI yet)
-    if (o.layout == PLAN_LAYOUT_CPU && o.nproc > 1) comm_start_mpi(r->comm, NULL, NULL);
+    if (plan_layout_is_cpu(o.layout) && o.nproc > 1) comm_start_mpi(r->comm, NULL, NULL);
     o.runtime_rss = plan_self_rss();
     Plan p;
     if (plan_build(cfg, cfg->train.batch_size, &o, &p) != 0) return 1;

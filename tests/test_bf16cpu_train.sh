@@ -60,6 +60,17 @@ for variant in dense moe; do
     check "$variant: bf16 changes the losses ($bitsame of 20 bit-equal to fp32)" '[ "$bitsame" -lt 10 ]'
 done
 
+# the planner knows the bf16 layout: train_gpt --check with precision = bf16 plans "cpu bf16", and
+# its exact lines are what the dense bf16 run above held (params = weights + master + grads; adamw;
+# activations + logits + backward)
+"$build/train_gpt" "${M[@]}" --train.precision=bf16 --check > "$tmp/plan.out" 2>&1
+pl() { awk -v l="$1" '$1 == l { print $2 }' "$tmp/plan.out"; }
+held=$(grep -m1 '^memory: the backend holds' "$tmp/bf16_dense.out" | sed -E 's/.*params ([0-9]+) \+ adamw ([0-9]+) \+ activations ([0-9]+) .*/\1 \2 \3/')
+planned="$(( $(pl weights) + $(pl master) + $(pl grads) )) $(pl adamw) $(( $(pl activations) + $(pl logits) + $(pl backward) ))"
+echo "plan (params adamw activations): $planned | the run held: $held"
+check "planner: --check with precision = bf16 plans the cpu bf16 layout" 'grep -q "^memory plan: cpu bf16 layout" "$tmp/plan.out"'
+check "planner: the bf16 plan's params, adamw and activations are what the bf16 run held" '[ -n "$held" ] && [ "$planned" = "$held" ]'
+
 # exact resume in bf16 (the dense model, with the trainer state of ckpt_common's TINY)
 X=("${TINY[@]}" --train.precision=bf16 --train.steps=12 --checkpoint.checkpoint_every=3 --checkpoint.keep_last=0)
 "$build/train_gpt" "${X[@]}" --log.run_dir="$tmp/straight" > "$tmp/straight.out" 2>&1 || { echo "FAIL: straight run"; cat "$tmp/straight.out"; exit 1; }
