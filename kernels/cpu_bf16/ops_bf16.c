@@ -50,10 +50,12 @@ static float* f32_alloc(size_t n) {
     if (!p) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
     return p;
 }
-// fp32 copy of x[n] (NULL for NULL); elementwise, so the threads change no bit
+// fp32 copy of x[n] (NULL for NULL); elementwise, so the threads change no bit. Every element is
+// written: no zeroing
 static float* widen(const act_t* x, size_t n) {
     if (!x) return NULL;
-    float* f = f32_alloc(n);
+    float* f = malloc((n ? n : 1) * sizeof(float));
+    if (!f) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
     #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
     return f;
@@ -94,8 +96,16 @@ static size_t moe_rows(const int* slot_row, size_t S) {
 
 // ---- lifetime, memory --------------------------------------------------------------------
 #ifdef GATEDGPT_BF16_FAST
+#include <malloc.h>
 void ops_init(int threads) {
     ref_ops_init(threads);
+    // each op's fp32 copies live for one op: served by fresh mmaps (glibc's default above 128 KiB),
+    // every op faults their pages in again (16% of a 124M step in the kernel's page-fault and
+    // clear-page code: perf, docs/performance.md). Up to glibc's largest threshold (32 MiB: the
+    // activations' copies at 124M B=8 T=256, not the logits') they come from the heap instead,
+    // whose freed pages are reused
+    if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 1 << 30))
+        fprintf(stderr, "warning: mallopt refused the bf16 backend's heap thresholds: its temporaries stay mmapped\n");
     static int said;
     fast_gemm = bf16mm_isa() != BF16MM_NONE;
     if (!fast_gemm && !said++)
@@ -160,7 +170,9 @@ void ops_act_from_float(act_t* act, const float* x, size_t n) {
 void ops_float_from_act(float* x, const act_t* act, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(act[i]);
 }
+// the random bits depend on (seed, i) only: any thread count gives the same copy
 void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, i));
 }
 
