@@ -402,7 +402,54 @@ static void grads_ready(void* ctx, size_t lo, size_t hi) {
     watchdog_phase(-1, phase);
 }
 
+// [train] precision on the CPU (docs/architecture.md "Precision"): act_t is a compile-time type,
+// so each precision is a binary: train_gpt computes in fp32, train_gpt_bf16 in bf16 (the CMake
+// target names the other one in GATEDGPT_PRECISION_SIBLING). A config that asks for the other
+// precision runs that binary, found beside this one, with the same command line: before MPI
+// starts (under mpirun every rank does the same) and before anything is written. Returns 0 to go
+// on here, or an exit status after an error line.
+#ifdef GATEDGPT_PRECISION_SIBLING
+static int exec_precision_sibling(int argc, char** argv) {
+    static TrainArgs a;
+    static Config c;
+    if (train_args_parse(&a, argc, argv) != 0) return 1;
+    if (a.help) return 0;
+    if (train_args_config(&a, &c) != 0) return 1;   // its error line, once: train_main would repeat it
+    const PrecisionKind own = OPS_ACT_IS_FLOAT ? PRECISION_FP32 : PRECISION_BF16;
+    const char* want = config_enum_name("precision", c.train.precision);
+    const char* where = a.config_path ? a.config_path : "--train.precision";
+    if (c.train.precision == own) return 0;
+    if (getenv("GATEDGPT_PRECISION_EXEC")) {   // the sibling sent us here: a loop, never expected
+        fprintf(stderr, "error: %s: [train] precision = %s: %s was started by its sibling for the other precision "
+                "(GATEDGPT_PRECISION_EXEC is set): unset it\n", where, want, argv[0]);
+        return 1;
+    }
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 64);
+    if (n <= 0) { fprintf(stderr, "error: %s: [train] precision = %s: cannot find this binary's folder (/proc/self/exe)\n", where, want); return 1; }
+    path[n] = 0;
+    char* slash = strrchr(path, '/');
+    snprintf(slash ? slash + 1 : path, 64, "%s", GATEDGPT_PRECISION_SIBLING);
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr, "error: %s: [train] precision = %s needs %s (not found: %s): build it "
+                "(cmake --build build --target %s; it needs oneDNN), or set precision = %s\n", where, want,
+                GATEDGPT_PRECISION_SIBLING, path, GATEDGPT_PRECISION_SIBLING, config_enum_name("precision", own));
+        return 1;
+    }
+    printf("precision = %s: running %s\n", want, path);
+    fflush(stdout);
+    setenv("GATEDGPT_PRECISION_EXEC", "1", 1);
+    execv(path, argv);
+    fprintf(stderr, "error: %s: [train] precision = %s: cannot run %s: %s\n", where, want, path, strerror(errno));
+    return 1;
+}
+#endif
+
 int main(int argc, char** argv) {
+#ifdef GATEDGPT_PRECISION_SIBLING
+    int prc = exec_precision_sibling(argc, argv);
+    if (prc != 0) return prc;
+#endif
     Comm comm;
     comm_init(&comm, &argc, &argv);
     // only rank 0 prints; every rank's errors and warnings still reach stderr
@@ -507,7 +554,8 @@ static int check_memory_plan(Run* r) {
     if (config_finalize_processes(cfg, r->where, o.nproc) != 0) return 1;
     // this binary's layout: the CUDA backend allocates in 256-byte units, the CPU in 64
     const PlanLayout own = ops_alloc_align() == SCRATCH_CUDA_ALLOC_ALIGN
-                               ? (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CUDA_FP32 : PLAN_LAYOUT_CUDA_BF16) : PLAN_LAYOUT_CPU;
+                               ? (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CUDA_FP32 : PLAN_LAYOUT_CUDA_BF16)
+                               : (OPS_ACT_IS_FLOAT ? PLAN_LAYOUT_CPU : PLAN_LAYOUT_CPU_BF16);
     int gpu = 0;
     o.smem_optin = CUDA_SMEM_OPTIN_SM90;
     if (a->device && plan_parse_device(a->device, &o.device_bytes, o.device_name, sizeof o.device_name, &gpu, &o.smem_optin) != 0)
@@ -517,7 +565,7 @@ static int check_memory_plan(Run* r) {
     if (o.this_backend) ops_init(cfg->train.threads);   // the backend's own scratch rule (CUDA: CUB, this GPU)
     o.threads = o.this_backend ? ops_num_threads() : (cfg->train.threads > 0 ? cfg->train.threads : 1);
     if (!a->device) {
-        if (o.layout == PLAN_LAYOUT_CPU) {
+        if (plan_layout_is_cpu(o.layout)) {
             o.device_bytes = plan_mem_available();
             snprintf(o.device_name, sizeof o.device_name, "this machine's RAM (MemAvailable, /proc/meminfo)");
         } else if (o.this_backend) {
@@ -530,10 +578,10 @@ static int check_memory_plan(Run* r) {
             return 1;
         }
     }
-    o.device_shared = o.layout == PLAN_LAYOUT_CPU;
+    o.device_shared = plan_layout_is_cpu(o.layout);
     // the runtime line measures this process: with MPI's memory when the planned run has several
     // processes (each starts MPI) and this one was started without a launcher (no MPI yet)
-    if (o.layout == PLAN_LAYOUT_CPU && o.nproc > 1) comm_start_mpi(r->comm, NULL, NULL);
+    if (plan_layout_is_cpu(o.layout) && o.nproc > 1) comm_start_mpi(r->comm, NULL, NULL);
     o.runtime_rss = plan_self_rss();
     Plan p;
     if (plan_build(cfg, cfg->train.batch_size, &o, &p) != 0) return 1;
@@ -559,6 +607,14 @@ static int setup_run(Run* r) {
     size_t held0 = ops_allocated_bytes();
     ops_init(tc->threads);
     r->mem_scratch = ops_allocated_bytes() - held0;   // CUDA: cuBLASLt's workspace
+    // precision = bf16 on a binary that computes in fp32 and has no bf16 sibling (the CUDA fp32
+    // build: its bf16 twin is train_gpt_cuda_bf16): never run fp32 in its place. The bf16 binaries
+    // other than train_gpt_bf16 (the emulation, the CUDA bf16 build) are bf16 by what they are.
+    if (tc->precision == PRECISION_BF16 && OPS_ACT_IS_FLOAT) {
+        fprintf(stderr, "error: %s: [train] precision = bf16, but this binary computes in fp32 (%s): run train_gpt "
+                "(which runs train_gpt_bf16) or train_gpt_cuda_bf16\n", r->where, ops_backend_name());
+        return 1;
+    }
     if (tc->attn_impl != ATTN_IMPL_FUSED && strncmp(ops_backend_name(), "cuda", 4) != 0) {
         fprintf(stderr, "error: %s: [train] attn_impl = %s needs the CUDA backend (train_gpt_cuda); this is %s: "
                 "set attn_impl = fused\n", r->args.config_path ? r->args.config_path : "--train.attn_impl",

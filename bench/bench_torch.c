@@ -30,6 +30,7 @@ int torch_start(TorchProc* p, const Opts* o, const Bench* b, int threads, char* 
     argv[a++] = thr;
     for (int i = 0; i < 3; i++) { argv[a++] = "--set"; argv[a++] = g[i]; }
     for (int i = 0; i < o->n_sets; i++) { argv[a++] = "--set"; argv[a++] = o->sets[i]; }
+    if (o->torch_bf16) argv[a++] = "--bf16";
     argv[a] = NULL;
     fflush(stdout); fflush(stderr);
     pid_t pid = fork();

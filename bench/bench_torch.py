@@ -90,6 +90,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--serve", action="store_true", help="step on 'step' lines from stdin (bench_train)")
+    ap.add_argument("--bf16", action="store_true",
+                    help='forward and loss under torch.autocast("cpu", dtype=torch.bfloat16): PyTorch\'s own CPU bf16 '
+                         'training (fp32 parameters and AdamW; its autocast list picks the bf16 ops)')
     args = ap.parse_args()
 
     try:
@@ -140,7 +143,11 @@ def main():
         s0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         moe = []
-        _, loss = ref.forward(c, params, idx, targets, moe)
+        if args.bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                _, loss = ref.forward(c, params, idx, targets, moe)
+        else:
+            _, loss = ref.forward(c, params, idx, targets, moe)
         (loss + ref.moe_loss(c, moe)).backward()   # MoE models: + the aux and z losses
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(plist, c.grad_clip)
@@ -148,7 +155,7 @@ def main():
         ms = (time.perf_counter() - s0) * 1e3
         return ms, loss.item()
 
-    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "params": n_params,
+    info = {"torch": torch.__version__ + (" bf16 autocast" if args.bf16 else ""), "threads": torch.get_num_threads(), "params": n_params,
             "B": B, "T": T, "init_s": round(init_s, 3)}
     try:
         if args.serve:

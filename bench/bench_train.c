@@ -343,6 +343,8 @@ static void usage(FILE* f) {
         "  --torch-hybrid     also run torch on shapes with Gated DeltaNet layers (layer_pattern with L):\n"
         "                     the reference's delta rule is a Python loop over tokens, ~200 s and\n"
         "                     ~10 GB per step at B=8 T=256, so they are skipped by default\n"
+        "  --torch-bf16       the torch side under torch.autocast(\"cpu\", dtype=torch.bfloat16) (its bf16 training;\n"
+        "                     bench/bench_precision.sh runs it beside bench_train_bf16)\n"
         "  --python PATH      interpreter for bench_torch.py (default /usr/bin/python3)\n"
         "  --torch-script P   default bench/bench_torch.py of the repository\n"
         "  --smoke            two tiny built-in shapes (2 layers, d 64; dense, and 4 experts top-2),\n"
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--smoke")) o.smoke = 1;
         else if (!strcmp(a, "--no-torch")) o.no_torch = 1;
         else if (!strcmp(a, "--torch-hybrid")) o.torch_hybrid = 1;
+        else if (!strcmp(a, "--torch-bf16")) o.torch_bf16 = 1;
         else if (!strcmp(a, "--list")) o.list_only = 1;
         else if (!strcmp(a, "--steps")) { if (bench_parse_int(a, v, 1, &o.steps)) return 1; steps_set = 1; i++; }
         else if (!strcmp(a, "--warmup")) { if (bench_parse_int(a, v, 0, &o.warmup)) return 1; warmup_set = 1; i++; }

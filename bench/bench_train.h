@@ -94,6 +94,7 @@ typedef struct {
     int group_shape;         // rotate all gate variants of a shape together (when memory allows)
     int smoke, no_torch, list_only;
     int torch_hybrid;        // also run torch on configs with Gated DeltaNet layers (slow: off by default)
+    int torch_bf16;          // the torch side under torch.autocast("cpu", dtype=torch.bfloat16) (bench_torch.py --bf16)
     const char* only;
     int gate_on[3];          // indexed by GateKind
     int rc_on[3];            // indexed by RecomputeKind (--recompute; none only by default)

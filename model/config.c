@@ -54,6 +54,7 @@ static const char* const ONERROR_NAMES[] = {"continue", "exit"};
 static const char* const ROUTER_NAMES[] = {"softmax_topk", "sigmoid_topk"};
 static const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
 static const char* const DOCPOS_NAMES[] = {"continue", "restart"};
+static const char* const PRECISION_NAMES[] = {"fp32", "bf16"};
 
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FIELD(f) offsetof(Config, f), sizeof(((Config*)0)->f)
@@ -134,6 +135,7 @@ static const KeyDef KEYS[] = {
     K_INT("train", "zero_stage", train.zero_stage, "0"),
     K_ENUM("train", "attn_impl", train.attn_impl, ATTN_IMPL_NAMES, "fused"),
     K_ENUM("train", "recompute", train.recompute, RECOMPUTE_NAMES, "none"),
+    K_ENUM("train", "precision", train.precision, PRECISION_NAMES, "fp32"),
     K_FLOAT("train", "hang_timeout_s", train.hang_timeout_s, "1200"),
     K_FLOAT("train", "straggler_factor", train.straggler_factor, "1.2"),
     K_INT("train", "straggler_reports", train.straggler_reports, "3"),
@@ -184,7 +186,7 @@ _Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= CONFIG_MAX_KEYS, "raise CONFIG_
 _Static_assert(sizeof(PosKind) == sizeof(int) && sizeof(NormKind) == sizeof(int) &&
                sizeof(MlpKind) == sizeof(int) && sizeof(GateKind) == sizeof(int) &&
                sizeof(GatePos) == sizeof(int) && sizeof(GateAct) == sizeof(int) &&
-               sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(RecomputeKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
+               sizeof(SchedKind) == sizeof(int) && sizeof(AttnImpl) == sizeof(int) && sizeof(RecomputeKind) == sizeof(int) && sizeof(PrecisionKind) == sizeof(int) && sizeof(CkptOnError) == sizeof(int) && sizeof(RouterKind) == sizeof(int), "enums must be int-sized");
 
 static const char* const SECTIONS[] = {"model", "moe", "train", "data", "log", "checkpoint", "metrics", "eval"};
 #define SECTIONS_ACCEPTED "model, moe, train, data, log, checkpoint, metrics, eval"

@@ -14,6 +14,7 @@ typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" 
 typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
 typedef enum { DOCPOS_CONTINUE = 0, DOCPOS_RESTART = 1 } DocPosKind;   // "continue" | "restart"
 typedef enum { ATTN_IMPL_FUSED = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_FLASH = 2 } AttnImpl;   // "fused" | "cudnn" | "flash" (= OpsAttnImpl)
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } PrecisionKind;   // "fp32" | "bf16" (the CPU trainer's)
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } RecomputeKind; // "none" | "selective" | "full"
 typedef enum { SCHED_COSINE = 0, SCHED_LINEAR = 1, SCHED_CONSTANT = 2, SCHED_WSD = 3 } SchedKind; // "cosine" | "linear" | "constant" | "wsd"
 typedef enum { CKPT_ON_ERROR_CONTINUE = 0, CKPT_ON_ERROR_EXIT = 1 } CkptOnError; // "continue" | "exit"
@@ -166,6 +167,7 @@ typedef struct {
     int zero_stage;      // data parallelism: 0 = all-reduce gradients, 1 = ZeRO-1 (sharded AdamW state)
     AttnImpl attn_impl;  // attention kernel: the backend's own, or cuDNN's fused SDPA (CUDA backend)
     RecomputeKind recompute; // activation recomputation in the backward (GPT.recompute, model/gpt.c)
+    PrecisionKind precision; // CPU: fp32 (train_gpt) or bf16 (train_gpt_bf16, which train_gpt runs for it)
     float hang_timeout_s;     // watchdog: end the job after this long without progress; 0 = off (train/watchdog.h)
     float straggler_factor;   // straggler report: a rank slower than factor x the median compute time is slow
     int straggler_reports;    // ... in this many reports in a row: a warning names it (train/straggler.h)

@@ -241,7 +241,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 99 + 2 + 1 + 2 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async; + [data] doc_mask, doc_positions
+    CHECK(n == 99 + 2 + 1 + 2 + 1 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async; + [data] doc_mask, doc_positions; + [train] precision
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
@@ -520,7 +520,7 @@ static void test_roundtrip(void) {
         "train.steps=1234", "train.lr=0.1", "train.min_lr_frac=0.3333333", "train.warmup_steps=17",
         "train.schedule=wsd", "train.wsd_decay_frac=0.7", "train.weight_decay=0.05", "train.beta1=0.85",
         "train.beta2=0.999", "train.eps=1.2345678e-15", "train.grad_clip=2.5", "train.threads=5", "train.zero_stage=1",
-        "train.attn_impl=cudnn", "train.recompute=full",
+        "train.attn_impl=cudnn", "train.recompute=full", "train.precision=bf16",
         "train.hang_timeout_s=7.5", "train.straggler_factor=1.5", "train.straggler_reports=4",
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",

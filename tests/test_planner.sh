@@ -205,7 +205,7 @@ bad "--nproc -3" "^error: --nproc needs a process count >= 1 (got '-3')" --check
 bad "--nproc two" "^error: --nproc needs a process count >= 1 (got 'two')" --check --nproc two
 bad "--device h300" "^error: --device 'h300': unknown device (known: h100, h200, a100-80g" --check --device h300
 bad "--device 12X" "^error: --device '12X': unknown device" --check --device 12X
-bad "--layout tpu" "^error: --layout 'tpu': unknown layout (accepted: cpu, cuda-fp32, cuda-bf16)" --check --layout tpu
+bad "--layout tpu" "^error: --layout 'tpu': unknown layout (accepted: cpu, cpu-bf16, cuda-fp32, cuda-bf16)" --check --layout tpu
 bad "--nproc without --check" "^error: --nproc, --device and --layout size the memory plan of --check" --nproc 2
 
 echo "$pass passed, $fail failed"

@@ -24,7 +24,7 @@ void train_args_usage(FILE* f) {
         "  --device D       with --check: hold the plan against D: h100, h200, a100-80g (80/141/80 GB, the\n"
         "                   CUDA bf16 layout), or a byte count (80000000000, 80G, 24GiB); default: this\n"
         "                   machine's MemAvailable (CPU build) or the GPU's memory (CUDA build)\n"
-        "  --layout L       with --check: plan the layout L: cpu, cuda-fp32, cuda-bf16 (default: this binary's;\n"
+        "  --layout L       with --check: plan the layout L: cpu, cpu-bf16, cuda-fp32, cuda-bf16 (default: this binary's;\n"
         "                   cuda-bf16 with a named GPU)\n"
         "  --help           this text\n");
 }
@@ -75,10 +75,11 @@ int train_args_parse(TrainArgs* a, int argc, char** argv) {
         if (strcmp(argv[i], "--layout") == 0 || strncmp(argv[i], "--layout=", 9) == 0) {
             const char* v = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
             if (strcmp(v, "cpu") == 0) a->layout = PLAN_LAYOUT_CPU;
+            else if (strcmp(v, "cpu-bf16") == 0) a->layout = PLAN_LAYOUT_CPU_BF16;
             else if (strcmp(v, "cuda-fp32") == 0) a->layout = PLAN_LAYOUT_CUDA_FP32;
             else if (strcmp(v, "cuda-bf16") == 0) a->layout = PLAN_LAYOUT_CUDA_BF16;
             else {
-                fprintf(stderr, "error: --layout '%s': unknown layout (accepted: cpu, cuda-fp32, cuda-bf16)\n", v);
+                fprintf(stderr, "error: --layout '%s': unknown layout (accepted: cpu, cpu-bf16, cuda-fp32, cuda-bf16)\n", v);
                 return 1;
             }
             continue;

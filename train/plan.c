@@ -26,7 +26,8 @@
 #define PLAN_NCCL_ALLOWANCE ((size_t)512 << 20)
 
 const char* plan_layout_name(PlanLayout l) {
-    return l == PLAN_LAYOUT_CUDA_BF16 ? "cuda bf16" : l == PLAN_LAYOUT_CUDA_FP32 ? "cuda fp32" : "cpu fp32";
+    return l == PLAN_LAYOUT_CUDA_BF16 ? "cuda bf16" : l == PLAN_LAYOUT_CUDA_FP32 ? "cuda fp32"
+         : l == PLAN_LAYOUT_CPU_BF16 ? "cpu bf16" : "cpu fp32";
 }
 
 static size_t status_kb(const char* key) {
@@ -118,14 +119,14 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     const ModelConfig* mc = &cfg->model;
     const TrainConfig* tc = &cfg->train;
     const int T = tc->seq_len, P = o->nproc;
-    const int cuda = o->layout != PLAN_LAYOUT_CPU;
+    const int cuda = !plan_layout_is_cpu(o->layout);
     const size_t N = (size_t)B * T;
     if (B < 1 || P < 1) return -1;
     p->B = B; p->T = T; p->nproc = P;
     p->zero_stage = P > 1 ? tc->zero_stage : 0;   // the trainer ignores it for one process
     GptLayout lay;
     memset(&lay, 0, sizeof lay);
-    lay.act_bytes = o->layout == PLAN_LAYOUT_CUDA_BF16 ? 2 : 4;
+    lay.act_bytes = o->layout == PLAN_LAYOUT_CUDA_BF16 || o->layout == PLAN_LAYOUT_CPU_BF16 ? 2 : 4;
     lay.alloc_align = cuda ? SCRATCH_CUDA_ALLOC_ALIGN : SCRATCH_CPU_ALLOC_ALIGN;
     lay.attn_impl = (OpsAttnImpl)tc->attn_impl;
     lay.recompute = tc->recompute;   // what the layers keep: [train] recompute
@@ -213,6 +214,17 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
         snprintf(p->what[PLAN_SCRATCH], sizeof p->what[0], "transient: the largest kernel temporaries of one op (%.2f MiB over %d "
                  "thread%s) + the GEMM library's packing buffers (allowance %.0f MiB: docs/config.md)", mib(k), o->threads,
                  o->threads == 1 ? "" : "s", mib(blas));
+        if (o->layout == PLAN_LAYOUT_CPU_BF16) {
+            // kernels/cpu_bf16: the bf16 GEMMs' fp32 results in two buffers held for the run (the
+            // largest products: the logits N x Vp, the MLP's N x d_ff), and the largest op's fp32
+            // copies of its bf16 tensors (the cross-entropy's logits, N x Vp): an estimate
+            const size_t wide = (size_t)(mc->d_ff > 4 * mc->d_model ? mc->d_ff : 4 * mc->d_model);
+            const size_t conv = (2 * N * (size_t)mc->padded_vocab + N * wide) * sizeof(float);
+            p->bytes[PLAN_SCRATCH] += conv;
+            size_t used = strlen(p->what[PLAN_SCRATCH]);
+            snprintf(p->what[PLAN_SCRATCH] + used, sizeof p->what[0] - used, " + the bf16 backend's fp32 copies (%.2f MiB: "
+                     "2 x logits + N x %zu, an estimate)", mib(conv), wide);
+        }
     } else {
         size_t slots = 0;
         if (o->this_backend) {
@@ -362,7 +374,7 @@ static const char* LINE_NAMES[PLAN_LINES] = {"weights", "master", "grads", "adam
                                              "runtime"};
 
 void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f) {
-    const int cuda = o->layout != PLAN_LAYOUT_CPU;
+    const int cuda = !plan_layout_is_cpu(o->layout);
     fprintf(f, "\nmemory plan: %s layout, %d process%s, zero_stage %d, batch_size %d x seq_len %d, per process\n",
             plan_layout_name(o->layout), p->nproc, p->nproc == 1 ? "" : "es", p->zero_stage, p->B, p->T);
     fprintf(f, "  %-12s %16s %10s  %s\n", "line", "bytes", "GiB", "what");

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include "model/config.h"
 
-typedef enum { PLAN_LAYOUT_CPU = 0, PLAN_LAYOUT_CUDA_FP32, PLAN_LAYOUT_CUDA_BF16 } PlanLayout;
+// PLAN_LAYOUT_CPU_BF16: train_gpt_bf16 ([train] precision = bf16): the CPU's 64-byte allocations
+// with bf16 act_t, and the bf16 backend's fp32 copies on top of the scratch line
+typedef enum { PLAN_LAYOUT_CPU = 0, PLAN_LAYOUT_CUDA_FP32, PLAN_LAYOUT_CUDA_BF16, PLAN_LAYOUT_CPU_BF16 } PlanLayout;
+static inline int plan_layout_is_cpu(PlanLayout l) { return l == PLAN_LAYOUT_CPU || l == PLAN_LAYOUT_CPU_BF16; }
 
 // The lines, in print order.
 enum {

@@ -12,6 +12,14 @@
 // The fp32 kernels are kernels/cpu compiled a second time with every ops_* renamed ref_ops_*
 // (the generated header cpu_ref_rename.h); their declarations come from cpu_ref_ops.h,
 // generated from ops.h with act_t read as float (CMakeLists.txt).
+//
+// The same file is the fast CPU bf16 backend when compiled with GATEDGPT_BF16_FAST
+// (ops_bf16_fast.c): the GEMMs read the bf16 buffers directly through oneDNN's bf16 matmul with
+// fp32 accumulation (matmul_bf16.c) instead of widening them for the fp32 sgemm. A bf16 x bf16
+// product is exact in fp32, so the two differ only in the order of the fp32 sums; everything
+// else (the roundings, which tensors are bf16, the elementwise ops) is this file's code for
+// both. Where the CPU has no bf16 units the fast build says so once and runs the emulation's
+// GEMMs (ops_init).
 #ifndef GATEDGPT_ACT_BF16
 #error "ops_bf16.c is the bf16 build's backend: compile it with -DGATEDGPT_ACT_BF16"
 #endif
@@ -20,6 +28,20 @@
 #include <string.h>
 #include "../ops.h"
 #include "cpu_ref_ops.h"
+#ifdef GATEDGPT_BF16_FAST
+#include "matmul_bf16.h"
+// the bf16 GEMMs are on (bf16 units, decided at ops_init); off: the emulation's GEMMs
+static int fast_gemm;
+#define FAST_GEMM fast_gemm
+#else
+#define FAST_GEMM 0
+static void bf16mm(char ta, char tb, int M, int N, int K, const act_t* A, int lda, const act_t* B, int ldb,
+                   float beta, float* C, int ldc) {   // never called: FAST_GEMM is 0
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+    abort();
+}
+#define bf16mm_var bf16mm
+#endif
 
 // ---- conversions (each op allocates its fp32 copies: simple, and the cost is the point of
 // nothing here) -----------------------------------------------------------------------------
@@ -28,18 +50,43 @@ static float* f32_alloc(size_t n) {
     if (!p) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
     return p;
 }
-// fp32 copy of x[n] (NULL for NULL)
+// fp32 copy of x[n] (NULL for NULL); elementwise, so the threads change no bit. Every element is
+// written: no zeroing
 static float* widen(const act_t* x, size_t n) {
     if (!x) return NULL;
-    float* f = f32_alloc(n);
+    float* f = malloc((n ? n : 1) * sizeof(float));
+    if (!f) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
+    #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
     return f;
 }
+// dst[n] = round(src[n])
+static void round_to(act_t* dst, const float* src, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+}
 // dst[n] = round(src[n]), then src is freed
 static void narrow(act_t* dst, float* src, size_t n) {
-    if (dst) for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+    if (dst) round_to(dst, src, n);
     free(src);
 }
+#ifdef GATEDGPT_BF16_FAST
+// the fast GEMMs' fp32 results: two buffers held for the run and grown to the largest product
+// (the logits: N x Vp), so no op allocates and faults in fresh pages for them
+static float* fast_out(int slot, size_t n) {
+    static float* buf[2];
+    static size_t cap[2];
+    if (n > cap[slot]) {
+        free(buf[slot]);
+        buf[slot] = malloc(n * sizeof(float));
+        if (!buf[slot]) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 backend\n", n); exit(1); }
+        cap[slot] = n;
+    }
+    return buf[slot];
+}
+#else
+static float* fast_out(int slot, size_t n) { (void)slot; (void)n; abort(); }   // never called: FAST_GEMM is 0
+#endif
 // rows of a permuted MoE buffer: the largest row any kept slot points at, + 1
 static size_t moe_rows(const int* slot_row, size_t S) {
     int r = -1;
@@ -48,12 +95,40 @@ static size_t moe_rows(const int* slot_row, size_t S) {
 }
 
 // ---- lifetime, memory --------------------------------------------------------------------
+#ifdef GATEDGPT_BF16_FAST
+#include <malloc.h>
+void ops_init(int threads) {
+    ref_ops_init(threads);
+    // each op's fp32 copies live for one op: served by fresh mmaps (glibc's default above 128 KiB),
+    // every op faults their pages in again (16% of a 124M step in the kernel's page-fault and
+    // clear-page code: perf, docs/performance.md). Up to glibc's largest threshold (32 MiB: the
+    // activations' copies at 124M B=8 T=256, not the logits') they come from the heap instead,
+    // whose freed pages are reused
+    if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 1 << 30))
+        fprintf(stderr, "warning: mallopt refused the bf16 backend's heap thresholds: its temporaries stay mmapped\n");
+    static int said;
+    fast_gemm = bf16mm_isa() != BF16MM_NONE;
+    if (!fast_gemm && !said++)
+        printf("precision = bf16: this CPU has no bf16 units (no avx512_bf16/amx_bf16%s): running the bf16 numerics "
+               "through the emulation (fp32 GEMMs over the bf16 values, slower than fp32)\n",
+               bf16mm_cpu_isa() != BF16MM_NONE ? " that oneDNN may use: ONEDNN_MAX_CPU_ISA caps it" : "");
+}
+#else
 void ops_init(int threads) { ref_ops_init(threads); }
+#endif
 const char* ops_backend_name(void) {
-    // "cpu fp32 (oneDNN sgemm, 2 threads)" -> "cpu bf16-emulation (oneDNN sgemm, 2 threads)"
+    // "cpu fp32 (oneDNN sgemm, 2 threads)" -> "cpu bf16-emulation (oneDNN sgemm, 2 threads)", or
+    // on the fast build "cpu bf16 (oneDNN bf16 matmul amx_bf16, 2 threads)"
     static char name[160];
     const char* ref = ref_ops_backend_name();
     const char* detail = strchr(ref, '(');
+#ifdef GATEDGPT_BF16_FAST
+    if (fast_gemm) {
+        snprintf(name, sizeof name, "cpu bf16 (oneDNN bf16 matmul %s, %d threads)", bf16mm_isa_name(bf16mm_isa()),
+                 ref_ops_num_threads());
+        return name;
+    }
+#endif
     snprintf(name, sizeof name, "cpu bf16-emulation %s", detail ? detail : ref);
     return name;
 }
@@ -76,8 +151,20 @@ void ops_to_host(void* dst, const void* src, size_t bytes) { ref_ops_to_host(dst
 void ops_from_host(void* dst, const void* src, size_t bytes) { ref_ops_from_host(dst, src, bytes); }
 void* ops_host_alloc(size_t bytes) { return ref_ops_host_alloc(bytes); }
 void ops_host_free(void* p) { ref_ops_host_free(p); }
+// the emulation: the fp32 FMA peak, as on the fp32 build (its GEMMs are fp32); the fast build:
+// the bf16 GEMM rate measured at start (matmul_bf16.c), what its GEMMs can reach
+#ifdef GATEDGPT_BF16_FAST
+double ops_peak_flops(void) { return fast_gemm ? bf16mm_peak_flops(NULL) : ref_ops_peak_flops(); }
+const char* ops_peak_source(void) {
+    const char* src;
+    if (!fast_gemm) return ref_ops_peak_source();
+    bf16mm_peak_flops(&src);
+    return src;
+}
+#else
 double ops_peak_flops(void) { return ref_ops_peak_flops(); }
-const char* ops_peak_source(void) { return ref_ops_peak_source(); }   // the fp32 FMA peak, as on the fp32 build
+const char* ops_peak_source(void) { return ref_ops_peak_source(); }
+#endif
 size_t ops_mem_available(void) { return ref_ops_mem_available(); }
 void ops_act_from_float(act_t* act, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32(x[i]);
@@ -85,15 +172,25 @@ void ops_act_from_float(act_t* act, const float* x, size_t n) {
 void ops_float_from_act(float* x, const act_t* act, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(act[i]);
 }
+// the random bits depend on (seed, i) only: any thread count gives the same copy
 void ops_weights_to_act(act_t* act, const float* w, size_t n, unsigned long long seed) {
     ops_weights_to_act_at(act, w, 0, n, seed);
 }
 void ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsigned long long seed) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) act[i] = bf16_from_f32_sr(w[i], bf16_sr_bits(seed, at + i));
 }
 
 // ---- GEMM ------------------------------------------------------------------------------------
+// The fast build's GEMMs (FAST_GEMM): bf16mm on the bf16 buffers, the fp32 result then takes
+// the emulation's path (bias, GELU, one rounding) unchanged.
 void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC) {
+    if (FAST_GEMM) {
+        float* fo = fast_out(0, (size_t)N * OC);
+        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
+        round_to(out, fo, (size_t)N * OC);
+        return;
+    }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_forward(fo, fi, fw, N, C, OC);
     narrow(out, fo, (size_t)N * OC);
@@ -101,12 +198,22 @@ void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int
 }
 void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N, int C, int OC,
                             int accumulate) {
+    if (FAST_GEMM) { bf16mm('N', 'T', N, OC, C, inp, C, w, C, accumulate ? 1.0f : 0.0f, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     ref_ops_matmul_forward_f32(out, fi, fw, N, C, OC, accumulate);
     free(fi); free(fw);
 }
 void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
                          const act_t* w, int N, int C, int OC) {
+    if (FAST_GEMM) {
+        if (dinp) {
+            float* fdi = fast_out(0, (size_t)N * C);
+            bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdi, C);
+            round_to(dinp, fdi, (size_t)N * C);
+        }
+        bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+        return;
+    }
     float *fd = widen(dout, (size_t)N * OC), *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     float* fdi = dinp ? f32_alloc((size_t)N * C) : NULL;
     ref_ops_matmul_backward(fdi, dw, fd, fi, fw, N, C, OC);
@@ -116,6 +223,13 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
 // the bias added to the fp32 product, then rounded once
 void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
                              int OC) {
+    if (FAST_GEMM) {
+        float* fo = fast_out(0, (size_t)N * OC);
+        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
+        if (bias) ops_bias_add_f32(fo, bias, N, OC);
+        round_to(out, fo, (size_t)N * OC);
+        return;
+    }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fb = widen(bias, (size_t)OC);
     float* fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_bias_forward(fo, fi, fw, fb, N, C, OC);
@@ -135,6 +249,13 @@ void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
 // the fused op: pre and act rounded once each from the fp32 product (as cuBLASLt's epilogue)
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC) {
+    if (FAST_GEMM) {
+        float *fp = fast_out(0, (size_t)N * OC), *fa = fast_out(1, (size_t)N * OC);
+        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fp, OC);
+        ref_ops_gelu_forward(fa, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
+        round_to(pre, fp, (size_t)N * OC); round_to(act, fa, (size_t)N * OC);
+        return;
+    }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     float *fp = f32_alloc((size_t)N * OC), *fa = f32_alloc((size_t)N * OC);
     ref_ops_matmul_gelu_forward(fp, fa, fi, fw, N, C, OC);
@@ -143,6 +264,15 @@ void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act
 }
 void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
                               const act_t* w, const act_t* pre, int N, int C, int OC) {
+    if (FAST_GEMM) {
+        float *fdp = fast_out(0, (size_t)N * C), *fp = widen(pre, (size_t)N * C);
+        bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdp, C);   // dact
+        ref_ops_gelu_backward(fdp, fdp, fp, (size_t)N * C);           // dpre, in place
+        round_to(dpre, fdp, (size_t)N * C);
+        free(fp);
+        bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+        return;
+    }
     float *fd = widen(dout, (size_t)N * OC), *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     float *fp = widen(pre, (size_t)N * C), *fdp = f32_alloc((size_t)N * C);
     ref_ops_matmul_backward_gelu(fdp, dw, fd, fi, fw, fp, N, C, OC);
@@ -362,6 +492,16 @@ void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, con
 void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, const int* offsets,
                                 int G, int C, int OC) {
     const size_t R = (size_t)offsets[G];
+    if (FAST_GEMM) {   // one GEMM per expert over its rows (the grouped op of the fp32 kernels)
+        float* fo = f32_alloc(R * OC);
+        for (int g = 0; g < G; g++) {
+            const int r0 = offsets[g], rows = offsets[g + 1] - offsets[g];
+            if (rows > 0) bf16mm_var('N', 'T', rows, OC, C, inp + (size_t)r0 * C, C, w + (size_t)g * OC * C, C, 0.0f,
+                                 fo + (size_t)r0 * OC, OC);
+        }
+        narrow(out, fo, R * OC);
+        return;
+    }
     float *fi = widen(inp, R * C), *fw = widen(w, (size_t)G * OC * C), *fo = f32_alloc(R * OC);
     ref_ops_grouped_matmul_forward(fo, fi, fw, offsets, G, C, OC);
     narrow(out, fo, R * OC);
@@ -370,6 +510,18 @@ void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, co
 void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
                                  const act_t* w, const int* offsets, int G, int C, int OC) {
     const size_t R = (size_t)offsets[G];
+    if (FAST_GEMM) {
+        float* fdi = dinp ? f32_alloc(R * C) : NULL;
+        for (int g = 0; g < G; g++) {
+            const int r0 = offsets[g], rows = offsets[g + 1] - offsets[g];
+            if (rows <= 0) continue;
+            const act_t* dy = dout + (size_t)r0 * OC;
+            if (fdi) bf16mm_var('N', 'N', rows, C, OC, dy, OC, w + (size_t)g * OC * C, C, 0.0f, fdi + (size_t)r0 * C, C);
+            bf16mm_var('T', 'N', OC, C, rows, dy, OC, inp + (size_t)r0 * C, C, 1.0f, dw + (size_t)g * OC * C, C);
+        }
+        if (fdi) narrow(dinp, fdi, R * C);
+        return;
+    }
     float *fd = widen(dout, R * OC), *fi = widen(inp, R * C), *fw = widen(w, (size_t)G * OC * C);
     float* fdi = dinp ? f32_alloc(R * C) : NULL;
     ref_ops_grouped_matmul_backward(fdi, dw, fd, fi, fw, offsets, G, C, OC);

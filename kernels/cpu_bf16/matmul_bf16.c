@@ -1,0 +1,208 @@
+// kernels/cpu_bf16/matmul_bf16.c: bf16 GEMMs with fp32 accumulation through oneDNN's matmul
+// primitive (the fast CPU bf16 backend's GEMMs; matmul_bf16.h). Row-major throughout: a
+// transpose is a pair of strides, so no operand is copied.
+#include "matmul_bf16.h"
+#include "../bf16.h"
+#include <cpuid.h>
+#include <dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static void dnnl_check(dnnl_status_t st, const char* what) {
+    if (st != dnnl_success) {
+        fprintf(stderr, "error: oneDNN bf16 matmul: %s failed (status %d)\n", what, (int)st);
+        exit(1);
+    }
+}
+
+// ---- the ISA ----------------------------------------------------------------------------------
+// cpuid leaf 7: subleaf 1 EAX bit 5 = AVX512_BF16; subleaf 0 EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE
+Bf16mmIsa bf16mm_cpu_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return BF16MM_NONE;
+    const int amx = (d >> 22 & 1) && (d >> 24 & 1);
+    unsigned a1 = 0, b1, c1, d1;
+    const int avx512bf16 = a >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 >> 5 & 1);
+    return amx ? BF16MM_AMX : avx512bf16 ? BF16MM_AVX512_BF16 : BF16MM_NONE;
+}
+
+Bf16mmIsa bf16mm_isa(void) {
+    static int decided = 0;
+    static Bf16mmIsa isa = BF16MM_NONE;
+    if (decided) return isa;
+    decided = 1;
+    Bf16mmIsa cpu = bf16mm_cpu_isa();
+    // oneDNN's own cap (ONEDNN_MAX_CPU_ISA, its cpuid and the OS's AMX permission): the ISA flags
+    // are nested bit sets, avx512_core_amx contains avx512_core_bf16
+    dnnl_cpu_isa_t eff = dnnl_get_effective_cpu_isa();
+    Bf16mmIsa lib = (eff & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx ? BF16MM_AMX
+                  : (eff & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? BF16MM_AVX512_BF16
+                  : BF16MM_NONE;
+    isa = cpu < lib ? cpu : lib;
+    return isa;
+}
+
+const char* bf16mm_isa_name(Bf16mmIsa isa) {
+    return isa == BF16MM_AMX ? "amx_bf16" : isa == BF16MM_AVX512_BF16 ? "avx512_bf16" : "none";
+}
+
+// ---- the primitive cache ------------------------------------------------------------------------
+typedef struct {
+    char ta, tb;
+    int M, N, K, lda, ldb, ldc;   // M, N, K -1 in a primitive of run-time sizes
+    float beta;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;   // memory objects without data: the pointers are set per call (fixed sizes)
+} Bf16mmEntry;
+
+// fixed-size primitives (the dense layers: a handful of shapes per model); past this many, the
+// shapes that vary from call to call (the MoE experts' rows) would fill it: they share
+// primitives of run-time sizes instead (bf16mm_var)
+#define BF16MM_CACHE 512
+static Bf16mmEntry cache[BF16MM_CACHE];
+static int n_cached;
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+// a 2-D bf16/f32 descriptor of rows x cols, row-major with leading dimension ld, or its transpose
+// (rows or cols -1: a run-time size)
+static void md2(dnnl_memory_desc_t* md, int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
+    dnnl_dims_t dims = {rows < 0 ? DNNL_RUNTIME_DIM_VAL : rows, cols < 0 ? DNNL_RUNTIME_DIM_VAL : cols};
+    dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
+    dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "memory descriptor");
+}
+
+static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda, int ldb, int ldc,
+                                 float beta) {
+    for (int i = 0; i < n_cached; i++) {
+        Bf16mmEntry* e = &cache[i];
+        if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda &&
+            e->ldb == ldb && e->ldc == ldc && e->beta == beta) return e;
+    }
+    if (!engine) {
+        dnnl_check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine");
+        dnnl_check(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags), "stream");
+    }
+    if (n_cached == BF16MM_CACHE) {
+        fprintf(stderr, "error: oneDNN bf16 matmul: more than %d GEMM shapes in one run "
+                "(kernels/cpu_bf16/matmul_bf16.c: raise BF16MM_CACHE)\n", BF16MM_CACHE);
+        exit(1);
+    }
+    Bf16mmEntry* e = &cache[n_cached];
+    *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta};
+    // src = op(A)[M,K], weights = op(B)[K,N], dst = C[M,N] (f32: the accumulator's type)
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    md2(&a_md, M, K, lda, ta == 'T', dnnl_bf16);
+    md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
+    md2(&c_md, M, N, ldc, 0, dnnl_f32);
+    dnnl_matmul_desc_t desc;
+    dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), "matmul descriptor");
+    dnnl_primitive_attr_t attr;
+    dnnl_check(dnnl_primitive_attr_create(&attr), "attributes");
+    if (beta != 0.0f) {   // C += A B: a sum post-op (the product added to C in fp32)
+        dnnl_post_ops_t po;
+        dnnl_check(dnnl_post_ops_create(&po), "post-ops");
+        dnnl_check(dnnl_post_ops_append_sum(po, beta), "sum post-op");
+        dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_check(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "primitive descriptor");
+    dnnl_check(dnnl_primitive_create(&e->prim, pd), "primitive");
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    if (M >= 0) {
+        dnnl_check(dnnl_memory_create(&e->a, &a_md, engine, DNNL_MEMORY_NONE), "memory A");
+        dnnl_check(dnnl_memory_create(&e->b, &b_md, engine, DNNL_MEMORY_NONE), "memory B");
+        dnnl_check(dnnl_memory_create(&e->c, &c_md, engine, DNNL_MEMORY_NONE), "memory C");
+    }
+    n_cached++;
+    return e;
+}
+
+static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   // an empty sum: C = beta C
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+        return;
+    }
+    Bf16mmEntry* e = var ? bf16mm_entry(ta, tb, -1, -1, -1, lda, ldb, ldc, beta)
+                         : bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta);
+    dnnl_memory_t a = e->a, b = e->b, c = e->c;
+    if (var) {   // memory objects of this call's sizes
+        dnnl_memory_desc_t a_md, b_md, c_md;
+        md2(&a_md, M, K, lda, ta == 'T', dnnl_bf16);
+        md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
+        md2(&c_md, M, N, ldc, 0, dnnl_f32);
+        dnnl_check(dnnl_memory_create(&a, &a_md, engine, (void*)A), "memory A");
+        dnnl_check(dnnl_memory_create(&b, &b_md, engine, (void*)B), "memory B");
+        dnnl_check(dnnl_memory_create(&c, &c_md, engine, C), "memory C");
+    } else {
+        dnnl_check(dnnl_memory_set_data_handle(a, (void*)A), "set A");
+        dnnl_check(dnnl_memory_set_data_handle(b, (void*)B), "set B");
+        dnnl_check(dnnl_memory_set_data_handle(c, C), "set C");
+    }
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    dnnl_check(dnnl_primitive_execute(e->prim, stream, 3, args), "execute");
+    dnnl_check(dnnl_stream_wait(stream), "stream wait");
+    if (var) { dnnl_memory_destroy(a); dnnl_memory_destroy(b); dnnl_memory_destroy(c); }
+}
+
+void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+            int ldb, float beta, float* C, int ldc) {
+    bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                int ldb, float beta, float* C, int ldc) {
+    bf16mm_run(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---- the peak -------------------------------------------------------------------------------------
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double bf16mm_peak_flops(const char** source) {
+    static double cached = -1.0;
+    static char src[200];
+    if (cached >= 0.0) { if (source) *source = src; return cached; }
+    cached = 0.0;
+    snprintf(src, sizeof src, "none: no bf16 units");
+    if (bf16mm_isa() != BF16MM_NONE) {
+        // 1024^3: large enough for the kernel's steady state (2.1 GFLOP a call), small enough to
+        // measure in ~0.1 s; the inputs are small integers, so no NaN or denormal slows it
+        const int n = 1024;
+        uint16_t* a = malloc((size_t)n * n * sizeof(uint16_t));
+        float* c = malloc((size_t)n * n * sizeof(float));
+        if (!a || !c) { fprintf(stderr, "error: out of memory for the bf16 peak measurement\n"); exit(1); }
+        for (size_t i = 0; i < (size_t)n * n; i++) a[i] = bf16_from_f32(1.0f + (float)(i % 3) / 128);   // 1, 1.0078, 1.0156
+        bf16mm('N', 'T', n, n, n, a, n, a, n, 0.0f, c, n);   // the primitive is created outside the timing
+        double best = 0.0;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = now_s();
+            bf16mm('N', 'T', n, n, n, a, n, a, n, 0.0f, c, n);
+            double dt = now_s() - t0, f = 2.0 * n * n * (double)n / dt;
+            if (f > best) best = f;
+        }
+        free(a); free(c);
+        cached = best;
+#ifdef _OPENMP
+        int threads = omp_get_max_threads();
+#else
+        int threads = 1;
+#endif
+        snprintf(src, sizeof src, "measured: oneDNN bf16 matmul (%s) 1024^3 on this CPU, %d threads, best of 3",
+                 bf16mm_isa_name(bf16mm_isa()), threads);
+    }
+    if (source) *source = src;
+    return cached;
+}
