@@ -1334,6 +1334,7 @@ static int train_main(Comm* comm, int argc, char** argv) {
     r->where = r->args.config_path ? r->args.config_path : "config";
     printf("gatedgpt: resolved config%s%s\n", r->args.config_path ? " from " : "", r->args.config_path ? r->args.config_path : "");
     config_write(&r->cfg, stdout);
+    fflush(stdout);   // whole lines before any error on stderr (a file holds both: the dump outgrew one stdio buffer)
     if (r->args.check_only) {
         print_param_counts(&r->cfg);
         return check_memory_plan(r);
