@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "ckpt_async.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +27,36 @@ static void test_write_delay(void) {
     nanosleep(&ts, NULL);
 }
 
+// The writer's scheduling. While the step loop runs (urgent = 0): below the loop's threads, so
+// that where they share cores the writer runs only on a core the compute leaves idle (Linux
+// SCHED_IDLE, per thread: the step's OpenMP threads are never preempted mid-barrier by it;
+// measured in docs/performance.md "Asynchronous checkpoints"); where SCHED_IDLE is refused, a
+// nice value (best effort). While the loop waits for the write (urgent = 1): the normal policy,
+// so that other processes on the host cannot starve a write the job is waiting for.
+static void writer_priority(pid_t tid, int urgent) {
+    struct sched_param sp = {0};
+    if (urgent) {
+        sched_setscheduler(tid, SCHED_OTHER, &sp);
+        return;
+    }
+    if (sched_setscheduler(tid, SCHED_IDLE, &sp) != 0) setpriority(PRIO_PROCESS, (id_t)tid, CKPT_ASYNC_NICE);
+}
+
+// The step loop is about to wait for the write in flight (under mu): the writer's normal policy.
+static void writer_raise(CkptAsync* a) {
+    a->urgent = 1;
+    if (a->writer_tid > 0) writer_priority(a->writer_tid, 1);
+}
+
 // The writer: waits for a snapshot, writes this rank's files from it, reports, waits again.
 static void* writer_main(void* arg) {
     CkptAsync* a = (CkptAsync*)arg;
-    // below the step loop's threads: where they and the writer share cores, the scheduler gives
-    // the compute its share first (Linux: a thread's own nice value; best effort)
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CKPT_ASYNC_NICE);
     pthread_mutex_lock(&a->mu);
+    a->writer_tid = (pid_t)syscall(SYS_gettid);
     for (;;) {
         while (a->state != CKA_WRITING && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
         if (a->state != CKA_WRITING) break;   // quit with nothing to write
+        writer_priority(a->writer_tid, a->urgent);   // under mu: ordered with the loop's raise
         pthread_mutex_unlock(&a->mu);
         // the snapshot is the writer's alone while WRITING: the step loop reads none of it
         test_write_delay();
@@ -85,6 +106,7 @@ int ckpt_async_begin(CkptAsync* a, const char* dir, int step, const Config* cfg,
     a->step = step;
     pthread_mutex_lock(&a->mu);
     a->state = CKA_WRITING;
+    a->urgent = 0;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     return 0;
@@ -95,6 +117,7 @@ int ckpt_async_in_flight(const CkptAsync* a) { return a->state != CKA_IDLE; }   
 int ckpt_async_poll(CkptAsync* a, int wait, int rank, CkptAgree agree, void* ctx, int* result) {
     if (a->state == CKA_IDLE) return 0;
     pthread_mutex_lock(&a->mu);
+    if (wait && a->state == CKA_WRITING) writer_raise(a);
     while (wait && a->state == CKA_WRITING) pthread_cond_wait(&a->cv, &a->mu);
     const int writing = a->state == CKA_WRITING, failed = a->failed;
     pthread_mutex_unlock(&a->mu);
@@ -111,6 +134,7 @@ int ckpt_async_poll(CkptAsync* a, int wait, int rank, CkptAgree agree, void* ctx
 void ckpt_async_free(CkptAsync* a) {
     if (a->started) {
         pthread_mutex_lock(&a->mu);
+        if (a->state == CKA_WRITING) writer_raise(a);
         while (a->state == CKA_WRITING) pthread_cond_wait(&a->cv, &a->mu);
         a->quit = 1;
         pthread_cond_broadcast(&a->cv);

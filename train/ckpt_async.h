@@ -18,10 +18,13 @@
 // planner's `snapshot` line, train/plan.c).
 #pragma once
 #include <pthread.h>
+#include <sys/types.h>
 #include "train/checkpoint.h"
 
-// The writer thread's nice value (Linux: per thread): the step loop's threads go first where they
-// share cores with it (docs/performance.md "Asynchronous checkpoints").
+// The writer thread runs under SCHED_IDLE (Linux, per thread) while the step loop runs: the
+// loop's threads go first where they share cores with it; under the normal policy while the loop
+// waits for it. Where SCHED_IDLE is refused, this nice value instead (docs/performance.md
+// "Asynchronous checkpoints").
 #define CKPT_ASYNC_NICE 10
 
 typedef enum { CKA_IDLE = 0, CKA_WRITING, CKA_WRITTEN } CkptAsyncState;
@@ -35,6 +38,8 @@ typedef struct {
     CkptAsyncState state;      // under mu: IDLE (nothing in flight), WRITING (the writer has the
                                // snapshot), WRITTEN (this rank's files are written; not yet agreed)
     int failed;                // the writer's result (WRITTEN)
+    pid_t writer_tid;          // under mu: the writer thread's id (0 until it runs)
+    int urgent;                // under mu: the step loop waits for this write (writer_priority)
     CkptSnapshot snap;         // the state of the step in flight
     char dir[CKPT_PATH_MAX];   // the checkpoint directory of the write in flight
     int step;                  // its step
