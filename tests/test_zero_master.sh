@@ -72,6 +72,28 @@ if [ "$where" = cpu ]; then
     "$PY" tests/compare_ckpt.py adam "$(ck res 4)" "$(ck dense2_z1 4)" >"$TMP/res.a.cmp" 2>&1
     rc=$?
     check "resume: AdamW state == the straight run's ($(tail -1 "$TMP/res.a.cmp"))" [ $rc -eq 0 ]
+    # another process count: the 3-process sharded checkpoint of step 2 under 2 processes and the
+    # 2-process one under 3 (the new shards cut elsewhere). Right after the load the state is
+    # written again (GATEDGPT_RESAVE_DIR): each process loaded only its new shard and the save
+    # gathered them, so model.bin and AdamW are the checkpoint's bytes. Then steps 3-4: the same
+    # checkpoint resumed at ZeRO-0 (the whole master loaded everywhere) gives the same bytes.
+    for el in "dense3_z1 2" "dense2_z1 3"; do
+        from=${el% *} np=${el#* }
+        for z in 1 0; do
+            GATEDGPT_RESAVE_DIR="$TMP/el${np}_z$z/resaved" run "el${np}_z$z" "$np" --config configs/tiny_gated.ini \
+                --train.zero_stage=$z --resume "$(ck "$from" 2)"
+            check "el${np}_z$z: resumed on $np ($(grep -m1 error: "$TMP/el${np}_z$z.out"))" [ -f "$(ck "el${np}_z$z" 4)/DONE" ]
+        done
+        check "el$np: ZeRO-1 on $np says the master is sharded" grep -q "fp32 master sharded" "$TMP/el${np}_z1.out"
+        rs="$TMP/el${np}_z1/resaved/step_00000002"
+        check "el$np: resaved model.bin == $from's" cmp "$rs/model.bin" "$(ck "$from" 2)/model.bin"
+        "$PY" tests/compare_ckpt.py adam "$rs" "$(ck "$from" 2)" >"$TMP/el$np.a.cmp" 2>&1
+        rc=$?
+        check "el$np: resaved AdamW == $from's ($(tail -1 "$TMP/el$np.a.cmp"))" [ $rc -eq 0 ]
+        check "el$np: step-4 model.bin, ZeRO-1 == ZeRO-0 resume" cmp "$(ck "el${np}_z1" 4)/model.bin" "$(ck "el${np}_z0" 4)/model.bin"
+        check "el$np: losses, ZeRO-1 == ZeRO-0 resume" "$PY" tests/compare_ckpt.py losses "$TMP/el${np}_z1/log.jsonl" \
+            "$TMP/el${np}_z0/log.jsonl" 0
+    done
 else
     pair dense2 2 --config configs/tiny_gated.ini
     pair dense3 3 --config configs/tiny_gated.ini
