@@ -43,7 +43,7 @@ void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, in
         fprintf(stderr, "error: gpt_build_shard: a sharded fp32 master needs a bf16 compute copy (this build's GEMMs read the master)\n");
         exit(1);
     }
-    m->params = ops_malloc((hi > lo ? hi - lo : 1) * sizeof(float));
+    m->params = ops_malloc(sharded ? gpt_master_allocs(&m->table, lo, hi, (size_t[2]){0, 0}) : total * sizeof(float));
     m->grads = ops_malloc(total * sizeof(float));
     if (sharded) {
         // the fp32-read tensors, packed whole; each range at a 64-float boundary (256 bytes,
@@ -51,13 +51,15 @@ void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, in
         m->f32 = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(*m->f32));
         m->f32_at = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(size_t));
         if (!m->f32 || !m->f32_at) { fprintf(stderr, "error: out of host memory (gpt_build_shard)\n"); exit(1); }
-        m->nf32 = gpt_fp32_ranges(m, m->f32);
-        size_t n32 = 0;
+        m->nf32 = gpt_fp32_ranges(&m->table, m->f32);
+        size_t at = 0;
         for (int k = 0; k < m->nf32; k++) {
-            m->f32_at[k] = n32;
-            n32 += (m->f32[k][1] - m->f32[k][0] + 63) / 64 * 64;
+            m->f32_at[k] = at;
+            at += gpt_fp32_packed(m->f32[k][1] - m->f32[k][0]);
         }
-        m->params_f32 = ops_malloc((n32 > 0 ? n32 : 1) * sizeof(float));
+        size_t req[2];
+        gpt_master_allocs(&m->table, lo, hi, req);
+        m->params_f32 = ops_malloc(req[1]);
     }
     // the whole init stream on the host (the same bits on every process and shard layout), of
     // which only the held floats go to the backend
@@ -476,10 +478,24 @@ void gpt_master_to_host(const GPT* m, float* host, size_t lo, size_t hi) {
     if (hi > lo) ops_to_host(host, m->params + (lo - m->master_lo), (hi - lo) * sizeof(float));
 }
 
-int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]) {
+size_t gpt_fp32_packed(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t gpt_master_allocs(const ParamTable* t, size_t lo, size_t hi, size_t req[2]) {
+    size_t (*r)[2] = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof(*r));
+    if (!r) { fprintf(stderr, "error: out of host memory (gpt_master_allocs)\n"); exit(1); }
+    const int n = gpt_fp32_ranges(t, r);
+    size_t packed = 0;
+    for (int k = 0; k < n; k++) packed += gpt_fp32_packed(r[k][1] - r[k][0]);
+    free(r);
+    req[0] = (hi > lo ? hi - lo : 1) * sizeof(float);
+    req[1] = (packed > 0 ? packed : 1) * sizeof(float);
+    return req[0];
+}
+
+int gpt_fp32_ranges(const ParamTable* t, size_t (*r)[2]) {
     int n = 0;
-    for (int i = 0; i < m->table.n; i++) {
-        const ParamInfo* p = &m->table.p[i];
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo* p = &t->p[i];
         const char* dot = strrchr(p->name, '.');
         const int f32 = p->ndim == 1 || strcmp(p->name, "wte") == 0 || strcmp(p->name, "wpe") == 0 ||
                         (dot && strcmp(dot, ".conv_w") == 0);

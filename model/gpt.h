@@ -241,9 +241,15 @@ void gpt_f32_from_shard(GPT* m);
 // The arena ranges [r[i][0], r[i][1]) of the tensors the model reads as fp32 parameters (not
 // through gpt_act_w: the embeddings, the norms' weights and biases, qk-norm, the Gated
 // DeltaNet's conv, A_log, dt_bias and gated-norm weight; every 1-D tensor, the linear biases
-// included), adjacent tensors merged, in arena order. r holds m->table.n pairs at most; returns
+// included), adjacent tensors merged, in arena order. r holds t->n pairs at most; returns
 // how many.
-int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]);
+int gpt_fp32_ranges(const ParamTable* t, size_t (*r)[2]);
+// The floats a range of n takes in GPT.params_f32 (each range starts at a 64-float boundary).
+size_t gpt_fp32_packed(size_t n);
+// The two allocations of a sharded master (gpt_build_shard), bytes asked of ops_malloc: req[0]
+// the shard [lo, hi) in fp32, req[1] the fp32-read tensors whole, packed. Returns req[0]. The
+// memory plan (train/plan.c) sizes the master line with it.
+size_t gpt_master_allocs(const ParamTable* t, size_t lo, size_t hi, size_t req[2]);
 // Host copy of the first `count` logits of token n of the last forward (converted to fp32).
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 // Host copy of the per-token losses [B*T] of the last forward with targets.
