@@ -34,11 +34,13 @@ void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, in
     m->cfg = *cfg;
     param_table_build_ep(&m->table, cfg, ep_size, ep_rank);
     const size_t total = m->table.total;
+    // any range but (0, SIZE_MAX) is a shard, even the whole arena (a process that got every
+    // chunk still takes the sharded path, as the others do)
+    const int sharded = !(lo == 0 && hi == (size_t)-1);
     if (hi > total) hi = total;
     if (lo > hi) lo = hi;
     m->master_lo = lo;
     m->master_hi = hi;
-    const int sharded = lo > 0 || hi < total;
     if (sharded && OPS_ACT_IS_FLOAT) {
         fprintf(stderr, "error: gpt_build_shard: a sharded fp32 master needs a bf16 compute copy (this build's GEMMs read the master)\n");
         exit(1);

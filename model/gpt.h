@@ -182,8 +182,8 @@ void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int e
 // The same with only the fp32 master's shard [lo, hi) of the arena allocated (ZeRO-1, bf16
 // act_t, train/dist.h dist_master_sharded), plus the fp32-read tensors whole (GPT.params_f32):
 // the initial values are those of gpt_build_ep, bit for bit (the whole init stream is drawn on
-// the host, then only the held floats are kept). lo = 0, hi >= the arena's total = the whole
-// master (gpt_build_ep). The compute copy is left stale: the caller rounds its shard and
+// the host, then only the held floats are kept). lo = 0, hi = SIZE_MAX: the whole master
+// (gpt_build_ep); any other range (clamped to the arena) is held as a shard. The compute copy is left stale: the caller rounds its shard and
 // all-gathers the copy (train/dist.h dist_gather_weights) before the first forward.
 void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank,
                      size_t lo, size_t hi);

@@ -323,7 +323,7 @@ void dist_gather_params(Dist* d, float* params) {
 
 int dist_master_shard(const Comm* c, int zero_stage, size_t total, size_t* lo, size_t* hi) {
     *lo = 0;
-    *hi = total;
+    *hi = (size_t)-1;   // gpt_build_shard's whole master
     if (OPS_ACT_IS_FLOAT || zero_stage != 1 || c->size <= 1 || c->ep_size > 1) return 0;
     dist_shard(total, c->size, c->rank, lo, hi);
     return 1;

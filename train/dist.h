@@ -100,7 +100,8 @@ void dist_gather_params(Dist* d, float* params);
 // checkpoint gathers the shards to rank 0 (train/checkpoint.h checkpoint_set_gather).
 // dist_master_shard: whether the master is sharded for this process count, zero_stage and
 // layout (before the model is built), and this process's range [lo, hi) of an arena of
-// `total` floats (that of dist_init's d->lo, d->hi); 0 and lo = 0, hi = total when not.
+// `total` floats (that of dist_init's d->lo, d->hi); 0 and lo = 0, hi = SIZE_MAX (the whole
+// master for gpt_build_shard) when not.
 int dist_master_shard(const Comm* c, int zero_stage, size_t total, size_t* lo, size_t* hi);
 // Call after dist_init, with the model built: checks that it holds d's shard.
 struct GPT;
