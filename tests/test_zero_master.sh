@@ -22,7 +22,8 @@
 # 2-process one on 3 (each process loads only its new shard): re-saved at once byte for byte
 # (model.bin, AdamW), and steps 3-4 byte for byte those of the same checkpoint resumed at
 # zero_stage 0; the memory: each process allocates only its master shard (+ the fp32-read
-# tensors whole), the backend's params bytes against arithmetic from model.bin's table.
+# tensors whole), the backend's params bytes against arithmetic from model.bin's table. ~45 s
+# on 2 shared cores (15 launches of 2-3 processes).
 # cudaemu: train_gpt_cudaemu_bf16 (the CUDA bf16 build on the CUDA emulator; the NCCL path with
 # ncclBfloat16 broadcasts), the dense model on 2 and 3 processes, 2 steps. ~30 s.
 # Skips (exit 0) when mpirun is missing.
