@@ -358,12 +358,23 @@ static void moe_ep_hooks(GPT* m, Comm* c, Dist* d, int on) {
     m->moe_ep.ctx = &g_moe_ep;
 }
 
-// Checkpoints of an expert shard (train/checkpoint.h checkpoint_set_gather): the whole model's
+// Checkpoints of a sharded fp32 master (ZeRO-1, bf16 layouts): the whole arena on rank 0, the
+// shards in rank order. Checkpoints of an expert shard (train/checkpoint.h checkpoint_set_gather): the whole model's
 // arena (the ep_size-1 layout of model.bin) on rank 0, every expert at its global index, from
 // the members of rank 0's group; NULL elsewhere. Every rank calls it.
 static float* ckpt_gather(void* ctx, const GPT* m) {
     Comm* c = (Comm*)ctx;
     const ParamTable* t = &m->table;
+    if (gpt_master_sharded(m)) {
+        // ZeRO-1's sharded fp32 master: every rank's shard to rank 0's host copy of the arena
+        float* shard = malloc((m->master_hi > m->master_lo ? m->master_hi - m->master_lo : 1) * sizeof(float));
+        float* whole = c->rank == 0 ? malloc((t->total ? t->total : 1) * sizeof(float)) : NULL;
+        if (!shard || (c->rank == 0 && !whole)) comm_abort(c, 1, "out of host memory (gathering the master for a checkpoint)");
+        gpt_master_to_host(m, shard, m->master_lo, m->master_hi);
+        comm_gather_f32(c, shard, m->master_hi - m->master_lo, whole);
+        free(shard);
+        return whole;
+    }
     if (c->rank >= c->ep_size) return NULL;   // another group: rank 0's holds every expert
     const size_t X = t->total - t->dense_total;   // this member's expert region
     float* mine = malloc((t->total ? t->total : 1) * sizeof(float));
@@ -712,8 +723,14 @@ static int setup_model(Run* r) {
     // expert parallelism: this rank's group and replica group first (it holds only its experts)
     if (comm_ep_init(r->comm, mc->moe.n_expert > 0 ? mc->moe.expert_parallel : 1) != 0) return 1;
     size_t held = ops_allocated_bytes();
-    // the same seed on every rank: the same initial weights (each expert drawn by its global index)
-    gpt_build_ep(&r->model, mc, tc->seed, r->comm->ep_size, r->comm->ep_rank);
+    // the same seed on every rank: the same initial weights (each expert drawn by its global index);
+    // ZeRO-1 in the bf16 layouts: only this rank's shard of the fp32 master (train/dist.h)
+    size_t mlo, mhi;
+    ParamTable mine;
+    param_table_build_ep(&mine, mc, r->comm->ep_size, r->comm->ep_rank);
+    dist_master_shard(r->comm, P > 1 ? tc->zero_stage : 0, mine.total, &mlo, &mhi);
+    param_table_free(&mine);
+    gpt_build_shard(&r->model, mc, tc->seed, r->comm->ep_size, r->comm->ep_rank, mlo, mhi);
     r->mem_params = ops_allocated_bytes() - held;
     r->model.attn_impl = (OpsAttnImpl)tc->attn_impl;
     r->model.recompute = tc->recompute;
@@ -723,6 +740,7 @@ static int setup_model(Run* r) {
     if (dist_init_ep(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total, r->model.table.dense_total) != 0)
         return 1;
     dist_master_init(&r->dist, &r->model);   // bf16 layouts under ZeRO-1: the fp32 master sharded
+    if (r->dist.master_sharded) dist_gather_weights(&r->dist, &r->model);   // the initial compute copy
     // the exchange hooks for every forward (training, evaluation, probes, samples): the model
     // holds only this member's experts (model/gpt.h)
     moe_ep_hooks(&r->model, r->comm, &r->dist, 1);
@@ -770,9 +788,15 @@ static int setup_model(Run* r) {
         printf("distributed: %s | zero_stage %d: AdamW state for %zu of %zu parameters per process | %s\n",
                comm_name(r->comm), r->dist.zero_stage, optim_moment_count(&r->opt), r->model.table.total,
                r->dist.overlap ? "gradients reduced layer by layer during the backward pass" : "gradients reduced after the backward pass");
-    if (r->dist.master_sharded)
+    if (r->dist.master_sharded) {
+        size_t f32 = 0;   // the fp32-read tensors' floats, held whole besides the shard
+        for (int k = 0; k < r->model.nf32; k++) f32 += r->model.f32[k][1] - r->model.f32[k][0];
         printf("distributed: fp32 master sharded: %zu of %zu floats updated here, the bf16 compute copy all-gathered "
-               "(the fp32-read tensors, %d ranges, in fp32)\n", r->dist.hi - r->dist.lo, r->model.table.total, r->dist.nf32);
+               "(the fp32-read tensors, %d ranges, in fp32) | fp32 master held: shard %zu + fp32-read %zu = %zu bytes "
+               "(whole: %zu)\n", r->dist.hi - r->dist.lo, r->model.table.total, r->dist.nf32,
+               (r->model.master_hi - r->model.master_lo) * sizeof(float), f32 * sizeof(float),
+               (r->model.master_hi - r->model.master_lo + f32) * sizeof(float), r->model.table.total * sizeof(float));
+    }
     if (r->comm->ep_size > 1)
         printf("expert parallel: groups of %d processes, %d of the %d experts of each MoE layer computed per process "
                "(tokens exchanged by all-to-all: %s) | held per process: %zu floats (%zu dense + %zu experts), the experts' "
@@ -814,6 +838,7 @@ static int setup_state(Run* r) {
     if (r->resuming) {
         Mixture* mix = r->have_mix ? &r->mix : NULL;
         if (resume_restore(r->resume_path, &r->model, &r->opt, &r->train_dl, mix, &r->cs) != 0) return 1;
+        if (r->dist.master_sharded) dist_gather_weights(&r->dist, &r->model);   // the loaded shards' compute copy
         if (resume_resave(r->comm, &r->cfg, &r->model, &r->opt, &r->cs, &r->train_dl, mix) != 0) return 1;
         r->start_step = r->cs.step;
         r->nonfinite_run = r->cs.nonfinite_run;
@@ -1032,14 +1057,14 @@ static int train_step(Run* r, int step, StepStats* s) {
     // a spike: the probe batch under the weights the spiking step started from (the
     // activations of the step are no longer needed: its gradients are reduced)
     if (have_probe) probe_run(m, r->probe_in, r->probe_tg, done, &spike_probe);
-    if (measure) signals_before_update(&r->sig, &r->dist, m->params);
+    if (measure) signals_before_update(&r->sig, &r->dist, m->params, m->master_lo);
     if (!skipped) {
         watchdog_phase(done, "optimizer step");
         optim_step(&r->opt, m, tc, lr, norm);        // this rank's range of the parameters
         watchdog_phase(done, "all-gather of parameters");
         dist_gather_weights(&r->dist, m);            // ZeRO-1: everyone's updated shards
     }
-    if (measure) signals_after_update(&r->sig, &r->dist, m->params, skipped);
+    if (measure) signals_after_update(&r->sig, &r->dist, m->params, m->master_lo, skipped);
     for (int i = 0; i < nhits; i++) write_spike(&hits[i], done, have_probe ? &spike_probe : NULL, &r->sig, r->logf);
     if (have_probe) probe_free(&spike_probe);
     if (nonfinite && r->nonfinite_run >= mt->max_nonfinite) {
@@ -1264,7 +1289,6 @@ static int maybe_checkpoint(Run* r, int done, float lr) {
         return done == r->end_step && finish_async_checkpoint(r, done, 1) != 0;
     }
     watchdog_phase(done, "checkpoint write");   // re-armed at each stage of the write (train/checkpoint.c)
-    dist_gather_master(&r->dist, &r->model);    // a sharded fp32 master, whole for model.bin
     const int failed = write_checkpoint(r->comm, &r->cfg, r->ckpt_dir, &r->model, &r->opt, cs, r->logf) != 0;
     free(cs->mix);
     cs->mix = NULL;

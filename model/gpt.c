@@ -15,18 +15,63 @@ static OpsNormKind norm_kind(const ModelConfig* c) {
 void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed) { gpt_build_ep(m, cfg, seed, 1, 0); }
 
 void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank) {
+    gpt_build_shard(m, cfg, seed, ep_size, ep_rank, 0, (size_t)-1);
+}
+
+// weights_bind_at for a sharded master: an fp32-read tensor at its packed copy in params_f32,
+// any other at the same offset of grads (a key gpt_act_w maps to the compute copy)
+static float* sharded_at(void* ctx, const ParamInfo* p) {
+    GPT* m = (GPT*)ctx;
+    for (int k = 0; k < m->nf32; k++)
+        if (p->offset >= m->f32[k][0] && p->offset < m->f32[k][1])
+            return m->params_f32 + m->f32_at[k] + (p->offset - m->f32[k][0]);
+    return m->grads + p->offset;
+}
+
+void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank,
+                     size_t lo, size_t hi) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     param_table_build_ep(&m->table, cfg, ep_size, ep_rank);
-    size_t bytes = m->table.total * sizeof(float);
-    m->params = ops_malloc(bytes);
-    m->grads = ops_malloc(bytes);
-    float* host = calloc(m->table.total, sizeof(float));
-    if (!host) { fprintf(stderr, "error: out of memory for %zu parameters\n", m->table.total); exit(1); }
+    const size_t total = m->table.total;
+    // any range but (0, SIZE_MAX) is a shard, even the whole arena (a process that got every
+    // chunk still takes the sharded path, as the others do)
+    const int sharded = !(lo == 0 && hi == (size_t)-1);
+    if (hi > total) hi = total;
+    if (lo > hi) lo = hi;
+    m->master_lo = lo;
+    m->master_hi = hi;
+    if (sharded && OPS_ACT_IS_FLOAT) {
+        fprintf(stderr, "error: gpt_build_shard: a sharded fp32 master needs a bf16 compute copy (this build's GEMMs read the master)\n");
+        exit(1);
+    }
+    m->params = ops_malloc(sharded ? gpt_master_allocs(&m->table, lo, hi, (size_t[2]){0, 0}) : total * sizeof(float));
+    m->grads = ops_malloc(total * sizeof(float));
+    if (sharded) {
+        // the fp32-read tensors, packed whole; each range at a 64-float boundary (256 bytes,
+        // the CUDA allocator's granularity) as the tensors are in the arena
+        m->f32 = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(*m->f32));
+        m->f32_at = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(size_t));
+        if (!m->f32 || !m->f32_at) { fprintf(stderr, "error: out of host memory (gpt_build_shard)\n"); exit(1); }
+        m->nf32 = gpt_fp32_ranges(&m->table, m->f32);
+        size_t at = 0;
+        for (int k = 0; k < m->nf32; k++) {
+            m->f32_at[k] = at;
+            at += gpt_fp32_packed(m->f32[k][1] - m->f32[k][0]);
+        }
+        size_t req[2];
+        gpt_master_allocs(&m->table, lo, hi, req);
+        m->params_f32 = ops_malloc(req[1]);
+    }
+    // the whole init stream on the host (the same bits on every process and shard layout), of
+    // which only the held floats go to the backend
+    float* host = calloc(total, sizeof(float));
+    if (!host) { fprintf(stderr, "error: out of memory for %zu parameters\n", total); exit(1); }
     params_init(host, &m->table, cfg, seed);
-    ops_from_host(m->params, host, bytes);
+    gpt_params_from_host(m, host);
     free(host);
-    weights_bind(&m->w, m->params, &m->table, cfg);
+    if (sharded) weights_bind_at(&m->w, sharded_at, m, &m->table, cfg);
+    else weights_bind(&m->w, m->params, &m->table, cfg);
     // the GEMMs' copy of the weights: its own bf16 arena, or the fp32 params themselves
     m->seed = seed;
     m->params_act = OPS_ACT_IS_FLOAT ? (act_t*)m->params : ops_malloc(m->table.total * sizeof(act_t));
@@ -374,6 +419,8 @@ static void acts_plan(GPT* m, int B, int T, const GptLayout* lay, GptActsBytes* 
 
 void gpt_free(GPT* m) {
     ops_free(m->params); ops_free(m->grads);
+    if (m->params_f32) ops_free(m->params_f32);
+    free(m->f32); free(m->f32_at);
     if (m->acts) { ops_free(m->acts); if (!OPS_ACT_IS_FLOAT) ops_free(m->aacts); ops_free(m->iacts); ops_free(m->idx); }
     if (!OPS_ACT_IS_FLOAT) ops_free(m->params_act);
     free(m->res); free(m->layer);
@@ -396,19 +443,61 @@ void gpt_params_changed(GPT* m, long step) {
 
 void gpt_refresh_act_weights(GPT* m) {
     if (!m->params_act_stale) return;
+    if (gpt_master_sharded(m)) {
+        // the shard alone cannot refresh the whole copy: the processes round theirs and
+        // all-gather (train/dist.h dist_gather_weights) after each change
+        fprintf(stderr, "error: the compute copy of a sharded fp32 master is stale at a forward (no dist_gather_weights "
+                "after the parameters changed)\n");
+        exit(1);
+    }
     ops_weights_to_act(m->params_act, m->params, m->table.total, m->params_act_seed);
     m->params_act_stale = 0;
 }
 
 void gpt_round_master_shard(GPT* m, size_t lo, size_t hi) {
-    if (hi > lo) ops_weights_to_act_at(m->params_act + lo, m->params + lo, lo, hi - lo, m->params_act_seed);
+    if (hi > lo)
+        ops_weights_to_act_at(m->params_act + lo, m->params + (lo - m->master_lo), lo, hi - lo, m->params_act_seed);
     m->params_act_stale = 0;
 }
 
-int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]) {
+int gpt_master_sharded(const GPT* m) { return m->params_f32 != NULL; }
+
+void gpt_f32_from_shard(GPT* m) {
+    for (int k = 0; k < m->nf32; k++) {
+        const size_t a = m->f32[k][0] > m->master_lo ? m->f32[k][0] : m->master_lo;
+        const size_t b = m->f32[k][1] < m->master_hi ? m->f32[k][1] : m->master_hi;
+        if (a < b) ops_copy(m->params_f32 + m->f32_at[k] + (a - m->f32[k][0]), m->params + (a - m->master_lo), b - a);
+    }
+}
+
+void gpt_params_from_host(GPT* m, const float* host) {
+    ops_from_host(m->params, host + m->master_lo, (m->master_hi - m->master_lo) * sizeof(float));
+    for (int k = 0; k < m->nf32; k++)
+        ops_from_host(m->params_f32 + m->f32_at[k], host + m->f32[k][0], (m->f32[k][1] - m->f32[k][0]) * sizeof(float));
+}
+
+void gpt_master_to_host(const GPT* m, float* host, size_t lo, size_t hi) {
+    if (hi > lo) ops_to_host(host, m->params + (lo - m->master_lo), (hi - lo) * sizeof(float));
+}
+
+size_t gpt_fp32_packed(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t gpt_master_allocs(const ParamTable* t, size_t lo, size_t hi, size_t req[2]) {
+    size_t (*r)[2] = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof(*r));
+    if (!r) { fprintf(stderr, "error: out of host memory (gpt_master_allocs)\n"); exit(1); }
+    const int n = gpt_fp32_ranges(t, r);
+    size_t packed = 0;
+    for (int k = 0; k < n; k++) packed += gpt_fp32_packed(r[k][1] - r[k][0]);
+    free(r);
+    req[0] = (hi > lo ? hi - lo : 1) * sizeof(float);
+    req[1] = (packed > 0 ? packed : 1) * sizeof(float);
+    return req[0];
+}
+
+int gpt_fp32_ranges(const ParamTable* t, size_t (*r)[2]) {
     int n = 0;
-    for (int i = 0; i < m->table.n; i++) {
-        const ParamInfo* p = &m->table.p[i];
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo* p = &t->p[i];
         const char* dot = strrchr(p->name, '.');
         const int f32 = p->ndim == 1 || strcmp(p->name, "wte") == 0 || strcmp(p->name, "wpe") == 0 ||
                         (dot && strcmp(dot, ".conv_w") == 0);
@@ -423,7 +512,14 @@ int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]) {
 const act_t* gpt_act_w(GPT* m, const float* w) {
     if (!w) return NULL;
     gpt_refresh_act_weights(m);
-    return m->params_act + (w - m->params);
+    if (!gpt_master_sharded(m)) return m->params_act + (w - m->params);
+    // a sharded master: an fp32-read tensor (the tied lm_head is wte) in its packed copy, any
+    // other by its key in grads (sharded_at)
+    for (int k = 0; k < m->nf32; k++) {
+        const float* base = m->params_f32 + m->f32_at[k];
+        if (w >= base && w < base + (m->f32[k][1] - m->f32[k][0])) return m->params_act + m->f32[k][0] + (w - base);
+    }
+    return m->params_act + (w - m->grads);
 }
 
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count) {

@@ -76,9 +76,20 @@ typedef struct {
 typedef struct GPT {
     ModelConfig cfg;
     ParamTable table;
-    float* params;       // arena [table.total] in backend memory
+    float* params;       // arena [table.total] in backend memory; the master shard when sharded (below)
     float* grads;        // arena, same layout
-    ModelWeights w;      // pointers into params
+    ModelWeights w;      // pointers into params (sharded master: see below)
+    // ZeRO-1 with the fp32 master sharded (gpt_build_shard): params holds only the arena's floats
+    // [master_lo, master_hi) (element i at params[i - master_lo]; 0 and table.total when whole).
+    // The tensors read in fp32 (gpt_fp32_ranges) are held whole besides, packed in params_f32:
+    // range k [f32[k][0], f32[k][1]) at params_f32 + f32_at[k]; m->w's fp32 tensors point there.
+    // m->w's other tensors are only keys for gpt_act_w (their fp32 values live in the shard):
+    // they point at the same offsets of grads, never read through m->w.
+    size_t master_lo, master_hi;
+    float* params_f32;   // NULL when whole
+    size_t (*f32)[2];
+    size_t* f32_at;
+    int nf32;
     // The compute copy of the weights that the GEMMs read (act_t [table.total], same layout):
     // with bf16 act_t a bf16 arena, refreshed from params by stochastic rounding
     // (ops_weights_to_act) at the first forward after they change; with fp32 act_t it is params.
@@ -168,6 +179,22 @@ void gpt_build(GPT* m, const ModelConfig* cfg, unsigned long long seed);
 // its forward and backward need the exchange hooks (GPT.moe_ep) set, with every member of the
 // group taking part. ep_size 1 = gpt_build.
 void gpt_build_ep(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank);
+// The same with only the fp32 master's shard [lo, hi) of the arena allocated (ZeRO-1, bf16
+// act_t, train/dist.h dist_master_sharded), plus the fp32-read tensors whole (GPT.params_f32):
+// the initial values are those of gpt_build_ep, bit for bit (the whole init stream is drawn on
+// the host, then only the held floats are kept). lo = 0, hi = SIZE_MAX: the whole master
+// (gpt_build_ep); any other range (clamped to the arena) is held as a shard. The compute copy is left stale: the caller rounds its shard and
+// all-gathers the copy (train/dist.h dist_gather_weights) before the first forward.
+void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, int ep_size, int ep_rank,
+                     size_t lo, size_t hi);
+// The master is sharded (gpt_build_shard with a part of the arena).
+int gpt_master_sharded(const GPT* m);
+// The whole arena on the host (host[table.total], the layout of model.bin) into what the model
+// holds: the master's shard and the fp32-read tensors (or the whole master). For checkpoint
+// loads; the caller then calls gpt_params_changed.
+void gpt_params_from_host(GPT* m, const float* host);
+// The held master floats [lo, hi) (inside [master_lo, master_hi)) to host[0 .. hi - lo).
+void gpt_master_to_host(const GPT* m, float* host, size_t lo, size_t hi);
 // (Re)allocate the activation arena for micro-batch B x T (T <= max_seq_len).
 void gpt_alloc_acts(GPT* m, int B, int T);
 void gpt_free(GPT* m);
@@ -196,23 +223,33 @@ const act_t* gpt_act_w(GPT* m, const float* w);
 void gpt_refresh_act_weights(GPT* m);
 
 // ---- ZeRO-1 with the fp32 master sharded (bf16 act_t, train/dist.h dist_master_sharded) ----
-// The process updates only its shard [lo, hi) of the fp32 master (m->params); the GEMMs read the
+// The process holds and updates only its shard [lo, hi) of the fp32 master (m->params,
+// gpt_build_shard); the GEMMs read the
 // bf16 compute copy, which the processes put together from their rounded shards (bits moved,
 // 2 bytes a parameter); only the tensors the forward and backward read in fp32 are all-gathered
-// in fp32 (gpt_fp32_ranges). The rest of m->params outside [lo, hi) is then out of date and
-// read by nobody until a checkpoint gathers the master whole.
+// in fp32 (gpt_fp32_ranges: copied from the shard into GPT.params_f32, gpt_f32_from_shard, and
+// all-gathered there). A checkpoint gathers the shards to rank 0 (train/checkpoint.h).
 //
 // The compute copy of the shard: m->params_act[lo, hi) (=) m->params[lo, hi) stochastically
 // rounded with the seed of gpt_params_changed and each element's GLOBAL index
 // (ops_weights_to_act_at), so the shards' copies, all-gathered, are gpt_refresh_act_weights'
 // over the whole arena bit for bit. Marks the copy fresh: the caller all-gathers it next.
 void gpt_round_master_shard(GPT* m, size_t lo, size_t hi);
+// Copy the parts of the fp32-read tensors inside the master shard into GPT.params_f32 (after an
+// update; the caller all-gathers the rest of each range).
+void gpt_f32_from_shard(GPT* m);
 // The arena ranges [r[i][0], r[i][1]) of the tensors the model reads as fp32 parameters (not
 // through gpt_act_w: the embeddings, the norms' weights and biases, qk-norm, the Gated
 // DeltaNet's conv, A_log, dt_bias and gated-norm weight; every 1-D tensor, the linear biases
-// included), adjacent tensors merged, in arena order. r holds m->table.n pairs at most; returns
+// included), adjacent tensors merged, in arena order. r holds t->n pairs at most; returns
 // how many.
-int gpt_fp32_ranges(const GPT* m, size_t (*r)[2]);
+int gpt_fp32_ranges(const ParamTable* t, size_t (*r)[2]);
+// The floats a range of n takes in GPT.params_f32 (each range starts at a 64-float boundary).
+size_t gpt_fp32_packed(size_t n);
+// The two allocations of a sharded master (gpt_build_shard), bytes asked of ops_malloc: req[0]
+// the shard [lo, hi) in fp32, req[1] the fp32-read tensors whole, packed. Returns req[0]. The
+// memory plan (train/plan.c) sizes the master line with it.
+size_t gpt_master_allocs(const ParamTable* t, size_t lo, size_t hi, size_t req[2]);
 // Host copy of the first `count` logits of token n of the last forward (converted to fp32).
 void gpt_logits_to_host(const GPT* m, float* dst, int n, int count);
 // Host copy of the per-token losses [B*T] of the last forward with targets.

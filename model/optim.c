@@ -1,6 +1,8 @@
 // model/optim.c: AdamW, clipping and LR schedules (backend work goes through kernels/ops.h).
 #include "optim.h"
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void optim_init_range(Optim* o, const GPT* model, size_t lo, size_t hi) {
@@ -15,6 +17,13 @@ void optim_init_ranges(Optim* o, const GPT* model, size_t lo, size_t hi, size_t 
     if (xlo > xhi) xlo = xhi;
     if (xlo == hi && xhi > xlo) { hi = xhi; xlo = xhi; }   // adjacent: one range
     if (xhi == xlo) xlo = xhi = hi;
+    // a sharded master (model/gpt.h gpt_build_shard) is updated only where it is held
+    if ((hi > lo && (lo < model->master_lo || hi > model->master_hi)) ||
+        (xhi > xlo && (xlo < model->master_lo || xhi > model->master_hi))) {
+        fprintf(stderr, "error: optim_init_ranges: the range [%zu, %zu) + [%zu, %zu) is outside the master floats [%zu, %zu) "
+                "this model holds\n", lo, hi, xlo, xhi, model->master_lo, model->master_hi);
+        exit(1);
+    }
     o->lo = lo;
     o->hi = hi;
     o->xlo = xlo;
@@ -48,7 +57,7 @@ void optim_step(Optim* o, GPT* model, const TrainConfig* tc, float lr, float gra
             size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a >= b) continue;
             const size_t k = optim_moment_index(o, a);
-            ops_adamw(model->params + a, model->grads + a, o->m + k, o->v + k,
+            ops_adamw(model->params + (a - model->master_lo), model->grads + a, o->m + k, o->v + k,
                       b - a, lr, tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f,
                       scale, o->t);
         }

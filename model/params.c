@@ -155,20 +155,26 @@ const ParamInfo* param_find(const ParamTable* t, const char* name) {
     return NULL;
 }
 
-static float* ptr(float* arena, const ParamTable* t, const char* name) {
+static float* ptr(WeightsAt at, void* ctx, const ParamTable* t, const char* name) {
     const ParamInfo* p = param_find(t, name);
-    return p ? arena + p->offset : NULL;
+    return p ? at(ctx, p) : NULL;
 }
 
+static float* arena_at(void* arena, const ParamInfo* p) { return (float*)arena + p->offset; }
+
 void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const ModelConfig* c) {
+    weights_bind_at(w, arena_at, arena, t, c);
+}
+
+void weights_bind_at(ModelWeights* w, WeightsAt at, void* ctx, const ParamTable* t, const ModelConfig* c) {
     memset(w, 0, sizeof(*w));
     char nm[48];
-    w->wte = ptr(arena, t, "wte");
-    w->wpe = ptr(arena, t, "wpe");
+    w->wte = ptr(at, ctx, t, "wte");
+    w->wpe = ptr(at, ctx, t, "wpe");
     w->layer = calloc((size_t)c->n_layer, sizeof(LayerWeights));
     for (int l = 0; l < c->n_layer; l++) {
         LayerWeights* L = &w->layer[l];
-#define B(field, suffix) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); L->field = ptr(arena, t, nm); } while (0)
+#define B(field, suffix) do { snprintf(nm, sizeof(nm), "h.%d." suffix, l); L->field = ptr(at, ctx, t, nm); } while (0)
         B(ln1_w, "ln1.w"); B(ln1_b, "ln1.b"); B(wqkv, "attn.wqkv");
         B(qnorm_w, "attn.q_norm.w"); B(knorm_w, "attn.k_norm.w"); B(wo, "attn.wo");
         B(ln2_w, "ln2.w"); B(ln2_b, "ln2.b"); B(w_in, "mlp.w_in"); B(w_out, "mlp.w_out");
@@ -179,9 +185,9 @@ void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const Mode
         B(gdn_A_log, "gdn.A_log"); B(gdn_dt_bias, "gdn.dt_bias"); B(gdn_norm_w, "gdn.norm_w"); B(gdn_w_out, "gdn.w_out");
 #undef B
     }
-    w->lnf_w = ptr(arena, t, "lnf.w");
-    w->lnf_b = ptr(arena, t, "lnf.b");
-    w->lm_head = c->tie_embeddings ? w->wte : ptr(arena, t, "lm_head");
+    w->lnf_w = ptr(at, ctx, t, "lnf.w");
+    w->lnf_b = ptr(at, ctx, t, "lnf.b");
+    w->lm_head = c->tie_embeddings ? w->wte : ptr(at, ctx, t, "lm_head");
 }
 
 void weights_free(ModelWeights* w) { free(w->layer); w->layer = NULL; }

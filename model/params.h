@@ -91,6 +91,10 @@ typedef struct {
 } ModelWeights;
 
 void weights_bind(ModelWeights* w, float* arena, const ParamTable* t, const ModelConfig* c);
+// The same with each tensor's address given by at(ctx, tensor) (a sharded master's tensors
+// are not all in one arena: model/gpt.h gpt_build_shard).
+typedef float* (*WeightsAt)(void* ctx, const ParamInfo* p);
+void weights_bind_at(ModelWeights* w, WeightsAt at, void* ctx, const ParamTable* t, const ModelConfig* c);
 void weights_free(ModelWeights* w);
 
 // Initialise a host copy of the arena: matrices (2-D and the 3-D expert stacks) and embeddings

@@ -15,9 +15,10 @@
 #     ZeRO-1: two replicas of each expert): the same two checks (each process holds 1/P of the
 #     experts; the received rows at balanced routing);
 #   - gradient accumulation (2 micro-steps, 2 processes, ZeRO-1): the same checks;
-#   - the paper MoE (configs/paper/moe_15b_a2b_gated.ini) on 8 H200s: the parameter lines against
-#     the parameter count of its header (15,778,553,856, derived there by hand) times the bytes
-#     per parameter, and the ZeRO-1 shard by docs/distributed.md's rule, in Python;
+#   - the paper MoE (configs/paper/moe_15b_a2b_gated.ini) on 8 and 64 H200s, expert_parallel 1
+#     and 8: the parameter lines against the parameter count of its header (15,778,553,856,
+#     derived there by hand) times the bytes per parameter, the ZeRO-1 shards by
+#     docs/distributed.md's rule and the fp32-read tensors by the config's shape, in Python;
 #   - under mpirun the process count defaults to the real one; bad --nproc / --device / --layout
 #     values are one line naming the flag, exit 1.
 # --emu: the CUDA emulator's trainers (fp32 and bf16 act_t; 1 process, and 2 over the emulated
@@ -164,27 +165,50 @@ if [ "$have_mpi" = 1 ]; then
 fi
 
 # -------------------------------------------------------------------------------------------------
-# the paper MoE on 8 H200s: the parameter lines by independent arithmetic
+# the paper MoE on 8 and 64 H200s, expert_parallel 1 and 8: the parameter lines by independent
+# arithmetic (ZeRO-1 in this bf16 layout shards the fp32 master too, except under expert
+# parallelism, where each process holds the dense region and its 1/8 of the experts whole)
 P=configs/paper/moe_15b_a2b_gated.ini
-"$build/train_gpt" --config $P --check --nproc 8 --device h200 --train.zero_stage=1 > "$TMP/paper.plan" 2>&1
-check "paper MoE: --check --device h200 plans the cuda bf16 layout" grep -q "^memory plan: cuda bf16 layout, 8 processes, zero_stage 1" "$TMP/paper.plan"
-"$PY" - "$P" "$TMP/paper.plan" <<'PY'
+for pc in "8 1" "64 1" "8 8" "64 8"; do
+    np=${pc% *} ep=${pc#* }
+    "$build/train_gpt" --config $P --check --nproc $np --device h200 --train.zero_stage=1 --moe.expert_parallel=$ep \
+        > "$TMP/paper.$np.$ep.plan" 2>&1
+    check "paper MoE $np/$ep: --check --device h200 plans the cuda bf16 layout" \
+        grep -q "^memory plan: cuda bf16 layout, $np processes, zero_stage 1" "$TMP/paper.$np.$ep.plan"
+    "$PY" - "$P" "$TMP/paper.$np.$ep.plan" "$np" "$ep" <<'PY'
 import re, sys
-ini, plan = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+ini, plan, N, EP = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
 n = int(re.search(r"check: params_total=(\d+)", ini).group(1))   # derived by hand in the header
 line = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\w+(?: \w+)?) +(\d+) ", plan, re.M)}
 r256 = lambda b: -(-b // 256) * 256              # cudaMalloc's 256-byte units (kernels/scratch.h)
-chunks = -(-n // 4096)                           # ZeRO-1: shards of whole 4096-float chunks
-shard = min(-(-chunks // 8) * 4096, n)           # rank 0's, the largest (docs/distributed.md)
-# adamw: m and v of the shard, and the instability signals' copy of its weights (train/signals.h)
-want = {"weights": r256(2 * n), "master": r256(4 * n), "grads": r256(4 * n), "adamw": 3 * r256(4 * shard)}
+def shard(total, parts):                          # rank 0's: whole 4096-float chunks, the largest
+    chunks = -(-total // 4096)
+    return min(-(-chunks // parts) * 4096, total)
+L, d, hd, V, E = 24, 2048, 128, 151936, 128
+experts = L * E * 3 * d * 768                    # the header's 603,979,776 a layer
+if EP == 1:
+    # ZeRO-1 shards the master: rank 0's shard, and the tensors read in fp32 whole: the input
+    # embedding (untied: the LM head is a GEMM's) and the norms (ln1, ln2, q_norm, k_norm per layer,
+    # the final one); each range a multiple of 64 floats, so their packing adds nothing
+    f32 = V * d + L * (2 * d + 2 * hd) + d
+    held, master = n, r256(4 * shard(n, N)) + r256(4 * f32)
+    adamw = 3 * r256(4 * shard(n, N))
+else:
+    # expert parallelism: the dense region and 1/EP of the experts, the master whole (not sharded)
+    dense = n - experts
+    held = dense + experts // EP
+    master = r256(4 * held)
+    adamw = 3 * r256(4 * (shard(dense, N) + shard(experts // EP, N // EP)))
+want = {"weights": r256(2 * held), "master": master, "grads": r256(4 * held), "adamw": adamw}
 bad = [f"{k}: plan {line.get(k)} != {v}" for k, v in want.items() if line.get(k) != v]
-print(f"paper MoE, {n} parameters on 8 H200s: bf16 weights {want['weights']/1e9:.1f} GB, fp32 master {want['master']/1e9:.1f} GB, "
-      f"fp32 grads {want['grads']/1e9:.1f} GB, AdamW 1/8 + weights' copy {want['adamw']/1e9:.1f} GB" + ("" if not bad else "; " + "; ".join(bad)))
+print(f"paper MoE, {n} parameters on {N} H200s, expert_parallel {EP}: bf16 weights {want['weights']/1e9:.2f} GB, fp32 master "
+      f"{want['master']/1e9:.2f} GB, fp32 grads {want['grads']/1e9:.2f} GB, AdamW 1/{N} + weights' copy {want['adamw']/1e9:.2f} GB"
+      + ("" if not bad else "; " + "; ".join(bad)))
 sys.exit(1 if bad else 0)
 PY
-check "paper MoE: the parameter lines == the parameter count x bytes, the ZeRO-1 shard" [ $? = 0 ]
-check "paper MoE: does not fit on an H200 (11 bytes per parameter before activations)" grep -q "^does not fit:" "$TMP/paper.plan"
+    check "paper MoE $np/$ep: the parameter lines == the parameter count x bytes, the ZeRO-1 shards" [ $? = 0 ]
+done
+check "paper MoE: does not fit on 8 H200s at batch_size 2 (activations)" grep -q "^largest batch_size that fits: none" "$TMP/paper.8.1.plan"
 
 # -------------------------------------------------------------------------------------------------
 # the real process count under mpirun; bad input

@@ -238,9 +238,9 @@ int main(int argc, char** argv) {
     float* w0 = malloc(m.table.total * sizeof(float));
     float* w1 = malloc(m.table.total * sizeof(float));
     ops_to_host(w0, m.params, m.table.total * sizeof(float));
-    signals_before_update(&s, &d, m.params);
+    signals_before_update(&s, &d, m.params, 0);
     optim_step(&opt, &m, &cfg.train, lr_schedule(&cfg.train, 0), norm);
-    signals_after_update(&s, &d, m.params, 0);
+    signals_after_update(&s, &d, m.params, 0, 0);
     ops_to_host(w1, m.params, m.table.total * sizeof(float));
     Acc* acc = calloc((size_t)s.n_groups, sizeof(Acc));
     direct_groups(&m, w0, w1, acc);
@@ -260,8 +260,8 @@ int main(int argc, char** argv) {
     printf("  update ratios: worst rel err %.2e vs the direct ||w1 - w0|| / ||w0|| (tol %.0e), %.2e vs reference (tol %.0e)\n",
            wd, TOL_UPDATE_DIRECT, wr, TOL_UPDATE_REF);
     // a skipped update moves nothing: ratio 0
-    signals_before_update(&s, &d, m.params);
-    signals_after_update(&s, &d, m.params, 1);
+    signals_before_update(&s, &d, m.params, 0);
+    signals_after_update(&s, &d, m.params, 0, 1);
     int zero = 1;
     for (int i = 0; i < s.n_groups; i++) if (!isnan(signals_update_ratio(&s, i)) && signals_update_ratio(&s, i) != 0.0) zero = 0;
     TU_CHECK(zero, "a skipped update has ratio 0 in every group");

@@ -423,6 +423,7 @@ static int write_model_file(const char* dir, int step, const char* config_text, 
     }
     // the arena, from backend memory, in chunks (with a pause in the middle for the crash test)
     size_t chunk = (size_t)1 << 20, done = 0;
+    if (!whole && gpt_master_sharded(m)) { fclose(w.f); unlink(path); return ck_error(path, "the fp32 master is sharded: it must be gathered (checkpoint_set_gather)"); }
     float* host = whole ? NULL : malloc(chunk * sizeof(float));
     if (!whole && !host) { fclose(w.f); unlink(path); return ck_error(path, "out of memory"); }
     while (done < t->total) {
@@ -687,7 +688,7 @@ static int copy_window(SpikeWindow* dst, const SpikeWindow* src) {
 }
 
 int checkpoint_snapshot_reserve(CkptSnapshot* s, const GPT* m, const Optim* o, int rank) {
-    const size_t model_floats = rank == 0 && m->table.ep_size <= 1 ? m->table.total : 0;
+    const size_t model_floats = rank == 0 && m->table.ep_size <= 1 && !gpt_master_sharded(m) ? m->table.total : 0;
     const size_t need = checkpoint_snapshot_bytes(model_floats, optim_moment_count(o));
     if (s->buf_bytes >= need) return 0;
     ops_host_free(s->buf);
@@ -713,11 +714,12 @@ int checkpoint_snapshot(CkptSnapshot* s, int step, const Config* cfg, const GPT*
     s->host = copy;
     // expert parallelism: the whole model from the group (a collective: every member calls it);
     // the gathered copy is host memory, the writer's own until the write ends
-    if (m->table.ep_size > 1) {
+    // ZeRO-1's sharded fp32 master alike: the shards to rank 0's host copy
+    if (m->table.ep_size > 1 || gpt_master_sharded(m)) {
         s->gathered = g_gather ? g_gather(g_gather_ctx, m) : NULL;
         if (rank == 0 && !s->gathered)
             return ck_error(cfg->ckpt.dir[0] ? cfg->ckpt.dir : cfg->log.run_dir,
-                            "the experts of this expert-parallel model were not gathered (no checkpoint_set_gather)");
+                            "the experts or the master shards of this model were not gathered (no checkpoint_set_gather)");
         s->params = s->gathered;
     }
     if (rank == 0) {
@@ -780,9 +782,10 @@ int checkpoint_write_snapshot(const char* dir, const CkptSnapshot* s) {
         }
         param_table_free(&g);
     } else {
-        // a view (host = 0) reads the live arena through ops_to_host (whole = NULL)
+        // a view (host = 0) reads the live arena through ops_to_host (whole = NULL); a sharded
+        // master's was gathered (s->params)
         failed = s->rank == 0 && write_model_file(dir, s->step, s->config_text, s->config_len, m, &m->table,
-                                                  s->host ? s->params : NULL) != 0;
+                                                  s->host || s->gathered ? s->params : NULL) != 0;
         if (!failed && s->rank == 0 && s->st.mix_len > 0) failed = write_data_file(dir, s->step, &s->st) != 0;
         if (!failed) failed = write_rank_file(dir, s->step, s->rank, s->nproc, &s->o, s->host, s->o.lo, s->o.hi - s->o.lo,
                                               NULL, &s->st) != 0;
@@ -1326,7 +1329,7 @@ static int load_model_and_state(const char* path, GPT* m, Optim* o, CkptTrainSta
         free(host);
         host = mine;
     }
-    ops_from_host(m->params, host, tm->total * sizeof(float));
+    gpt_params_from_host(m, host);   // what this process holds of it (a sharded master: its shard)
     gpt_params_changed(m, 0);   // the compute copy of the weights follows (again below, with t)
     free(host);
     if (!o) return 0;

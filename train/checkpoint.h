@@ -158,6 +158,9 @@ void checkpoint_snapshot_free(CkptSnapshot* s);
 // members of rank 0's group take part). Rank files then hold AdamW segments (docs/formats.md),
 // each at its offset in the whole model's arena, and any reader (any process count, any P)
 // assembles its own parts from them by global offset.
+// ZeRO-1's sharded fp32 master (model/gpt.h gpt_build_shard: each process holds only its shard)
+// goes the same way: gather(ctx, m) on every rank gives rank 0 the whole arena (the shards in
+// rank order), and model.bin is written from it; the rank files are as for any ZeRO-1 run.
 typedef float* (*CkptGather)(void* ctx, const GPT* m);
 void checkpoint_set_gather(CkptGather gather, void* ctx);
 

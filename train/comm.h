@@ -80,6 +80,9 @@ void comm_rep_allgather_f32(Comm* c, float* x, const size_t* off, const size_t* 
 // Within the group: every member's send[n] (host) to member 0's recv[P * n], in member order
 // (the checkpoint's expert gather); recv is unused elsewhere.
 void comm_ep_gather_f32(Comm* c, const float* send, size_t n, float* recv);
+// Every rank's send[n] (n may differ by rank) to rank 0's recv, in rank order (rank 0's first);
+// recv is only read on rank 0. Any sizes (sent in pieces of at most 2^30 floats).
+void comm_gather_f32(Comm* c, const float* send, size_t n, float* recv);
 // Within the group: member 0's bytes buf[n] to every member (the group's NCCL id).
 void comm_ep_broadcast(Comm* c, void* buf, size_t n);
 // Within the replica group: its member 0's bytes buf[n] to every member (its NCCL id).

@@ -258,6 +258,33 @@ void comm_ep_gather_f32(Comm* c, const float* send, size_t n, float* recv) {
     c->seconds += now_s() - t;
 }
 
+void comm_gather_f32(Comm* c, const float* send, size_t n, float* recv) {
+    if (c->size <= 1) { memmove(recv, send, n * sizeof(float)); return; }
+    double t = now_s();
+    unsigned long long mine = n, *all = c->rank == 0 ? malloc((size_t)c->size * sizeof(*all)) : NULL;
+    if (c->rank == 0 && !all) { fprintf(stderr, "error: rank 0: out of memory in comm_gather_f32\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    check(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Gather (counts)");
+    const size_t piece = (size_t)1 << 30;   // MPI counts are ints
+    if (c->rank == 0) {
+        memmove(recv, send, n * sizeof(float));
+        size_t at = n;
+        for (int r = 1; r < c->size; r++) {
+            for (size_t done = 0; done < all[r]; done += piece) {
+                const size_t k = all[r] - done < piece ? all[r] - done : piece;
+                check(MPI_Recv(recv + at + done, (int)k, MPI_FLOAT, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv (gather)");
+            }
+            at += all[r];
+        }
+        free(all);
+    } else {
+        for (size_t done = 0; done < n; done += piece) {
+            const size_t k = n - done < piece ? n - done : piece;
+            check(MPI_Send(send + done, (int)k, MPI_FLOAT, 0, 7, MPI_COMM_WORLD), "MPI_Send (gather)");
+        }
+    }
+    c->seconds += now_s() - t;
+}
+
 void comm_ep_alltoall_int(Comm* c, const int* send, int* recv, int n) {
     if (c->ep_size <= 1) { memmove(recv, send, (size_t)n * sizeof(int)); return; }
     double t = now_s();

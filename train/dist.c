@@ -122,7 +122,7 @@ void dist_free(Dist* d) {
     if (d->nccl_ep) { nccl_free((NcclComm*)d->nccl_ep); free(d->nccl_ep); }
     if (d->nccl_rep) { nccl_free((NcclComm*)d->nccl_rep); free(d->nccl_rep); }
 #endif
-    free(d->off); free(d->cnt); free(d->xoff); free(d->xcnt); free(d->part); free(d->xpart); free(d->f32);
+    free(d->off); free(d->cnt); free(d->xoff); free(d->xcnt); free(d->part); free(d->xpart);
     memset(d, 0, sizeof(*d));
 }
 
@@ -321,26 +321,36 @@ void dist_gather_params(Dist* d, float* params) {
     comm_allgather_f32(d->comm, params, d->off, d->cnt);
 }
 
-void dist_master_init(Dist* d, const GPT* m) {
-    d->master_sharded = 0; d->nf32 = 0;
-    if (OPS_ACT_IS_FLOAT || d->zero_stage != 1 || d->comm->size <= 1 || d->comm->ep_size > 1) return;
-    d->f32 = malloc((size_t)(m->table.n > 0 ? m->table.n : 1) * sizeof(*d->f32));
-    if (!d->f32) { fprintf(stderr, "error: out of host memory (dist_master_init)\n"); exit(1); }
-    d->nf32 = gpt_fp32_ranges(m, d->f32);
-    d->master_sharded = 1;
+int dist_master_shard(const Comm* c, int zero_stage, size_t total, size_t* lo, size_t* hi) {
+    *lo = 0;
+    *hi = (size_t)-1;   // gpt_build_shard's whole master
+    if (OPS_ACT_IS_FLOAT || zero_stage != 1 || c->size <= 1 || c->ep_size > 1) return 0;
+    dist_shard(total, c->size, c->rank, lo, hi);
+    return 1;
 }
 
-void dist_gather_range(Dist* d, float* params, size_t lo, size_t hi) {
+void dist_master_init(Dist* d, const GPT* m) {
+    d->master_sharded = gpt_master_sharded(m);
+    d->nf32 = m->nf32;
+    if (d->master_sharded && (d->zero_stage != 1 || d->lo != m->master_lo || d->hi != m->master_hi)) {
+        fprintf(stderr, "error: rank %d: the model holds the master floats [%zu, %zu), but ZeRO-%d updates [%zu, %zu) here "
+                "(dist_master_shard and dist_init disagree)\n", d->comm->rank, m->master_lo, m->master_hi, d->zero_stage, d->lo, d->hi);
+        exit(1);
+    }
+}
+
+void dist_gather_range(Dist* d, float* x, size_t lo, size_t hi) {
     if (hi <= lo || d->comm->size == 1) return;
     size_t* off = malloc(2 * (size_t)d->comm->size * sizeof(size_t));
     if (!off) { fprintf(stderr, "error: out of host memory (dist)\n"); exit(1); }
     size_t* cnt = off + d->comm->size;
     sub_shards(d, lo, hi, off, cnt);
+    for (int r = 0; r < d->comm->size; r++) off[r] -= lo;   // in x
 #ifdef GATEDGPT_NCCL
-    if (d->nccl) nccl_allgather_f32((NcclComm*)d->nccl, params, off, cnt);
+    if (d->nccl) nccl_allgather_f32((NcclComm*)d->nccl, x, off, cnt);
     else
 #endif
-        comm_allgather_f32(d->comm, params, off, cnt);
+        comm_allgather_f32(d->comm, x, off, cnt);
     free(off);
 }
 
@@ -357,8 +367,10 @@ void dist_gather_weights(Dist* d, GPT* m) {
     // this process's shard of the compute copy, rounded by global index, then everyone's
     gpt_round_master_shard(m, d->lo, d->hi);
     dist_gather_act(d, m->params_act);
-    // the fp32 tensors the forward reads (the master's other floats stay sharded)
-    for (int i = 0; i < d->nf32; i++) dist_gather_range(d, m->params, d->f32[i][0], d->f32[i][1]);
+    // the fp32 tensors the forward reads: this shard's part of each into their whole copy, then
+    // the others' parts (the master's other floats are held by their shard's process only)
+    gpt_f32_from_shard(m);
+    for (int k = 0; k < m->nf32; k++) dist_gather_range(d, m->params_f32 + m->f32_at[k], m->f32[k][0], m->f32[k][1]);
 #ifdef GATEDGPT_NCCL
     if (d->nccl) {
         NcclComm* n = (NcclComm*)d->nccl;
@@ -367,10 +379,6 @@ void dist_gather_weights(Dist* d, GPT* m) {
         d->comm->seconds += n->seconds - t;
     }
 #endif
-}
-
-void dist_gather_master(Dist* d, GPT* m) {
-    if (d->master_sharded) dist_gather_params(d, m->params);
 }
 
 int dist_ep_alltoallv(Dist* d, const void* send, const int* send_rows, void* recv, const int* recv_rows,

@@ -51,10 +51,9 @@ typedef struct {
     int overlap;
     size_t (*done)[2];     // [ndone] ranges already reduced this step, in the order reduced
     int ndone, done_cap;
-    // ZeRO-1 with the fp32 master sharded (dist_master_init): the tensors read in fp32, whose
-    // fp32 values are all-gathered after each update (gpt_fp32_ranges); nf32 = 0 when off
+    // ZeRO-1 with the fp32 master sharded (dist_master_init: the model holds only its shard,
+    // model/gpt.h gpt_build_shard); nf32: the fp32-read ranges all-gathered after each update
     int master_sharded;
-    size_t (*f32)[2];
     int nf32;
 } Dist;
 
@@ -96,18 +95,23 @@ void dist_gather_params(Dist* d, float* params);
 // embeddings, norms, biases, small Gated DeltaNet tensors) are all-gathered. Training is the
 // same bit for bit as zero_stage 0 (the rounding's bits follow the global index). On with
 // zero_stage 1, more than one process, bf16 act_t and no expert parallelism (the experts'
-// replica shards keep dist_gather_params). Call after dist_init.
+// replica shards keep dist_gather_params). The model holds only the shard of the fp32 master
+// (gpt_build_shard with dist_master_shard's range), the fp32-read tensors whole besides; a
+// checkpoint gathers the shards to rank 0 (train/checkpoint.h checkpoint_set_gather).
+// dist_master_shard: whether the master is sharded for this process count, zero_stage and
+// layout (before the model is built), and this process's range [lo, hi) of an arena of
+// `total` floats (that of dist_init's d->lo, d->hi); 0 and lo = 0, hi = SIZE_MAX (the whole
+// master for gpt_build_shard) when not.
+int dist_master_shard(const Comm* c, int zero_stage, size_t total, size_t* lo, size_t* hi);
+// Call after dist_init, with the model built: checks that it holds d's shard.
 struct GPT;
 void dist_master_init(Dist* d, const struct GPT* m);
-// After optim_step: the compute copy and the fp32-read tensors of every process's updated
-// shard to all processes (master sharded), else dist_gather_params.
+// After optim_step (and after a checkpoint load): the compute copy and the fp32-read tensors of
+// every process's shard to all processes (master sharded), else dist_gather_params.
 void dist_gather_weights(Dist* d, struct GPT* m);
-// Before a checkpoint (master sharded): the whole fp32 master to every process
-// (dist_gather_params), so that model.bin holds it as with any other layout; nothing otherwise
-// (it is whole already).
-void dist_gather_master(Dist* d, struct GPT* m);
-// fp32 all-gather of the arena range [lo, hi) (each process's part of it from its shard).
-void dist_gather_range(Dist* d, float* params, size_t lo, size_t hi);
+// fp32 all-gather of the arena range [lo, hi) (each process's part of it from its shard) into
+// x[0 .. hi - lo) (x holds the range's element lo at x[0]).
+void dist_gather_range(Dist* d, float* x, size_t lo, size_t hi);
 // bf16 all-gather of the dense region of a 2-byte-element arena (the compute copy) by shards.
 void dist_gather_act(Dist* d, void* act);
 // Overlap (d->overlap, more than one process): reduce-scatter grads[lo, hi) now (each process

@@ -151,7 +151,21 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
     else
         snprintf(p->what[PLAN_WEIGHTS], sizeof p->what[0], "parameters in fp32: the GEMMs read the master copy itself (no second copy)");
     p->bytes[PLAN_MASTER] = scratch_alloc_bytes(req[GPT_ALLOC_MASTER], al);
-    if (EPP > 1)   // docs/distributed.md "Expert parallelism": the experts are sharded
+    // ZeRO-1 in the bf16 layouts (train/dist.h dist_master_shard): rank 0's shard of the fp32
+    // master (the largest) and the fp32-read tensors whole (model/gpt.h gpt_master_allocs)
+    const int master_sharded = lay.act_bytes == 2 && p->zero_stage == 1 && P > 1 && EPP == 1;
+    if (master_sharded) {
+        size_t mlo, mhi, mreq[2];
+        dist_shard(n, P, 0, &mlo, &mhi);
+        ParamTable wt;
+        param_table_build(&wt, mc);
+        gpt_master_allocs(&wt, mlo, mhi, mreq);
+        param_table_free(&wt);
+        p->bytes[PLAN_MASTER] = scratch_alloc_bytes(mreq[0], al) + scratch_alloc_bytes(mreq[1], al);
+        snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights: rank 0's shard, %zu of %zu x 4 "
+                 "bytes (zero_stage 1 over %d processes), + the fp32-read tensors whole (%zu x 4 bytes: embeddings, norms, "
+                 "biases)", mhi - mlo, n, P, mreq[1] / sizeof(float));
+    } else if (EPP > 1)   // docs/distributed.md "Expert parallelism": the experts are sharded
         snprintf(p->what[PLAN_MASTER], sizeof p->what[0], "fp32 parameters, the master weights (%zu x 4 bytes: the %zu dense "
                  "on every process, %zu of the experts: 1/%d of them, expert_parallel = %d)", n, nd, n - nd, EPP, EPP);
     else
@@ -411,7 +425,7 @@ void plan_print(const Config* cfg, const Plan* p, const PlanOptions* o, FILE* f)
                                       p->bytes[PLAN_RUNTIME]) * (o->device_shared ? o->nproc : 1);
         if (fixed > (double)o->device_bytes)
             fprintf(f, "largest batch_size that fits: none: the parameters, gradients, AdamW state and runtime alone need %.2f GB "
-                    "(more processes shrink only the AdamW line: zero_stage 1 shards nothing else)\n", fixed / 1e9);
+                    "(more processes shrink only the AdamW line, and the fp32 master's in the bf16 layouts: zero_stage 1 shards nothing else)\n", fixed / 1e9);
         else
             fprintf(f, "largest batch_size that fits: none: batch_size %d needs %.2f GB of activations and buffers beyond the "
                     "%.2f GB of parameters and state (lower seq_len; activation recomputation is not implemented yet)\n",

@@ -89,7 +89,7 @@ void signals_free(Signals* s) {
 // Per group, the sum over this process's owned floats of x^2 (before NULL) or (x - before)^2,
 // then over the processes. `before` is the copy of the owned floats: dense first, then experts.
 // The pieces go to the backend in one call (ops_sumsq_ranges: one pass, not one per tensor).
-static void sig_sums(Signals* s, Dist* d, double* out, const float* x, const float* before) {
+static void sig_sums(Signals* s, Dist* d, double* out, const float* x, size_t xbase, const float* before) {
     const float** xs = sig_alloc((size_t)2 * s->nr, sizeof(float*));
     const float** ys = sig_alloc((size_t)2 * s->nr, sizeof(float*));
     size_t* ns = sig_alloc((size_t)2 * s->nr, sizeof(size_t));
@@ -102,7 +102,7 @@ static void sig_sums(Signals* s, Dist* d, double* out, const float* x, const flo
             const SignalRange* r = &s->r[i];
             size_t a = r->off > lo ? r->off : lo, b = r->off + r->n < hi ? r->off + r->n : hi;
             if (a >= b) continue;
-            xs[np] = x + a;
+            xs[np] = x + (a - xbase);
             ys[np] = before ? before + base + (a - lo) : NULL;
             ns[np] = b - a;
             gs[np++] = r->group;
@@ -119,29 +119,29 @@ static void sig_sums(Signals* s, Dist* d, double* out, const float* x, const flo
 
 void signals_grads(Signals* s, Dist* d, const float* grads, int step) {
     const double t0 = progress_now();
-    sig_sums(s, d, s->g2, grads, NULL);
+    sig_sums(s, d, s->g2, grads, 0, NULL);
     s->step = step;
     s->ms = (progress_now() - t0) * 1e3;
 }
 
-void signals_before_update(Signals* s, Dist* d, const float* params) {
+void signals_before_update(Signals* s, Dist* d, const float* params, size_t base) {
     const double t0 = progress_now();
-    sig_sums(s, d, s->w2, params, NULL);
+    sig_sums(s, d, s->w2, params, base, NULL);
     size_t at = 0;
     for (int q = 0; q < 2; q++) {
         const size_t lo = s->own[q][0], hi = s->own[q][1];
         if (hi <= lo) continue;
-        ops_copy(s->before + at, params + lo, hi - lo);
+        ops_copy(s->before + at, params + (lo - base), hi - lo);
         at += hi - lo;
     }
     s->ms += (progress_now() - t0) * 1e3;
 }
 
-void signals_after_update(Signals* s, Dist* d, const float* params, int skipped) {
+void signals_after_update(Signals* s, Dist* d, const float* params, size_t base, int skipped) {
     s->skipped = skipped;
     if (skipped) { memset(s->d2, 0, (size_t)s->n_groups * sizeof(double)); return; }   // every process alike
     const double t0 = progress_now();
-    sig_sums(s, d, s->d2, params, s->before);
+    sig_sums(s, d, s->d2, params, base, s->before);
     s->ms += (progress_now() - t0) * 1e3;
 }
 

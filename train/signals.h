@@ -69,8 +69,10 @@ static inline size_t signals_copy_bytes(size_t dense, size_t expert) { return (d
 // after the gradients' reduction (dist_reduce_grads), before and after the update
 // (after dist_gather_params). skipped: the update was skipped (after: nothing changed).
 void signals_grads(Signals* s, Dist* d, const float* grads, int step);
-void signals_before_update(Signals* s, Dist* d, const float* params);
-void signals_after_update(Signals* s, Dist* d, const float* params, int skipped);
+// params holds the arena's floats from element base on (a sharded fp32 master: its shard,
+// GPT.master_lo; else 0): the owned floats are inside it.
+void signals_before_update(Signals* s, Dist* d, const float* params, size_t base);
+void signals_after_update(Signals* s, Dist* d, const float* params, size_t base, int skipped);
 // The figures of group g (NaN when absent or undefined)
 double signals_grad_norm(const Signals* s, int g);
 double signals_update_ratio(const Signals* s, int g);
