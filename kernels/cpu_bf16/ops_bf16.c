@@ -41,6 +41,11 @@ static void bf16mm(char ta, char tb, int M, int N, int K, const act_t* A, int ld
     abort();
 }
 #define bf16mm_var bf16mm
+static void bf16mm_round(char ta, char tb, int M, int N, int K, const act_t* A, int lda, const act_t* B, int ldb,
+                         const act_t* bias, act_t* C, int ldc) {   // never called: FAST_GEMM is 0
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)bias; (void)C; (void)ldc;
+    abort();
+}
 #endif
 
 // ---- conversions ---------------------------------------------------------------------------
@@ -134,6 +139,32 @@ static float* fast_out(int slot, size_t n) {
 #else
 static float* fast_out(int slot, size_t n) { (void)slot; (void)n; abort(); }   // never called: FAST_GEMM is 0
 #endif
+// The fused elementwise passes: an op over cache-sized chunks (the widened inputs and the fp32
+// results of a chunk stay in L1/L2) instead of whole-tensor conversion passes through memory.
+// Each chunk runs the same fp32 kernel on the same values, elementwise, so the bits are those of
+// the whole-tensor passes (the threads split the tensors differently too, and change no bit).
+#define FUSE_CHUNK 2048
+// pre = round(fp), act = round(gelu(fp)) for fp32 products fp[n]
+static void gelu_round(act_t* pre, act_t* act, const float* fp, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t c = 0; c < n; c += FUSE_CHUNK) {
+        const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
+        float fa[FUSE_CHUNK];
+        ref_ops_gelu_forward(fa, fp + c, m);   // a nested parallel region: one thread
+        for (size_t i = 0; i < m; i++) { pre[c + i] = bf16_from_f32(fp[c + i]); act[c + i] = bf16_from_f32(fa[i]); }
+    }
+}
+// dpre = round(gelu'(pre) dact) for fp32 dact[n] (overwritten)
+static void gelu_backward_round(act_t* dpre, float* dact, const act_t* pre, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t c = 0; c < n; c += FUSE_CHUNK) {
+        const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
+        float fp[FUSE_CHUNK];
+        for (size_t i = 0; i < m; i++) fp[i] = bf16_to_f32(pre[c + i]);
+        ref_ops_gelu_backward(dact + c, dact + c, fp, m);
+        for (size_t i = 0; i < m; i++) dpre[c + i] = bf16_from_f32(dact[c + i]);
+    }
+}
 // rows of a permuted MoE buffer: the largest row any kept slot points at, + 1
 static size_t moe_rows(const int* slot_row, size_t S) {
     int r = -1;
@@ -232,12 +263,7 @@ void ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsi
 // The fast build's GEMMs (FAST_GEMM): bf16mm on the bf16 buffers, the fp32 result then takes
 // the emulation's path (bias, GELU, one rounding) unchanged.
 void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC) {
-    if (FAST_GEMM) {
-        float* fo = fast_out(0, (size_t)N * OC);
-        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
-        round_to(out, fo, (size_t)N * OC);
-        return;
-    }
+    if (FAST_GEMM) { bf16mm_round('N', 'T', N, OC, C, inp, C, w, C, NULL, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_forward(fo, fi, fw, N, C, OC);
     narrow(out, fo, (size_t)N * OC);
@@ -253,11 +279,7 @@ void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N,
 void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
                          const act_t* w, int N, int C, int OC) {
     if (FAST_GEMM) {
-        if (dinp) {
-            float* fdi = fast_out(0, (size_t)N * C);
-            bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdi, C);
-            round_to(dinp, fdi, (size_t)N * C);
-        }
+        if (dinp) bf16mm_round('N', 'N', N, C, OC, dout, OC, w, C, NULL, dinp, C);
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
     }
@@ -267,16 +289,10 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
     if (fdi) narrow(dinp, fdi, (size_t)N * C);
     f32_put(fd); f32_put(fi); f32_put(fw);
 }
-// the bias added to the fp32 product, then rounded once
+// the bias added to the fp32 product, then rounded once (the fast build: inside oneDNN's kernel)
 void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
                              int OC) {
-    if (FAST_GEMM) {
-        float* fo = fast_out(0, (size_t)N * OC);
-        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
-        if (bias) ops_bias_add_f32(fo, bias, N, OC);
-        round_to(out, fo, (size_t)N * OC);
-        return;
-    }
+    if (FAST_GEMM) { bf16mm_round('N', 'T', N, OC, C, inp, C, w, C, bias, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fb = widen(bias, (size_t)OC);
     float* fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_bias_forward(fo, fi, fw, fb, N, C, OC);
@@ -297,10 +313,9 @@ void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC) {
     if (FAST_GEMM) {
-        float *fp = fast_out(0, (size_t)N * OC), *fa = fast_out(1, (size_t)N * OC);
+        float* fp = fast_out(0, (size_t)N * OC);
         bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fp, OC);
-        ref_ops_gelu_forward(fa, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
-        round_to(pre, fp, (size_t)N * OC); round_to(act, fa, (size_t)N * OC);
+        gelu_round(pre, act, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
         return;
     }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
@@ -312,11 +327,9 @@ void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act
 void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
                               const act_t* w, const act_t* pre, int N, int C, int OC) {
     if (FAST_GEMM) {
-        float *fdp = fast_out(0, (size_t)N * C), *fp = widen(pre, (size_t)N * C);
+        float* fdp = fast_out(0, (size_t)N * C);
         bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdp, C);   // dact
-        ref_ops_gelu_backward(fdp, fdp, fp, (size_t)N * C);           // dpre, in place
-        round_to(dpre, fdp, (size_t)N * C);
-        f32_put(fp);
+        gelu_backward_round(dpre, fdp, pre, (size_t)N * C);
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
     }
@@ -633,17 +646,41 @@ void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy
 }
 
 // ---- cross-entropy (fp32 over bf16 logits; dlogits may alias logits) --------------------------
+#ifdef _OPENMP
+#include <omp.h>
+static int xent_threads(void) { return omp_get_max_threads(); }
+static int xent_thread(void) { return omp_get_thread_num(); }
+#else
+static int xent_threads(void) { return 1; }
+static int xent_thread(void) { return 0; }
+#endif
 void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int* targets, int N,
                       int V, int Vp) {
-    float* fl = widen(logits, (size_t)N * Vp);
-    ref_ops_xent_forward(losses, lse, fl, targets, N, V, Vp);
-    f32_put(fl);
+    // row by row (the fp32 kernel's rows are independent): each row widened into a buffer of
+    // its thread's, not the whole N x Vp (412 MB at GPT-2 124M B=8 T=256) through memory
+    float* rows = f32_get((size_t)xent_threads() * Vp);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* fl = rows + (size_t)xent_thread() * Vp;
+        const act_t* l = logits + (size_t)n * Vp;
+        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
+        ref_ops_xent_forward(losses + n, lse + n, fl, targets + n, 1, V, Vp);
+    }
+    f32_put(rows);
 }
 void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
                        float dloss, int N, int V, int Vp) {
-    float* fl = widen(logits, (size_t)N * Vp);
-    ref_ops_xent_backward(fl, fl, lse, targets, dloss, N, V, Vp);   // in place, as ops.h allows
-    narrow(dlogits, fl, (size_t)N * Vp);
+    float* rows = f32_get((size_t)xent_threads() * Vp);   // row by row, as the forward
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* fl = rows + (size_t)xent_thread() * Vp;
+        const act_t* l = logits + (size_t)n * Vp;
+        act_t* d = dlogits + (size_t)n * Vp;
+        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
+        ref_ops_xent_backward(fl, fl, lse + n, targets + n, dloss, 1, V, Vp);   // in place, as ops.h allows
+        for (int i = 0; i < Vp; i++) d[i] = bf16_from_f32(fl[i]);
+    }
+    f32_put(rows);
 }
 
 // ---- optimizer (fp32) -----------------------------------------------------------------------
