@@ -304,10 +304,21 @@ void ops_bias_add_f32(float* out, const act_t* bias, int N, int OC) {
     ref_ops_bias_add_f32(out, fb, N, OC);
     f32_put(fb);
 }
+// db[OC] += column sums of dout[N, OC], read as bf16: the fp32 kernel's sums (each column summed
+// over the rows in order, in double) without its whole-tensor fp32 copy, so the same bits
+#define BIAS_BWD_COLS 64
 void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
-    float* fd = widen(dout, (size_t)N * OC);
-    ref_ops_bias_backward(db, fd, N, OC);
-    f32_put(fd);
+    const int nb = (OC + BIAS_BWD_COLS - 1) / BIAS_BWD_COLS;
+    #pragma omp parallel for schedule(static)
+    for (int b = 0; b < nb; b++) {
+        const int c0 = b * BIAS_BWD_COLS, nc = OC - c0 < BIAS_BWD_COLS ? OC - c0 : BIAS_BWD_COLS;
+        double acc[BIAS_BWD_COLS] = {0};
+        for (int n = 0; n < N; n++) {
+            const act_t* r = dout + (size_t)n * OC + c0;
+            for (int c = 0; c < nc; c++) acc[c] += bf16_to_f32(r[c]);
+        }
+        for (int c = 0; c < nc; c++) db[c0 + c] += (float)acc[c];
+    }
 }
 // the fused op: pre and act rounded once each from the fp32 product (as cuBLASLt's epilogue)
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
