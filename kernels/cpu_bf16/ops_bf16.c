@@ -177,11 +177,10 @@ static size_t moe_rows(const int* slot_row, size_t S) {
 #include <malloc.h>
 void ops_init(int threads) {
     ref_ops_init(threads);
-    // each op's fp32 copies live for one op: served by fresh mmaps (glibc's default above 128 KiB),
-    // every op faults their pages in again (16% of a 124M step in the kernel's page-fault and
-    // clear-page code: perf, docs/performance.md). Up to glibc's largest threshold (32 MiB: the
-    // activations' copies at 124M B=8 T=256, not the logits') they come from the heap instead,
-    // whose freed pages are reused
+    // the ops' fp32 copies come from the pool (f32_get); other short-lived blocks (the fp32
+    // kernels' own temporaries) would be fresh mmaps above glibc's default 128 KiB, faulted in
+    // again on every call. Up to glibc's largest threshold (32 MiB) they come from the heap
+    // instead, whose freed pages are reused
     if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 1 << 30))
         fprintf(stderr, "warning: mallopt refused the bf16 backend's heap thresholds: its temporaries stay mmapped\n");
     static int said;
