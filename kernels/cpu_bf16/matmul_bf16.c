@@ -56,8 +56,9 @@ typedef struct {
     char ta, tb;
     int M, N, K, lda, ldb, ldc;   // M, N, K -1 in a primitive of run-time sizes
     float beta;
+    int c_bf16, has_bias;   // C bf16 (oneDNN rounds the fp32 sum once), a bf16 bias[N] added before
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;   // memory objects without data: the pointers are set per call (fixed sizes)
+    dnnl_memory_t a, b, c, bias;   // memory objects without data: the pointers are set per call (fixed sizes)
 } Bf16mmEntry;
 
 // fixed-size primitives (the dense layers: a handful of shapes per model); past this many, the
@@ -78,11 +79,12 @@ static void md2(dnnl_memory_desc_t* md, int rows, int cols, int ld, int trans, d
 }
 
 static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda, int ldb, int ldc,
-                                 float beta) {
+                                 float beta, int c_bf16, int has_bias) {
     for (int i = 0; i < n_cached; i++) {
         Bf16mmEntry* e = &cache[i];
         if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda &&
-            e->ldb == ldb && e->ldc == ldc && e->beta == beta) return e;
+            e->ldb == ldb && e->ldc == ldc && e->beta == beta && e->c_bf16 == c_bf16 &&
+            e->has_bias == has_bias) return e;
     }
     if (!engine) {
         dnnl_check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine");
@@ -94,14 +96,17 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
         exit(1);
     }
     Bf16mmEntry* e = &cache[n_cached];
-    *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta};
-    // src = op(A)[M,K], weights = op(B)[K,N], dst = C[M,N] (f32: the accumulator's type)
-    dnnl_memory_desc_t a_md, b_md, c_md;
+    *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta,
+                       .c_bf16 = c_bf16, .has_bias = has_bias};
+    // src = op(A)[M,K], weights = op(B)[K,N], dst = C[M,N] (f32: the accumulator's type; or bf16:
+    // the accumulator plus the bias rounded once), bias[1,N]
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
     md2(&a_md, M, K, lda, ta == 'T', dnnl_bf16);
     md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
-    md2(&c_md, M, N, ldc, 0, dnnl_f32);
+    md2(&c_md, M, N, ldc, 0, c_bf16 ? dnnl_bf16 : dnnl_f32);
+    if (has_bias) md2(&bias_md, 1, N, N, 0, dnnl_bf16);
     dnnl_matmul_desc_t desc;
-    dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), "matmul descriptor");
+    dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, has_bias ? &bias_md : NULL, &c_md), "matmul descriptor");
     dnnl_primitive_attr_t attr;
     dnnl_check(dnnl_primitive_attr_create(&attr), "attributes");
     if (beta != 0.0f) {   // C += A B: a sum post-op (the product added to C in fp32)
@@ -120,27 +125,34 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
         dnnl_check(dnnl_memory_create(&e->a, &a_md, engine, DNNL_MEMORY_NONE), "memory A");
         dnnl_check(dnnl_memory_create(&e->b, &b_md, engine, DNNL_MEMORY_NONE), "memory B");
         dnnl_check(dnnl_memory_create(&e->c, &c_md, engine, DNNL_MEMORY_NONE), "memory C");
+        if (has_bias) dnnl_check(dnnl_memory_create(&e->bias, &bias_md, engine, DNNL_MEMORY_NONE), "memory bias");
     }
     n_cached++;
     return e;
 }
 
+// C is fp32 (c_bf16 0) or bf16 bits (c_bf16 1, beta 0); bias NULL or bf16[N] (fixed sizes only)
 static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uint16_t* A, int lda,
-                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+                       const uint16_t* B, int ldb, float beta, void* C, int ldc, int c_bf16,
+                       const uint16_t* bias) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0) {   // an empty sum: C = beta C
+    if (K <= 0) {   // an empty sum: C = beta C (+ bias)
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+            for (int j = 0; j < N; j++) {
+                if (c_bf16) { ((uint16_t*)C)[(size_t)i * ldc + j] = bias ? bias[j] : 0; continue; }
+                float* c = (float*)C + (size_t)i * ldc + j;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
         return;
     }
-    Bf16mmEntry* e = var ? bf16mm_entry(ta, tb, -1, -1, -1, lda, ldb, ldc, beta)
-                         : bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta);
+    Bf16mmEntry* e = var ? bf16mm_entry(ta, tb, -1, -1, -1, lda, ldb, ldc, beta, c_bf16, bias != NULL)
+                         : bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta, c_bf16, bias != NULL);
     dnnl_memory_t a = e->a, b = e->b, c = e->c;
     if (var) {   // memory objects of this call's sizes
         dnnl_memory_desc_t a_md, b_md, c_md;
         md2(&a_md, M, K, lda, ta == 'T', dnnl_bf16);
         md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
-        md2(&c_md, M, N, ldc, 0, dnnl_f32);
+        md2(&c_md, M, N, ldc, 0, c_bf16 ? dnnl_bf16 : dnnl_f32);
         dnnl_check(dnnl_memory_create(&a, &a_md, engine, (void*)A), "memory A");
         dnnl_check(dnnl_memory_create(&b, &b_md, engine, (void*)B), "memory B");
         dnnl_check(dnnl_memory_create(&c, &c_md, engine, C), "memory C");
@@ -148,20 +160,25 @@ static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uin
         dnnl_check(dnnl_memory_set_data_handle(a, (void*)A), "set A");
         dnnl_check(dnnl_memory_set_data_handle(b, (void*)B), "set B");
         dnnl_check(dnnl_memory_set_data_handle(c, C), "set C");
+        if (bias) dnnl_check(dnnl_memory_set_data_handle(e->bias, (void*)bias), "set bias");
     }
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-    dnnl_check(dnnl_primitive_execute(e->prim, stream, 3, args), "execute");
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_BIAS, e->bias}};
+    dnnl_check(dnnl_primitive_execute(e->prim, stream, bias ? 4 : 3, args), "execute");
     dnnl_check(dnnl_stream_wait(stream), "stream wait");
     if (var) { dnnl_memory_destroy(a); dnnl_memory_destroy(b); dnnl_memory_destroy(c); }
 }
 
 void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
             int ldb, float beta, float* C, int ldc) {
-    bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, 0, NULL);
 }
 void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                 int ldb, float beta, float* C, int ldc) {
-    bf16mm_run(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    bf16mm_run(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, 0, NULL);
+}
+void bf16mm_round(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                  int ldb, const uint16_t* bias, uint16_t* C, int ldc) {
+    bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, 1, bias);
 }
 
 // ---- the peak -------------------------------------------------------------------------------------

@@ -31,6 +31,12 @@ void bf16mm(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, c
 // run-time M, N, K per transposes, leading dimensions and beta (oneDNN's run-time dimensions)
 void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                 int ldb, float beta, float* C, int ldc);
+// C[M,N] = round(op(A) @ op(B) + bias) with a bf16 C: the fp32 sum (plus the bf16 bias[N] in fp32,
+// NULL: none) rounded to nearest even once, inside oneDNN's kernel, so no fp32 C is written to
+// memory and read back for the rounding (the logits' fp32 copy alone is 412 MB at GPT-2 124M B=8
+// T=256). The values are a rounding of bf16mm's (plus the bias): the same bound (test_bf16cpu_ops).
+void bf16mm_round(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                  int ldb, const uint16_t* bias, uint16_t* C, int ldc);
 
 // the sustained bf16 GEMM rate of this process on all its threads (FLOP/s; best of 3 timings of a
 // 1024^3 product) and a line saying how it was measured; 0 when bf16mm_isa() is NONE

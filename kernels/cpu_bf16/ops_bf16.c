@@ -41,21 +41,73 @@ static void bf16mm(char ta, char tb, int M, int N, int K, const act_t* A, int ld
     abort();
 }
 #define bf16mm_var bf16mm
+static void bf16mm_round(char ta, char tb, int M, int N, int K, const act_t* A, int lda, const act_t* B, int ldb,
+                         const act_t* bias, act_t* C, int ldc) {   // never called: FAST_GEMM is 0
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)bias; (void)C; (void)ldc;
+    abort();
+}
 #endif
 
-// ---- conversions (each op allocates its fp32 copies: simple, and the cost is the point of
-// nothing here) -----------------------------------------------------------------------------
+// ---- conversions ---------------------------------------------------------------------------
+// Each op's fp32 copies live for the op only. Fresh allocations of them (malloc/calloc: mmaps for
+// the large ones) made the kernel fault in and clear their pages on every op: 30% of a 124M
+// B=8 T=256 step at 1 thread (perf, docs/performance.md "CPU bf16"). They come from this pool
+// instead: a freed block is kept and handed to the next copy it fits (the smallest free one that
+// does), so after the first step no op touches a fresh page. It holds at most the largest set of
+// copies alive at once (one op's: the logits' 412 MB copy at that shape, or the attention
+// backward's eleven). The pool changes no value: f32_alloc still zeroes (calloc's contract),
+// widen still writes every element. Ops are called from one host thread (the OpenMP threads run
+// inside them), so the pool takes no lock.
+#define F32_POOL 48
+static struct { float* p; size_t cap; int used; } f32_pool[F32_POOL];
+
+static void f32_oom(size_t n) {
+    fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 backend\n", n);
+    exit(1);
+}
+// an uninitialized block of at least n floats
+static float* f32_get(size_t n) {
+    if (!n) n = 1;
+    int fit = -1, empty = -1, small = -1;   // best free fit, an empty slot, the largest free misfit
+    for (int i = 0; i < F32_POOL; i++) {
+        if (f32_pool[i].used) continue;
+        if (!f32_pool[i].p) { if (empty < 0) empty = i; continue; }
+        if (f32_pool[i].cap >= n) { if (fit < 0 || f32_pool[i].cap < f32_pool[fit].cap) fit = i; }
+        else if (small < 0 || f32_pool[i].cap > f32_pool[small].cap) small = i;
+    }
+    int i = fit >= 0 ? fit : empty >= 0 ? empty : small;
+    if (i < 0) {   // every slot in use (no op holds this many copies): a plain block, freed by f32_put
+        float* p = malloc(n * sizeof(float));
+        if (!p) f32_oom(n);
+        return p;
+    }
+    if (f32_pool[i].cap < n) {   // an empty slot, or a free block too small for this copy: (re)allocate
+        free(f32_pool[i].p);
+        f32_pool[i].p = malloc(n * sizeof(float));
+        if (!f32_pool[i].p) f32_oom(n);
+        f32_pool[i].cap = n;
+    }
+    f32_pool[i].used = 1;
+    return f32_pool[i].p;
+}
+// give a block of f32_get back (NULL: nothing)
+static void f32_put(float* p) {
+    if (!p) return;
+    for (int i = 0; i < F32_POOL; i++)
+        if (f32_pool[i].p == p) { f32_pool[i].used = 0; return; }
+    free(p);   // a plain block (the pool was full)
+}
+// n zeroed floats (the fp32 kernels' outputs: some accumulate into them)
 static float* f32_alloc(size_t n) {
-    float* p = calloc(n ? n : 1, sizeof(float));
-    if (!p) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
+    float* p = f32_get(n);
+    ref_ops_zero(p, n ? n : 1);
     return p;
 }
 // fp32 copy of x[n] (NULL for NULL); elementwise, so the threads change no bit. Every element is
 // written: no zeroing
 static float* widen(const act_t* x, size_t n) {
     if (!x) return NULL;
-    float* f = malloc((n ? n : 1) * sizeof(float));
-    if (!f) { fprintf(stderr, "error: out of host memory (%zu floats) in the bf16 emulation\n", n); exit(1); }
+    float* f = f32_get(n);
     #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
     return f;
@@ -68,7 +120,7 @@ static void round_to(act_t* dst, const float* src, size_t n) {
 // dst[n] = round(src[n]), then src is freed
 static void narrow(act_t* dst, float* src, size_t n) {
     if (dst) round_to(dst, src, n);
-    free(src);
+    f32_put(src);
 }
 #ifdef GATEDGPT_BF16_FAST
 // the fast GEMMs' fp32 results: two buffers held for the run and grown to the largest product
@@ -87,6 +139,32 @@ static float* fast_out(int slot, size_t n) {
 #else
 static float* fast_out(int slot, size_t n) { (void)slot; (void)n; abort(); }   // never called: FAST_GEMM is 0
 #endif
+// The fused elementwise passes: an op over cache-sized chunks (the widened inputs and the fp32
+// results of a chunk stay in L1/L2) instead of whole-tensor conversion passes through memory.
+// Each chunk runs the same fp32 kernel on the same values, elementwise, so the bits are those of
+// the whole-tensor passes (the threads split the tensors differently too, and change no bit).
+#define FUSE_CHUNK 2048
+// pre = round(fp), act = round(gelu(fp)) for fp32 products fp[n]
+static void gelu_round(act_t* pre, act_t* act, const float* fp, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t c = 0; c < n; c += FUSE_CHUNK) {
+        const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
+        float fa[FUSE_CHUNK];
+        ref_ops_gelu_forward(fa, fp + c, m);   // a nested parallel region: one thread
+        for (size_t i = 0; i < m; i++) { pre[c + i] = bf16_from_f32(fp[c + i]); act[c + i] = bf16_from_f32(fa[i]); }
+    }
+}
+// dpre = round(gelu'(pre) dact) for fp32 dact[n] (overwritten)
+static void gelu_backward_round(act_t* dpre, float* dact, const act_t* pre, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t c = 0; c < n; c += FUSE_CHUNK) {
+        const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
+        float fp[FUSE_CHUNK];
+        for (size_t i = 0; i < m; i++) fp[i] = bf16_to_f32(pre[c + i]);
+        ref_ops_gelu_backward(dact + c, dact + c, fp, m);
+        for (size_t i = 0; i < m; i++) dpre[c + i] = bf16_from_f32(dact[c + i]);
+    }
+}
 // rows of a permuted MoE buffer: the largest row any kept slot points at, + 1
 static size_t moe_rows(const int* slot_row, size_t S) {
     int r = -1;
@@ -99,11 +177,10 @@ static size_t moe_rows(const int* slot_row, size_t S) {
 #include <malloc.h>
 void ops_init(int threads) {
     ref_ops_init(threads);
-    // each op's fp32 copies live for one op: served by fresh mmaps (glibc's default above 128 KiB),
-    // every op faults their pages in again (16% of a 124M step in the kernel's page-fault and
-    // clear-page code: perf, docs/performance.md). Up to glibc's largest threshold (32 MiB: the
-    // activations' copies at 124M B=8 T=256, not the logits') they come from the heap instead,
-    // whose freed pages are reused
+    // the ops' fp32 copies come from the pool (f32_get); other short-lived blocks (the fp32
+    // kernels' own temporaries) would be fresh mmaps above glibc's default 128 KiB, faulted in
+    // again on every call. Up to glibc's largest threshold (32 MiB) they come from the heap
+    // instead, whose freed pages are reused
     if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 1 << 30))
         fprintf(stderr, "warning: mallopt refused the bf16 backend's heap thresholds: its temporaries stay mmapped\n");
     static int said;
@@ -185,32 +262,23 @@ void ops_weights_to_act_at(act_t* act, const float* w, size_t at, size_t n, unsi
 // The fast build's GEMMs (FAST_GEMM): bf16mm on the bf16 buffers, the fp32 result then takes
 // the emulation's path (bias, GELU, one rounding) unchanged.
 void ops_matmul_forward(act_t* out, const act_t* inp, const act_t* w, int N, int C, int OC) {
-    if (FAST_GEMM) {
-        float* fo = fast_out(0, (size_t)N * OC);
-        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
-        round_to(out, fo, (size_t)N * OC);
-        return;
-    }
+    if (FAST_GEMM) { bf16mm_round('N', 'T', N, OC, C, inp, C, w, C, NULL, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_forward(fo, fi, fw, N, C, OC);
     narrow(out, fo, (size_t)N * OC);
-    free(fi); free(fw);
+    f32_put(fi); f32_put(fw);
 }
 void ops_matmul_forward_f32(float* out, const act_t* inp, const act_t* w, int N, int C, int OC,
                             int accumulate) {
     if (FAST_GEMM) { bf16mm('N', 'T', N, OC, C, inp, C, w, C, accumulate ? 1.0f : 0.0f, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     ref_ops_matmul_forward_f32(out, fi, fw, N, C, OC, accumulate);
-    free(fi); free(fw);
+    f32_put(fi); f32_put(fw);
 }
 void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
                          const act_t* w, int N, int C, int OC) {
     if (FAST_GEMM) {
-        if (dinp) {
-            float* fdi = fast_out(0, (size_t)N * C);
-            bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdi, C);
-            round_to(dinp, fdi, (size_t)N * C);
-        }
+        if (dinp) bf16mm_round('N', 'N', N, C, OC, dout, OC, w, C, NULL, dinp, C);
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
     }
@@ -218,58 +286,60 @@ void ops_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t*
     float* fdi = dinp ? f32_alloc((size_t)N * C) : NULL;
     ref_ops_matmul_backward(fdi, dw, fd, fi, fw, N, C, OC);
     if (fdi) narrow(dinp, fdi, (size_t)N * C);
-    free(fd); free(fi); free(fw);
+    f32_put(fd); f32_put(fi); f32_put(fw);
 }
-// the bias added to the fp32 product, then rounded once
+// the bias added to the fp32 product, then rounded once (the fast build: inside oneDNN's kernel)
 void ops_matmul_bias_forward(act_t* out, const act_t* inp, const act_t* w, const act_t* bias, int N, int C,
                              int OC) {
-    if (FAST_GEMM) {
-        float* fo = fast_out(0, (size_t)N * OC);
-        bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fo, OC);
-        if (bias) ops_bias_add_f32(fo, bias, N, OC);
-        round_to(out, fo, (size_t)N * OC);
-        return;
-    }
+    if (FAST_GEMM) { bf16mm_round('N', 'T', N, OC, C, inp, C, w, C, bias, out, OC); return; }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C), *fb = widen(bias, (size_t)OC);
     float* fo = f32_alloc((size_t)N * OC);
     ref_ops_matmul_bias_forward(fo, fi, fw, fb, N, C, OC);
     narrow(out, fo, (size_t)N * OC);
-    free(fi); free(fw); free(fb);
+    f32_put(fi); f32_put(fw); f32_put(fb);
 }
 void ops_bias_add_f32(float* out, const act_t* bias, int N, int OC) {
     float* fb = widen(bias, (size_t)OC);
     ref_ops_bias_add_f32(out, fb, N, OC);
-    free(fb);
+    f32_put(fb);
 }
+// db[OC] += column sums of dout[N, OC], read as bf16: the fp32 kernel's sums (each column summed
+// over the rows in order, in double) without its whole-tensor fp32 copy, so the same bits
+#define BIAS_BWD_COLS 64
 void ops_bias_backward(float* db, const act_t* dout, int N, int OC) {
-    float* fd = widen(dout, (size_t)N * OC);
-    ref_ops_bias_backward(db, fd, N, OC);
-    free(fd);
+    const int nb = (OC + BIAS_BWD_COLS - 1) / BIAS_BWD_COLS;
+    #pragma omp parallel for schedule(static)
+    for (int b = 0; b < nb; b++) {
+        const int c0 = b * BIAS_BWD_COLS, nc = OC - c0 < BIAS_BWD_COLS ? OC - c0 : BIAS_BWD_COLS;
+        double acc[BIAS_BWD_COLS] = {0};
+        for (int n = 0; n < N; n++) {
+            const act_t* r = dout + (size_t)n * OC + c0;
+            for (int c = 0; c < nc; c++) acc[c] += bf16_to_f32(r[c]);
+        }
+        for (int c = 0; c < nc; c++) db[c0 + c] += (float)acc[c];
+    }
 }
 // the fused op: pre and act rounded once each from the fp32 product (as cuBLASLt's epilogue)
 void ops_matmul_gelu_forward(act_t* pre, act_t* act, const act_t* inp, const act_t* w, int N, int C,
                              int OC) {
     if (FAST_GEMM) {
-        float *fp = fast_out(0, (size_t)N * OC), *fa = fast_out(1, (size_t)N * OC);
+        float* fp = fast_out(0, (size_t)N * OC);
         bf16mm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, fp, OC);
-        ref_ops_gelu_forward(fa, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
-        round_to(pre, fp, (size_t)N * OC); round_to(act, fa, (size_t)N * OC);
+        gelu_round(pre, act, fp, (size_t)N * OC);   // GELU of the fp32 product, as the fused op
         return;
     }
     float *fi = widen(inp, (size_t)N * C), *fw = widen(w, (size_t)OC * C);
     float *fp = f32_alloc((size_t)N * OC), *fa = f32_alloc((size_t)N * OC);
     ref_ops_matmul_gelu_forward(fp, fa, fi, fw, N, C, OC);
     narrow(pre, fp, (size_t)N * OC); narrow(act, fa, (size_t)N * OC);
-    free(fi); free(fw);
+    f32_put(fi); f32_put(fw);
 }
 void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const act_t* inp,
                               const act_t* w, const act_t* pre, int N, int C, int OC) {
     if (FAST_GEMM) {
-        float *fdp = fast_out(0, (size_t)N * C), *fp = widen(pre, (size_t)N * C);
+        float* fdp = fast_out(0, (size_t)N * C);
         bf16mm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, fdp, C);   // dact
-        ref_ops_gelu_backward(fdp, fdp, fp, (size_t)N * C);           // dpre, in place
-        round_to(dpre, fdp, (size_t)N * C);
-        free(fp);
+        gelu_backward_round(dpre, fdp, pre, (size_t)N * C);
         bf16mm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
         return;
     }
@@ -277,7 +347,7 @@ void ops_matmul_backward_gelu(act_t* dpre, float* dw, const act_t* dout, const a
     float *fp = widen(pre, (size_t)N * C), *fdp = f32_alloc((size_t)N * C);
     ref_ops_matmul_backward_gelu(fdp, dw, fd, fi, fw, fp, N, C, OC);
     narrow(dpre, fdp, (size_t)N * C);
-    free(fd); free(fi); free(fw); free(fp);
+    f32_put(fd); f32_put(fi); f32_put(fw); f32_put(fp);
 }
 
 // ---- embeddings, norms (fp32 residual stream) -------------------------------------------------
@@ -298,7 +368,7 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, con
                        OpsNormKind kind) {
     float* fd = widen(dout, (size_t)N * C);
     ref_ops_norm_backward(dinp, dw, db, fd, inp, w, mean, rstd, N, C, kind);
-    free(fd);
+    f32_put(fd);
 }
 
 // ---- attention ---------------------------------------------------------------------------------
@@ -311,7 +381,7 @@ void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const a
     float *fq = f32_alloc(N * Hd), *fk = f32_alloc(N * KVd), *fv = f32_alloc(N * KVd);
     ref_ops_attn_prep_forward(fq, fk, fv, qk_rstd, fqkv, qnorm_w, knorm_w, s);
     narrow(q, fq, N * Hd); narrow(k, fk, N * KVd); narrow(v, fv, N * KVd);
-    free(fqkv);
+    f32_put(fqkv);
 }
 // dqkv: the sdpa gate's z columns were written by ops_attention_backward before this op runs
 // and must survive, so dqkv goes through fp32 whole (bf16 -> fp32 -> bf16 is exact)
@@ -325,7 +395,7 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
     float *fdq = widen(dq, N * Hd), *fdk = widen(dk, N * KVd), *fdv = widen(dv, N * KVd);
     ref_ops_attn_prep_backward(fdqkv, dqnorm_w, dknorm_w, fdq, fdk, fdv, fqkv, qk_rstd, qnorm_w, knorm_w, s);
     narrow(dqkv, fdqkv, N * QKVG);
-    free(fqkv); free(fdq); free(fdk); free(fdv);
+    f32_put(fqkv); f32_put(fdq); f32_put(fdk); f32_put(fdv);
 }
 // y and yg rounded once each from fp32 (yg from the unrounded y, as the GPU epilogues do)
 void ops_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, const act_t* k,
@@ -338,7 +408,7 @@ void ops_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, cons
     ref_ops_attention_forward(fy, fyg, lse, fq, fk, fv, fqkv, s);
     if (fyg != fy) narrow(yg, fyg, N * Hd);
     narrow(y, fy, N * Hd);
-    free(fq); free(fk); free(fv); free(fqkv);
+    f32_put(fq); f32_put(fk); f32_put(fv); f32_put(fqkv);
 }
 void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t* scratch,
                             const act_t* dyg, const act_t* q, const act_t* k, const act_t* v,
@@ -352,7 +422,7 @@ void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t*
     float *fdq = f32_alloc(N * Hd), *fdk = f32_alloc(N * KVd), *fdv = f32_alloc(N * KVd), *fs = f32_alloc(N * Hd);
     ref_ops_attention_backward(fdq, fdk, fdv, fdqkv, fs, fdyg, fq, fk, fv, fy, lse, fqkv, s);
     narrow(dq, fdq, N * Hd); narrow(dk, fdk, N * KVd); narrow(dv, fdv, N * KVd); narrow(dqkv, fdqkv, N * QKVG);
-    free(fs); free(fdyg); free(fq); free(fk); free(fv); free(fy); free(fqkv);
+    f32_put(fs); f32_put(fdyg); f32_put(fq); f32_put(fk); f32_put(fv); f32_put(fy); f32_put(fqkv);
 }
 
 // ---- KV cache -----------------------------------------------------------------------------------
@@ -376,7 +446,7 @@ void ops_attention_cached_forward(act_t* y, act_t* yg, float* lse, float* sink, 
     ref_ops_attention_cached_forward(fy, fyg, lse, sink, fq, fk, fv, fqkv, n_ctx, Tc, n_sink, s);
     if (fyg != fy) narrow(yg, fyg, N * Hd);
     narrow(y, fy, N * Hd);
-    free(fq); free(fk); free(fv); free(fqkv);
+    f32_put(fq); f32_put(fk); f32_put(fv); f32_put(fqkv);
 }
 void ops_rope_rows(act_t* x, int n_rows, int n_heads, int pos0, int dir, const OpsAttnShape* s) {
     const size_t n = (size_t)n_rows * n_heads * s->hd;
@@ -391,12 +461,12 @@ void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, cons
     const size_t N = (size_t)s->B * s->T;
     float *fq = widen(q, N * s->H * s->hd), *fk = widen(k, N * s->Hkv * s->hd);
     ref_ops_attn_first_token(head_mean, fq, fk, lse, s);
-    free(fq); free(fk);
+    f32_put(fq); f32_put(fk);
 }
 void ops_gate_stats(const act_t* qkv, const OpsAttnShape* s, double* sum, long* count, long* hist) {
     float* f = widen(qkv, (size_t)s->B * s->T * ops_attn_qkv_cols(s));
     ref_ops_gate_stats(f, s, sum, count, hist);
-    free(f);
+    f32_put(f);
 }
 void ops_absmax(const float* x, const float* base, int N, int C, float* max, int* pos) {
     ref_ops_absmax(x, base, N, C, max, pos);
@@ -406,12 +476,12 @@ void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const O
     const size_t N = (size_t)s->B * s->T;
     float *fq = widen(q, N * s->H * s->hd), *fk = widen(k, N * s->Hkv * s->hd);
     ref_ops_attn_logit_max(head_max, fq, fk, s);
-    free(fq); free(fk);
+    f32_put(fq); f32_put(fk);
 }
 float ops_logits_absmax(const act_t* logits, int N, int V, int Vp) {
     float* f = widen(logits, (size_t)N * Vp);
     float m = ref_ops_logits_absmax(f, N, V, Vp);
-    free(f);
+    f32_put(f);
     return m;
 }
 void ops_sumsq_ranges(double* out, const float* const* x, const float* const* y, const size_t* n, int nr) {
@@ -423,25 +493,25 @@ void ops_swiglu_forward(act_t* h, const act_t* gu, int N, int F) {
     float *fgu = widen(gu, (size_t)N * 2 * F), *fh = f32_alloc((size_t)N * F);
     ref_ops_swiglu_forward(fh, fgu, N, F);
     narrow(h, fh, (size_t)N * F);
-    free(fgu);
+    f32_put(fgu);
 }
 void ops_swiglu_backward(act_t* dgu, const act_t* dh, const act_t* gu, int N, int F) {
     float *fdh = widen(dh, (size_t)N * F), *fgu = widen(gu, (size_t)N * 2 * F), *fdgu = f32_alloc((size_t)N * 2 * F);
     ref_ops_swiglu_backward(fdgu, fdh, fgu, N, F);
     narrow(dgu, fdgu, (size_t)N * 2 * F);
-    free(fdh); free(fgu);
+    f32_put(fdh); f32_put(fgu);
 }
 void ops_gelu_forward(act_t* out, const act_t* inp, size_t n) {
     float *fi = widen(inp, n), *fo = f32_alloc(n);
     ref_ops_gelu_forward(fo, fi, n);
     narrow(out, fo, n);
-    free(fi);
+    f32_put(fi);
 }
 void ops_gelu_backward(act_t* dinp, const act_t* dout, const act_t* inp, size_t n) {
     float *fd = widen(dout, n), *fi = widen(inp, n), *fdi = f32_alloc(n);
     ref_ops_gelu_backward(fdi, fd, fi, n);
     narrow(dinp, fdi, n);
-    free(fd); free(fi);
+    f32_put(fd); f32_put(fi);
 }
 
 // ---- MoE (the router, its statistics and the plan are fp32 and integers: passed through) ----
@@ -473,13 +543,13 @@ void ops_moe_gather_backward(act_t* dx, const act_t* dxp, const int* slot_row, i
     float *fdx = widen(dx, (size_t)N * C), *fdxp = widen(dxp, R * C);
     ref_ops_moe_gather_backward(fdx, fdxp, slot_row, N, k, C);
     narrow(dx, fdx, (size_t)N * C);
-    free(fdxp);
+    f32_put(fdxp);
 }
 void ops_moe_combine(float* out, const act_t* yp, const float* topk_w, const int* slot_row,
                      int N, int k, int C) {
     float* fyp = widen(yp, moe_rows(slot_row, (size_t)N * k) * C);
     ref_ops_moe_combine(out, fyp, topk_w, slot_row, N, k, C);
-    free(fyp);
+    f32_put(fyp);
 }
 void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, const act_t* yp,
                               const float* topk_w, const int* slot_row, int N, int k, int C) {
@@ -487,7 +557,7 @@ void ops_moe_combine_backward(act_t* dyp, float* dtopk_w, const float* dout, con
     float *fyp = widen(yp, R * C), *fdyp = f32_alloc(R * C);
     ref_ops_moe_combine_backward(fdyp, dtopk_w, dout, fyp, topk_w, slot_row, N, k, C);
     narrow(dyp, fdyp, R * C);
-    free(fyp);
+    f32_put(fyp);
 }
 void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, const int* offsets,
                                 int G, int C, int OC) {
@@ -505,7 +575,7 @@ void ops_grouped_matmul_forward(act_t* out, const act_t* inp, const act_t* w, co
     float *fi = widen(inp, R * C), *fw = widen(w, (size_t)G * OC * C), *fo = f32_alloc(R * OC);
     ref_ops_grouped_matmul_forward(fo, fi, fw, offsets, G, C, OC);
     narrow(out, fo, R * OC);
-    free(fi); free(fw);
+    f32_put(fi); f32_put(fw);
 }
 void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, const act_t* inp,
                                  const act_t* w, const int* offsets, int G, int C, int OC) {
@@ -526,19 +596,19 @@ void ops_grouped_matmul_backward(act_t* dinp, float* dw, const act_t* dout, cons
     float* fdi = dinp ? f32_alloc(R * C) : NULL;
     ref_ops_grouped_matmul_backward(fdi, dw, fd, fi, fw, offsets, G, C, OC);
     if (fdi) narrow(dinp, fdi, R * C);
-    free(fd); free(fi); free(fw);
+    f32_put(fd); f32_put(fi); f32_put(fw);
 }
 void ops_sigmoid_gate_add_forward(float* out, const act_t* y, const float* z, int N, int C) {
     float* fy = widen(y, (size_t)N * C);
     ref_ops_sigmoid_gate_add_forward(out, fy, z, N, C);
-    free(fy);
+    f32_put(fy);
 }
 void ops_sigmoid_gate_add_backward(act_t* dy, float* dz, const float* dout, const act_t* y,
                                    const float* z, int N, int C) {
     float *fy = widen(y, (size_t)N * C), *fdy = f32_alloc((size_t)N * C);
     ref_ops_sigmoid_gate_add_backward(fdy, dz, dout, fy, z, N, C);
     narrow(dy, fdy, (size_t)N * C);
-    free(fy);
+    f32_put(fy);
 }
 
 // ---- Gated DeltaNet (fp32 on every backend: passed through) -------------------------------------
@@ -586,17 +656,41 @@ void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy
 }
 
 // ---- cross-entropy (fp32 over bf16 logits; dlogits may alias logits) --------------------------
+#ifdef _OPENMP
+#include <omp.h>
+static int xent_threads(void) { return omp_get_max_threads(); }
+static int xent_thread(void) { return omp_get_thread_num(); }
+#else
+static int xent_threads(void) { return 1; }
+static int xent_thread(void) { return 0; }
+#endif
 void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int* targets, int N,
                       int V, int Vp) {
-    float* fl = widen(logits, (size_t)N * Vp);
-    ref_ops_xent_forward(losses, lse, fl, targets, N, V, Vp);
-    free(fl);
+    // row by row (the fp32 kernel's rows are independent): each row widened into a buffer of
+    // its thread's, not the whole N x Vp (412 MB at GPT-2 124M B=8 T=256) through memory
+    float* rows = f32_get((size_t)xent_threads() * Vp);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* fl = rows + (size_t)xent_thread() * Vp;
+        const act_t* l = logits + (size_t)n * Vp;
+        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
+        ref_ops_xent_forward(losses + n, lse + n, fl, targets + n, 1, V, Vp);
+    }
+    f32_put(rows);
 }
 void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
                        float dloss, int N, int V, int Vp) {
-    float* fl = widen(logits, (size_t)N * Vp);
-    ref_ops_xent_backward(fl, fl, lse, targets, dloss, N, V, Vp);   // in place, as ops.h allows
-    narrow(dlogits, fl, (size_t)N * Vp);
+    float* rows = f32_get((size_t)xent_threads() * Vp);   // row by row, as the forward
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* fl = rows + (size_t)xent_thread() * Vp;
+        const act_t* l = logits + (size_t)n * Vp;
+        act_t* d = dlogits + (size_t)n * Vp;
+        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
+        ref_ops_xent_backward(fl, fl, lse + n, targets + n, dloss, 1, V, Vp);   // in place, as ops.h allows
+        for (int i = 0; i < Vp; i++) d[i] = bf16_from_f32(fl[i]);
+    }
+    f32_put(rows);
 }
 
 // ---- optimizer (fp32) -----------------------------------------------------------------------
