@@ -79,7 +79,14 @@ static AttnDims attn_dims(const OpsAttnShape* s) {
     d.QKVG = attn_shape_qkv_cols(s); d.zoff = attn_shape_z_off(s);
     d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
     d.gate_act = s->gate_act; d.eps = s->eps; d.rot = rope_rot_dim(s);
+    d.doc = s->doc_start; d.doc_rope = s->doc_start && s->doc_rope;
     return d;
+}
+
+// the RoPE table row of token n = b*T + t: t, or t - doc[n] when positions restart at each
+// document (AttnDims.doc_rope; kernels/cpu/attention.c att_rope_row)
+__device__ __forceinline__ int att_rope_row(int n, const AttnDims& d) {
+    return n % d.T - (d.doc_rope ? d.doc[n] : 0);
 }
 
 // element i of the rotated vector (dir +1) or of its inverse rotation (dir -1), of xs[hd] with
@@ -112,7 +119,7 @@ __global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float*
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
-    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    int n = (int)(warp / S), j = (int)(warp % S), t = att_rope_row(n, d);
     const cact_t* row = qkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
         int isq = j < d.H;
@@ -164,7 +171,7 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
-    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    int n = (int)(warp / S), j = (int)(warp % S), t = att_rope_row(n, d);
     const cact_t* row = qkv + (size_t)n * d.QKVG;
     cact_t* drow = dqkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
@@ -231,7 +238,7 @@ __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const 
     int h0 = isq ? 0 : d.H, h1 = isq ? d.H : d.H + d.Hkv;
     float acc = 0.0f;
     for (int n = n0; n < n1; n++) {
-        int t = n % d.T;
+        int t = att_rope_row(n, d);
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
         for (int h = h0; h < h1; h++) {
@@ -368,7 +375,11 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
         for (int e = 0; e < NC; e++) o[r][e] = 0.0f;
     }
     const int last = min(t0 + ATT_TILE, T) - 1;   // the block's last query sees keys 0..last
-    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+    // the document mask: query t sees keys doc[t] .. t; the block's first query has the smallest
+    // doc[t] (non-decreasing), so the key tiles before its tile are skipped whole
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;
+    const int ubeg = doc ? doc[t0] / ATT_TILE * ATT_TILE : 0;
+    for (int u0 = ubeg; u0 <= last; u0 += ATT_TILE) {
         __syncthreads();   // the previous tile is no longer read (and Qs is staged)
         att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
         att_stage(Vs, hd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
@@ -377,8 +388,10 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
         for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
             const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
             if (t >= T || t < u0) continue;   // warp-uniform: no key of this tile is visible
+            const int lo = doc ? doc[t] : 0;  // the first key of t's document
+            if (lo >= u0 + ATT_TILE) continue;   // (warp-uniform too)
             const int u = u0 + lane;
-            float s = u <= t ? att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale : -INFINITY;
+            float s = u <= t && u >= lo ? att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale : -INFINITY;
             float mnew = fmaxf(m[r], warp_max(s));
             float alpha = expf(m[r] - mnew);   // 0 on the first visible tile (m = -inf)
             float p = expf(s - mnew);          // 0 for masked keys
@@ -499,7 +512,9 @@ attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, cons
         for (int e = 0; e < NC; e++) acc[r][e] = 0.0f;
     }
     const int last = min(t0 + ATT_TILE, T) - 1;
-    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask (as the forward)
+    const int ubeg = doc ? doc[t0] / ATT_TILE * ATT_TILE : 0;
+    for (int u0 = ubeg; u0 <= last; u0 += ATT_TILE) {
         __syncthreads();
         att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
         att_stage(Vs, hd + 1, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
@@ -508,9 +523,11 @@ attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, cons
         for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
             const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
             if (t >= T || t < u0) continue;
+            const int lo = doc ? doc[t] : 0;
+            if (lo >= u0 + ATT_TILE) continue;
             const int u = u0 + lane;
             float ds = 0.0f;
-            if (u <= t) {
+            if (u <= t && u >= lo) {
                 float p = expf(att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale - Lr[r]);
                 float dp = att_dot(dYs + rr * hd, Vs + lane * (hd + 1), hd);
                 ds = p * (dp - Dr[r]) * scale;
@@ -566,8 +583,12 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
     #pragma unroll
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++)
         for (int e = 0; e < NC; e++) { ak[r][e] = 0.0f; av[r][e] = 0.0f; }
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask: t sees u iff doc[t] <= u <= t
     for (int h = kh * rep; h < (kh + 1) * rep; h++) {
         for (int t0 = u0; t0 < T; t0 += ATT_TILE) {
+            // doc is non-decreasing: once the tile's first query starts its document after this
+            // block's last key, no later query sees any of them (block-uniform)
+            if (doc && doc[t0] >= u0 + ATT_TILE) break;
             __syncthreads();
             att_stage(Qs, hd + 1, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
             att_stage(dYs, hd + 1, dy + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
@@ -584,7 +605,7 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
                 if (u >= T) continue;
                 const int t = t0 + lane;
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && t >= u) {
+                if (t < T && t >= u && (!doc || doc[t] <= u)) {
                     p = expf(att_dot(Qs + lane * (hd + 1), Ks + rr * hd, hd) * scale - Ls[lane]);
                     float dp = att_dot(dYs + lane * (hd + 1), Vs + rr * hd, hd);
                     ds = p * (dp - Ds[lane]) * scale;
@@ -626,6 +647,13 @@ static void att_check_shape(const OpsAttnShape* s) {
                   "the CUDA attention kernel keeps a row of head_dim floats in 32 lanes x 8 registers");
     if (s->Hkv < 1 || s->H % s->Hkv != 0)
         cuda_fail(__FILE__, __LINE__, "attention: n_head must be a multiple of n_kv_head", "fix the config");
+}
+
+// attention within documents ([data] doc_mask) has no cuDNN path here (config_finalize refuses
+// the combination first; this is the ops' own guard)
+static void att_refuse_cudnn_doc(void) {
+    cuda_fail(__FILE__, __LINE__, "attention: the document mask ([data] doc_mask) with attn_impl = cudnn",
+              "the cuDNN attention is called without a document mask here: set [train] attn_impl = fused or flash");
 }
 
 static int att_nc(int hd) { int nc = (hd + 31) / 32; return nc <= 1 ? 1 : nc <= 2 ? 2 : nc <= 4 ? 4 : 8; }
@@ -670,6 +698,7 @@ void ops_attention_forward(act_t* y_, act_t* yg_, float* lse, const act_t* q_, c
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     if (s->impl == OPS_ATTN_CUDNN) {
+        if (s->doc_start) att_refuse_cudnn_doc();
         cuda_cudnn_attention_forward(y_, lse, q_, k_, v_, s);
         if (yg_ != y_) {
             size_t n = (size_t)d.N * d.H * d.hd;
@@ -724,6 +753,7 @@ void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act
         CACT(scratch_), D, CACT(dqkv), CCACT(dyg_), CCACT(y_), CCACT(qkv), d);
     CUDA_LAUNCH_CHECK("attention_backward_pre_kernel");
     if (s->impl == OPS_ATTN_CUDNN) {   // D is computed again inside cuDNN
+        if (s->doc_start) att_refuse_cudnn_doc();
         cuda_cudnn_attention_backward(dq_, dk_, dv_, sgate ? scratch_ : dyg_, q_, k_, v_, y_, lse, s);
         return;
     }

@@ -14,6 +14,10 @@ struct AttnDims {
     int rot;             // RoPE's rotated channels of a head (kernels/rope.h rope_rot_dim: hd, or
                          // fewer with partial RoPE); the RoPE table rows hold rot/2 cos, rot/2 sin
     float eps;
+    const int* doc;      // the document mask's doc_start[N] (device; OpsAttnShape.doc_start), or NULL:
+                         // query t of sequence b sees keys doc[b*T + t] .. t. The fused kernels
+                         // (attention.cu) and both flash kernels honour it; cuDNN's path refuses it.
+    int doc_rope;        // with doc: RoPE at position t - doc[n] (table row), else t
 };
 
 // attn_impl = flash (attention_flash.cu): bf16 tensor cores (WMMA 16x16x16, fp32 accumulation),

@@ -148,6 +148,7 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
     if (lane < 16) { Mw[lane] = -INFINITY; Lw[lane] = 0.0f; }
     const int last = min(t0 + FA_ROWS, T) - 1;   // the block's last query sees keys 0..last
     const int wlast = min(t0 + rw + 15, T - 1);  // this warp's last query
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask: t sees doc[t] .. t
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();   // the previous tile is no longer read (and Q is staged)
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
@@ -160,9 +161,9 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
         for (int r = 0; r < 16; r++) {
             const int t = t0 + rw + r;
             float s0 = -INFINITY, s1 = -INFINITY;
-            const int u_a = u0 + lane, u_b = u0 + lane + 32;
-            if (t < T && u_a <= t) s0 = Sw[r * FA_LDS + lane] * scale;
-            if (t < T && u_b <= t) s1 = Sw[r * FA_LDS + lane + 32] * scale;
+            const int u_a = u0 + lane, u_b = u0 + lane + 32, lo = doc && t < T ? doc[t] : 0;
+            if (t < T && u_a <= t && u_a >= lo) s0 = Sw[r * FA_LDS + lane] * scale;
+            if (t < T && u_b <= t && u_b >= lo) s1 = Sw[r * FA_LDS + lane + 32] * scale;
             const float mold = Mw[r];
             const float mnew = fmaxf(mold, warp_max(fmaxf(s0, s1)));
             float p0 = 0.0f, p1 = 0.0f, alpha = 1.0f;
@@ -252,6 +253,7 @@ flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, 
     for (int j = 0; j < HD / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
     const int last = min(t0 + FA_ROWS, T) - 1;
     const int wlast = min(t0 + rw + 15, T - 1);
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
@@ -264,7 +266,7 @@ flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, 
         for (int i = lane; i < 16 * FA_COLS; i += 32) {
             const int r = i / FA_COLS, c = i % FA_COLS, t = t0 + rw + r, u = u0 + c;
             float ds = 0.0f;
-            if (t < T && u <= t) {
+            if (t < T && u <= t && (!doc || u >= doc[t])) {
                 const float p = expf(Sw[r * FA_LDS + c] * scale - LSEw[r]);
                 ds = p * (DPw[r * FA_LDS + c] - Dw[r]);
             }
@@ -320,6 +322,7 @@ flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, cons
     #pragma unroll
     for (int j = 0; j < HD / 16; j++) { wmma::fill_fragment(adk[j], 0.0f); wmma::fill_fragment(adv[j], 0.0f); }
     const int ufirst = u0 + rw;   // this warp's first key
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask: t sees u iff doc[t] <= u
     for (int g = 0; g < G; g++) {
         const int h = kh * G + g;
         for (int t0 = (u0 / FA_COLS) * FA_COLS; t0 < T; t0 += FA_COLS) {
@@ -339,7 +342,7 @@ flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, cons
             for (int i = lane; i < 16 * FA_COLS; i += 32) {
                 const int r = i / FA_COLS, c = i % FA_COLS, u = ufirst + r, t = t0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && u <= t) {
+                if (t < T && u <= t && (!doc || doc[t] <= u)) {
                     p = expf(Sw[r * FA_LDS + c] * scale - LSEs[c]);
                     ds = p * (DPw[r * FA_LDS + c] - Ds[c]);
                 }

@@ -130,7 +130,12 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int last = min(t0 + MM_ROWS, T) - 1;   // keys 0..last: every warp's rows see key 0
-    for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
+    // the document mask (AttnDims.doc): row t sees keys lo(t) .. t; tiles before the block's first
+    // row's document are skipped (doc is non-decreasing), a row without a visible key in a tile
+    // is all -inf there (the mn == -inf guards below)
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;
+    const int lo0 = doc && row0 < T ? doc[row0] : 0, lo1 = doc && row1 < T ? doc[row1] : 0;
+    for (int u0 = doc ? doc[t0] / MM_COLS * MM_COLS : 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
         attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
@@ -145,7 +150,7 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int u = u0 + j * 8 + 2 * tq + (e & 1), t = e < 2 ? row0 : row1;
-                s[j][e] = (t < T && u <= t) ? s[j][e] * scale : -INFINITY;
+                s[j][e] = (t < T && u <= t && u >= (e < 2 ? lo0 : lo1)) ? s[j][e] * scale : -INFINITY;
             }
             mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
             mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
@@ -224,7 +229,9 @@ mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, co
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     const int last = min(t0 + MM_ROWS, T) - 1;
-    for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask, as the forward
+    const int lo0 = doc && row0 < T ? doc[row0] : 0, lo1 = doc && row1 < T ? doc[row1] : 0;
+    for (int u0 = doc ? doc[t0] / MM_COLS * MM_COLS : 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
         attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
@@ -239,7 +246,7 @@ mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, co
             for (int e = 0; e < 4; e++) {
                 const int u = u0 + j * 8 + 2 * tq + (e & 1), t = e < 2 ? row0 : row1;
                 float ds = 0.0f;
-                if (t < T && u <= t) {
+                if (t < T && u <= t && u >= (e < 2 ? lo0 : lo1)) {
                     const float p = expf(s[j][e] * scale - (e < 2 ? lse0 : lse1));
                     ds = p * (dp[j][e] - (e < 2 ? D0 : D1));
                 }
@@ -292,9 +299,13 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
         adv[n][0] = adv[n][1] = adv[n][2] = adv[n][3] = 0.0f;
     }
     const int ufirst = u0 + rw;
+    const int* doc = d.doc ? d.doc + (size_t)b * T : NULL;   // the document mask
     for (int gi = 0; gi < G; gi++) {
         const int h = kh * G + gi;
         for (int t0 = u0; t0 < T; t0 += MM_COLS) {
+            // the document mask: t sees u iff doc[t] <= u <= t; doc is non-decreasing, so once
+            // this tile's first query starts after the block's last key, nothing later sees them
+            if (doc && doc[t0] >= u0 + MM_ROWS) break;   // (block-uniform)
             __syncthreads();
             attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
             attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
@@ -314,7 +325,7 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
                 for (int e = 0; e < 4; e++) {
                     const int c = j * 8 + 2 * tq + (e & 1), t = t0 + c, u = e < 2 ? key0 : key1;
                     float p = 0.0f, dsv = 0.0f;
-                    if (t < T && u <= t) {
+                    if (t < T && u <= t && (!doc || doc[t] <= u)) {
                         p = expf(s[j][e] * scale - LSEs[c]);
                         dsv = p * (dp[j][e] - Ds[c]);
                     }
