@@ -159,7 +159,6 @@ void ops_attention_cached_forward(act_t* y_, act_t* yg_, float* lse, float* sink
     d.QKVG = attn_shape_qkv_cols(s); d.zoff = attn_shape_z_off(s);
     d.qk_norm = s->qk_norm; d.rope = s->rope; d.gate = s->gate; d.gate_pos = s->gate_pos;
     d.gate_act = s->gate_act; d.eps = s->eps; d.rot = rope_rot_dim(s);
-    d.doc = NULL; d.doc_rope = 0;   // the cache never carries a document mask (OpsAttnShape.doc_start)
     const float scale = 1.0f / sqrtf((float)s->hd);
     cact_t *y = CACT(y_), *yg = CACT(yg_);
     const cact_t *q = CCACT(q_), *kc = CCACT(kc_), *vc = CCACT(vc_), *qkv = CCACT(qkv_);
