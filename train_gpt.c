@@ -737,6 +737,17 @@ static int setup_model(Run* r) {
     held = ops_allocated_bytes();
     gpt_alloc_acts(&r->model, r->B, T);
     r->mem_acts = ops_allocated_bytes() - held;
+    if (r->cfg.data.doc_mask) {   // attention within documents, closed by the tokenizer's end-of-text
+        const int eot = r->dec.have_tok ? tokenizer_eot(&r->dec.tok) : -1;
+        if (eot < 0) {
+            fprintf(stderr, "error: %s: [data] doc_mask = true, but this tokenizer has no end-of-text token to close documents: set doc_mask = false\n",
+                    r->cfg.data.tokenizer);
+            return 1;
+        }
+        gpt_set_doc_mask(&r->model, eot, r->cfg.data.doc_positions == DOCPOS_RESTART);
+        printf("data: attention within documents (end-of-text token %d closes each), RoPE positions %s\n", eot,
+               r->cfg.data.doc_positions == DOCPOS_RESTART ? "restart at each document" : "continue");
+    }
     if (dist_init_ep(&r->dist, r->comm, P > 1 ? tc->zero_stage : 0, r->model.table.total, r->model.table.dense_total) != 0)
         return 1;
     dist_master_init(&r->dist, &r->model);   // bf16 layouts under ZeRO-1: the fp32 master sharded

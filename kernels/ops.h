@@ -266,6 +266,9 @@ void ops_rmsnorm_gated_backward(float* dx, float* dz, float* dw, const float* dy
 // "host" are written to host memory.
 // F-Attn: p_first[b,h,t] = exp(q_t . k_0 / sqrt(hd) - lse[b,h,t]), the attention probability
 // on the sequence's first token. head_mean[H] (host) = its mean over b and queries t = 1..T-1.
+// Under the document mask (s->doc_start) k_0 is the key of t's document's first token and the
+// mean is over the queries that are not a document's first token (docs/metrics.md).
+// (ops_attn_logit_max below likewise takes the keys of t's document only.)
 void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, const float* lse,
                           const OpsAttnShape* s);
 // Gate scores act(z) of the gate columns of qkv[N, QKVG]: their sum and a 10-bin histogram

@@ -78,6 +78,14 @@ typedef struct {
     OpsGatePos gate_pos;
     OpsGateAct gate_act;
     OpsAttnImpl impl;
+    // Attention within documents ([data] doc_mask, docs/architecture.md): doc_start[B*T] (int,
+    // backend memory) gives for token n = b*T + t the index within its sequence of its
+    // document's first token; the token attends to keys doc_start[n] .. t only (non-decreasing in
+    // t, doc_start[n] <= t). NULL = plain causal (keys 0 .. t): the default, the same bits as
+    // before. Set for the uncached forward and its backward only (never with a KV cache).
+    const int* doc_start;
+    int doc_rope;        // with doc_start: RoPE positions restart at each document, token t of a
+                         // sequence at position pos0 + t - doc_start[n] ([data] doc_positions)
 } OpsAttnShape;
 
 typedef enum { OPS_ROUTER_SOFTMAX = 0, OPS_ROUTER_SIGMOID = 1 } OpsRouter;

@@ -53,6 +53,7 @@ static const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd"}
 static const char* const ONERROR_NAMES[] = {"continue", "exit"};
 static const char* const ROUTER_NAMES[] = {"softmax_topk", "sigmoid_topk"};
 static const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
+static const char* const DOCPOS_NAMES[] = {"continue", "restart"};
 static const char* const PRECISION_NAMES[] = {"fp32", "bf16"};
 
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -147,6 +148,8 @@ static const KeyDef KEYS[] = {
     K_STR("data", "tokenizer", data.tokenizer, ""),
     K_BOOL("data", "bos", data.bos, "false"),
     K_INT("data", "bos_token", data.bos_token, "-1"),
+    K_BOOL("data", "doc_mask", data.doc_mask, "false"),
+    K_ENUM("data", "doc_positions", data.doc_positions, DOCPOS_NAMES, "continue"),
 
     K_STR("log", "run_dir", log.run_dir, "runs/run"),
     K_INT("log", "log_every", log.log_every, "1"),
@@ -807,6 +810,7 @@ typedef enum {
     NE_DECAY,   // the schedule decays (not constant)
     NE_WSD,     // schedule = wsd
     NE_BOS,     // [data] bos = true
+    NE_DOCMASK, // [data] doc_mask = true
     NE_COUNT
 } NoEffectCond;
 
@@ -836,6 +840,7 @@ static int ne_holds(const Config* c, NoEffectCond k) {
     case NE_DECAY: return c->train.schedule != SCHED_CONSTANT;
     case NE_WSD: return c->train.schedule == SCHED_WSD;
     case NE_BOS: return c->data.bos != 0;
+    case NE_DOCMASK: return c->data.doc_mask != 0;
     case NE_COUNT: break;
     }
     return -1;
@@ -860,6 +865,7 @@ static const struct {
     [NE_DECAY] = {"train", "schedule", "the lr stays at its peak after warmup", "schedule = cosine, linear or wsd"},
     [NE_WSD] = {"train", "schedule", "only wsd has a final decay phase", "schedule = wsd"},
     [NE_BOS] = {"data", "bos", "no BOS token is inserted", "bos = true"},
+    [NE_DOCMASK] = {"data", "doc_mask", "attention crosses documents", "doc_mask = true"},
 };
 
 // The rules: key K has an effect only when every listed condition holds (checked in order).
@@ -904,6 +910,7 @@ static const NoEffectRule NO_EFFECT_RULES[] = {
     {"train", "min_lr_frac", 1, {NE_DECAY}},
     {"train", "wsd_decay_frac", 1, {NE_WSD}},
     {"data", "bos_token", 1, {NE_BOS}},
+    {"data", "doc_positions", 3, {NE_DOCMASK, NE_ATTN, NE_ROPE}},
 };
 
 // `value` of key k of c as an error message shows it: strings in quotes ('' for empty)
@@ -1252,6 +1259,14 @@ static int finalize_data(const Config* c, const FinCtx* fc) {
                          c->data.bos_token, m->vocab_size);
     if (c->data.bos && c->data.bos_token < 0 && c->data.tokenizer[0] == '\0')
         return fin_error(fc, "data", "bos_token", "-1 (the tokenizer's end-of-text) but [data] tokenizer is empty (fix: set bos_token to the id, or set tokenizer)");
+    if (c->data.doc_mask) {   // attention within documents (model/doc_mask.h)
+        if (c->data.tokenizer[0] == '\0')
+            return fin_error(fc, "data", "doc_mask", "true but [data] tokenizer is empty: the tokenizer's end-of-text token closes each document (fix: set tokenizer, or doc_mask = false)");
+        if (pattern_has(m, 'L') == 1)
+            return fin_error(fc, "data", "doc_mask", "true with Gated DeltaNet layers (layer_pattern has an L): their state is not reset at document starts yet (fix: doc_mask = false, or a layer_pattern of A only)");
+        if (c->train.attn_impl == ATTN_IMPL_CUDNN)
+            return fin_error(fc, "data", "doc_mask", "true with [train] attn_impl = cudnn: the cuDNN attention has no document mask here (fix: attn_impl = fused or flash, or doc_mask = false)");
+    }
     return 0;
 }
 

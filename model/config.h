@@ -12,6 +12,7 @@ typedef enum { MLP_SWIGLU = 0, MLP_GELU = 1 } MlpKind;                // "swiglu
 typedef enum { GATE_NONE = 0, GATE_ELEMENTWISE = 1, GATE_HEADWISE = 2 } GateKind; // "none" | "elementwise" | "headwise"
 typedef enum { GATEPOS_SDPA = 0, GATEPOS_VALUE = 1 } GatePos;         // "sdpa" | "value"
 typedef enum { GATEACT_SIGMOID = 0, GATEACT_NS_SIGMOID = 1, GATEACT_SILU = 2 } GateAct; // "sigmoid" | "ns_sigmoid" | "silu"
+typedef enum { DOCPOS_CONTINUE = 0, DOCPOS_RESTART = 1 } DocPosKind;   // "continue" | "restart"
 typedef enum { ATTN_IMPL_FUSED = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_FLASH = 2 } AttnImpl;   // "fused" | "cudnn" | "flash" (= OpsAttnImpl)
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } PrecisionKind;   // "fp32" | "bf16" (the CPU trainer's)
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } RecomputeKind; // "none" | "selective" | "full"
@@ -182,6 +183,9 @@ typedef struct {
     char tokenizer[1024];  // tokenizer file for samples (ours or llm.c's gpt2_tokenizer.bin); empty = bytes
     int bos;               // bool: every sample starts with the BOS token (dataloader_set_bos)
     int bos_token;         // its id; -1 = the tokenizer's end-of-text token
+    int doc_mask;          // bool: attention within documents, the tokenizer's end-of-text token closing
+                           // each (model/doc_mask.h)
+    DocPosKind doc_positions; // with doc_mask: RoPE positions go on across documents or restart at each
 } DataConfig;
 
 // [log]

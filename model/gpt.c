@@ -2,6 +2,7 @@
 // No backend code here: every computation is an ops_* call.
 #include "gpt.h"
 #include "deltanet.h"
+#include "doc_mask.h"
 #include "../kernels/attn_gate.h"   // attn_gate_at_sdpa
 #include "../kernels/scratch.h"     // scratch_alloc_bytes: what the backend holds of an allocation
 #include <stdio.h>
@@ -32,6 +33,7 @@ void gpt_build_shard(GPT* m, const ModelConfig* cfg, unsigned long long seed, in
                      size_t lo, size_t hi) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->doc_eot = -1;   // attention within documents: off (gpt_set_doc_mask)
     param_table_build_ep(&m->table, cfg, ep_size, ep_rank);
     const size_t total = m->table.total;
     // any range but (0, SIZE_MAX) is a shard, even the whole arena (a process that got every
@@ -427,6 +429,7 @@ void gpt_free(GPT* m) {
     if (m->moe_stats) for (int l = 0; l < m->cfg.n_layer; l++) moe_stats_free(&m->moe_stats[l]);
     free(m->moe_stats);
     free(m->layer_lo); free(m->layer_hi);
+    ops_free(m->doc_start);
     if (m->moe_ep_rows) for (int l = 0; l < m->cfg.n_layer; l++) moe_ep_rows_free(&m->moe_ep_rows[l]);
     free(m->moe_ep_rows);
     moe_ep_scratch_free(&m->moe_ep_scratch);
@@ -700,6 +703,32 @@ void gpt_layer_recompute(GPT* m, int l) {
     if (m->recompute != RECOMPUTE_NONE) gpt_layer_forward(m, l, m->recompute);
 }
 
+void gpt_set_doc_mask(GPT* m, int eot, int restart) {
+    if (eot >= 0 && config_any_linear(&m->cfg)) {
+        fprintf(stderr, "error: [data] doc_mask: the Gated DeltaNet layers do not reset their state at document starts yet: set doc_mask = false or layer_pattern without L\n");
+        exit(1);
+    }
+    m->doc_eot = eot;
+    m->doc_restart = restart;
+}
+
+// The attention ops' document starts for the host tokens idx[B*T] of an uncached forward
+// (model/doc_mask.h), or NULL when the mask is off or a KV cache is in use.
+static const int* gpt_doc_starts(GPT* m, const int* idx) {
+    const int N = m->B * m->T;
+    if (m->doc_eot < 0 || m->kv) return NULL;
+    if (m->doc_n < N) {
+        ops_free(m->doc_start);
+        m->doc_start = ops_malloc((size_t)N * sizeof(int));
+        m->doc_n = N;
+    }
+    int* host = malloc((size_t)N * sizeof(int));
+    doc_starts(host, idx, m->B, m->T, m->doc_eot);
+    ops_from_host(m->doc_start, host, (size_t)N * sizeof(int));
+    free(host);
+    return m->doc_start;
+}
+
 float gpt_forward(GPT* m, const int* idx, const int* targets) {
     const ModelConfig* c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, d = c->d_model;
@@ -712,6 +741,8 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     // with a KV cache these are tokens pos0 .. pos0 + T - 1 of their sequences
     const int pos0 = m->kv ? kv_cache_begin(m->kv, T) : 0;
     m->attn.pos0 = pos0;
+    m->attn.doc_start = gpt_doc_starts(m, idx);   // NULL: plain causal
+    m->attn.doc_rope = m->doc_restart;
 
     // x = wte[idx] (+ wpe[pos0 + t])
     ops_embedding_forward(m->res[0], m->idx, m->w.wte, m->w.wpe ? m->w.wpe + (size_t)pos0 * d : NULL, B, T, d);

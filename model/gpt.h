@@ -168,6 +168,14 @@ typedef struct GPT {
     // sequences whose earlier tokens are in this cache (model/kv_cache.h), at positions
     // kv->pos .. kv->pos + T - 1. NULL in training (gpt_backward needs the uncached forward).
     KVCache* kv;
+    // Attention within documents ([data] doc_mask; model/doc_mask.h): doc_eot >= 0 turns it on
+    // for the uncached forwards (training, evaluation, probes; never with kv), which compute each
+    // token's document start (doc_start [doc_n] ints in backend memory, grown as needed) from
+    // their tokens and hand it to the attention ops (OpsAttnShape.doc_start). gpt_set_doc_mask.
+    int doc_eot;         // the end-of-text token that closes a document; -1 = off (plain causal)
+    int doc_restart;     // RoPE positions restart at each document ([data] doc_positions = restart)
+    int* doc_start;
+    int doc_n;
     size_t* layer_lo;    // [n_layer] the layer's parameters: floats [layer_lo, layer_hi) of the
     size_t* layer_hi;    // arena (both 0 when they are not contiguous: never reported early)
 } GPT;
@@ -202,6 +210,10 @@ void gpt_free(GPT* m);
 // into their buffers (bit for bit; nothing when recompute = none). gpt_backward does it before
 // each layer's backward; a reader of m->layer[l] after a forward (the probe) calls it first.
 void gpt_layer_recompute(GPT* m, int l);
+// Attention within documents closed by token eot (-1: off, the default of gpt_build), RoPE
+// positions restarting at each document when restart != 0 (model/doc_mask.h). Attention layers
+// only: a model with Gated DeltaNet layers refuses it (config_finalize says so first).
+void gpt_set_doc_mask(GPT* m, int eot, int restart);
 // Forward on host tokens idx[B*T]; with targets (host, [B*T]) returns the mean cross-entropy
 // loss, else 0 and only the logits are computed. An MoE model also sets m->moe_loss and its
 // routing statistics (m->moe_stats).

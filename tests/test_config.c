@@ -241,7 +241,7 @@ static void test_enum_names_and_keys(void) {
     CHECK(config_enum_name("schedule", 4) == NULL);
     CHECK(config_enum_name("n_layer", 0) == NULL);
     int n = config_key_count();
-    CHECK(n == 99 + 2 + 1 + 1 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async; + [train] precision
+    CHECK(n == 99 + 2 + 1 + 2 + 1 && n <= CONFIG_MAX_KEYS);   // + [data] sources, val_sources; + [checkpoint] async; + [data] doc_mask, doc_positions; + [train] precision
     const char* sec = NULL;
     CHECK(strcmp(config_key(0, &sec), "vocab_size") == 0 && strcmp(sec, "model") == 0);
     CHECK(strcmp(config_key(n - 1, &sec), "task_limit") == 0 && strcmp(sec, "eval") == 0);
@@ -525,6 +525,7 @@ static void test_roundtrip(void) {
         "data.train_glob=some dir/with spaces/tr_*.bin", "data.val_glob=v;#=x", "data.shuffle=false", "data.tokenizer=tok/t.bin",
         "data.bos=true", "data.bos_token=999",
         "data.sources=", "data.val_sources=",   // empty: each excludes train_glob / val_glob (set above)
+        "data.doc_mask=false", "data.doc_positions=continue",   // (true needs attention layers only, no cudnn)
         "log.run_dir=runs/rt", "log.log_every=3", "log.val_every=0", "log.val_batches=2",
         "log.sample_every=25", "log.sample_tokens=64", "log.sample_temperature=0.8", "log.sample_top_k=5",
         "log.sample_prompt=And God said", "log.tensorboard=true",

@@ -173,6 +173,11 @@ int main(int argc, char** argv) {
     if (use_cudnn) m.attn_impl = OPS_ATTN_CUDNN;
 #endif
     gpt_alloc_acts(&m, B, T);
+    if (cfg.data.doc_mask) {   // attention within documents: the golden names its end-of-text id
+        GTensor* e = golden_get(&g, "doc_eot");
+        if (!e) return 1;
+        gpt_set_doc_mask(&m, ((int*)e->data)[0], cfg.data.doc_positions == DOCPOS_RESTART);
+    }
 
     // the reference's parameters, in table order, with matching shapes
     int nparam_golden = 0;

@@ -350,6 +350,24 @@ static const char* act_name[] = {"sigmoid", "ns_sigmoid", "silu"};
 // which attention kernel test_attention checks (main runs the set with the fused kernel, then a
 // subset with cuDNN's when the build has it), and its tolerances
 static OpsAttnImpl att_impl = OPS_ATTN_FUSED;
+// attention within documents ([data] doc_mask): when set, test_attention's sequences hold packed
+// documents, each closed by an end-of-text token after the positions att_doc_eots lists (and
+// after T/5 + b in sequence b), with RoPE positions restarting when att_doc_rope
+static int att_doc = 0, att_doc_rope = 0;
+static const int att_doc_eots[] = {0, 30, 31, 62, 63, 64, 127, 128, 200};
+
+// doc[b*T + t] (=) the first token of t's document (model/doc_mask.h's rule, written out here)
+static void att_doc_starts(int* doc, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            int closed = t > 0 && t - 1 == T / 5 + b;   // an end-of-text token at t - 1
+            for (size_t i = 0; i < sizeof att_doc_eots / sizeof att_doc_eots[0]; i++) closed |= t - 1 == att_doc_eots[i];
+            if (closed) start = t;
+            doc[b * T + t] = start;
+        }
+    }
+}
 
 static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, int rope, OpsGate gate,
                            OpsGatePos pos, OpsGateAct act) {
@@ -361,9 +379,21 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     s.rope_base = 10000.0f; s.eps = 1e-5f; s.gate = gate; s.gate_pos = pos; s.gate_act = act;
     const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = H * hd, KVd = Hkv * hd, R = H + Hkv;
     const int sgate = gate != OPS_GATE_NONE && pos == OPS_GATEPOS_SDPA;
-    char tag[128], nm[192];
-    snprintf(tag, sizeof tag, "attn%s B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s",
-             att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : att_impl == OPS_ATTN_FLASH ? " (flash, tensor cores)" : "", B, T, H, Hkv, hd, qk_norm, rope,
+    // sg: the GPU's shape, with its device copy of the document starts (s: the CPU's, host)
+    OpsAttnShape sg = s;
+    int* hdoc = NULL;
+    if (att_doc) {
+        hdoc = malloc((size_t)N * sizeof(int));
+        att_doc_starts(hdoc, B, T);
+        int* ddoc = ops_malloc((size_t)N * sizeof(int));
+        ops_from_host(ddoc, hdoc, (size_t)N * sizeof(int));
+        s.doc_start = hdoc; sg.doc_start = ddoc;
+        s.doc_rope = sg.doc_rope = att_doc_rope;
+    }
+    char tag[160], nm[192];
+    snprintf(tag, sizeof tag, "attn%s%s B=%d T=%d H=%d/%d hd=%d qkn=%d rope=%d %s@%s/%s",
+             att_impl == OPS_ATTN_CUDNN ? " (cuDNN)" : att_impl == OPS_ATTN_FLASH ? " (flash, tensor cores)" : "",
+             att_doc ? (att_doc_rope ? " docs/restart" : " docs") : "", B, T, H, Hkv, hd, qk_norm, rope,
              gate_name[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", act_name[act]);
     printf(" %s\n", tag);
     float *qkv = hrand((size_t)N * QKVG, 1), *qw = hrand(hd, 0.3), *kw = hrand(hd, 0.3), *dyg = hrand((size_t)N * Hd, 1);
@@ -384,7 +414,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     float *d_qkv = dcopy(qkv, (size_t)N * QKVG), *d_qw = dcopy(qw, hd), *d_kw = dcopy(kw, hd);
     float *d_q = dpoison((size_t)N * Hd), *d_k = dpoison((size_t)N * KVd), *d_v = dpoison((size_t)N * KVd);
     float* d_rstd = dpoison((size_t)N * R);
-    ops_attn_prep_forward(d_q, d_k, d_v, d_rstd, d_qkv, d_qw, d_kw, &s);
+    ops_attn_prep_forward(d_q, d_k, d_v, d_rstd, d_qkv, d_qw, d_kw, &sg);
     snprintf(nm, sizeof nm, "  prep forward q"); cmp(nm, d_q, rq, (size_t)N * Hd, TOL_ELEM);
     snprintf(nm, sizeof nm, "  prep forward k"); cmp(nm, d_k, rk, (size_t)N * KVd, TOL_ELEM);
     snprintf(nm, sizeof nm, "  prep forward v"); cmp(nm, d_v, rv, (size_t)N * KVd, TOL_ELEM);
@@ -394,13 +424,13 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ops_from_host(d_k, rk, (size_t)N * KVd * sizeof(float));
     ops_from_host(d_v, rv, (size_t)N * KVd * sizeof(float));
     float *d_y = dpoison((size_t)N * Hd), *d_yg = sgate ? dpoison((size_t)N * Hd) : d_y, *d_lse = dpoison((size_t)N * H);
-    ops_attention_forward(d_y, d_yg, d_lse, d_q, d_k, d_v, d_qkv, &s);
+    ops_attention_forward(d_y, d_yg, d_lse, d_q, d_k, d_v, d_qkv, &sg);
     snprintf(nm, sizeof nm, "  attention forward y"); cmp(nm, d_y, ry, (size_t)N * Hd, TOL_FWD);
     if (sgate) { snprintf(nm, sizeof nm, "  attention forward yg (gated)"); cmp(nm, d_yg, ryg, (size_t)N * Hd, TOL_FWD); }
     snprintf(nm, sizeof nm, "  attention forward lse"); cmp(nm, d_lse, rlse, (size_t)N * H, TOL_FWD);
     if (!sgate) {   // a separate yg buffer gets a copy of y
         float* d_yg2 = dpoison((size_t)N * Hd);
-        ops_attention_forward(d_y, d_yg2, d_lse, d_q, d_k, d_v, d_qkv, &s);
+        ops_attention_forward(d_y, d_yg2, d_lse, d_q, d_k, d_v, d_qkv, &sg);
         snprintf(nm, sizeof nm, "  attention forward yg (separate buffer, no gate)"); cmp(nm, d_yg2, ry, (size_t)N * Hd, TOL_FWD);
         ops_free(d_yg2);
     }
@@ -410,7 +440,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     float *d_dyg = dcopy(dyg, (size_t)N * Hd), *d_scr = dpoison((size_t)N * Hd);
     float *d_dq = dpoison((size_t)N * Hd), *d_dk = dpoison((size_t)N * KVd), *d_dv = dpoison((size_t)N * KVd);
     float* d_dqkv = dpoison((size_t)N * QKVG);
-    ops_attention_backward(d_dq, d_dk, d_dv, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
+    ops_attention_backward(d_dq, d_dk, d_dv, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &sg);
     if (T > 1) {
         snprintf(nm, sizeof nm, "  attention backward dq"); cmp(nm, d_dq, rdq, (size_t)N * Hd, TOL_BWD);
         snprintf(nm, sizeof nm, "  attention backward dk"); cmp(nm, d_dk, rdk, (size_t)N * KVd, TOL_BWD);
@@ -427,7 +457,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     snprintf(nm, sizeof nm, "  attention backward dv"); cmp(nm, d_dv, rdv, (size_t)N * KVd, TOL_BWD);
     // determinism of the backward
     float *d_dq2 = dpoison((size_t)N * Hd), *d_dk2 = dpoison((size_t)N * KVd), *d_dv2 = dpoison((size_t)N * KVd);
-    ops_attention_backward(d_dq2, d_dk2, d_dv2, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &s);
+    ops_attention_backward(d_dq2, d_dk2, d_dv2, d_dqkv, d_scr, d_dyg, d_q, d_k, d_v, d_y, d_lse, d_qkv, &sg);
     cmp_same_bits("  attention backward dq", d_dq, d_dq2, (size_t)N * Hd);
     cmp_same_bits("  attention backward dk", d_dk, d_dk2, (size_t)N * KVd);
     cmp_same_bits("  attention backward dv", d_dv, d_dv2, (size_t)N * KVd);
@@ -436,7 +466,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ops_from_host(d_dk, rdk, (size_t)N * KVd * sizeof(float));
     ops_from_host(d_dv, rdv, (size_t)N * KVd * sizeof(float));
     float *d_rrstd = dcopy(rrstd, (size_t)N * R), *d_dqw = dcopy(dqw0, hd), *d_dkw = dcopy(dkw0, hd);
-    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, d_rrstd, d_qw, d_kw, &s);
+    ops_attn_prep_backward(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_qkv, d_rrstd, d_qw, d_kw, &sg);
     // dqkv: q/k/v (and value-gate) columns from prep backward, sdpa-gate columns from attention
     // backward: together every column is written
     snprintf(nm, sizeof nm, "  dqkv (attention + prep backward, every column)"); cmp(nm, d_dqkv, rdqkv, (size_t)N * QKVG, TOL_BWD);
@@ -448,13 +478,13 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     // probe statistics on the same q, k, lse, qkv
     float *rmean = hzeros(H), *gmean = hzeros(H);
     cpu_ref.attn_first_token(rmean, rq, rk, rlse, &s);
-    ops_attn_first_token(gmean, d_q, d_k, d_lse, &s);
+    ops_attn_first_token(gmean, d_q, d_k, d_lse, &sg);
     double e = tu_rel_err(gmean, rmean, H);
     TU_CHECK(e <= TOL_FWD, "first-token attention: rel err %.2e", e);
     printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: first-token attention per head", e, TOL_FWD);
     float *rlmax = hzeros(H), *glmax = hzeros(H);
     cpu_ref.attn_logit_max(rlmax, rq, rk, &s);
-    ops_attn_logit_max(glmax, d_q, d_k, &s);
+    ops_attn_logit_max(glmax, d_q, d_k, &sg);
     e = tu_rel_err(glmax, rlmax, H);
     TU_CHECK(e <= TOL_FWD, "attention logit max per head: rel err %.2e", e);
     printf("  %-64s rel err %.2e (tol %.0e)\n", "  probe: attention logit max per head", e, TOL_FWD);
@@ -483,6 +513,7 @@ static void test_attention(int B, int T, int H, int Hkv, int hd, int qk_norm, in
     ops_free(d_y); if (sgate) ops_free(d_yg); ops_free(d_lse); ops_free(d_dyg); ops_free(d_scr);
     ops_free(d_dq); ops_free(d_dk); ops_free(d_dv); ops_free(d_dqkv); ops_free(d_dq2); ops_free(d_dk2); ops_free(d_dv2);
     ops_free(d_rrstd); ops_free(d_dqw); ops_free(d_dkw);
+    if (att_doc) { free(hdoc); ops_free((void*)sg.doc_start); }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1242,6 +1273,17 @@ int main(int argc, char** argv) {
     test_attention(1, 40, 2, 1, 256, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
     test_attention(3, 1, 2, 1, 32, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
     test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+    // attention within documents ([data] doc_mask): documents of 1 token, documents that start on
+    // a 32-row tile's first row, just before and after it, several per tile and across tiles;
+    // positions continuing and restarting
+    for (att_doc_rope = 0; att_doc_rope <= 1; att_doc_rope++) {
+        att_doc = 1;
+        test_attention(2, 100, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(1, 300, 8, 2, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        test_attention(2, 37, 4, 1, 8, 1, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU);
+        att_doc = 0;
+    }
+    att_doc_rope = 0;
 
     // RoPE past the training length: positions from pos0 = 5, each scaling (pos0 alone first,
     // then one field at a time); then the KV cache's ops
@@ -1289,6 +1331,11 @@ int main(int argc, char** argv) {
         test_attention(1, 300, 8, 2, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
         test_attention(2, 129, 4, 4, 128, 0, 0, OPS_GATE_HEADWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
         test_attention(3, 1, 2, 1, 64, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);   // T = 1
+        att_doc = 1;   // attention within documents (64-row tiles: documents start at 63, 64, 65, 128, 129)
+        test_attention(2, 300, 4, 2, 64, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        att_doc_rope = 1;
+        test_attention(1, 150, 4, 4, 128, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID);
+        att_doc = att_doc_rope = 0;
     }
     cuda_set_flash_kernel(CUDA_FLASH_MMA);
     att_impl = OPS_ATTN_FUSED;

@@ -189,11 +189,13 @@ static double attn_loss(void* vctx) {
     return dot(c->yg, c->r, (size_t)c->s.B * c->s.T * c->s.H * c->s.hd);
 }
 // rope_dim: partial RoPE's rotated channels of the 8 (0 = all); yarn: YaRN scaling at s = 2 (its
-// attention factor multiplies cos and sin of the rotated pairs only)
-static void test_attention_shape_rope(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos,
-                                      OpsGateAct act, int rope_dim, int yarn) {
+// attention factor multiplies cos and sin of the rotated pairs only); doc: the document mask's
+// doc_start[B*T] (NULL = causal), doc_rope: positions restarting at each document
+static void test_attention_doc(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos,
+                               OpsGateAct act, int rope_dim, int yarn, const int* doc, int doc_rope) {
     AttnCtx c = {0};
     OpsAttnShape* s = &c.s;
+    s->doc_start = doc; s->doc_rope = doc_rope;
     s->B = B; s->T = T; s->H = 4; s->Hkv = 2; s->hd = 8;
     s->qk_norm = qk_norm; s->rope = rope; s->rope_base = 10000.0f; s->eps = 1e-5f;
     s->rope_dim = rope_dim;
@@ -215,9 +217,9 @@ static void test_attention_shape_rope(int B, int T, int qk_norm, int rope, OpsGa
     static const char* gn[] = {"none", "elementwise", "headwise"};
     static const char* an[] = {"sigmoid", "ns_sigmoid", "silu"};
     char nm[96];
-    snprintf(nm, sizeof nm, "attn T=%d qk_norm=%d rope=%d%s%s gate=%s@%s/%s dqkv", T, qk_norm, rope,
+    snprintf(nm, sizeof nm, "attn T=%d qk_norm=%d rope=%d%s%s%s gate=%s@%s/%s dqkv", T, qk_norm, rope,
              rope_dim ? (rope_dim == 2 ? "/2of8" : rope_dim == 4 ? "/4of8" : "/partial") : "", yarn ? "+yarn" : "",
-             gn[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
+             doc ? (doc_rope ? " docs/restart" : " docs") : "", gn[gate], pos == OPS_GATEPOS_SDPA ? "sdpa" : "value", an[act]);
     fd_check(nm, c.qkv, (size_t)N * QKVG, dqkv, attn_loss, &c);
     int G = ops_attn_gate_cols(s);
     if (G > 0) {
@@ -243,8 +245,77 @@ static void test_attention_shape_rope(int B, int T, int qk_norm, int rope, OpsGa
     }
 }
 
+static void test_attention_shape_rope(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos,
+                                      OpsGateAct act, int rope_dim, int yarn) {
+    test_attention_doc(B, T, qk_norm, rope, gate, pos, act, rope_dim, yarn, NULL, 0);
+}
+
 static void test_attention_shape(int B, int T, int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
     test_attention_shape_rope(B, T, qk_norm, rope, gate, pos, act, 0, 0);
+}
+
+// Attention within documents against an independent path: each document run alone through the
+// plain causal ops as a sequence of its own (B = 1, T = its length, pos0 = its start, or 0 when
+// positions restart) gives the same q, k, v and y rows as the masked batch (up to the GEMMs'
+// roundoff over different widths). doc[B*T] holds the starts (model/doc_mask.h's layout).
+static void test_attention_doc_split(int B, int T, const int* doc, int doc_rope) {
+    OpsAttnShape s = {0};
+    s.B = B; s.T = T; s.H = 4; s.Hkv = 2; s.hd = 8; s.qk_norm = 1; s.rope = 1; s.rope_base = 10000.0f; s.eps = 1e-5f;
+    s.gate = OPS_GATE_HEADWISE; s.gate_pos = OPS_GATEPOS_SDPA; s.gate_act = OPS_ACT_SIGMOID;
+    s.doc_start = doc; s.doc_rope = doc_rope;
+    const int N = B * T, QKVG = ops_attn_qkv_cols(&s), Hd = s.H * s.hd, KVd = s.Hkv * s.hd;
+    float *qkv = fbuf((size_t)N * QKVG, 1), *qw = fbuf(s.hd, 1), *kw = fbuf(s.hd, 1);
+    float *q = fbuf(N * Hd, 0), *k = fbuf(N * KVd, 0), *v = fbuf(N * KVd, 0), *rstd = fbuf(N * (s.H + s.Hkv), 0);
+    float *y = fbuf(N * Hd, 0), *yg = fbuf(N * Hd, 0), *lse = fbuf(N * s.H, 0);
+    ops_attn_prep_forward(q, k, v, rstd, qkv, qw, kw, &s);
+    ops_attention_forward(y, yg, lse, q, k, v, qkv, &s);
+    float *q1 = fbuf(N * Hd, 0), *k1 = fbuf(N * KVd, 0), *v1 = fbuf(N * KVd, 0), *rstd1 = fbuf(N * (s.H + s.Hkv), 0);
+    float *y1 = fbuf(N * Hd, 0), *yg1 = fbuf(N * Hd, 0), *lse1 = fbuf(N * s.H, 0);
+    double md = 0.0;
+    int ndocs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t0 = 0; t0 < T;) {
+            int t1 = t0 + 1;
+            while (t1 < T && doc[b * T + t1] == t0) t1++;
+            OpsAttnShape one = s;
+            one.B = 1; one.T = t1 - t0; one.doc_start = NULL; one.pos0 = doc_rope ? 0 : t0;
+            size_t n0 = (size_t)b * T + t0;
+            ops_attn_prep_forward(q1, k1, v1, rstd1, qkv + n0 * QKVG, qw, kw, &one);
+            ops_attention_forward(y1, yg1, lse1, q1, k1, v1, qkv + n0 * QKVG, &one);
+            for (size_t i = 0; i < (size_t)one.T * Hd; i++) {
+                double e = fabs((double)yg1[i] - yg[n0 * Hd + i]);
+                double eq = fabs((double)q1[i] - q[n0 * Hd + i]);
+                if (e > md) md = e;
+                if (eq > md) md = eq;
+            }
+            for (int h = 0; h < s.H; h++)
+                for (int t = 0; t < one.T; t++) {
+                    double e = fabs((double)lse1[h * one.T + t] - lse[((size_t)b * s.H + h) * T + t0 + t]);
+                    if (e > md) md = e;
+                }
+            ndocs++;
+            t0 = t1;
+        }
+    TU_CHECK(md < 1e-5, "doc mask B=%d T=%d restart=%d: max |masked - per document| %.3e over q, yg, lse", B, T, doc_rope, md);
+    printf("  %-48s %d documents, max |masked - per document| %.2e\n", doc_rope ? "doc mask = per-document attention (restart)"
+                                                                          : "doc mask = per-document attention (continue)",
+           ndocs, md);
+    float* bufs[] = {qkv, qw, kw, q, k, v, rstd, y, yg, lse, q1, k1, v1, rstd1, y1, yg1, lse1};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(bufs[i]);
+}
+
+// doc[B*T] from end-of-text positions: eots[b] lists the positions (ascending, -1 ends) of
+// sequence b's end-of-text tokens (model/doc_mask.c's rule, written out here independently)
+static int* doc_from_eots(int B, int T, const int eots[][8]) {
+    int* doc = malloc((size_t)B * T * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        int start = 0, j = 0;
+        for (int t = 0; t < T; t++) {
+            if (t > 0 && eots[b][j] == t - 1) { start = t; j++; }
+            doc[b * T + t] = start;
+        }
+    }
+    return doc;
 }
 
 static void test_attention(int qk_norm, int rope, OpsGate gate, OpsGatePos pos, OpsGateAct act) {
@@ -361,6 +432,27 @@ int main(void) {
     for (int qn = 0; qn <= 1; qn++) test_attention_shape_rope(2, 6, qn, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 4, 0);
     test_attention_shape_rope(2, 6, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 2, 0);
     test_attention_shape_rope(2, 6, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 4, 1);
+    // attention within documents ([data] doc_mask): the masked backward by finite differences, short
+    // sequences and one longer than a CPU query tile (128) with documents that start at the tile
+    // boundary, just after it, mid-tile and on the last token; then the forward against each
+    // document run alone
+    {
+        static const int eots_short[2][8] = {{1, 3, -1}, {4, -1}};   // docs [0,1] [2,3] [4,5] | [0..4] [5]
+        int* ds = doc_from_eots(2, 6, eots_short);
+        for (int restart = 0; restart <= 1; restart++)
+            test_attention_doc(2, 6, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 0, 0, ds, restart);
+        test_attention_doc(2, 6, 1, 1, OPS_GATE_ELEMENTWISE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 0, 0, ds, 0);
+        test_attention_doc(2, 6, 0, 1, OPS_GATE_HEADWISE, OPS_GATEPOS_VALUE, OPS_ACT_SILU, 4, 0, ds, 1);
+        free(ds);
+        static const int eots_long[1][8] = {{39, 126, 127, 140, 148, -1}};   // starts 0 40 127 128 141 149
+        ds = doc_from_eots(1, 150, eots_long);
+        test_attention_doc(1, 150, 1, 1, OPS_GATE_NONE, OPS_GATEPOS_SDPA, OPS_ACT_SIGMOID, 0, 0, ds, 1);
+        free(ds);
+        static const int eots_split[2][8] = {{39, 126, 127, 140, 148, -1}, {0, 100, -1}};
+        ds = doc_from_eots(2, 150, eots_split);
+        for (int restart = 0; restart <= 1; restart++) test_attention_doc_split(2, 150, ds, restart);
+        free(ds);
+    }
 
     ModelConfig q = {0};
     q.vocab_size = 50; q.padded_vocab = 128; q.n_layer = 2; q.d_model = 16; q.n_head = 4;

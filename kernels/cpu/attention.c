@@ -1,6 +1,7 @@
 // kernels/cpu/attention.c: the attention block's ops on the CPU.
 //   prep:      qkv[N, QKVG] -> q, k, v   (qk-norm, RoPE, value gate)
-//   attention: causal GQA softmax attention with the optional sdpa output gate
+//   attention: causal GQA softmax attention with the optional sdpa output gate; with
+//              s->doc_start (attention within documents) query t sees keys doc_start[n] .. t
 // Token n = b*T + t. q[N, H*hd], k/v[N, Hkv*hd]; head h of q uses kv head h / (H/Hkv).
 // The gate's column layout, predicates and activation: kernels/attn_gate.h.
 #include "../ops.h"
@@ -40,6 +41,17 @@ static inline void rope_apply(float* x, const float* cs, const float* sn, int hd
     }
 }
 
+// The RoPE table row of token n = b*T + t (the table holds positions pos0 .. pos0 + T - 1): t, or
+// with doc_rope (positions restart at each document) t - doc_start[n], in 0 .. t.
+static inline int att_rope_row(int n, int T, const OpsAttnShape* s) {
+    const int t = n % T;
+    return s->doc_start && s->doc_rope ? t - s->doc_start[n] : t;
+}
+
+// The first key a tile of queries starting at token n (= b*T + t0) needs: 0, or under the
+// document mask doc_start[n], the smallest of the tile's (doc_start is non-decreasing in t).
+static inline int att_key_lo(int n, const OpsAttnShape* s) { return s->doc_start ? s->doc_start[n] : 0; }
+
 // ---------------------------------------------------------------------------------------------
 void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const float* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
@@ -52,7 +64,7 @@ void ops_attn_prep_forward(float* q, float* k, float* v, float* qk_rstd, const f
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* row = qkv + (size_t)n * QKVG;
-        int t = n % T;
+        const int t = att_rope_row(n, T, s);
         for (int h = 0; h < H + Hkv; h++) {   // q heads then k heads
             int isq = h < H;
             const float* src = row + (size_t)h * hd;
@@ -103,7 +115,7 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
         for (int n = blk * CPU_RED_BLOCK; n < n1; n++) {
             const float* row = qkv + (size_t)n * QKVG;
             float* drow = dqkv + (size_t)n * QKVG;
-            int t = n % T;
+            const int t = att_rope_row(n, T, s);
             for (int h = 0; h < H + Hkv; h++) {
                 int isq = h < H;
                 const float* g = isq ? dq + ((size_t)n * H + h) * hd : dk + ((size_t)n * Hkv + (h - H)) * hd;
@@ -180,18 +192,22 @@ void ops_attn_prep_backward(float* dqkv, float* dqnorm_w, float* dknorm_w, const
 
 static inline int att_tile_end(int t0, int T) { return t0 + ATT_TILE < T ? t0 + ATT_TILE : T; }
 
-// S[rows, t1] (row stride t1) for queries t0..t0+rows-1 -> P in place, masked; returns lse rows.
+// S[rows, t1 - u0] (row stride t1 - u0) for queries t0..t0+rows-1 over keys u0..t1-1 (K points
+// at key u0) -> P in place, masked; returns lse rows. Query t0 + r sees keys lo .. t0 + r, with
+// lo = lo_rows[r] (>= u0; the document mask) or u0 when lo_rows is NULL.
 static void att_scores(float* S, float* lse_rows, const float* Q, int ldq, const float* K, int ldk,
-                       int t0, int rows, int t1, int hd, float scale) {
-    cpu_sgemm('N', 'T', rows, t1, hd, scale, Q, ldq, K, ldk, 0.0f, S, t1);
+                       int t0, int rows, int u0, int t1, const int* lo_rows, int hd, float scale) {
+    const int w = t1 - u0;
+    cpu_sgemm('N', 'T', rows, w, hd, scale, Q, ldq, K, ldk, 0.0f, S, w);
     for (int r = 0; r < rows; r++) {
-        float* row = S + (size_t)r * t1;
-        int last = t0 + r;                 // keys 0..last are visible
-        float mx = cpu_row_max(row, last + 1);
-        float sum = cpu_row_sum_exp(row, row, last + 1, mx);
+        float* row = S + (size_t)r * w;
+        int first = (lo_rows ? lo_rows[r] : u0) - u0, last = t0 + r - u0;   // visible: first..last
+        float mx = cpu_row_max(row + first, last + 1 - first);
+        float sum = cpu_row_sum_exp(row + first, row + first, last + 1 - first, mx);
         float inv = 1.0f / sum;
-        for (int u = 0; u <= last; u++) row[u] *= inv;
-        for (int u = last + 1; u < t1; u++) row[u] = 0.0f;
+        for (int u = 0; u < first; u++) row[u] = 0.0f;
+        for (int u = first; u <= last; u++) row[u] *= inv;
+        for (int u = last + 1; u < w; u++) row[u] = 0.0f;
         lse_rows[r] = mx + logf(sum);
     }
 }
@@ -285,29 +301,34 @@ void ops_attention_backward(float* dq, float* dk, float* dv, float* dqkv, float*
                     float* dQbh = dq + (size_t)b * T * ldq + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
                         int t1 = att_tile_end(t0, T), rows = t1 - t0;
+                        // keys u0 .. t1 - 1 (u0 > 0 under the document mask: P's column j is key u0 + j)
+                        const int* lo = s->doc_start ? s->doc_start + (size_t)b * T + t0 : NULL;
+                        int u0 = att_key_lo(b * T + t0, s), w = t1 - u0;
                         const float* Qt = Qbh + (size_t)t0 * ldq;
                         const float* dYt = dYbh + (size_t)t0 * ldq;
                         const float* L = lse + ((size_t)b * H + h) * T + t0;
-                        cpu_sgemm('N', 'T', rows, t1, hd, scale, Qt, ldq, Kb, ldk, 0.0f, P, t1);
+                        cpu_sgemm('N', 'T', rows, w, hd, scale, Qt, ldq, Kb + (size_t)u0 * ldk, ldk, 0.0f, P, w);
                         for (int r = 0; r < rows; r++) {
-                            float* p = P + (size_t)r * t1;
-                            int last = t0 + r;
-                            for (int u = 0; u <= last; u++) p[u] = cpu_expf(p[u] - L[r]);
-                            for (int u = last + 1; u < t1; u++) p[u] = 0.0f;
+                            float* p = P + (size_t)r * w;
+                            int first = (lo ? lo[r] : u0) - u0, last = t0 + r - u0;
+                            for (int u = 0; u < first; u++) p[u] = 0.0f;
+                            for (int u = first; u <= last; u++) p[u] = cpu_expf(p[u] - L[r]);
+                            for (int u = last + 1; u < w; u++) p[u] = 0.0f;
                         }
-                        cpu_sgemm('N', 'T', rows, t1, hd, 1.0f, dYt, ldq, Vb, ldk, 0.0f, dS, t1);
+                        cpu_sgemm('N', 'T', rows, w, hd, 1.0f, dYt, ldq, Vb + (size_t)u0 * ldk, ldk, 0.0f, dS, w);
                         for (int r = 0; r < rows; r++) {
                             const float* dyt = dYt + (size_t)r * ldq;
                             const float* yt = Ybh + (size_t)(t0 + r) * ldq;
                             float D = 0.0f;
                             for (int i = 0; i < hd; i++) D += dyt[i] * yt[i];
-                            float* ds = dS + (size_t)r * t1;
-                            const float* p = P + (size_t)r * t1;
-                            for (int u = 0; u < t1; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+                            float* ds = dS + (size_t)r * w;
+                            const float* p = P + (size_t)r * w;
+                            for (int u = 0; u < w; u++) ds[u] = p[u] * (ds[u] - D) * scale;
                         }
-                        cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, dS, t1, Kb, ldk, 0.0f, dQbh + (size_t)t0 * ldq, ldq);
-                        cpu_sgemm('T', 'N', t1, hd, rows, 1.0f, dS, t1, Qt, ldq, 1.0f, dKb, ldk);
-                        cpu_sgemm('T', 'N', t1, hd, rows, 1.0f, P, t1, dYt, ldq, 1.0f, dVb, ldk);
+                        cpu_sgemm('N', 'N', rows, hd, w, 1.0f, dS, w, Kb + (size_t)u0 * ldk, ldk, 0.0f, dQbh + (size_t)t0 * ldq,
+                                  ldq);
+                        cpu_sgemm('T', 'N', w, hd, rows, 1.0f, dS, w, Qt, ldq, 1.0f, dKb + (size_t)u0 * ldk, ldk);
+                        cpu_sgemm('T', 'N', w, hd, rows, 1.0f, P, w, dYt, ldq, 1.0f, dVb + (size_t)u0 * ldk, ldk);
                     }
                 }
             }
@@ -347,15 +368,21 @@ void ops_attention_cached_forward(float* y, float* yg, float* lse, float* sink, 
                 float* Ybh = y + (size_t)b * T * ldq + (size_t)h * hd;
                 for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
                     int r1 = att_tile_end(r0, T), rows = r1 - r0, t1 = off + r1;
+                    // the document mask (uncached only: off = 0): keys before the tile's first
+                    // query's document are skipped, u0 .. t1 - 1 computed
+                    const int* lo = s->doc_start ? s->doc_start + (size_t)b * T + r0 : NULL;
+                    int u0 = att_key_lo(b * T + r0, s), w = t1 - u0;
                     float* L = lse + ((size_t)b * H + h) * T + r0;
-                    att_scores(S, L, Qbh + (size_t)r0 * ldq, ldq, Kb, ldk, off + r0, rows, t1, hd, scale);
-                    if (sink)
+                    att_scores(S, L, Qbh + (size_t)r0 * ldq, ldq, Kb + (size_t)u0 * ldk, ldk, off + r0, rows, u0, t1, lo,
+                               hd, scale);
+                    if (sink)   // (u0 = 0 here: the cache never carries a document mask)
                         for (int r = 0; r < rows; r++) {
                             float acc = 0.0f;
-                            for (int u = 0; u < n_sink && u < t1; u++) acc += S[(size_t)r * t1 + u];
+                            for (int u = 0; u < n_sink && u < t1; u++) acc += S[(size_t)r * w + u];
                             sink[((size_t)b * H + h) * T + r0 + r] = acc;
                         }
-                    cpu_sgemm('N', 'N', rows, hd, t1, 1.0f, S, t1, Vb, ldk, 0.0f, Ybh + (size_t)r0 * ldq, ldq);
+                    cpu_sgemm('N', 'N', rows, hd, w, 1.0f, S, w, Vb + (size_t)u0 * ldk, ldk, 0.0f, Ybh + (size_t)r0 * ldq,
+                              ldq);
                 }
                 gate_head(yg, y, qkv, b, h, s);
             }

@@ -12,19 +12,26 @@ void ops_attn_first_token(float* head_mean, const float* q, const float* k, cons
                           const OpsAttnShape* s) {
     const int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, hd = s->hd, rep = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
+    // the queries averaged: t = 1 .. T-1, or under the document mask every token but its
+    // document's first (which attends to itself only), each on its own document's first token
+    const int* doc = s->doc_start;
+    long nq = 0;
+    for (int n = 0; n < B * T; n++) nq += doc ? n % T != doc[n] : n % T != 0;
     #pragma omp parallel for schedule(static)
     for (int h = 0; h < H; h++) {
         double acc = 0.0;
         for (int b = 0; b < B; b++) {
-            const float* k0 = k + ((size_t)b * T * Hkv + h / rep) * hd;   // key of token 0
             for (int t = 1; t < T; t++) {
+                const int t0 = doc ? doc[b * T + t] : 0;   // the first token of t's document
+                if (t == t0) continue;
+                const float* k0 = k + (((size_t)b * T + t0) * Hkv + h / rep) * hd;
                 const float* qt = q + (((size_t)b * T + t) * H + h) * hd;
                 float d = 0.0f;
                 for (int i = 0; i < hd; i++) d += qt[i] * k0[i];
                 acc += exp((double)(d * scale) - lse[((size_t)b * H + h) * T + t]);
             }
         }
-        head_mean[h] = T > 1 ? (float)(acc / ((double)B * (T - 1))) : 0.0f;
+        head_mean[h] = nq > 0 ? (float)(acc / (double)nq) : 0.0f;
     }
 }
 
@@ -105,7 +112,8 @@ void ops_attn_logit_max(float* head_max, const float* q, const float* k, const O
                 cpu_sgemm('N', 'T', rows, t1, hd, scale, Q, ldq, K, ldk, 0.0f, S, t1);
                 for (int r = 0; r < rows; r++) {
                     const float* row = S + (size_t)r * t1;
-                    for (int u = 0; u <= t0 + r; u++)   // causal: the keys query t0 + r sees
+                    const int lo = s->doc_start ? s->doc_start[b * T + t0 + r] : 0;   // the document mask
+                    for (int u = lo; u <= t0 + r; u++)   // causal: the keys query t0 + r sees
                         if (row[u] > mx || row[u] != row[u]) mx = row[u];   // NaN wins and stays
                 }
             }

@@ -82,6 +82,17 @@ static AttnDims attn_dims(const OpsAttnShape* s) {
     return d;
 }
 
+// the RoPE table row of token n = b*T + t: t, or t - rdoc[n] when positions restart at each
+// document (rdoc: attn_rope_doc; kernels/cpu/attention.c att_rope_row)
+__device__ __forceinline__ int att_rope_row(int n, const AttnDims& d, const int* rdoc) {
+    return n % d.T - (rdoc ? rdoc[n] : 0);
+}
+
+// the document starts the RoPE positions restart at ([data] doc_positions), or NULL
+static const int* attn_rope_doc(const OpsAttnShape* s) {
+    return s->doc_start && s->doc_rope ? s->doc_start : NULL;
+}
+
 // element i of the rotated vector (dir +1) or of its inverse rotation (dir -1), of xs[hd] with
 // xs[j] = x[j] * r * w[j] when w is given (qk-norm), else x[j]; the first rot channels turn
 // (pairs i, i + rot/2), the others pass; cs == NULL: no rotation.
@@ -107,12 +118,13 @@ __device__ __forceinline__ float rope_elem(const X* x, const float* w, float r, 
 // head. qk-norm's sum of squares is a warp sum.
 __global__ void attn_prep_forward_kernel(cact_t* q, cact_t* k, cact_t* v, float* qk_rstd,
                                          const cact_t* qkv, const float* qnorm_w,
-                                         const float* knorm_w, const float* rope, AttnDims d) {
+                                         const float* knorm_w, const float* rope, AttnDims d,
+                                         const int* rdoc) {
     const int S = d.H + 2 * d.Hkv, hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
-    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    int n = (int)(warp / S), j = (int)(warp % S), t = att_rope_row(n, d, rdoc);
     const cact_t* row = qkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
         int isq = j < d.H;
@@ -150,7 +162,7 @@ void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const a
     const float* rope = s->rope ? rope_tables(s, s->pos0, s->T) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
     attn_prep_forward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        CACT(q), CACT(k), CACT(v), qk_rstd, CCACT(qkv), qnorm_w, knorm_w, rope, d);
+        CACT(q), CACT(k), CACT(v), qk_rstd, CCACT(qkv), qnorm_w, knorm_w, rope, d, attn_rope_doc(s));
     CUDA_LAUNCH_CHECK("attn_prep_forward_kernel");
 }
 
@@ -159,12 +171,12 @@ void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const a
 __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const cact_t* dk,
                                           const cact_t* dv, const cact_t* qkv, const float* qk_rstd,
                                           const float* qnorm_w, const float* knorm_w,
-                                          const float* rope, AttnDims d) {
+                                          const float* rope, AttnDims d, const int* rdoc) {
     const int S = d.H + 2 * d.Hkv, hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= (size_t)d.N * S) return;
-    int n = (int)(warp / S), j = (int)(warp % S), t = n % d.T;
+    int n = (int)(warp / S), j = (int)(warp % S), t = att_rope_row(n, d, rdoc);
     const cact_t* row = qkv + (size_t)n * d.QKVG;
     cact_t* drow = dqkv + (size_t)n * d.QKVG;
     if (j < d.H + d.Hkv) {
@@ -222,7 +234,7 @@ __global__ void attn_prep_backward_kernel(cact_t* dqkv, const cact_t* dq, const 
 #define ATTN_RED_BLOCK CUDA_ATTN_RED_BLOCK   // kernels/scratch.h
 __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const cact_t* dk,
                                            const cact_t* qkv, const float* qk_rstd,
-                                           const float* rope, AttnDims d) {
+                                           const float* rope, AttnDims d, const int* rdoc) {
     const int hd = d.hd, half = d.rot / 2;   // half: RoPE pairs (table row 2 * half)
     int blk = blockIdx.x, i2 = blockIdx.y * blockDim.x + threadIdx.x;
     if (i2 >= 2 * hd) return;
@@ -231,7 +243,7 @@ __global__ void attn_qknorm_partial_kernel(float* part, const cact_t* dq, const 
     int h0 = isq ? 0 : d.H, h1 = isq ? d.H : d.H + d.Hkv;
     float acc = 0.0f;
     for (int n = n0; n < n1; n++) {
-        int t = n % d.T;
+        int t = att_rope_row(n, d, rdoc);
         const float* cs = d.rope ? rope + (size_t)t * 2 * half : NULL;
         const float* sn = d.rope ? cs + half : NULL;
         for (int h = h0; h < h1; h++) {
@@ -263,13 +275,13 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
     const float* rope = s->rope ? rope_tables(s, s->pos0, s->T) : NULL;
     size_t warps = (size_t)d.N * (d.H + 2 * d.Hkv);
     attn_prep_backward_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        CACT(dqkv), CCACT(dq), CCACT(dk), CCACT(dv), CCACT(qkv), qk_rstd, qnorm_w, knorm_w, rope, d);
+        CACT(dqkv), CCACT(dq), CCACT(dk), CCACT(dv), CCACT(qkv), qk_rstd, qnorm_w, knorm_w, rope, d, attn_rope_doc(s));
     CUDA_LAUNCH_CHECK("attn_prep_backward_kernel");
     if (s->qk_norm) {
         int nb = (d.N + ATTN_RED_BLOCK - 1) / ATTN_RED_BLOCK;
         float* part = (float*)cuda_scratch(CUDA_SCRATCH_QKNORM, cuda_scratch_qknorm_bytes((size_t)d.N, (size_t)d.hd));
         dim3 grid(nb, cuda_blocks(2 * d.hd, 64));
-        attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, CCACT(dq), CCACT(dk), CCACT(qkv), qk_rstd, rope, d);
+        attn_qknorm_partial_kernel<<<grid, 64, 0, cuda_stream>>>(part, CCACT(dq), CCACT(dk), CCACT(qkv), qk_rstd, rope, d, attn_rope_doc(s));
         CUDA_LAUNCH_CHECK("attn_qknorm_partial_kernel");
         attn_reduce_blocks_kernel<<<cuda_blocks(d.hd, 64), 64, 0, cuda_stream>>>(dqnorm_w, part, nb, 2 * d.hd, 0, d.hd);
         CUDA_LAUNCH_CHECK("attn_reduce_blocks_kernel");
@@ -347,10 +359,10 @@ __device__ __forceinline__ float att_dot(const float* a, const float* b, int hd)
 
 // Forward. Grid (T/32, H, B). Online softmax per query row: running max m, per-lane partial
 // sum l (every lane scales by the same factor, so the partials add up at the end), output o.
-template <int NC>
+template <int NC, bool DOC>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
-                         const cact_t* v, const cact_t* qkv, AttnDims d, float scale) {
+                         const cact_t* v, const cact_t* qkv, AttnDims d, float scale, const int* doc_start) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
     const int b = blockIdx.z, h = blockIdx.y, t0 = blockIdx.x * ATT_TILE, kh = h / (H / Hkv);
@@ -368,7 +380,12 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
         for (int e = 0; e < NC; e++) o[r][e] = 0.0f;
     }
     const int last = min(t0 + ATT_TILE, T) - 1;   // the block's last query sees keys 0..last
-    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+    // the document mask (DOC: doc_start is set): query t sees keys doc[t] .. t; the block's first
+    // query has the smallest doc[t] (non-decreasing), so the key tiles before its tile are skipped
+    // whole. DOC = false compiles to the plain causal kernel (no doc read, no extra register).
+    const int* doc = doc_start + (size_t)b * T;
+    const int ubeg = DOC ? doc[t0] / ATT_TILE * ATT_TILE : 0;
+    for (int u0 = ubeg; u0 <= last; u0 += ATT_TILE) {
         __syncthreads();   // the previous tile is no longer read (and Qs is staged)
         att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
         att_stage(Vs, hd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
@@ -377,8 +394,10 @@ attention_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, con
         for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
             const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
             if (t >= T || t < u0) continue;   // warp-uniform: no key of this tile is visible
+            const int lo = DOC ? doc[t] : 0;   // the first key of t's document
+            if (DOC && lo >= u0 + ATT_TILE) continue;   // (warp-uniform too)
             const int u = u0 + lane;
-            float s = u <= t ? att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale : -INFINITY;
+            float s = u <= t && (!DOC || u >= lo) ? att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale : -INFINITY;
             float mnew = fmaxf(m[r], warp_max(s));
             float alpha = expf(m[r] - mnew);   // 0 on the first visible tile (m = -inf)
             float p = expf(s - mnew);          // 0 for masked keys
@@ -472,11 +491,11 @@ __global__ void attention_backward_pre_kernel(cact_t* dy, float* D, cact_t* dqkv
 
 // Backward, dQ. Grid (T/32, H, B), rows = queries; P recomputed from the saved lse:
 //   p = exp(s - lse);  ds = p (dp - D) scale, dp = dy . v;  dq = sum_u ds_u k_u
-template <int NC>
+template <int NC, bool DOC>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k,
                              const cact_t* v, const float* lse, const float* D, AttnDims d,
-                             float scale) {
+                             float scale, const int* doc_start) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv;
     const int b = blockIdx.z, h = blockIdx.y, t0 = blockIdx.x * ATT_TILE, kh = h / (H / Hkv);
@@ -499,7 +518,9 @@ attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, cons
         for (int e = 0; e < NC; e++) acc[r][e] = 0.0f;
     }
     const int last = min(t0 + ATT_TILE, T) - 1;
-    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+    const int* doc = doc_start + (size_t)b * T;   // the document mask, read only when DOC (as the forward)
+    const int ubeg = DOC ? doc[t0] / ATT_TILE * ATT_TILE : 0;
+    for (int u0 = ubeg; u0 <= last; u0 += ATT_TILE) {
         __syncthreads();
         att_stage(Ks, hd + 1, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
         att_stage(Vs, hd + 1, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
@@ -508,9 +529,11 @@ attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, cons
         for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
             const int rr = warp * ATT_ROWS_PER_WARP + r, t = t0 + rr;
             if (t >= T || t < u0) continue;
+            const int lo = DOC ? doc[t] : 0;
+            if (DOC && lo >= u0 + ATT_TILE) continue;
             const int u = u0 + lane;
             float ds = 0.0f;
-            if (u <= t) {
+            if (u <= t && (!DOC || u >= lo)) {
                 float p = expf(att_dot(Qs + rr * hd, Ks + lane * (hd + 1), hd) * scale - Lr[r]);
                 float dp = att_dot(dYs + rr * hd, Vs + lane * (hd + 1), hd);
                 ds = p * (dp - Dr[r]) * scale;
@@ -543,11 +566,11 @@ attention_backward_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, cons
 // the group (in order) and each query tile from the key tile on (in order):
 //   dv_u += sum_t p_tu dy_t;  dk_u += sum_t ds_tu q_t
 // One block owns its keys' rows: no atomics, and the order of the sums is fixed.
-template <int NC>
+template <int NC, bool DOC>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q,
                               const cact_t* k, const cact_t* v, const float* lse, const float* D,
-                              AttnDims d, float scale) {
+                              AttnDims d, float scale, const int* doc_start) {
     extern __shared__ float smem[];
     const int hd = d.hd, T = d.T, H = d.H, Hkv = d.Hkv, rep = H / Hkv;
     const int b = blockIdx.z, kh = blockIdx.y, u0 = blockIdx.x * ATT_TILE;
@@ -558,6 +581,7 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
     float* dYs = Qs + ATT_TILE * (hd + 1);   // [32][hd+1]
     float* Ls = dYs + ATT_TILE * (hd + 1);   // [32]
     float* Ds = Ls + ATT_TILE;                // [32]
+    int* DOCs = (int*)(Ds + ATT_TILE);        // [32 + 1]    DOC only: the query tile's doc[t], then tend
     const size_t ldq = (size_t)H * hd, ldk = (size_t)Hkv * hd;
     att_stage(Ks, hd, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
     att_stage(Vs, hd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, u0, T, hd);
@@ -566,8 +590,15 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
     #pragma unroll
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++)
         for (int e = 0; e < NC; e++) { ak[r][e] = 0.0f; av[r][e] = 0.0f; }
+    // the document mask (DOC): t sees u iff doc[t] <= u <= t. doc is non-decreasing, so the
+    // queries that see any of this block's keys end at tend, the end of its last key's document.
+    // tend and the tile's doc[t] live in shared memory (DOCs), read where used: held in registers
+    // across the loop they spill at head_dim <= 64 (and a `break` moves ak, av to local memory)
+    const int* doc = doc_start + (size_t)b * T;
+    if (DOC && threadIdx.x == 0) DOCs[ATT_TILE] = attn_doc_end(doc, min(u0 + ATT_TILE, T) - 1, T);
+    if (DOC) __syncthreads();
     for (int h = kh * rep; h < (kh + 1) * rep; h++) {
-        for (int t0 = u0; t0 < T; t0 += ATT_TILE) {
+        for (int t0 = u0; t0 < (DOC ? DOCs[ATT_TILE] : T); t0 += ATT_TILE) {
             __syncthreads();
             att_stage(Qs, hd + 1, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
             att_stage(dYs, hd + 1, dy + (size_t)b * T * ldq + (size_t)h * hd, ldq, t0, T, hd);
@@ -576,6 +607,7 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
                 size_t bi = ((size_t)b * H + h) * T + (t < T ? t : 0);
                 Ls[threadIdx.x] = lse[bi];
                 Ds[threadIdx.x] = D[bi];
+                if (DOC) DOCs[threadIdx.x] = t < T ? doc[t] : 0;
             }
             __syncthreads();
             #pragma unroll
@@ -584,7 +616,7 @@ attention_backward_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const ca
                 if (u >= T) continue;
                 const int t = t0 + lane;
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && t >= u) {
+                if (t < T && t >= u && (!DOC || DOCs[lane] <= u)) {
                     p = expf(att_dot(Qs + lane * (hd + 1), Ks + rr * hd, hd) * scale - Ls[lane]);
                     float dp = att_dot(dYs + lane * (hd + 1), Vs + rr * hd, hd);
                     ds = p * (dp - Ds[lane]) * scale;
@@ -628,6 +660,13 @@ static void att_check_shape(const OpsAttnShape* s) {
         cuda_fail(__FILE__, __LINE__, "attention: n_head must be a multiple of n_kv_head", "fix the config");
 }
 
+// attention within documents ([data] doc_mask) has no cuDNN path here (config_finalize refuses
+// the combination first; this is the ops' own guard)
+static void att_refuse_cudnn_doc(void) {
+    cuda_fail(__FILE__, __LINE__, "attention: the document mask ([data] doc_mask) with attn_impl = cudnn",
+              "the cuDNN attention is called without a document mask here: set [train] attn_impl = fused or flash");
+}
+
 static int att_nc(int hd) { int nc = (hd + 31) / 32; return nc <= 1 ? 1 : nc <= 2 ? 2 : nc <= 4 ? 4 : 8; }
 
 // Opt in to more than 48 KiB of dynamic shared memory when a head_dim needs it.
@@ -636,14 +675,23 @@ static void att_smem(K kernel, size_t bytes) {
     if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int NC>
+template <int NC, bool DOC>
 static void att_forward_launch(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
-                               const cact_t* v, const cact_t* qkv, AttnDims d, float scale, int B) {
+                               const cact_t* v, const cact_t* qkv, AttnDims d, float scale, int B, const int* doc) {
     size_t smem = (size_t)ATT_TILE * (3 * d.hd + 1) * sizeof(float);
-    att_smem(attention_forward_kernel<NC>, smem);
+    att_smem(attention_forward_kernel<NC, DOC>, smem);
     dim3 grid((d.T + ATT_TILE - 1) / ATT_TILE, d.H, B);
-    attention_forward_kernel<NC><<<grid, ATT_THREADS, smem, cuda_stream>>>(y, yg, lse, q, k, v, qkv, d, scale);
+    attention_forward_kernel<NC, DOC><<<grid, ATT_THREADS, smem, cuda_stream>>>(y, yg, lse, q, k, v, qkv, d, scale, doc);
     CUDA_LAUNCH_CHECK("attention_forward_kernel");
+}
+
+// the document mask has its own instantiations (DOC = true), so that the plain causal kernels
+// stay as they were without it
+template <int NC>
+static void att_forward_nc(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
+                           const cact_t* v, const cact_t* qkv, AttnDims d, float scale, int B, const int* doc) {
+    if (doc) att_forward_launch<NC, true>(y, yg, lse, q, k, v, qkv, d, scale, B, doc);
+    else att_forward_launch<NC, false>(y, yg, lse, q, k, v, qkv, d, scale, B, doc);
 }
 
 // The sdpa gate after cuDNN's attention (attn_impl = cudnn; the fused kernel does it in its
@@ -670,6 +718,7 @@ void ops_attention_forward(act_t* y_, act_t* yg_, float* lse, const act_t* q_, c
     att_check_shape(s);
     AttnDims d = attn_dims(s);
     if (s->impl == OPS_ATTN_CUDNN) {
+        if (s->doc_start) att_refuse_cudnn_doc();
         cuda_cudnn_attention_forward(y_, lse, q_, k_, v_, s);
         if (yg_ != y_) {
             size_t n = (size_t)d.N * d.H * d.hd;
@@ -681,32 +730,40 @@ void ops_attention_forward(act_t* y_, act_t* yg_, float* lse, const act_t* q_, c
     cact_t *y = CACT(y_), *yg = CACT(yg_);
     const cact_t *q = CCACT(q_), *k = CCACT(k_), *v = CCACT(v_), *qkv = CCACT(qkv_);
     if (s->impl == OPS_ATTN_FLASH) {   // bf16 tensor cores, the gate in its epilogue
-        cuda_flash_attention_forward(y, yg, lse, q, k, v, qkv, d, s->B);
+        cuda_flash_attention_forward(y, yg, lse, q, k, v, qkv, d, s->B, s->doc_start);
         return;
     }
     const float scale = 1.0f / sqrtf((float)s->hd);
     switch (att_nc(s->hd)) {
-    case 1: att_forward_launch<1>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
-    case 2: att_forward_launch<2>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
-    case 4: att_forward_launch<4>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
-    default: att_forward_launch<8>(y, yg, lse, q, k, v, qkv, d, scale, s->B); break;
+    case 1: att_forward_nc<1>(y, yg, lse, q, k, v, qkv, d, scale, s->B, s->doc_start); break;
+    case 2: att_forward_nc<2>(y, yg, lse, q, k, v, qkv, d, scale, s->B, s->doc_start); break;
+    case 4: att_forward_nc<4>(y, yg, lse, q, k, v, qkv, d, scale, s->B, s->doc_start); break;
+    default: att_forward_nc<8>(y, yg, lse, q, k, v, qkv, d, scale, s->B, s->doc_start); break;
     }
 }
 
-template <int NC>
+template <int NC, bool DOC>
 static void att_backward_launch(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q,
                                 const cact_t* k, const cact_t* v, const float* lse, const float* D,
-                                AttnDims d, float scale, int B) {
+                                AttnDims d, float scale, int B, const int* doc) {
     size_t smem_q = (size_t)ATT_TILE * (4 * d.hd + 2) * sizeof(float);
-    att_smem(attention_backward_dq_kernel<NC>, smem_q);
+    att_smem(attention_backward_dq_kernel<NC, DOC>, smem_q);
     dim3 gq((d.T + ATT_TILE - 1) / ATT_TILE, d.H, B);
-    attention_backward_dq_kernel<NC><<<gq, ATT_THREADS, smem_q, cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale);
+    attention_backward_dq_kernel<NC, DOC><<<gq, ATT_THREADS, smem_q, cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("attention_backward_dq_kernel");
-    size_t smem_kv = (size_t)ATT_TILE * (4 * d.hd + 4) * sizeof(float);
-    att_smem(attention_backward_dkv_kernel<NC>, smem_kv);
+    size_t smem_kv = (size_t)ATT_TILE * (4 * d.hd + 4) * sizeof(float) + (DOC ? (ATT_TILE + 1) * sizeof(int) : 0);
+    att_smem(attention_backward_dkv_kernel<NC, DOC>, smem_kv);
     dim3 gkv((d.T + ATT_TILE - 1) / ATT_TILE, d.Hkv, B);
-    attention_backward_dkv_kernel<NC><<<gkv, ATT_THREADS, smem_kv, cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale);
+    attention_backward_dkv_kernel<NC, DOC><<<gkv, ATT_THREADS, smem_kv, cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("attention_backward_dkv_kernel");
+}
+
+template <int NC>
+static void att_backward_nc(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q,
+                            const cact_t* k, const cact_t* v, const float* lse, const float* D,
+                            AttnDims d, float scale, int B, const int* doc) {
+    if (doc) att_backward_launch<NC, true>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, B, doc);
+    else att_backward_launch<NC, false>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, B, doc);
 }
 
 void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act_t* scratch_,
@@ -724,6 +781,7 @@ void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act
         CACT(scratch_), D, CACT(dqkv), CCACT(dyg_), CCACT(y_), CCACT(qkv), d);
     CUDA_LAUNCH_CHECK("attention_backward_pre_kernel");
     if (s->impl == OPS_ATTN_CUDNN) {   // D is computed again inside cuDNN
+        if (s->doc_start) att_refuse_cudnn_doc();
         cuda_cudnn_attention_backward(dq_, dk_, dv_, sgate ? scratch_ : dyg_, q_, k_, v_, y_, lse, s);
         return;
     }
@@ -731,13 +789,13 @@ void ops_attention_backward(act_t* dq_, act_t* dk_, act_t* dv_, act_t* dqkv, act
     const cact_t *dy = sgate ? CCACT(scratch_) : CCACT(dyg_);
     const cact_t *q = CCACT(q_), *k = CCACT(k_), *v = CCACT(v_);
     if (s->impl == OPS_ATTN_FLASH) {
-        cuda_flash_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, s->B);
+        cuda_flash_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, s->B, s->doc_start);
         return;
     }
     switch (att_nc(s->hd)) {
-    case 1: att_backward_launch<1>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
-    case 2: att_backward_launch<2>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
-    case 4: att_backward_launch<4>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
-    default: att_backward_launch<8>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B); break;
+    case 1: att_backward_nc<1>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B, s->doc_start); break;
+    case 2: att_backward_nc<2>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B, s->doc_start); break;
+    case 4: att_backward_nc<4>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B, s->doc_start); break;
+    default: att_backward_nc<8>(dq, dk, dv, dy, q, k, v, lse, D, d, scale, s->B, s->doc_start); break;
     }
 }

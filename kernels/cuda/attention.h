@@ -15,6 +15,11 @@ struct AttnDims {
                          // fewer with partial RoPE); the RoPE table rows hold rot/2 cos, rot/2 sin
     float eps;
 };
+// The document mask ([data] doc_mask) is not in AttnDims (whose layout the causal kernels were
+// tuned with): the attention kernels take doc_start[N] (device; OpsAttnShape.doc_start) as their
+// last argument, read only in their DOC = true instantiations: query t of sequence b sees keys
+// doc[b*T + t] .. t. The fused kernels (attention.cu) and both flash kernels honour it; cuDNN's
+// path refuses it.
 
 // attn_impl = flash (attention_flash.cu): bf16 tensor cores (WMMA 16x16x16, fp32 accumulation),
 // head_dim 64 or 128. Forward: y, lse, and yg = y * act(z) for the sdpa gate (its epilogue),
@@ -22,17 +27,17 @@ struct AttnDims {
 // attention.cu's pass 1) and D[B, H, T] = dy . y: dq, dk, dv (=). Activations (q, k, v, qkv,
 // y, yg, dy, dq, dk, dv) are cact_t (fp32 or bf16 storage); lse and D are fp32.
 void cuda_flash_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
-                                  const cact_t* v, const cact_t* qkv, AttnDims d, int B);
+                                  const cact_t* v, const cact_t* qkv, AttnDims d, int B, const int* doc);
 void cuda_flash_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D,
                                    const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
-                                   AttnDims d, int B);
+                                   AttnDims d, int B, const int* doc);
 // The same with mma.sync and register-resident softmax (attention_mma.cu): what
 // cuda_flash_attention_* run unless the WMMA version is asked for (cuda_flash_kernel).
 void cuda_mma_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
-                                const cact_t* v, const cact_t* qkv, AttnDims d, int B);
+                                const cact_t* v, const cact_t* qkv, AttnDims d, int B, const int* doc);
 void cuda_mma_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D,
                                  const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
-                                 AttnDims d, int B);
+                                 AttnDims d, int B, const int* doc);
 
 #if defined(__CUDACC__) || defined(GATEDGPT_CUDA_EMU)   // nvcc, or the CPU emulator (tests/cudaemu)
 // v rounded to the activation storage and back (the identity in the fp32 build): what a kernel
@@ -41,6 +46,20 @@ __device__ __forceinline__ float attn_act_round(float v) {
     cact_t s;
     act_st(&s, v);
     return act_ld(s);
+}
+
+// The document mask (doc[T] of one sequence, non-decreasing, doc[t] <= t): the end of key u's
+// document, the first t > u with doc[t] > u (or T): the queries that see key u are u .. end-1.
+// A binary search (log2 T reads), so that the dK/dV kernels bound their query loop, and their
+// mask, by a value in one register instead of reading doc[t] per query.
+__device__ __forceinline__ int attn_doc_end(const int* doc, int u, int T) {
+    int lo = u + 1, hi = T;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (doc[mid] > u) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
 }
 
 // The tensor-core kernels' staging (attention_flash.cu, attention_mma.cu): rows [r0, r0 + 64) of

@@ -117,10 +117,10 @@ static_assert(fa_dkv_smem<128>() >= fa_forward_smem<128>() && fa_dkv_smem<128>()
 
 // ---------------------------------------------------------------------------------------------
 // forward
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(FA_THREADS)
 flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
-                     const cact_t* qkv, AttnDims d, float scale) {
+                     const cact_t* qkv, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
     constexpr int LDH = HD + 8, LDO = HD + 4;
@@ -148,6 +148,8 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
     if (lane < 16) { Mw[lane] = -INFINITY; Lw[lane] = 0.0f; }
     const int last = min(t0 + FA_ROWS, T) - 1;   // the block's last query sees keys 0..last
     const int wlast = min(t0 + rw + 15, T - 1);  // this warp's last query
+    // the document mask (DOC: doc_start is set; DOC = false is the plain causal kernel): t sees doc[t] .. t
+    const int* doc = doc_start + (size_t)b * T;
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();   // the previous tile is no longer read (and Q is staged)
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
@@ -160,9 +162,9 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
         for (int r = 0; r < 16; r++) {
             const int t = t0 + rw + r;
             float s0 = -INFINITY, s1 = -INFINITY;
-            const int u_a = u0 + lane, u_b = u0 + lane + 32;
-            if (t < T && u_a <= t) s0 = Sw[r * FA_LDS + lane] * scale;
-            if (t < T && u_b <= t) s1 = Sw[r * FA_LDS + lane + 32] * scale;
+            const int u_a = u0 + lane, u_b = u0 + lane + 32, lo = DOC && t < T ? doc[t] : 0;
+            if (t < T && u_a <= t && (!DOC || u_a >= lo)) s0 = Sw[r * FA_LDS + lane] * scale;
+            if (t < T && u_b <= t && (!DOC || u_b >= lo)) s1 = Sw[r * FA_LDS + lane + 32] * scale;
             const float mold = Mw[r];
             const float mnew = fmaxf(mold, warp_max(fmaxf(s0, s1)));
             float p0 = 0.0f, p1 = 0.0f, alpha = 1.0f;
@@ -214,10 +216,10 @@ flash_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const c
 
 // ---------------------------------------------------------------------------------------------
 // backward, dQ: rows = queries
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(FA_THREADS)
 flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
-                const float* D, AttnDims d, float scale) {
+                const float* D, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
     constexpr int LDH = HD + 8, LDO = HD + 4;
@@ -252,6 +254,7 @@ flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, 
     for (int j = 0; j < HD / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
     const int last = min(t0 + FA_ROWS, T) - 1;
     const int wlast = min(t0 + rw + 15, T - 1);
+    const int* doc = doc_start + (size_t)b * T;   // the document mask, read only when DOC
     for (int u0 = 0; u0 <= last; u0 += FA_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
@@ -264,7 +267,7 @@ flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, 
         for (int i = lane; i < 16 * FA_COLS; i += 32) {
             const int r = i / FA_COLS, c = i % FA_COLS, t = t0 + rw + r, u = u0 + c;
             float ds = 0.0f;
-            if (t < T && u <= t) {
+            if (t < T && u <= t && (!DOC || u >= doc[t])) {
                 const float p = expf(Sw[r * FA_LDS + c] * scale - LSEw[r]);
                 ds = p * (DPw[r * FA_LDS + c] - Dw[r]);
             }
@@ -286,10 +289,10 @@ flash_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, 
 // ---------------------------------------------------------------------------------------------
 // backward, dK and dV: rows = keys of one kv head; the query heads of its group and the query
 // tiles at or after the keys walked in order
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(FA_THREADS)
 flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v,
-                 const float* lse, const float* D, AttnDims d, float scale) {
+                 const float* lse, const float* D, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char fa_smem[];
     constexpr int LDH = HD + 8, LDO = HD + 4;
@@ -320,9 +323,13 @@ flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, cons
     #pragma unroll
     for (int j = 0; j < HD / 16; j++) { wmma::fill_fragment(adk[j], 0.0f); wmma::fill_fragment(adv[j], 0.0f); }
     const int ufirst = u0 + rw;   // this warp's first key
+    // the document mask (DOC): t sees u iff doc[t] <= u <= t; the query tiles stop at the end of
+    // the block's last key's document (doc is non-decreasing: no later query sees its keys)
+    const int* doc = doc_start + (size_t)b * T;
+    const int tend = DOC ? attn_doc_end(doc, min(u0 + FA_ROWS, T) - 1, T) : T;
     for (int g = 0; g < G; g++) {
         const int h = kh * G + g;
-        for (int t0 = (u0 / FA_COLS) * FA_COLS; t0 < T; t0 += FA_COLS) {
+        for (int t0 = (u0 / FA_COLS) * FA_COLS; t0 < tend; t0 += FA_COLS) {
             __syncthreads();   // the previous query tile is no longer read (and K, V are staged)
             attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
             attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
@@ -336,10 +343,14 @@ flash_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, cons
             fa_abt<HD>(Sw, Ks + rw * LDH, Qs);     // S^T = K Q^T
             fa_abt<HD>(DPw, Vs + rw * LDH, dYs);   // dP^T = V dY^T
             __syncwarp();
+            // this lane's two query columns (c = lane, lane + 32): their documents' first keys,
+            // read once per tile (DOC)
+            const int da = DOC && t0 + lane < T ? doc[t0 + lane] : 0;
+            const int db = DOC && t0 + lane + 32 < T ? doc[t0 + lane + 32] : 0;
             for (int i = lane; i < 16 * FA_COLS; i += 32) {
                 const int r = i / FA_COLS, c = i % FA_COLS, u = ufirst + r, t = t0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && u <= t) {
+                if (t < T && u <= t && (!DOC || (c < 32 ? da : db) <= u)) {
                     p = expf(Sw[r * FA_LDS + c] * scale - LSEs[c]);
                     ds = p * (DPw[r * FA_LDS + c] - Ds[c]);
                 }
@@ -395,7 +406,7 @@ static void fa_check(const AttnDims& d) {
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     // the largest kernel's shared memory: the WMMA dK/dV kernel, or the mma ones (4 tiles + 512 B)
-    size_t need = cuda_flash_kernel() == CUDA_FLASH_WMMA ? fa_dkv_smem<128>() : 4 * (size_t)64 * (128 + 8) * 2 + 512;
+    size_t need = cuda_flash_kernel() == CUDA_FLASH_WMMA ? fa_dkv_smem<128>() : 4 * (size_t)64 * (128 + 8) * 2 + 512 + 260;
     if (major < 8 || (size_t)smem < need) {
         char msg[200];
         snprintf(msg, sizeof msg, "attn_impl = flash needs sm_80+ and %zu bytes of shared memory per block; this GPU: sm_%d, %d bytes",
@@ -415,31 +426,31 @@ static void fa_check_aligned(const void* p, const char* name) {
     cuda_fail(__FILE__, __LINE__, msg, "allocate activations 16-byte aligned, or use [train] attn_impl = fused");
 }
 
-template <int HD>
+template <int HD, bool DOC>
 static void fa_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
-                       const cact_t* qkv, AttnDims d, int B) {
+                       const cact_t* qkv, AttnDims d, int B, const int* doc) {
     const size_t smem = fa_forward_smem<HD>();
     static int optin = 0;
-    fa_smem_optin(flash_forward_kernel<HD>, smem, &optin);
+    fa_smem_optin(flash_forward_kernel<HD, DOC>, smem, &optin);
     dim3 grid((d.T + FA_ROWS - 1) / FA_ROWS, d.H, B);
-    flash_forward_kernel<HD><<<grid, FA_THREADS, smem, cuda_stream>>>(y, yg, lse, q, k, v, qkv, d,
-                                                                       1.0f / sqrtf((float)HD));
+    flash_forward_kernel<HD, DOC><<<grid, FA_THREADS, smem, cuda_stream>>>(y, yg, lse, q, k, v, qkv, d,
+                                                                       1.0f / sqrtf((float)HD), doc);
     CUDA_LAUNCH_CHECK("flash_forward_kernel");
 }
 
-template <int HD>
+template <int HD, bool DOC>
 static void fa_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
-                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
+                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B, const int* doc) {
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t smem_q = fa_dq_smem<HD>(), smem_kv = fa_dkv_smem<HD>();
     static int optin_q = 0, optin_kv = 0;
-    fa_smem_optin(flash_dq_kernel<HD>, smem_q, &optin_q);
+    fa_smem_optin(flash_dq_kernel<HD, DOC>, smem_q, &optin_q);
     dim3 gq((d.T + FA_ROWS - 1) / FA_ROWS, d.H, B);
-    flash_dq_kernel<HD><<<gq, FA_THREADS, smem_q, cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale);
+    flash_dq_kernel<HD, DOC><<<gq, FA_THREADS, smem_q, cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("flash_dq_kernel");
-    fa_smem_optin(flash_dkv_kernel<HD>, smem_kv, &optin_kv);
+    fa_smem_optin(flash_dkv_kernel<HD, DOC>, smem_kv, &optin_kv);
     dim3 gkv((d.T + FA_ROWS - 1) / FA_ROWS, d.Hkv, B);
-    flash_dkv_kernel<HD><<<gkv, FA_THREADS, smem_kv, cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale);
+    flash_dkv_kernel<HD, DOC><<<gkv, FA_THREADS, smem_kv, cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("flash_dkv_kernel");
 }
 
@@ -453,31 +464,36 @@ extern "C" int cuda_flash_kernel(void) {
 }
 
 void cuda_flash_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k,
-                                  const cact_t* v, const cact_t* qkv, AttnDims d, int B) {
+                                  const cact_t* v, const cact_t* qkv, AttnDims d, int B, const int* doc) {
     fa_check(d);
     fa_check_aligned(q, "q");
     fa_check_aligned(k, "k");
     fa_check_aligned(v, "v");
     if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
-        cuda_mma_attention_forward(y, yg, lse, q, k, v, qkv, d, B);
+        cuda_mma_attention_forward(y, yg, lse, q, k, v, qkv, d, B, doc);
         return;
     }
-    if (d.hd == 64) fa_forward<64>(y, yg, lse, q, k, v, qkv, d, B);
-    else fa_forward<128>(y, yg, lse, q, k, v, qkv, d, B);
+    // the document mask has its own instantiations (DOC = true): the causal kernels stay as they were
+    if (doc && d.hd == 64) fa_forward<64, true>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else if (doc) fa_forward<128, true>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else if (d.hd == 64) fa_forward<64, false>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else fa_forward<128, false>(y, yg, lse, q, k, v, qkv, d, B, doc);
 }
 
 void cuda_flash_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D,
                                    const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
-                                   AttnDims d, int B) {
+                                   AttnDims d, int B, const int* doc) {
     fa_check(d);
     fa_check_aligned(q, "q");
     fa_check_aligned(k, "k");
     fa_check_aligned(v, "v");
     fa_check_aligned(dy, "dy");
     if (cuda_flash_kernel() == CUDA_FLASH_MMA) {
-        cuda_mma_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, B);
+        cuda_mma_attention_backward(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
         return;
     }
-    if (d.hd == 64) fa_backward<64>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
-    else fa_backward<128>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
+    if (doc && d.hd == 64) fa_backward<64, true>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else if (doc) fa_backward<128, true>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else if (d.hd == 64) fa_backward<64, false>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else fa_backward<128, false>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
 }

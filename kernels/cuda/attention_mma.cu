@@ -108,10 +108,10 @@ __device__ __forceinline__ float mm_quad_sum(float v) {
 
 // ---------------------------------------------------------------------------------------------
 // forward: grid (T/64, H, B)
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(MM_THREADS)
 mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
-                   const cact_t* qkv, AttnDims d, float scale) {
+                   const cact_t* qkv, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
     constexpr int LDH = HD + 8;
@@ -130,7 +130,13 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int last = min(t0 + MM_ROWS, T) - 1;   // keys 0..last: every warp's rows see key 0
-    for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
+    // the document mask (doc_start; DOC = false is the plain causal kernel): row t sees keys
+    // lo(t) .. t; tiles before the block's first row's document are skipped (doc is
+    // non-decreasing), a row without a visible key in a tile is all -inf there (the mn == -inf
+    // guards below)
+    const int* doc = doc_start + (size_t)b * T;
+    const int lo0 = DOC && row0 < T ? doc[row0] : 0, lo1 = DOC && row1 < T ? doc[row1] : 0;
+    for (int u0 = DOC ? doc[t0] / MM_COLS * MM_COLS : 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
         attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
@@ -145,7 +151,7 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int u = u0 + j * 8 + 2 * tq + (e & 1), t = e < 2 ? row0 : row1;
-                s[j][e] = (t < T && u <= t) ? s[j][e] * scale : -INFINITY;
+                s[j][e] = (t < T && u <= t && (!DOC || u >= (e < 2 ? lo0 : lo1))) ? s[j][e] * scale : -INFINITY;
             }
             mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
             mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
@@ -199,10 +205,10 @@ mma_forward_kernel(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cac
 
 // ---------------------------------------------------------------------------------------------
 // backward dQ: grid (T/64, H, B), rows = queries
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(MM_THREADS)
 mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v, const float* lse,
-              const float* D, AttnDims d, float scale) {
+              const float* D, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
     constexpr int LDH = HD + 8;
@@ -224,7 +230,9 @@ mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, co
     #pragma unroll
     for (int n = 0; n < HD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     const int last = min(t0 + MM_ROWS, T) - 1;
-    for (int u0 = 0; u0 <= last; u0 += MM_COLS) {
+    const int* doc = doc_start + (size_t)b * T;   // the document mask (DOC), as the forward
+    const int lo0 = DOC && row0 < T ? doc[row0] : 0, lo1 = DOC && row1 < T ? doc[row1] : 0;
+    for (int u0 = DOC ? doc[t0] / MM_COLS * MM_COLS : 0; u0 <= last; u0 += MM_COLS) {
         __syncthreads();
         attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
         attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
@@ -239,7 +247,7 @@ mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, co
             for (int e = 0; e < 4; e++) {
                 const int u = u0 + j * 8 + 2 * tq + (e & 1), t = e < 2 ? row0 : row1;
                 float ds = 0.0f;
-                if (t < T && u <= t) {
+                if (t < T && u <= t && (!DOC || u >= (e < 2 ? lo0 : lo1))) {
                     const float p = expf(s[j][e] * scale - (e < 2 ? lse0 : lse1));
                     ds = p * (dp[j][e] - (e < 2 ? D0 : D1));
                 }
@@ -265,10 +273,10 @@ mma_dq_kernel(cact_t* dq, const cact_t* dy, const cact_t* q, const cact_t* k, co
 // ---------------------------------------------------------------------------------------------
 // backward dK, dV: grid (T/64, Hkv, B), rows = keys of one kv head; the group's query heads and
 // the query tiles at or after the keys walked in order
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(MM_THREADS)
 mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const cact_t* k, const cact_t* v,
-               const float* lse, const float* D, AttnDims d, float scale) {
+               const float* lse, const float* D, AttnDims d, float scale, const int* doc_start) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) unsigned char mm_smem[];
     constexpr int LDH = HD + 8;
@@ -281,6 +289,7 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
     __nv_bfloat16* dYs = Qs + MM_COLS * LDH;
     float* LSEs = (float*)(dYs + MM_COLS * LDH);
     float* Ds = LSEs + MM_COLS;
+    int* DOCs = (int*)(Ds + MM_COLS);   // [64 + 1] DOC only: the query tile's doc[t], then tend
     const size_t ldq = (size_t)H * HD, ldk = (size_t)Hkv * HD;
     attn_stage_bf16<HD>(Ks, k, ldk, b, kh, u0, T);
     attn_stage_bf16<HD>(Vs, v, ldk, b, kh, u0, T);
@@ -292,9 +301,16 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
         adv[n][0] = adv[n][1] = adv[n][2] = adv[n][3] = 0.0f;
     }
     const int ufirst = u0 + rw;
+    // the document mask (DOC): t sees u iff doc[t] <= u <= t. doc is non-decreasing, so the query
+    // tiles stop at tend, the end of the block's last key's document. This kernel is at 252-255
+    // registers: tend and the tile's doc[t] live in shared memory (DOCs), read where used, so that
+    // the mask costs no register held across the tile loop (one spilled; a `break` spills more)
+    const int* doc = doc_start + (size_t)b * T;
+    if (DOC && threadIdx.x == 0) DOCs[MM_COLS] = attn_doc_end(doc, min(u0 + MM_ROWS, T) - 1, T);
+    if (DOC) __syncthreads();
     for (int gi = 0; gi < G; gi++) {
         const int h = kh * G + gi;
-        for (int t0 = u0; t0 < T; t0 += MM_COLS) {
+        for (int t0 = u0; t0 < (DOC ? DOCs[MM_COLS] : T); t0 += MM_COLS) {
             __syncthreads();
             attn_stage_bf16<HD>(Qs, q, ldq, b, h, t0, T);
             attn_stage_bf16<HD>(dYs, dy, ldq, b, h, t0, T);
@@ -302,6 +318,7 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
                 const int t = t0 + i;
                 LSEs[i] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
                 Ds[i] = t < T ? D[((size_t)b * H + h) * T + t] : 0.0f;
+                if (DOC) DOCs[i] = t < T ? doc[t] : 0;
             }
             __syncthreads();
             if (ufirst >= T) continue;   // warp-uniform: no key of this warp exists
@@ -314,7 +331,7 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
                 for (int e = 0; e < 4; e++) {
                     const int c = j * 8 + 2 * tq + (e & 1), t = t0 + c, u = e < 2 ? key0 : key1;
                     float p = 0.0f, dsv = 0.0f;
-                    if (t < T && u <= t) {
+                    if (t < T && u <= t && (!DOC || DOCs[c] <= u)) {
                         p = expf(s[j][e] * scale - LSEs[c]);
                         dsv = p * (dp[j][e] - Ds[c]);
                     }
@@ -348,6 +365,8 @@ mma_dkv_kernel(cact_t* dk, cact_t* dv, const cact_t* dy, const cact_t* q, const 
 
 template <int HD> constexpr size_t mm_smem_fwd() { return 3 * (size_t)MM_ROWS * (HD + 8) * 2; }
 template <int HD> constexpr size_t mm_smem_bwd() { return 4 * (size_t)MM_ROWS * (HD + 8) * 2 + 2 * MM_COLS * 4; }
+// the dK/dV kernel's: with the document mask, its query tile's doc[t] and tend (DOCs) too
+template <int HD, bool DOC> constexpr size_t mm_smem_dkv() { return mm_smem_bwd<HD>() + (DOC ? (MM_COLS + 1) * 4 : 0); }
 
 template <typename K>
 static void mm_optin(K kernel, size_t bytes, int* done) {
@@ -356,40 +375,45 @@ static void mm_optin(K kernel, size_t bytes, int* done) {
     *done = 1;
 }
 
-template <int HD>
+template <int HD, bool DOC>
 static void mm_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
-                       const cact_t* qkv, AttnDims d, int B) {
+                       const cact_t* qkv, AttnDims d, int B, const int* doc) {
     static int optin = 0;
-    mm_optin(mma_forward_kernel<HD>, mm_smem_fwd<HD>(), &optin);
+    mm_optin(mma_forward_kernel<HD, DOC>, mm_smem_fwd<HD>(), &optin);
     dim3 grid((d.T + MM_ROWS - 1) / MM_ROWS, d.H, B);
-    mma_forward_kernel<HD><<<grid, MM_THREADS, mm_smem_fwd<HD>(), cuda_stream>>>(y, yg, lse, q, k, v, qkv, d,
-                                                                                 1.0f / sqrtf((float)HD));
+    mma_forward_kernel<HD, DOC><<<grid, MM_THREADS, mm_smem_fwd<HD>(), cuda_stream>>>(y, yg, lse, q, k, v, qkv, d,
+                                                                                 1.0f / sqrtf((float)HD), doc);
     CUDA_LAUNCH_CHECK("mma_forward_kernel");
 }
 
-template <int HD>
+template <int HD, bool DOC>
 static void mm_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
-                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
+                        const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B, const int* doc) {
     const float scale = 1.0f / sqrtf((float)HD);
     static int optin_q = 0, optin_kv = 0;
-    mm_optin(mma_dq_kernel<HD>, mm_smem_bwd<HD>(), &optin_q);
-    mm_optin(mma_dkv_kernel<HD>, mm_smem_bwd<HD>(), &optin_kv);
+    mm_optin(mma_dq_kernel<HD, DOC>, mm_smem_bwd<HD>(), &optin_q);
+    mm_optin(mma_dkv_kernel<HD, DOC>, mm_smem_dkv<HD, DOC>(), &optin_kv);
     dim3 gq((d.T + MM_ROWS - 1) / MM_ROWS, d.H, B);
-    mma_dq_kernel<HD><<<gq, MM_THREADS, mm_smem_bwd<HD>(), cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale);
+    mma_dq_kernel<HD, DOC><<<gq, MM_THREADS, mm_smem_bwd<HD>(), cuda_stream>>>(dq, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("mma_dq_kernel");
     dim3 gkv((d.T + MM_ROWS - 1) / MM_ROWS, d.Hkv, B);
-    mma_dkv_kernel<HD><<<gkv, MM_THREADS, mm_smem_bwd<HD>(), cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale);
+    mma_dkv_kernel<HD, DOC><<<gkv, MM_THREADS, mm_smem_dkv<HD, DOC>(), cuda_stream>>>(dk, dv, dy, q, k, v, lse, D, d, scale, doc);
     CUDA_LAUNCH_CHECK("mma_dkv_kernel");
 }
 
 void cuda_mma_attention_forward(cact_t* y, cact_t* yg, float* lse, const cact_t* q, const cact_t* k, const cact_t* v,
-                                const cact_t* qkv, AttnDims d, int B) {
-    if (d.hd == 64) mm_forward<64>(y, yg, lse, q, k, v, qkv, d, B);
-    else mm_forward<128>(y, yg, lse, q, k, v, qkv, d, B);
+                                const cact_t* qkv, AttnDims d, int B, const int* doc) {
+    // the document mask has its own instantiations (DOC = true): the causal kernels stay as they were
+    if (doc && d.hd == 64) mm_forward<64, true>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else if (doc) mm_forward<128, true>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else if (d.hd == 64) mm_forward<64, false>(y, yg, lse, q, k, v, qkv, d, B, doc);
+    else mm_forward<128, false>(y, yg, lse, q, k, v, qkv, d, B, doc);
 }
 
 void cuda_mma_attention_backward(cact_t* dq, cact_t* dk, cact_t* dv, const cact_t* dy, const float* D, const cact_t* q,
-                                 const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B) {
-    if (d.hd == 64) mm_backward<64>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
-    else mm_backward<128>(dq, dk, dv, dy, D, q, k, v, lse, d, B);
+                                 const cact_t* k, const cact_t* v, const float* lse, AttnDims d, int B, const int* doc) {
+    if (doc && d.hd == 64) mm_backward<64, true>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else if (doc) mm_backward<128, true>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else if (d.hd == 64) mm_backward<64, false>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
+    else mm_backward<128, false>(dq, dk, dv, dy, D, q, k, v, lse, d, B, doc);
 }

@@ -12,9 +12,11 @@
 #define PROBE_THREADS 256
 
 // ---- F-Attn ---------------------------------------------------------------------------------
-// vals[h][b][t-1] = exp(q_t . k_0 * scale - lse[b,h,t]) for t = 1..T-1; one warp per (b, h, t)
+// vals[h][b][t-1] = exp(q_t . k_0 * scale - lse[b,h,t]) for t = 1..T-1; one warp per (b, h, t).
+// Under the document mask (doc: OpsAttnShape.doc_start) k_0 is the key of t's document's first
+// token, and a document's first token itself gives 0 (it is not counted: ops_attn_first_token).
 __global__ void probe_first_token_kernel(double* vals, const cact_t* q, const cact_t* k,
-                                         const float* lse, int B, int T, int H, int Hkv, int hd,
+                                         const float* lse, const int* doc, int B, int T, int H, int Hkv, int hd,
                                          float scale) {
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -22,7 +24,9 @@ __global__ void probe_first_token_kernel(double* vals, const cact_t* q, const ca
     if (warp >= (size_t)H * per_h) return;
     int h = (int)(warp / per_h), rest = (int)(warp % per_h);
     int b = rest / (T - 1), t = rest % (T - 1) + 1;
-    const cact_t* k0 = k + ((size_t)b * T * Hkv + h / (H / Hkv)) * hd;   // key of token 0
+    const int t0 = doc ? doc[b * T + t] : 0;   // the first token of t's document
+    if (t == t0) { if (lane == 0) vals[warp] = 0.0; return; }
+    const cact_t* k0 = k + (((size_t)b * T + t0) * Hkv + h / (H / Hkv)) * hd;   // its key
     const cact_t* qt = q + (((size_t)b * T + t) * H + h) * hd;
     float d = 0.0f;
     for (int i = lane; i < hd; i += 32) d += act_ld(qt[i]) * act_ld(k0[i]);
@@ -50,13 +54,23 @@ void ops_attn_first_token(float* head_mean, const act_t* q, const act_t* k, cons
     double* sums = vals + (size_t)H * per_h;
     size_t warps = (size_t)H * per_h;
     probe_first_token_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        vals, CCACT(q), CCACT(k), lse, B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
+        vals, CCACT(q), CCACT(k), lse, s->doc_start, B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
     CUDA_LAUNCH_CHECK("probe_first_token_kernel");
+    // the queries averaged: B (T-1), less the documents' first tokens under the document mask
+    double nq = (double)per_h;
+    if (s->doc_start) {
+        int* doc = (int*)malloc((size_t)B * T * sizeof(int));
+        ops_to_host(doc, s->doc_start, (size_t)B * T * sizeof(int));
+        long c = 0;
+        for (int n = 0; n < B * T; n++) c += n % T != doc[n];
+        nq = (double)c;
+        free(doc);
+    }
     probe_sum_rows_kernel<<<H, 256, 0, cuda_stream>>>(sums, vals, per_h);
     CUDA_LAUNCH_CHECK("probe_sum_rows_kernel");
     double* host = (double*)malloc((size_t)H * sizeof(double));
     ops_to_host(host, sums, (size_t)H * sizeof(double));
-    for (int h = 0; h < H; h++) head_mean[h] = (float)(host[h] / (double)per_h);
+    for (int h = 0; h < H; h++) head_mean[h] = nq > 0 ? (float)(host[h] / nq) : 0.0f;
     free(host);
 }
 
@@ -230,8 +244,8 @@ __device__ float probe_block_nanmax(float m) {
 
 // vals[h][b*T + t] = max over keys u <= t of q_t . k_u * scale: one warp per (h, b, t), each
 // lane a strided subset of the keys (a whole dot product over hd each), then a warp max
-__global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_t* k, int B, int T, int H, int Hkv,
-                                       int hd, float scale) {
+__global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_t* k, const int* doc, int B, int T,
+                                       int H, int Hkv, int hd, float scale) {
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     size_t per_h = (size_t)B * T;
@@ -240,7 +254,8 @@ __global__ void probe_logit_max_kernel(float* vals, const cact_t* q, const cact_
     int b = rest / T, t = rest % T;
     const cact_t* qt = q + (((size_t)b * T + t) * H + h) * hd;
     float m = -INFINITY;
-    for (int u = lane; u <= t; u += 32) {
+    const int lo = doc ? doc[b * T + t] : 0;   // the document mask: keys lo .. t
+    for (int u = lo + lane; u <= t; u += 32) {
         const cact_t* ku = k + (((size_t)b * T + u) * Hkv + h / (H / Hkv)) * hd;
         float d = 0.0f;
         for (int i = 0; i < hd; i++) d += act_ld(qt[i]) * act_ld(ku[i]);
@@ -268,7 +283,7 @@ void ops_attn_logit_max(float* head_max, const act_t* q, const act_t* k, const O
     float* maxes = vals + (size_t)H * per_h;
     const size_t warps = (size_t)H * per_h;
     probe_logit_max_kernel<<<cuda_blocks(warps * 32, 256), 256, 0, cuda_stream>>>(
-        vals, CCACT(q), CCACT(k), B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
+        vals, CCACT(q), CCACT(k), s->doc_start, B, T, H, s->Hkv, s->hd, 1.0f / sqrtf((float)s->hd));
     CUDA_LAUNCH_CHECK("probe_logit_max_kernel");
     probe_max_rows_kernel<<<H, 256, 0, cuda_stream>>>(maxes, vals, per_h);
     CUDA_LAUNCH_CHECK("probe_max_rows_kernel");

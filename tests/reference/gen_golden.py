@@ -111,6 +111,9 @@ def make_inputs(c):
     B, T = c.batch_size, c.seq_len
     tokens = torch.from_numpy(rng.randint(0, c.vocab_size, size=(B, T + 1)).astype(np.int64))
     params32 = M.init_params(c, rng)
+    if c.doc_mask:   # packed documents: end-of-text at 3 places per sequence (drawn after the params)
+        for b in range(B):
+            tokens[b, torch.from_numpy(rng.choice(T, 3, replace=False))] = c.doc_eot
     return tokens[:, :T].contiguous(), tokens[:, 1:].contiguous(), params32
 
 
@@ -166,6 +169,8 @@ def f32(t):
 def golden_tensors(c, idx, tgt, params32, r):
     V = c.vocab_size
     ts = [("inputs", idx.numpy().astype(np.int32)), ("targets", tgt.numpy().astype(np.int32))]
+    if c.doc_mask:
+        ts.append(("doc_eot", np.array([c.doc_eot], dtype=np.int32)))
     ts += [("param/" + k, f32(v)) for k, v in params32.items()]
     ts.append(("logits", f32(r["logits"][..., :V])))
     ts.append(("loss", np.array([r["loss"].item()], dtype=np.float32)))
@@ -546,6 +551,14 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
         bv, bg = bW[H * hd + Hkv * hd:H * hd + 2 * Hkv * hd], bW[H * hd + 2 * Hkv * hd:]
         rows = []
         for b in range(B):
+            # attention within documents: first[t] = the first token of t's document (the token
+            # after an end-of-text token opens one), a loop here, cumsum and masks in model.py
+            first, f0 = [], 0
+            for t in range(T):
+                if c.doc_mask and t > 0 and int(idx[b, t - 1]) == c.doc_eot:
+                    f0 = t
+                first.append(f0)
+            rp = [t - first[t] if c.doc_restart else t for t in range(T)]   # RoPE position
             qs = [[None] * H for _ in range(T)]
             ks = [[None] * Hkv for _ in range(T)]
             vs = [[None] * Hkv for _ in range(T)]
@@ -555,12 +568,12 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
                     q = F.linear(a[b, t], Wq[h * hd:(h + 1) * hd], bq[h * hd:(h + 1) * hd])
                     if c.qk_norm:
                         q = q * torch.rsqrt(q.pow(2).mean() + c.norm_eps) * params[p + "attn.q_norm.w"]
-                    qs[t][h] = R[t] @ q if c.pos == "rope" else q
+                    qs[t][h] = R[rp[t]] @ q if c.pos == "rope" else q
                 for g in range(Hkv):
                     k = F.linear(a[b, t], Wk[g * hd:(g + 1) * hd], bk[g * hd:(g + 1) * hd])
                     if c.qk_norm:
                         k = k * torch.rsqrt(k.pow(2).mean() + c.norm_eps) * params[p + "attn.k_norm.w"]
-                    ks[t][g] = R[t] @ k if c.pos == "rope" else k
+                    ks[t][g] = R[rp[t]] @ k if c.pos == "rope" else k
                     v = F.linear(a[b, t], Wv[g * hd:(g + 1) * hd], bv[g * hd:(g + 1) * hd])
                     if c.attn_gate != "none" and c.gate_position == "value":
                         gz = z[g * hd:(g + 1) * hd] if c.attn_gate == "elementwise" else z[g]
@@ -571,10 +584,11 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
                 heads = []
                 for h in range(H):
                     g = h * Hkv // H
-                    s = torch.stack([qs[t][h].dot(ks[u][g]) for u in range(t + 1)]) / math.sqrt(hd)
+                    us = range(first[t], t + 1)
+                    s = torch.stack([qs[t][h].dot(ks[u][g]) for u in us]) / math.sqrt(hd)
                     w = torch.exp(s - s.max())
                     w = w / w.sum()
-                    y = sum(w[u] * vs[u][g] for u in range(t + 1))
+                    y = sum(w[j] * vs[u][g] for j, u in enumerate(us))
                     if c.attn_gate != "none" and c.gate_position == "sdpa":
                         z = F.linear(a[b, t], Wg, bg)
                         gz = z[h * hd:(h + 1) * hd] if c.attn_gate == "elementwise" else z[h]

@@ -52,12 +52,16 @@ TRAIN_DEFAULTS = dict(
     min_lr_frac="0.1", warmup_steps="10", schedule="cosine", wsd_decay_frac="0.2",
     weight_decay="0.1", beta1="0.9", beta2="0.95", eps="1e-8", grad_clip="1.0", threads="0",
 )
+# [data]: attention within documents (docs/config.md); the end-of-text id is vocab_size - 1, a
+# gatedgpt tokenizer's (the golden file carries it as doc_eot)
+DATA_DEFAULTS = dict(doc_mask="false", doc_positions="continue")
 ENUMS = dict(
     pos=("rope", "learned"), rope_scaling=("none", "linear", "ntk", "yarn"),
     norm=("rmsnorm", "layernorm"), mlp=("swiglu", "gelu"),
     attn_gate=("none", "elementwise", "headwise"), gate_position=("sdpa", "value"),
     gate_act=("sigmoid", "ns_sigmoid", "silu"), linear_gate_act=("sigmoid", "ns_sigmoid", "silu"),
     schedule=("cosine", "linear", "constant", "wsd"), router=("softmax_topk", "sigmoid_topk"),
+    doc_positions=("continue", "restart"),
 )
 BOOLS = {"true": True, "1": True, "yes": True, "on": True,
          "false": False, "0": False, "no": False, "off": False}
@@ -127,6 +131,10 @@ class Config:
     beta2: float
     eps: float
     grad_clip: float
+    # [data] attention within documents
+    doc_mask: bool = False
+    doc_restart: bool = False   # doc_positions = restart: RoPE positions restart at each document
+    doc_eot: int = -1           # the end-of-text id that closes a document (vocab_size - 1)
 
     @property
     def padded_vocab(self):
@@ -177,6 +185,7 @@ def load_config(path):
     m = section("model", MODEL_DEFAULTS, strict=True)
     e = section("moe", MOE_DEFAULTS, strict=True)
     t = section("train", TRAIN_DEFAULTS, strict=False)
+    dd = section("data", DATA_DEFAULTS, strict=False)
 
     def enum(d, k):
         v = d[k].lower()
@@ -256,6 +265,8 @@ def load_config(path):
         schedule=enum(t, "schedule"), weight_decay=float(t["weight_decay"]),
         beta1=float(t["beta1"]), beta2=float(t["beta2"]), eps=float(t["eps"]),
         grad_clip=float(t["grad_clip"]),
+        doc_mask=boolean(dd, "doc_mask"), doc_restart=enum(dd, "doc_positions") == "restart",
+        doc_eot=int(m["vocab_size"]) - 1 if boolean(dd, "doc_mask") else -1,
     )
     if c.n_head % c.n_kv_head:
         raise ValueError(f"{path}: n_head must be a multiple of n_kv_head")
@@ -466,7 +477,7 @@ def rope_inv_freq(c, dtype):
     return inv_freq, 1.0
 
 
-def rope(x, c):
+def rope(x, c, pos=None):
     """x [B, T, nh, hd]; HF Llama/Qwen rotate_half over the first rot = c.rope_dim channels:
     pairs (i, i + rot/2), i < rot/2, angle = t * inv_freq[i] (rope_inv_freq: base^(-2i/rot),
     or scaled), cos and sin times m; channels rot .. hd-1 pass through (partial RoPE, as
@@ -474,26 +485,47 @@ def rope(x, c):
     T, rot = x.shape[1], c.rope_dim
     half = rot // 2
     inv_freq, m = rope_inv_freq(c, x.dtype)                        # [rot/2]
-    t = torch.arange(T, dtype=x.dtype)
-    ang = t[:, None] * inv_freq[None, :]                           # [T, rot/2]
-    cos = torch.cos(ang)[None, :, None, :]                         # [1, T, 1, rot/2]
-    sin = torch.sin(ang)[None, :, None, :]
+    if pos is None:                                                # positions 0 .. T-1
+        t = torch.arange(T, dtype=x.dtype)
+        ang = t[:, None] * inv_freq[None, :]                       # [T, rot/2]
+        cos = torch.cos(ang)[None, :, None, :]                     # [1, T, 1, rot/2]
+        sin = torch.sin(ang)[None, :, None, :]
+    else:                                                          # pos [B, T]: per token
+        ang = pos.to(x.dtype)[..., None] * inv_freq                # [B, T, rot/2]
+        cos = torch.cos(ang)[:, :, None, :]                        # [B, T, 1, rot/2]
+        sin = torch.sin(ang)[:, :, None, :]
     if m != 1.0:
         cos, sin = cos * m, sin * m
     x1, x2, xp = x[..., :half], x[..., half:rot], x[..., rot:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xp], dim=-1)
 
 
-def causal_attention(q, k, v, rec=None):
+def doc_ids(c, idx):
+    """Attention within documents: idx [B,T] -> (doc [B,T], pos [B,T]). doc numbers each token's
+    document: the end-of-text token c.doc_eot belongs to the document it closes, the token after
+    it opens the next (doc = the count of end-of-text tokens before the token). pos is the token's
+    index within its document (the RoPE position when doc_positions = restart)."""
+    B, T = idx.shape
+    closes = (idx == c.doc_eot).long()
+    doc = torch.cumsum(closes, dim=1) - closes                     # end-of-text tokens strictly before
+    t = torch.arange(T).expand(B, T)
+    first = torch.stack([torch.stack([(doc[b] == doc[b, i]).nonzero()[0, 0] for i in range(T)]) for b in range(B)])
+    return doc, t - first
+
+
+def causal_attention(q, k, v, rec=None, doc=None):
     """q [B,T,H,hd], k/v [B,T,Hkv,hd] -> y [B,T,H,hd]. Query head h reads kv head h // (H/Hkv).
     rec (a dict, optional) receives logit_max [H]: per head, the largest logit the softmax takes
-    (over b, t and keys s <= t; the instability signal of docs/metrics.md)."""
+    (over b, t and keys s <= t; the instability signal of docs/metrics.md). doc [B,T] (optional,
+    doc_ids): the block-diagonal causal mask, query t sees keys s <= t of its own document."""
     B, T, H, hd = q.shape
     rep = H // k.shape[2]
     k = k.repeat_interleave(rep, dim=2)                            # [B,T,H,hd]
     v = v.repeat_interleave(rep, dim=2)
     scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)  # [B,H,T,T]
     mask = torch.ones(T, T, dtype=torch.bool).tril()               # s <= t
+    if doc is not None:                                            # and the same document
+        mask = mask[None, None] & (doc[:, None, :, None] == doc[:, None, None, :])   # [B,1,T,T]
     scores = scores.masked_fill(~mask, float("-inf"))
     if rec is not None:
         rec["logit_max"] = scores.detach().amax(dim=(0, 2, 3))
@@ -507,7 +539,7 @@ def norm(c, x, params, prefix):
     return layernorm(x, params[prefix + ".w"], params[prefix + ".b"], c.norm_eps)
 
 
-def attention_block(c, a, params, p, rec=None):
+def attention_block(c, a, params, p, rec=None, docs=None):
     """a = Norm1(x) [B,T,d] -> attention output before wo, flattened [B,T,H*hd]."""
     B, T, _ = a.shape
     H, Hkv, hd, G = c.n_head, c.n_kv_head, c.head_dim, c.gate_dim
@@ -523,15 +555,16 @@ def attention_block(c, a, params, p, rec=None):
         q = rmsnorm(q, params[p + "attn.q_norm.w"], c.norm_eps)
         k = rmsnorm(k, params[p + "attn.k_norm.w"], c.norm_eps)
     if c.pos == "rope":
-        q = rope(q, c)
-        k = rope(k, c)
+        pos = docs[1] if docs is not None and c.doc_restart else None
+        q = rope(q, c, pos)
+        k = rope(k, c, pos)
     if c.attn_gate != "none":
         heads = H if c.gate_position == "sdpa" else Hkv
         per_head = hd if c.attn_gate == "elementwise" else 1       # headwise: broadcast over hd
         g = gate_act(z.reshape(B, T, heads, per_head), c.gate_act)
     if c.attn_gate != "none" and c.gate_position == "value":
         v = v * g
-    y = causal_attention(q, k, v, rec)                             # [B,T,H,hd]
+    y = causal_attention(q, k, v, rec, docs[0] if docs is not None else None)   # [B,T,H,hd]
     if c.attn_gate != "none" and c.gate_position == "sdpa":
         y = y * g
     return y.reshape(B, T, H * hd)
@@ -693,6 +726,7 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None, sig=None):
     each layer's per-head maximum attention logit [H] (None for a Gated DeltaNet layer);
     out_absmax, the largest |logit| over the V real columns; out_z, the mean of lse^2."""
     B, T = idx.shape
+    docs = doc_ids(c, idx) if c.doc_mask else None                 # attention within documents
     x = params["wte"][idx]                                         # [B,T,d]
     if c.pos == "learned":
         x = x + params["wpe"][:T][None]
@@ -708,7 +742,7 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None, sig=None):
                 sig.setdefault("attn", []).append(None)
         else:
             rec = {}
-            x = x + attention_block(c, a, params, p, rec) @ params[p + "attn.wo"].t()
+            x = x + attention_block(c, a, params, p, rec, docs) @ params[p + "attn.wo"].t()
             if sig is not None:
                 sig.setdefault("attn", []).append(rec["logit_max"])
             if c.bias:
