@@ -236,7 +236,7 @@ static void run_gdn(const GdnShape* g, int warmup, int steps, FILE* tf) {
     float* dout = gdn_dev_rand(nv, -1, 1, &st);
     float *o = ops_malloc(nv * sizeof(float)), *dq = ops_malloc(nqk * sizeof(float)), *dk = ops_malloc(nqk * sizeof(float));
     float *dv = ops_malloc(nv * sizeof(float)), *dg = ops_malloc(ng * sizeof(float)), *db = ops_malloc(ng * sizeof(float));
-    OpsGdnShape s = {g->B, g->T, g->Hk, g->Hv, g->dk, g->dv, 64, 0, 0};
+    OpsGdnShape s = {g->B, g->T, g->Hk, g->Hv, g->dk, g->dv, 64, 0, 0, NULL};
     double ff, fb;
     gdn_flops(g, &ff, &fb);
     for (int rec = 0; rec <= 1; rec++) {

@@ -200,7 +200,9 @@ size_t ops_mem_available(void);
 // (transformers' torch_recurrent_gated_delta_rule). Row n of q, k is at q + n*ld_qk (Hk*dk
 // floats), of v at v + n*ld_v (Hv*dv floats) (OpsGdnShape: 0 = dense); g, beta [N, Hv]
 // (g <= 0: the log of the decay), o [N, Hv*dv] (=, dense); state_out [B, Hv, dk, dv] (=, may
-// be NULL): the state after the last token, which a decoder passes back as state_in.
+// be NULL): the state after the last token, which a decoder passes back as state_in. With
+// s->doc_start the state is zeroed before each later document's first token (ops_types.h), in
+// both forms and both directions.
 // s->chunk > 0 computes the same by chunks of that many tokens (the WY / UT form of fla and
 // transformers' torch_chunk_gated_delta_rule: per chunk a unit lower-triangular inverse and
 // products of [C, dk], [C, dv], [C, C] and [dk, dv] operands, the recurrence only across
@@ -241,10 +243,14 @@ void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const fl
 //   state_out must not alias state_in (with T < K-1 the new state holds part of the old one, and
 //   the CUDA kernel's threads would race; the KV cache double-buffers them).
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
-                             const float* state_in, int B, int T, int C, int K);
-// From dout: dx [B*T, C] (=), dw [C, K] (+=; state_in taken as zeros, as in training).
+                             const float* state_in, const int* doc_start, int B, int T, int C, int K);
+// doc_start (NULL, or [B*T] as OpsGdnShape's): a token's taps before its document's first token
+// read zeros (from the second document on; the first reads state_in as without documents), and
+// state_out holds the last document's inputs (zeros before its first token).
+// From dout: dx [B*T, C] (=), dw [C, K] (+=; state_in taken as zeros, as in training; doc_start as
+// the forward's).
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
-                              const float* w, int B, int T, int C, int K);
+                              const float* w, const int* doc_start, int B, int T, int C, int K);
 // L2 normalisation of heads: for token t < N and head j < heads, the n floats at
 // x + t*ldx + j*n:  y (at y + t*ldy + j*n) = x / sqrt(sum x^2 + eps) (q and k of the delta rule,
 // eps 1e-6); rinv [N, heads] (=) saved for the backward. Backward: dx (=, x's layout; only

@@ -100,6 +100,13 @@ typedef struct {
                          // form (WY/UT transform within chunks of C tokens, the recurrence across)
     int ld_qk, ld_v;     // row strides (floats between tokens) of q, k (and dq, dk) and of v (and
                          // dv); 0 = dense (Hk*dk, Hv*dv). The layer reads v from the conv output.
+    // Documents within the sequences ([data] doc_mask; model/doc_mask.h): NULL, or doc_start[n]
+    // [B*T] (backend memory) the index within its sequence of token n's document's first token.
+    // The state is reset to zeros at the first token of each document after the first (no token
+    // reads an earlier document's writes), as if each document were a sequence of its own; the
+    // sequence's first document starts from state_in as without documents, and state_out is the
+    // last document's state.
+    const int* doc_start;
 } OpsGdnShape;
 
 // One training step's shape, for the backends' scratch (kernels/scratch.h: ops_scratch_bytes,

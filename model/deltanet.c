@@ -35,7 +35,7 @@ void deltanet_forward(const DeltaNetLayerIO* io, RecomputeKind redo) {
         // decoding: the conv's last K-1 inputs and the delta rule's state carry over from the
         // sequence's earlier tokens (io->conv_in, io->state_in), and the recurrent form runs
         if (io->state_out) s.chunk = 0;
-        ops_conv1d_silu_forward(a->xc, a->pre, io->conv_out, a->xqkv, w->conv_w, io->conv_in, B, T, Cc, K);
+        ops_conv1d_silu_forward(a->xc, a->pre, io->conv_out, a->xqkv, w->conv_w, io->conv_in, s.doc_start, B, T, Cc, K);
         ops_l2norm_forward(a->qk, a->rinv, a->xc, N, 2 * s.Hk, s.dk, Cc, 2 * Kd, 1e-6f);
         ops_gdn_gates_forward(a->g, a->beta, a->ba, w->A_log, w->dt_bias, N, s.Hv);
         // q, k from the normed [q | k] rows, v from the conv's rows
@@ -75,7 +75,7 @@ void deltanet_backward(const DeltaNetLayerIO* io) {
                      a->xc + 2 * Kd, a->g, a->beta, a->saved, &s);
     ops_l2norm_backward(b->d_xc, b->d_qk, a->xc, a->rinv, N, 2 * s.Hk, s.dk, Cc, 2 * Kd);
     ops_gdn_gates_backward(b->d_ba, g->A_log, g->dt_bias, b->d_g, b->d_beta, a->ba, w->A_log, w->dt_bias, N, s.Hv);
-    ops_conv1d_silu_backward(b->d_xqkv, g->conv_w, b->d_xc, a->xqkv, a->pre, w->conv_w, B, T, Cc, K);
+    ops_conv1d_silu_backward(b->d_xqkv, g->conv_w, b->d_xc, a->xqkv, a->pre, w->conv_w, s.doc_start, B, T, Cc, K);
     // the three projections: b->dx (=) the sum of their input gradients
     ops_act_from_float(b->d_xqkv_act, b->d_xqkv, (size_t)N * Cc);
     ops_matmul_backward(b->dx, g->w_qkv, b->d_xqkv_act, a->x, w->w_qkv, N, d, Cc);

@@ -604,6 +604,7 @@ static DeltaNetLayerIO deltanet_io(GPT* m, int l) {
     io.norm_eps = c->norm_eps;
     io.gate_act = (OpsGateAct)c->linear_gate_act;
     io.gdn = m->gdn;
+    io.gdn.doc_start = m->attn.doc_start;   // the conv's and the delta rule's documents (NULL: off)
     io.w = (DeltaNetWeights){ .w_qkv = gpt_act_w(m, w->gdn_w_qkv), .w_z = gpt_act_w(m, w->gdn_w_z),
                               .w_ba = gpt_act_w(m, w->gdn_w_ba), .w_out = gpt_act_w(m, w->gdn_w_out),
                               .conv_w = w->gdn_conv_w, .A_log = w->gdn_A_log, .dt_bias = w->gdn_dt_bias,

@@ -118,7 +118,7 @@ static void check_chunked_aligned(void) {
     for (size_t i = 0; i < nv; i++) { v[i] = (float)tu_rand(); w[i] = (float)tu_rand(); }
     for (size_t i = 0; i < ng; i++) { g[i] = (float)(-0.05 - 0.4 * (0.5 + 0.5 * tu_rand())); beta[i] = (float)(0.5 + 0.45 * tu_rand()); }
     static float rg[AN * AHV], rb[AN * AHV];
-    OpsGdnShape r = {AB, AT, AHK, AHV, AD, AD, 0, 0, 0}, c = r;
+    OpsGdnShape r = {AB, AT, AHK, AHV, AD, AD, 0, 0, 0, NULL}, c = r;
     c.chunk = 16;
     ops_gdn_backward(rq, rk, rv, rg, rb, w, q, k, v, g, beta, NULL, &r);
     for (size_t i = 0; i < nqk; i++) { cq[i] = ck[i] = NAN; }
@@ -190,7 +190,7 @@ enum { GH = 3 };                                   // gates: FR tokens, GH value
 static float gba[FR * 2 * GH], gA[GH], gdt[GH];
 static double conv_loss(void) {
     static float out[FB * FT * FC];
-    ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, FB, FT, FC, FK);
+    ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, NULL, FB, FT, FC, FK);
     double L = 0;
     for (int i = 0; i < FB * FT * FC; i++) L += (double)out[i] * fwt[i];
     return L;
@@ -238,9 +238,9 @@ static void test_layer_ops(void) {
     tu_fill(fwt, FB * FT * FC, 1.0);
     // conv1d + SiLU
     static float out[FB * FT * FC], pre[FB * FT * FC], dx[FB * FT * FC], dw[FC * FK];
-    ops_conv1d_silu_forward(out, pre, NULL, fx, fw, NULL, FB, FT, FC, FK);
+    ops_conv1d_silu_forward(out, pre, NULL, fx, fw, NULL, NULL, FB, FT, FC, FK);
     memset(dw, 0, sizeof dw);
-    ops_conv1d_silu_backward(dx, dw, fwt, fx, pre, fw, FB, FT, FC, FK);
+    ops_conv1d_silu_backward(dx, dw, fwt, fx, pre, fw, NULL, FB, FT, FC, FK);
     fd_compare("conv1d+silu dx", fx, FB * FT * FC, dx, conv_loss);
     fd_compare("conv1d+silu dw", fw, FC * FK, dw, conv_loss);
     // decoding: token by token with the conv state carried = the whole sequence, bit for bit
@@ -250,7 +250,7 @@ static void test_layer_ops(void) {
         for (int t = 0; t < FT; t++) {
             float xt[FB * FC], ot[FB * FC];
             for (int b = 0; b < FB; b++) memcpy(xt + b * FC, fx + (b * FT + t) * FC, sizeof(float) * FC);
-            ops_conv1d_silu_forward(ot, NULL, st2, xt, fw, st, FB, 1, FC, FK);
+            ops_conv1d_silu_forward(ot, NULL, st2, xt, fw, st, NULL, FB, 1, FC, FK);
             memcpy(st, st2, sizeof st);
             for (int b = 0; b < FB; b++) memcpy(o1 + (b * FT + t) * FC, ot + b * FC, sizeof(float) * FC);
         }
@@ -307,7 +307,7 @@ static void test_layer_ops(void) {
 
 int main(void) {
     ops_init(0);
-    OpsGdnShape s = {B, T, HK, HV, DK, DV, 0, 0, 0};
+    OpsGdnShape s = {B, T, HK, HV, DK, DV, 0, 0, 0, NULL};
     static float q[N * HK * DK], k[N * HK * DK], v[N * HV * DV], g[N * HV], beta[N * HV], w[N * HV * DV];
     tu_fill(q, N * HK * DK, 1.0); tu_fill(k, N * HK * DK, 1.0); tu_fill(v, N * HV * DV, 1.0); tu_fill(w, N * HV * DV, 1.0);
     for (int n = 0; n < N * HK; n++) {   // q, k L2-normalised per head, as the layer does
@@ -373,7 +373,7 @@ int main(void) {
 
     // 3. decoding: one token per call with the state carried = the whole sequence at once
     static float o1[N * HV * DV], st[B * HV * DK * DV], st2[B * HV * DK * DV];
-    OpsGdnShape one = {B, 1, HK, HV, DK, DV, 0, 0, 0};
+    OpsGdnShape one = {B, 1, HK, HV, DK, DV, 0, 0, 0, NULL};
     memset(st, 0, sizeof st);
     for (int t = 0; t < T; t++) {
         float qt[B * HK * DK], kt[B * HK * DK], vt[B * HV * DV], gt[B * HV], bt[B * HV], ot[B * HV * DV];

@@ -1046,7 +1046,7 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     char nm[200];
     const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
     const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
-    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0};
+    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0, NULL};
     float *q = hrand_heads_l2(N, Hk, dk, ldqk), *k = hrand_heads_l2(N, Hk, dk, ldqk), *v = hrand(N * ldv, 1);
     float *g = hzeros(N * Hv), *beta = hzeros(N * Hv);
     for (size_t i = 0; i < N * Hv; i++) {
@@ -1147,18 +1147,18 @@ static void test_conv1d(int B, int T, int C, int K, int with_state) {
     const size_t n = (size_t)B * T * C, ns = (size_t)B * C * (K - 1);
     float *x = hrand(n, 2), *w = hrand((size_t)C * K, 1), *st = with_state ? hrand(ns, 2) : NULL;
     float *ro = hzeros(n), *rp = hzeros(n), *rs = hzeros(ns);
-    ref_ops_conv1d_silu_forward(ro, rp, rs, x, w, st, B, T, C, K);
+    ref_ops_conv1d_silu_forward(ro, rp, rs, x, w, st, NULL, B, T, C, K);
     float *d_x = dcopy(x, n), *d_w = dcopy(w, (size_t)C * K), *d_st = with_state ? dcopy(st, ns) : NULL;
     float *d_o = dpoison(n), *d_p = dpoison(n), *d_s = dpoison(ns);
-    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, B, T, C, K);
+    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, NULL, B, T, C, K);
     snprintf(nm, sizeof nm, "conv1d silu forward B=%d T=%d C=%d K=%d%s: out", B, T, C, K, with_state ? " state_in" : "");
     cmp(nm, d_o, ro, n, TOL_ELEM);
     cmp("conv1d silu forward: pre", d_p, rp, n, TOL_ELEM);
     cmp_exact("conv1d silu forward: state_out (inputs moved)", d_s, rs, ns);
     float *dout = hrand(n, 1), *dw = hrand((size_t)C * K, 1), *rdx = hzeros(n);
     float *d_dout = dcopy(dout, n), *d_dw = dcopy(dw, (size_t)C * K), *d_dx = dpoison(n);
-    ref_ops_conv1d_silu_backward(rdx, dw, dout, x, rp, w, B, T, C, K);
-    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, B, T, C, K);
+    ref_ops_conv1d_silu_backward(rdx, dw, dout, x, rp, w, NULL, B, T, C, K);
+    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, NULL, B, T, C, K);
     cmp("conv1d silu backward: dx", d_dx, rdx, n, TOL_ELEM);
     cmp("conv1d silu backward: dw (+=)", d_dw, dw, (size_t)C * K, TOL_ELEM);
     free(x); free(w); free(st); free(ro); free(rp); free(rs); free(dout); free(dw); free(rdx);

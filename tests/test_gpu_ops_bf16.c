@@ -675,10 +675,10 @@ static void test_gdn_layer(void) {
     // conv1d + SiLU over [q | k | v] (C = CC), with a state in and out
     float *x = hrand((size_t)N * CC, 2), *w = hrand(CC * K, 1), *st = hrand(B * CC * (K - 1), 1);
     float *xc = hbuf((size_t)N * CC), *pre = hbuf((size_t)N * CC), *sto = hbuf(B * CC * (K - 1));
-    ref_ops_conv1d_silu_forward(xc, pre, sto, x, w, st, B, T, CC, K);
+    ref_ops_conv1d_silu_forward(xc, pre, sto, x, w, st, NULL, B, T, CC, K);
     float *d_x = up_f32(x, (size_t)N * CC), *d_w = up_f32(w, CC * K), *d_xc = poison_f32((size_t)N * CC);
     float *d_pre = poison_f32((size_t)N * CC), *d_sto = poison_f32(B * CC * (K - 1));
-    ops_conv1d_silu_forward(d_xc, d_pre, d_sto, d_x, d_w, up_f32(st, B * CC * (K - 1)), B, T, CC, K);
+    ops_conv1d_silu_forward(d_xc, d_pre, d_sto, d_x, d_w, up_f32(st, B * CC * (K - 1)), NULL, B, T, CC, K);
     cmp_f32(NM("gdn layer B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d: conv1d silu out", B, T, HK, HV, DK, DV), d_xc, xc,
             (size_t)N * CC, TOL_F32);
     cmp_f32("gdn layer: conv1d state_out", d_sto, sto, B * CC * (K - 1), TOL_F32);
@@ -698,7 +698,7 @@ static void test_gdn_layer(void) {
     cmp_f32("gdn layer: gates beta", d_beta, beta, N * HV, TOL_F32);
     // the delta rule on the CPU's q, k, g, beta (q, k in the dense qk rows: ld 2 Hk dk; v in the
     // conv output's rows: ld CC), chunked form (the recurrent kernel on CUDA)
-    OpsGdnShape s = {B, T, HK, HV, DK, DV, 16, 2 * HK * DK, CC};
+    OpsGdnShape s = {B, T, HK, HV, DK, DV, 16, 2 * HK * DK, CC, NULL};
     float *o = hbuf((size_t)N * HV * DV), *so = hbuf(B * HV * DK * DV);
     ref_ops_gdn_forward(o, so, NULL, qk, qk + HK * DK, xc + 2 * HK * DK, g, beta, NULL, &s);
     set_f32(d_qk, qk, (size_t)N * 2 * HK * DK);
@@ -758,10 +758,10 @@ static void test_gdn_layer(void) {
     cmp_f32("gdn layer: l2norm backward dx (q, k columns; v columns kept)", d_dxc, dxc, (size_t)N * CC, TOL_F32);
     float *dx = hbuf((size_t)N * CC), *dcw = hrand(CC * K, 1);
     float *d_dx = poison_f32((size_t)N * CC), *d_dcw = up_f32(dcw, CC * K);
-    ref_ops_conv1d_silu_backward(dx, dcw, dxc, x, pre, w, B, T, CC, K);
+    ref_ops_conv1d_silu_backward(dx, dcw, dxc, x, pre, w, NULL, B, T, CC, K);
     set_f32(d_pre, pre, (size_t)N * CC);
     set_f32(d_dxc, dxc, (size_t)N * CC);
-    ops_conv1d_silu_backward(d_dx, d_dcw, d_dxc, d_x, d_pre, d_w, B, T, CC, K);
+    ops_conv1d_silu_backward(d_dx, d_dcw, d_dxc, d_x, d_pre, d_w, NULL, B, T, CC, K);
     cmp_f32("gdn layer: conv1d backward dx", d_dx, dx, (size_t)N * CC, TOL_F32);
     cmp_f32("gdn layer: conv1d backward dw (+=)", d_dcw, dcw, CC * K, TOL_F32);
     release();
@@ -778,7 +778,7 @@ static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int e
                              int decay) {
     const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
     const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
-    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, 64, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0};
+    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, 64, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0, NULL};
     float *q = hrand(N * ldqk, 1), *k = hrand(N * ldqk, 1), *v = hrand(N * ldv, 1), *g = hbuf(N * Hv), *beta = hbuf(N * Hv);
     for (size_t n = 0; n < N; n++)   // q, k L2-normalised per head, as the layer does
         for (int j = 0; j < Hk; j++)

@@ -89,8 +89,8 @@ static void test_conv(int B, int T, int C, int K, int with_state) {
         out[i] = malloc(n * sizeof(float)); pre[i] = malloc(n * sizeof(float)); dx[i] = malloc(n * sizeof(float));
         so[i] = malloc((ns ? ns : 1) * sizeof(float)); dw[i] = malloc((size_t)C * K * sizeof(float));
         memcpy(dw[i], dw0, (size_t)C * K * sizeof(float));
-        ops_conv1d_silu_forward(out[i], pre[i], so[i], x, w, st, B, T, C, K);
-        if (!with_state) ops_conv1d_silu_backward(dx[i], dw[i], dout, x, pre[i], w, B, T, C, K);
+        ops_conv1d_silu_forward(out[i], pre[i], so[i], x, w, st, NULL, B, T, C, K);
+        if (!with_state) ops_conv1d_silu_backward(dx[i], dw[i], dout, x, pre[i], w, NULL, B, T, C, K);
     }
     char nm[128];
     snprintf(nm, sizeof nm, "conv1d B=%d T=%d C=%d K=%d%s", B, T, C, K, with_state ? " state_in" : "");

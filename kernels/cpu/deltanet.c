@@ -8,6 +8,8 @@
 //   Sp = a S;  u = Sp^T k;  d = beta (v - u);  S' = Sp + k d^T;  o = scale S'^T q
 // The inner loops' dot products are `omp simd` reductions: vectorised, in a fixed order for a
 // given build (so still deterministic), differing from a sequential sum by roundoff only.
+// Under s->doc_start, S is zeroed before each later document's first token (and no dS crosses
+// back over it).
 // Backward, per token in reverse, with dS = dL/dS' carried from the later tokens:
 //   dS += scale q do^T;         dq = scale S' do
 //   dd = dS^T k;                dk = dS d
@@ -44,6 +46,10 @@ static void gdn_step(float* S, float* u, float* d, float* o, const float* q, con
 
 int ops_gdn_keeps_saved(void) { return 1; }
 
+// whether token n (t of its sequence) starts a document after the sequence's first one: the
+// state is zeroed before its step (OpsGdnShape.doc_start)
+static inline int gdn_doc_reset(const int* doc_start, size_t n, int t) { return doc_start && t > 0 && doc_start[n] == t; }
+
 void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     if (s->chunk > 0) {   // training: the chunked form (kernels/cpu/deltanet_chunk.c)
@@ -67,6 +73,7 @@ void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, c
                 else memset(S, 0, SS * sizeof(float));
                 for (int t = 0; t < T; t++) {
                     size_t n = (size_t)b * T + t;
+                    if (gdn_doc_reset(s->doc_start, n, t)) memset(S, 0, SS * sizeof(float));
                     gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + n * ldqk + (size_t)(h / rep) * dk,
                              k + n * ldqk + (size_t)(h / rep) * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                              beta[n * Hv + h], dk, dv, scale);
@@ -113,6 +120,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                     memset(S, 0, SS * sizeof(float));
                     for (int t = 0; t < T; t++) {
                         size_t n = (size_t)b * T + t;
+                        if (gdn_doc_reset(s->doc_start, n, t)) memset(S, 0, SS * sizeof(float));
                         if (t % GDN_CKPT == 0) memcpy(ck + (size_t)(t / GDN_CKPT) * SS, S, SS * sizeof(float));
                         gdn_step(S, u, d, NULL, NULL, k + n * ldqk + (size_t)kh * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                                  beta[n * Hv + h], dk, dv, scale);
@@ -123,6 +131,7 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                         memcpy(S, ck + (size_t)c * SS, SS * sizeof(float));
                         for (int t = t0; t < t1; t++) {   // the state before each token of the chunk
                             size_t n = (size_t)b * T + t;
+                            if (gdn_doc_reset(s->doc_start, n, t)) memset(S, 0, SS * sizeof(float));
                             memcpy(prev + (size_t)(t - t0) * SS, S, SS * sizeof(float));
                             gdn_step(S, u, d, NULL, NULL, k + n * ldqk + (size_t)kh * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                                      beta[n * Hv + h], dk, dv, scale);
@@ -180,8 +189,10 @@ void ops_gdn_backward(float* dq, float* dk_, float* dv_, float* dg, float* dbeta
                                 }
                                 dkt[i] += acc;
                             }
-                            dg[n * Hv + h] = da * a;
-                            for (size_t i = 0; i < SS; i++) dS[i] = a * dSp[i];
+                            dg[n * Hv + h] = da * a;   // 0 at a document's start (S_prev zeroed)
+                            // dS for the token before: none crosses a document's start
+                            const float ap = gdn_doc_reset(s->doc_start, n, t) ? 0.0f : a;
+                            for (size_t i = 0; i < SS; i++) dS[i] = ap * dSp[i];
                         }
                     }
                 }
@@ -208,9 +219,10 @@ static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + cpu_expf(-
 
 // pre[t] = sum_j w[:, j] x[t-K+1+j], the taps in order (each channel's sum term by term as the
 // per-channel form); rows in parallel. The first K-1 tokens of a sequence read state_in
-// (decoding) or zeros.
+// (decoding) or zeros; under doc_start a token's taps before its document's first token read
+// zeros (for the first document that is token 0: the same as without).
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
-                             const float* state_in, int B, int T, int C, int K) {
+                             const float* state_in, const int* doc_start, int B, int T, int C, int K) {
     float* wt = cpu_calloc(cpu_gdn_conv_fwd_floats((size_t)C, (size_t)K), sizeof(float));   // kernels/scratch.h
     for (int c = 0; c < C; c++)
         for (int j = 0; j < K; j++) wt[(size_t)j * C + c] = w[(size_t)c * K + j];
@@ -220,6 +232,7 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
             const size_t n = ((size_t)b * T + t) * C;
             // the K-1 inputs before token 0: state_in[b, c, :] oldest first
             const float* st = state_in ? state_in + (size_t)b * C * (K - 1) : NULL;
+            const int lo = doc_start ? doc_start[(size_t)b * T + t] : 0;   // the first input this token may read
             for (int c0 = 0; c0 < C; c0 += GDN_CONV_CB) {
                 const int cn = C - c0 < GDN_CONV_CB ? C - c0 : GDN_CONV_CB;
                 float acc[GDN_CONV_CB];
@@ -227,11 +240,11 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
                 for (int j = 0; j < K; j++) {
                     const int u = t - (K - 1) + j;   // the input this tap reads
                     const float* wr = wt + (size_t)j * C + c0;
-                    if (u >= 0) {
+                    if (u >= lo) {
                         const float* xr = x + ((size_t)b * T + u) * C + c0;
                         #pragma omp simd
                         for (int c = 0; c < cn; c++) acc[c] += wr[c] * xr[c];
-                    } else if (st) {                 // the first K-1 tokens of a decoded sequence
+                    } else if (st && u < 0) {        // the first K-1 tokens of a decoded sequence
                         for (int c = 0; c < cn; c++) acc[c] += wr[c] * st[(size_t)(c0 + c) * (K - 1) + (K - 1 + u)];
                     }                                // (zeros add nothing)
                 }
@@ -244,18 +257,21 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
     free(wt);
     if (state_out) {
         #pragma omp parallel for schedule(static)
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < B; b++) {
+            const int lo = doc_start ? doc_start[(size_t)b * T + T - 1] : 0;   // the last document's start
             for (int c = 0; c < C; c++)
                 for (int j = 0; j < K - 1; j++) {   // the last K-1 inputs, oldest first
                     const int u = T - (K - 1) + j;
                     state_out[((size_t)b * C + c) * (K - 1) + j] =
-                        u >= 0 ? x[((size_t)b * T + u) * C + c]
-                               : state_in ? state_in[((size_t)b * C + c) * (K - 1) + (K - 1 + u)] : 0.0f;
+                        u >= lo ? x[((size_t)b * T + u) * C + c]
+                        : state_in && u < 0 ? state_in[((size_t)b * C + c) * (K - 1) + (K - 1 + u)] : 0.0f;
                 }
+        }
     }
 }
 
-// dp = dout silu'(pre):  dx[u] = sum_{t=u}^{u+K-1} dp[t] w[:, u-t+K-1];  dw[:, j] += sum_{b,t} dp[t] x[t-K+1+j].
+// dp = dout silu'(pre):  dx[u] = sum_{t=u}^{u+K-1} dp[t] w[:, u-t+K-1];  dw[:, j] += sum_{b,t} dp[t] x[t-K+1+j]
+// (under doc_start only the pairs the forward read: input u >= doc_start[t]).
 // One task per block of CPU_GDN_CONV_RB rows of a sequence, rows in order: dp once per element
 // in a ring of K rows of C (row t in slot t % K; the K-1 rows after the block, which its last
 // rows need, computed again by the next block), dx row by row, and the block's partial of dw
@@ -263,7 +279,7 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
 // Scratch (cpu_gdn_conv_bwd_floats, kernels/scratch.h): wt [K, C], the sum [K, C], the
 // partials [blocks, K, C], a ring [K, C] per thread.
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
-                              const float* w, int B, int T, int C, int K) {
+                              const float* w, const int* doc_start, int B, int T, int C, int K) {
     if (K < 1 || K > GDN_CONV_K_MAX) {   // the taps of a row live in arrays of GDN_CONV_K_MAX
         fprintf(stderr, "error: ops_conv1d_silu_backward: conv width %d is outside 1 .. %d ([model] linear_conv_kernel)\n", K, GDN_CONV_K_MAX);
         exit(1);
@@ -306,20 +322,23 @@ void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const flo
                     #pragma omp simd
                     for (int c = 0; c < C; c++) dp[c] = go[c] * gdn_silu_grad(pr[c]);
                 }
-                // dw from output u: its taps read inputs u-K+1+j (those before token 0 are zeros)
+                // dw from output u: its taps read inputs u-K+1+j (those before token 0, or
+                // before u's document, are zeros)
                 const float* dpu = ring + (size_t)(u % K) * C;
+                const int lo = doc_start ? doc_start[r0 + u] : 0;
                 for (int j = 0; j < K; j++) {
                     const int s = u - (K - 1) + j;
-                    if (s < 0) continue;
+                    if (s < lo) continue;
                     const float* xr = x + (r0 + s) * C;
                     float* pj = pw + (size_t)j * C;
                     #pragma omp simd
                     for (int c = 0; c < C; c++) pj[c] += dpu[c] * xr[c];
                 }
                 // dx of input u: outputs t = u .. u+K-1 (< T) through tap u-t+K-1, in the order of t
+                // (under doc_start those of u's document: doc_start is non-decreasing in t)
                 const float *dps[GDN_CONV_K_MAX], *wrs[GDN_CONV_K_MAX];
                 int nt = 0;
-                for (int t = u; t < T && t < u + K; t++, nt++) {
+                for (int t = u; t < T && t < u + K && (!doc_start || doc_start[r0 + t] <= u); t++, nt++) {
                     dps[nt] = ring + (size_t)(t % K) * C;
                     wrs[nt] = wt + (size_t)(u - t + K - 1) * C;
                 }

@@ -35,6 +35,16 @@
 // (each line is the chain rule through one line of the forward above; tests/test_deltanet.c
 // checks the whole against the recurrent backward and finite differences).
 //
+// Documents (s->doc_start): the state is zeroed before each later document's first token. In a
+// chunk that is a mask on the decays, every one a product exp(c_i - c_j) over the tokens between
+// j and i: Gam_ij = 0 where j is before i's document (so A, P and the inverse are block-diagonal
+// by document), e^{c_i} = 0 where i's document starts in this chunk (the state before the chunk
+// does not reach it; the sequence's first document excepted, which starts from state_in), and
+// e^{c_L - c_j} = 0 where j is before the chunk's last document (its writes do not reach the
+// state after the chunk; e^{c_L} is the last row's e^{c_i}). The backward above reads the same
+// masked factors, so every term through a masked entry is zero, which is the derivative of a
+// constant 0: the formulas hold as written.
+//
 // The dot products of the elementwise parts are `omp simd` reductions: vectorised, in a fixed
 // order for a given build.
 // Determinism: one task per (sequence, value head) forward and per (sequence, key head)
@@ -67,16 +77,26 @@ static inline void gdn_restore_fp_mode(unsigned int csr) { (void)csr; }
 // One (sequence, head)'s inputs: rows of q, k (stride ldqk, already at the key head's columns),
 // v (stride ldv, at the value head's), g and beta (stride Hv, at the head); row 0 = the sequence's
 // first token.
+// ds: the tokens' document starts (OpsGdnShape.doc_start, from row 0) or NULL.
 typedef struct {
     const float *q, *k, *v, *g, *beta;
     int ldqk, ldv, Hv;
+    const int* ds;
 } GdnHead;
 
-// c_i (cumulative log decay), ec_i = e^{c_i}, edec_i = e^{c_L - c_i} of the chunk's L tokens at t0
-static void gdn_chunk_decays(float* cum, float* ec, float* edec, const GdnHead* x, int t0, int L) {
+// c_i (cumulative log decay), ec_i = e^{c_i}, edec_i = e^{c_L - c_i} of the chunk's L tokens at t0;
+// with documents (x->ds) lo_i (=) the chunk-relative start of i's document (< 0: before the
+// chunk), and ec, edec masked as the comment at the top says
+static void gdn_chunk_decays(float* cum, float* ec, float* edec, int* lo, const GdnHead* x, int t0, int L) {
     float acc = 0.0f;
     for (int i = 0; i < L; i++) { acc += x->g[(size_t)(t0 + i) * x->Hv]; cum[i] = acc; }
     for (int i = 0; i < L; i++) { ec[i] = cpu_expf(cum[i]); edec[i] = cpu_expf(cum[L - 1] - cum[i]); }
+    if (!x->ds) return;
+    for (int i = 0; i < L; i++) lo[i] = x->ds[t0 + i] - t0;
+    for (int i = 0; i < L; i++) {
+        if (lo[i] >= 0 && x->ds[t0 + i] > 0) ec[i] = 0.0f;   // a later document begun in this chunk
+        if (i < lo[L - 1]) edec[i] = 0.0f;                    // before the chunk's last document
+    }
 }
 
 // Tinv [L, L] (ld C) = (I + A)^-1 for A_ij = beta_i Ak_ij (j < i): by forward substitution,
@@ -190,7 +210,8 @@ static void gdn_tril_inverse(float* Tinv, const float* Ak, const float* beta, in
     }
 }
 
-// Ak (when not NULL; j < i, else 0) = (K K^T o Gam), and when P != NULL, P (j <= i; else 0) = scale (Q K^T o Gam);
+// Ak (when not NULL; j < i, else 0) = (K K^T o Gam), and when P != NULL, P (j <= i; else 0) = scale (Q K^T o Gam)
+// (with lo, gdn_chunk_decays's, Gam zero where j < lo_i);
 // Gam (j <= i; else 0) stored when not NULL. KK, QK [L, L] (ld C): the raw products (their
 // entries above the diagonal may be anything: gdn_mm_lower_out leaves a block unwritten).
 // Row i up to the end of its diagonal's block of 16 (whole vectors: rows of i + 1 would leave
@@ -198,7 +219,7 @@ static void gdn_tril_inverse(float* Tinv, const float* Ak, const float* beta, in
 // of those, c_i - c_j >= 0, is finite: cpu_expf clamps), the rest of the row zeroed.
 static inline int gdn_row_span(int i, int L) { const int n = (i | 15) + 1; return n < L ? n : L; }
 static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, const float* QK, const float* cum,
-                            int L, int C, float scale) {
+                            const int* lo, int L, int C, float scale) {
     float e[L];
     for (int i = 0; i < L; i++) {
         const float ci = cum[i];
@@ -206,6 +227,7 @@ static void gdn_chunk_masks(float* Ak, float* P, float* Gam, const float* KK, co
         const size_t rest = (size_t)(L - n) * sizeof(float);
         #pragma omp simd
         for (int j = 0; j < n; j++) e[j] = cpu_expf(ci - cum[j]);
+        for (int j = 0; lo && j < lo[i]; j++) e[j] = 0.0f;   // j before i's document
         // (the outputs never overlap the products or each other: simd without the alias checks)
         if (Ak) {
             const float* kk = KK + (size_t)i * C;
@@ -248,11 +270,11 @@ static void gdn_chunk_keys(float* Kt, float* KK, float* QK, const GdnHead* x, in
 // Rv [L, dv]: scratch) and Kc = Tinv Rk (=). The reverse pass needs neither (the comment at the top).
 static void gdn_chunk_wy(float* Ak, float* P, float* Gam, float* Tinv, float* W, float* Kc, float* Kd, const float* KK,
                          const float* QK, float* Rv, float* Rk, const GdnHead* x, int t0, int L, int C, int dk, int dv,
-                         const float* cum, const float* ec, const float* edec, float scale, float ksign) {
+                         const float* cum, const float* ec, const float* edec, const int* lo, float scale, float ksign) {
     const float* K = x->k + (size_t)t0 * x->ldqk;
     const float* V = x->v + (size_t)t0 * x->ldv;
     const float* beta = x->beta + (size_t)t0 * x->Hv;
-    gdn_chunk_masks(Ak, P, Gam, KK, QK, cum, L, C, scale);
+    gdn_chunk_masks(Ak, P, Gam, KK, QK, cum, lo, L, C, scale);
     gdn_tril_inverse(Tinv, Ak, beta, x->Hv, L, C);
     for (int i = 0; i < L; i++) {
         const float b = beta[(size_t)i * x->Hv], bk = ksign * b * ec[i];
@@ -314,11 +336,13 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
         float *Qd = Kc + (size_t)C * dk, *Vnb = Qd + (size_t)C * dk, *Kd = Vnb + (size_t)C * dv;
         float* St = Kd + (size_t)C * dk;   // S^T [dv, dk], staged for the kept states' rows
         if (St + SS != base + nfl) { fprintf(stderr, "internal error: gdn chunk forward scratch\n"); exit(1); }
+        int lo[C];   // a chunk's document starts (gdn_chunk_decays)
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hk; kh++) {
                 const size_t n0 = (size_t)b * T;
+                const int* ds = s->doc_start ? s->doc_start + n0 : NULL;   // the documents (or none)
                 for (int r = 0; r < rep; r++) {
                     const size_t sb = ((size_t)b * Hv + (size_t)kh * rep + r) * SS;
                     if (state_in) memcpy(Sh + (size_t)r * SS, state_in + sb, SS * sizeof(float));
@@ -327,13 +351,13 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                 for (int t0 = 0; t0 < T; t0 += C) {
                     const int L = T - t0 < C ? T - t0 : C;
                     const GdnHead xk = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk, NULL, NULL, NULL,
-                                        ldqk, ldv, Hv};
+                                        ldqk, ldv, Hv, ds};
                     gdn_chunk_keys(Kt, KK, QK, &xk, t0, L, C, dk);
                     const float* Q = xk.q + (size_t)t0 * ldqk;
                     for (int r = 0; r < rep; r++) {
                         const int h = kh * rep + r;
                         const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
-                                           ldqk, ldv, Hv};
+                                           ldqk, ldv, Hv, ds};
                         float* S = Sh + (size_t)r * SS;
                         float* O = o + ((n0 + t0) * Hv + h) * dv;   // rows of stride Hv dv
                         if (saved) {   // the state at the chunk's start, kept as S^T for the backward
@@ -341,12 +365,12 @@ void cpu_gdn_chunk_forward(float* o, float* state_out, float* saved, const float
                             cpu_transpose(St, dk, S, dv, dk, dv);
                             for (int e = 0; e < dv; e++) gdn_stream_row(dst + (size_t)e * dk, St + (size_t)e * dk, dk);
                         }
-                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        gdn_chunk_decays(cum, ec, edec, lo, &x, t0, L);
                         // the queries' products first (they need the state before the chunk)
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         cpu_gemm_small('N', L, dv, dk, Qd, dk, S, dv, 0, O, Hv * dv);   // O = Qd S
-                        gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, scale, 1.0f);
+                        gdn_chunk_wy(Ak, P, NULL, Tinv, W, Kc, Kd, KK, QK, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec, edec, x.ds ? lo : NULL, scale, 1.0f);
                         gdn_chunk_advance(S, Vnb, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                         // within the chunk: O += P Vn
                         gdn_mm_lower(L, dv, P, C, Vnb, dv, 1, O, Hv * dv);
@@ -402,28 +426,30 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
         if (dKl + (size_t)C * dk != base + nfl) { fprintf(stderr, "internal error: gdn chunk backward scratch\n"); exit(1); }
         // pass 1's W, Kc, Rv, Rk: buffers of the reverse pass, free while pass 1 runs
         float *W = dVn, *Kc = dKd, *Rv = Vnt, *Rk = dQl;
+        int lo[C];   // a chunk's document starts (gdn_chunk_decays)
         const unsigned int csr = gdn_flush_subnormals();
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hk; kh++) {
                 const size_t n0 = (size_t)b * T;
+                const int* ds = s->doc_start ? s->doc_start + n0 : NULL;   // the documents (or none)
                 const GdnHead xk = {q + n0 * ldqk + (size_t)kh * dk, k + n0 * ldqk + (size_t)kh * dk, NULL, NULL, NULL,
-                                    ldqk, ldv, Hv};
+                                    ldqk, ldv, Hv, ds};
                 // pass 1 (without the forward's kept tensors), each value head: the states at the
                 // chunks' starts (as S^T [dv, dk], what the reverse pass reads) and Vn
                 for (int r = 0; saved == NULL && r < rep; r++) {
                     const int h = kh * rep + r;
                     const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
-                                       ldqk, ldv, Hv};
+                                       ldqk, ldv, Hv, ds};
                     memset(S, 0, SS * sizeof(float));
                     for (int c = 0; c < nck; c++) {
                         const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
                         float* Sc = base + ((size_t)r * nck + c) * per_chunk;
                         cpu_transpose(Sc, dk, S, dv, dk, dv);
-                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        gdn_chunk_decays(cum, ec, edec, lo, &x, t0, L);
                         gdn_chunk_keys(Kt, KK, NULL, &x, t0, L, C, dk);
                         gdn_chunk_wy(Ak, NULL, NULL, Tinv, W, Kc, Kd, KK, NULL, Rv, Rk, &x, t0, L, C, dk, dv, cum, ec,
-                                     edec, 0.0f, 1.0f);
+                                     edec, x.ds ? lo : NULL, 0.0f, 1.0f);
                         gdn_chunk_advance(S, Sc + SS, W, Kc, Kd, L, dk, dv, ec[L - 1]);
                     }
                 }
@@ -436,7 +462,7 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                     for (int r = 0; r < rep; r++) {
                         const int h = kh * rep + r;
                         const GdnHead x = {xk.q, xk.k, v + n0 * ldv + (size_t)h * dv, g + n0 * Hv + h, beta + n0 * Hv + h,
-                                           ldqk, ldv, Hv};
+                                           ldqk, ldv, Hv, ds};
                         // S^T [dv, dk] at the chunk's start: the forward's, else pass 1's
                         const float* Sc = saved ? states + (((size_t)b * Hv + h) * nck + c) * SS
                                                 : base + ((size_t)r * nck + c) * per_chunk;
@@ -452,11 +478,11 @@ void cpu_gdn_chunk_backward(float* dq, float* dk_, float* dv_, float* dg, float*
                         // products below read them 3 times
                         for (int i = 0; i < L; i++)
                             memcpy(dO + (size_t)i * dv, dout + ((n0 + t0 + i) * Hv + h) * dv, (size_t)dv * sizeof(float));
-                        gdn_chunk_decays(cum, ec, edec, &x, t0, L);
+                        gdn_chunk_decays(cum, ec, edec, lo, &x, t0, L);
                         const float el = ec[L - 1];
                         // the masks, Tinv, Kbn = -Kb, Kd (no W, Kc: not needed here)
                         gdn_chunk_wy(Ak, P, Gam, Tinv, NULL, NULL, Kd, KK, QK, NULL, Kbn, &x, t0, L, C, dk, dv, cum, ec,
-                                     edec, scale, -1.0f);
+                                     edec, x.ds ? lo : NULL, scale, -1.0f);
                         for (int i = 0; i < L; i++)
                             for (int e = 0; e < dk; e++) Qd[(size_t)i * dk + e] = scale * ec[i] * Q[(size_t)i * ldqk + e];
                         // dVn = P^T dO + Kd dSn;  dP = dO Vn^T;  dKd = Vn dSn^T;  <S, dSn>

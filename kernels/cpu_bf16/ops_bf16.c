@@ -631,12 +631,12 @@ void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bias, const fl
     ref_ops_gdn_gates_backward(dba, dA_log, ddt_bias, dg, dbeta, ba, A_log, dt_bias, N, Hv);
 }
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
-                             const float* state_in, int B, int T, int C, int K) {
-    ref_ops_conv1d_silu_forward(out, pre, state_out, x, w, state_in, B, T, C, K);
+                             const float* state_in, const int* doc_start, int B, int T, int C, int K) {
+    ref_ops_conv1d_silu_forward(out, pre, state_out, x, w, state_in, doc_start, B, T, C, K);
 }
 void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
-                              const float* w, int B, int T, int C, int K) {
-    ref_ops_conv1d_silu_backward(dx, dw, dout, x, pre, w, B, T, C, K);
+                              const float* w, const int* doc_start, int B, int T, int C, int K) {
+    ref_ops_conv1d_silu_backward(dx, dw, dout, x, pre, w, doc_start, B, T, C, K);
 }
 void ops_l2norm_forward(float* y, float* rinv, const float* x, int N, int heads, int n, int ldx, int ldy,
                         float eps) {

@@ -478,7 +478,7 @@ __global__ static void gdn_conv_state_kernel(float* state_out, const float* x, c
 }
 
 extern "C" void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
-                                        const float* state_in, int B, int T, int C, int K) {
+                                        const float* state_in, const int* doc_start, int B, int T, int C, int K) {
     CUDA_OP_TIMER("ops_conv1d_silu_forward");
     const size_t n = (size_t)B * T * C;
     if (n > 0) {
@@ -529,7 +529,7 @@ __global__ static void gdn_conv_backward_dw_kernel(float* part, const float* dou
 }
 
 extern "C" void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
-                                         const float* w, int B, int T, int C, int K) {
+                                         const float* w, const int* doc_start, int B, int T, int C, int K) {
     CUDA_OP_TIMER("ops_conv1d_silu_backward");
     const size_t n = (size_t)B * T * C;
     if (n == 0) return;
