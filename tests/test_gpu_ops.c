@@ -1041,12 +1041,58 @@ static float* hrand_heads_l2(size_t N, int heads, int dk, size_t ld) {
 // below fp32's range: exp(c) underflows to 0 within a chunk, while exp(c_i - c_j) stays exact),
 // GDN_DECAY_SLOW in [-0.02, 0] (the state remembers ~50+ tokens: chunk boundaries matter most).
 enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
+// Documents (OpsGdnShape.doc_start, the conv's doc_start): the layouts below, by number; layout
+// GDN_DOCS_NONE = doc_start NULL. gdn_doc_starts writes doc[b*T + t] (=) the first token of t's
+// document from a list of document starts per sequence (those < T; each list begins with 0).
+enum { GDN_DOCS_NONE = -1, GDN_DOCS_MIXED, GDN_DOCS_ONE };
+static const int gdn_doc_lists[2][2][12] = {
+    // MIXED, sequence 0: a start mid-chunk (30), one exactly at a chunk boundary (64), several
+    // short documents inside one chunk (70, 73, 80), a one-token document (90), a document
+    // across the boundary of chunk 1 and the partial last chunk (128 inside it, from 100)
+    // sequence 1 (another layout): one-token documents at 1 and 2, a start at 63 (the chunk's
+    // last row: the chunk's last document is one token), a long document over two chunk
+    // boundaries (63 .. 139), a one-token last document at 149 (state_out: that token's writes)
+    {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 1, 2, 63, 140, 149, -1}},
+    // ONE: a single document per sequence (must give the bits of doc_start = NULL)
+    {{0, -1}, {0, -1}}};
+static int* gdn_doc_starts(int layout, int B, int T) {
+    if (layout == GDN_DOCS_NONE) return NULL;
+    int* doc = malloc((size_t)B * T * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        const int* st = gdn_doc_lists[layout][b % 2];
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; st[i] >= 0; i++) if (st[i] == t) start = t;
+            doc[(size_t)b * T + t] = start;
+        }
+    }
+    return doc;
+}
+static const char* gdn_doc_name(int layout) {
+    return layout == GDN_DOCS_MIXED ? " documents" : layout == GDN_DOCS_ONE ? " one document" : "";
+}
+
+static void test_gdn_run(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
+                         int with_state, int decay, double tol_fwd, double tol_bwd, int docs);
 static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
                          int with_state, int decay, double tol_fwd, double tol_bwd) {
+    test_gdn_run(B, T, Hk, Hv, dk, dv, extra_qk, extra_v, chunk, with_state, decay, tol_fwd, tol_bwd, GDN_DOCS_NONE);
+}
+
+// docs: a layout of gdn_doc_starts (the CPU reference with the same doc_start); GDN_DOCS_ONE
+// also runs the device op with doc_start = NULL on the same inputs and requires the same bits
+// (forward and backward)
+static void test_gdn_run(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
+                         int with_state, int decay, double tol_fwd, double tol_bwd, int docs) {
     char nm[200];
     const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
     const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
     OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0, NULL};
+    int* hdoc = gdn_doc_starts(docs, B, T);
+    int* d_doc = hdoc ? dcopy_int(hdoc, N) : NULL;
+    OpsGdnShape sd = s;   // the device's shape: its doc_start in device memory
+    s.doc_start = hdoc;
+    sd.doc_start = d_doc;
     float *q = hrand_heads_l2(N, Hk, dk, ldqk), *k = hrand_heads_l2(N, Hk, dk, ldqk), *v = hrand(N * ldv, 1);
     float *g = hzeros(N * Hv), *beta = hzeros(N * Hv);
     for (size_t i = 0; i < N * Hv; i++) {
@@ -1060,10 +1106,11 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     float *d_q = dcopy(q, N * ldqk), *d_k = dcopy(k, N * ldqk), *d_v = dcopy(v, N * ldv);
     float *d_g = dcopy(g, N * Hv), *d_beta = dcopy(beta, N * Hv), *d_st_in = with_state ? dcopy(st_in, SN) : NULL;
     float *d_o = dpoison(ON), *d_st = dpoison(SN);
-    ops_gdn_forward(d_o, d_st, NULL, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
-    snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s%s: o", B, T, Hk, Hv, dk,
-             dv, extra_qk, extra_v, chunk, with_state ? " state_in" : "",
-             decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : "");
+    ops_gdn_forward(d_o, d_st, NULL, d_q, d_k, d_v, d_g, d_beta, d_st_in, &sd);
+    snprintf(nm, sizeof nm, "gdn forward B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d chunk %d%s%s%s: o", B, T, Hk, Hv,
+             dk, dv, extra_qk, extra_v, chunk, with_state ? " state_in" : "",
+             decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : "",
+             gdn_doc_name(docs));
     cmp(nm, d_o, ro, ON, tol_fwd);
     cmp("gdn forward: state_out", d_st, rst, SN, tol_fwd);
 
@@ -1074,7 +1121,7 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     float *d_dq = dcopy(rdq, N * ldqk), *d_dk = dcopy(rdk, N * ldqk), *d_dv = dcopy(rdv, N * ldv);
     float *d_dg = dpoison(N * Hv), *d_db = dpoison(N * Hv), *d_dout = dcopy(dout, ON);
     ref_ops_gdn_backward(rdq, rdk, rdv, rdg, rdb, dout, q, k, v, g, beta, NULL, &s);
-    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
+    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &sd);
     cmp_rows("gdn backward: dq", d_dq, rdq, N, ldqk, (size_t)Hk * dk, tol_bwd);
     cmp_rows("gdn backward: dk", d_dk, rdk, N, ldqk, (size_t)Hk * dk, tol_bwd);
     cmp_rows("gdn backward: dv", d_dv, rdv, N, ldv, (size_t)Hv * dv, tol_bwd);
@@ -1083,12 +1130,31 @@ static void test_gdn_tol(int B, int T, int Hk, int Hv, int dk, int dv, int extra
     // a rerun: the same bits (fixed orders, no atomics)
     float *d_dq2 = dcopy(rdq, N * ldqk), *d_dk2 = dcopy(rdk, N * ldqk), *d_dv2 = dcopy(rdv, N * ldv);
     float *d_dg2 = dpoison(N * Hv), *d_db2 = dpoison(N * Hv);
-    ops_gdn_backward(d_dq2, d_dk2, d_dv2, d_dg2, d_db2, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
+    ops_gdn_backward(d_dq2, d_dk2, d_dv2, d_dg2, d_db2, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &sd);
     cmp_same_bits("gdn backward: dq on a rerun", d_dq2, d_dq, N * ldqk);
     cmp_same_bits("gdn backward: dk on a rerun", d_dk2, d_dk, N * ldqk);
     cmp_same_bits("gdn backward: dv on a rerun", d_dv2, d_dv, N * ldv);
     cmp_same_bits("gdn backward: dg on a rerun", d_dg2, d_dg, N * Hv);
     cmp_same_bits("gdn backward: dbeta on a rerun", d_db2, d_db, N * Hv);
+    if (docs == GDN_DOCS_ONE) {   // one document a sequence: the bits of doc_start = NULL (other kernels)
+        OpsGdnShape s0 = sd;
+        s0.doc_start = NULL;
+        float *d_o0 = dpoison(ON), *d_st0 = dpoison(SN);
+        ops_gdn_forward(d_o0, d_st0, NULL, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s0);
+        cmp_same_bits("gdn forward, one document = doc_start NULL: o", d_o0, d_o, ON);
+        cmp_same_bits("gdn forward, one document = doc_start NULL: state_out", d_st0, d_st, SN);
+        float *d_dq0 = dcopy(rdq, N * ldqk), *d_dk0 = dcopy(rdk, N * ldqk), *d_dv0 = dcopy(rdv, N * ldv);
+        float *d_dg0 = dpoison(N * Hv), *d_db0 = dpoison(N * Hv);
+        ops_gdn_backward(d_dq0, d_dk0, d_dv0, d_dg0, d_db0, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s0);
+        cmp_same_bits("gdn backward, one document = doc_start NULL: dq", d_dq0, d_dq, N * ldqk);
+        cmp_same_bits("gdn backward, one document = doc_start NULL: dk", d_dk0, d_dk, N * ldqk);
+        cmp_same_bits("gdn backward, one document = doc_start NULL: dv", d_dv0, d_dv, N * ldv);
+        cmp_same_bits("gdn backward, one document = doc_start NULL: dg", d_dg0, d_dg, N * Hv);
+        cmp_same_bits("gdn backward, one document = doc_start NULL: dbeta", d_db0, d_db, N * Hv);
+        ops_free(d_o0); ops_free(d_st0); ops_free(d_dq0); ops_free(d_dk0); ops_free(d_dv0); ops_free(d_dg0);
+        ops_free(d_db0);
+    }
+    free(hdoc); ops_free(d_doc);
     free(q); free(k); free(v); free(g); free(beta); free(st_in); free(ro); free(rst); free(dout);
     free(rdq); free(rdk); free(rdv); free(rdg); free(rdb);
     ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_g); ops_free(d_beta); ops_free(d_st_in); ops_free(d_o);
@@ -1100,6 +1166,8 @@ static void test_gdn(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk,
                      int with_state) {
     test_gdn_tol(B, T, Hk, Hv, dk, dv, extra_qk, extra_v, chunk, with_state, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD);
 }
+
+static void test_gdn_doc_alone(int T, int Hk, int Hv, int dk, int dv, int chunk, double tol_fwd, double tol_bwd);
 
 // The chunked kernels (kernels/cuda/deltanet_chunk.cu: chunk > 0, dk and dv in {64, 128}), fp32
 // in this build, against the CPU (its chunked forward, its backward): a partial last chunk, one
@@ -1113,6 +1181,89 @@ static void test_gdn_chunked(void) {
     test_gdn_tol(1, 129, 1, 1, 64, 128, 0, 0, 16, 0, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
     test_gdn_tol(2, 64, 1, 4, 64, 64, 0, 0, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);   // one whole chunk, 4 value heads a key head
     test_gdn_tol(3, 1, 2, 2, 128, 128, 0, 0, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);  // T = 1
+    // documents (gdn_doc_lists: starts at, inside and just before chunk boundaries, short and
+    // one-token documents, a partial last chunk, another layout per sequence): the CPU with the
+    // same doc_start; a single document = doc_start NULL bit for bit; each document alone
+    printf(" gated delta rule, chunked kernels, documents (doc_start)\n");
+    test_gdn_run(2, 150, 1, 2, 64, 64, 5, 3, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD, GDN_DOCS_MIXED);
+    test_gdn_run(2, 150, 1, 1, 128, 128, 0, 0, 64, 1, GDN_DECAY_SLOW, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD, GDN_DOCS_MIXED);
+    test_gdn_run(2, 150, 2, 2, 64, 128, 0, 0, 64, 0, GDN_DECAY_STRONG, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD, GDN_DOCS_MIXED);
+    test_gdn_run(2, 130, 1, 2, 128, 64, 0, 0, 64, 1, GDN_DECAY_MID, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD, GDN_DOCS_ONE);
+    test_gdn_doc_alone(150, 1, 2, 64, 64, 64, TOL_GDN_CHUNK_FWD, TOL_GDN_CHUNK_BWD);
+}
+
+// Documents, independent of the CPU: the packed sequences (the MIXED layout, B = 2) against each
+// document run alone on the device as a sequence of its own (doc_start NULL, state zeros; the
+// sequence's first document with the sequence's state_in): o, and the backward's dq, dk, dv, dg,
+// dbeta of each document's rows (dout the same rows), must match; state_out is the last
+// document's alone. Both runs are the device's, the documents alone cut at other chunk
+// boundaries than packed (the sums regrouped): the tolerances are those of the CUDA-vs-CPU
+// comparison of the same kernels (tol_fwd, tol_bwd).
+static void test_gdn_doc_alone(int T, int Hk, int Hv, int dk, int dv, int chunk, double tol_fwd, double tol_bwd) {
+    char nm[200];
+    const int B = 2;
+    const size_t N = (size_t)B * T, lq = (size_t)Hk * dk, lv = (size_t)Hv * dv, SS = (size_t)dk * dv;
+    const size_t SN = (size_t)B * Hv * SS, ON = N * Hv * dv;
+    float *q = hrand_heads_l2(N, Hk, dk, lq), *k = hrand_heads_l2(N, Hk, dk, lq), *v = hrand(N * lv, 1);
+    float *g = hzeros(N * Hv), *beta = hzeros(N * Hv), *st_in = hrand(SN, 0.5), *dout = hrand(ON, 1);
+    for (size_t i = 0; i < N * Hv; i++) {
+        g[i] = (float)(-0.05 - 0.4 * (0.5 + 0.5 * tu_rand()));
+        beta[i] = (float)(0.5 + 0.45 * tu_rand());
+    }
+    int* hdoc = gdn_doc_starts(GDN_DOCS_MIXED, B, T);
+    // packed, on the device
+    OpsGdnShape s = {B, T, Hk, Hv, dk, dv, chunk, 0, 0, NULL};
+    s.doc_start = dcopy_int(hdoc, N);
+    float *d_q = dcopy(q, N * lq), *d_k = dcopy(k, N * lq), *d_v = dcopy(v, N * lv), *d_g = dcopy(g, N * Hv);
+    float *d_beta = dcopy(beta, N * Hv), *d_st_in = dcopy(st_in, SN), *d_dout = dcopy(dout, ON);
+    float *d_o = dpoison(ON), *d_st = dpoison(SN), *d_dq = dpoison(N * lq), *d_dk = dpoison(N * lq);
+    float *d_dv = dpoison(N * lv), *d_dg = dpoison(N * Hv), *d_db = dpoison(N * Hv);
+    ops_gdn_forward(d_o, d_st, NULL, d_q, d_k, d_v, d_g, d_beta, d_st_in, &s);
+    ops_gdn_backward(d_dq, d_dk, d_dv, d_dg, d_db, d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
+    // each document alone: its rows into the "alone" tensors
+    float *ao = hzeros(ON), *ast = hzeros(SN), *adq = hzeros(N * lq), *adk = hzeros(N * lq), *adv = hzeros(N * lv);
+    float *adg = hzeros(N * Hv), *adb = hzeros(N * Hv);
+    int ndocs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t0 = 0; t0 < T;) {
+            int t1 = t0 + 1;
+            while (t1 < T && hdoc[(size_t)b * T + t1] == t0) t1++;
+            const int L = t1 - t0;
+            const size_t r0 = (size_t)b * T + t0;
+            OpsGdnShape s1 = {1, L, Hk, Hv, dk, dv, chunk, 0, 0, NULL};
+            float *e_q = dcopy(q + r0 * lq, L * lq), *e_k = dcopy(k + r0 * lq, L * lq), *e_v = dcopy(v + r0 * lv, L * lv);
+            float *e_g = dcopy(g + r0 * Hv, L * Hv), *e_b = dcopy(beta + r0 * Hv, L * Hv);
+            float *e_si = t0 == 0 ? dcopy(st_in + (size_t)b * Hv * SS, Hv * SS) : NULL, *e_do = dcopy(dout + r0 * Hv * dv, L * Hv * dv);
+            float *e_o = dpoison(L * Hv * dv), *e_st = dpoison(Hv * SS), *e_dq = dpoison(L * lq), *e_dk = dpoison(L * lq);
+            float *e_dv = dpoison(L * lv), *e_dg = dpoison(L * Hv), *e_db = dpoison(L * Hv);
+            ops_gdn_forward(e_o, e_st, NULL, e_q, e_k, e_v, e_g, e_b, e_si, &s1);
+            ops_gdn_backward(e_dq, e_dk, e_dv, e_dg, e_db, e_do, e_q, e_k, e_v, e_g, e_b, NULL, &s1);
+            ops_to_host(ao + r0 * Hv * dv, e_o, L * Hv * dv * sizeof(float));
+            if (t1 == T) ops_to_host(ast + (size_t)b * Hv * SS, e_st, Hv * SS * sizeof(float));
+            ops_to_host(adq + r0 * lq, e_dq, L * lq * sizeof(float));
+            ops_to_host(adk + r0 * lq, e_dk, L * lq * sizeof(float));
+            ops_to_host(adv + r0 * lv, e_dv, L * lv * sizeof(float));
+            ops_to_host(adg + r0 * Hv, e_dg, L * Hv * sizeof(float));
+            ops_to_host(adb + r0 * Hv, e_db, L * Hv * sizeof(float));
+            ops_free(e_q); ops_free(e_k); ops_free(e_v); ops_free(e_g); ops_free(e_b); ops_free(e_si); ops_free(e_do);
+            ops_free(e_o); ops_free(e_st); ops_free(e_dq); ops_free(e_dk); ops_free(e_dv); ops_free(e_dg); ops_free(e_db);
+            ndocs++;
+            t0 = t1;
+        }
+    snprintf(nm, sizeof nm, "gdn documents = alone: T=%d Hk=%d Hv=%d dk=%d dv=%d chunk %d, %d docs: o", T, Hk, Hv, dk,
+             dv, chunk, ndocs);
+    cmp(nm, d_o, ao, ON, tol_fwd);
+    cmp("gdn documents = alone: state_out (the last document's)", d_st, ast, SN, tol_fwd);
+    cmp("gdn documents = alone: dq", d_dq, adq, N * lq, tol_bwd);
+    cmp("gdn documents = alone: dk", d_dk, adk, N * lq, tol_bwd);
+    cmp("gdn documents = alone: dv", d_dv, adv, N * lv, tol_bwd);
+    cmp("gdn documents = alone: dg", d_dg, adg, N * Hv, tol_bwd);
+    cmp("gdn documents = alone: dbeta", d_db, adb, N * Hv, tol_bwd);
+    free(q); free(k); free(v); free(g); free(beta); free(st_in); free(dout); free(hdoc);
+    free(ao); free(ast); free(adq); free(adk); free(adv); free(adg); free(adb);
+    ops_free((void*)s.doc_start); ops_free(d_q); ops_free(d_k); ops_free(d_v); ops_free(d_g); ops_free(d_beta);
+    ops_free(d_st_in); ops_free(d_dout); ops_free(d_o); ops_free(d_st); ops_free(d_dq); ops_free(d_dk); ops_free(d_dv);
+    ops_free(d_dg); ops_free(d_db);
 }
 
 // beta, g from ba = [b | a]; a few a + dt_bias above softplus's threshold 20 (where it is x)
@@ -1141,30 +1292,53 @@ static void test_gdn_gates(int N, int Hv) {
     ops_free(d_dA); ops_free(d_ddt); ops_free(d_dba);
 }
 
-// causal conv1d + SiLU: out, pre, state_out (from state_in or zeros); backward dx (=), dw (+=)
-static void test_conv1d(int B, int T, int C, int K, int with_state) {
+// causal conv1d + SiLU: out, pre, state_out (from state_in or zeros); backward dx (=), dw (+=);
+// docs: a layout of gdn_doc_starts (the CPU with the same doc_start); GDN_DOCS_ONE also runs the
+// device op with doc_start = NULL and requires the same bits
+static void test_conv1d_docs(int B, int T, int C, int K, int with_state, int docs) {
     char nm[128];
     const size_t n = (size_t)B * T * C, ns = (size_t)B * C * (K - 1);
     float *x = hrand(n, 2), *w = hrand((size_t)C * K, 1), *st = with_state ? hrand(ns, 2) : NULL;
     float *ro = hzeros(n), *rp = hzeros(n), *rs = hzeros(ns);
-    ref_ops_conv1d_silu_forward(ro, rp, rs, x, w, st, NULL, B, T, C, K);
+    int* hdoc = gdn_doc_starts(docs, B, T);
+    int* d_doc = hdoc ? dcopy_int(hdoc, (size_t)B * T) : NULL;
+    ref_ops_conv1d_silu_forward(ro, rp, rs, x, w, st, hdoc, B, T, C, K);
     float *d_x = dcopy(x, n), *d_w = dcopy(w, (size_t)C * K), *d_st = with_state ? dcopy(st, ns) : NULL;
     float *d_o = dpoison(n), *d_p = dpoison(n), *d_s = dpoison(ns);
-    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, NULL, B, T, C, K);
-    snprintf(nm, sizeof nm, "conv1d silu forward B=%d T=%d C=%d K=%d%s: out", B, T, C, K, with_state ? " state_in" : "");
+    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, d_doc, B, T, C, K);
+    snprintf(nm, sizeof nm, "conv1d silu forward B=%d T=%d C=%d K=%d%s%s: out", B, T, C, K, with_state ? " state_in" : "",
+             gdn_doc_name(docs));
     cmp(nm, d_o, ro, n, TOL_ELEM);
     cmp("conv1d silu forward: pre", d_p, rp, n, TOL_ELEM);
     cmp_exact("conv1d silu forward: state_out (inputs moved)", d_s, rs, ns);
     float *dout = hrand(n, 1), *dw = hrand((size_t)C * K, 1), *rdx = hzeros(n);
     float *d_dout = dcopy(dout, n), *d_dw = dcopy(dw, (size_t)C * K), *d_dx = dpoison(n);
-    ref_ops_conv1d_silu_backward(rdx, dw, dout, x, rp, w, NULL, B, T, C, K);
-    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, NULL, B, T, C, K);
+    ref_ops_conv1d_silu_backward(rdx, dw, dout, x, rp, w, hdoc, B, T, C, K);
+    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, d_doc, B, T, C, K);
     cmp("conv1d silu backward: dx", d_dx, rdx, n, TOL_ELEM);
     cmp("conv1d silu backward: dw (+=)", d_dw, dw, (size_t)C * K, TOL_ELEM);
+    if (docs == GDN_DOCS_ONE) {   // one document a sequence: the bits of doc_start = NULL (other kernels)
+        float *d_o0 = dpoison(n), *d_p0 = dpoison(n), *d_s0 = dpoison(ns), *d_dx0 = dpoison(n), *d_dx1 = dpoison(n);
+        // dw (+=) from the same start both ways: the reference's result, each run's partials added again
+        float *d_dw0 = dcopy(dw, (size_t)C * K), *d_dw1 = dcopy(dw, (size_t)C * K);
+        ops_conv1d_silu_forward(d_o0, d_p0, d_s0, d_x, d_w, d_st, NULL, B, T, C, K);
+        cmp_same_bits("conv1d, one document = doc_start NULL: out", d_o0, d_o, n);
+        cmp_same_bits("conv1d, one document = doc_start NULL: pre", d_p0, d_p, n);
+        cmp_same_bits("conv1d, one document = doc_start NULL: state_out", d_s0, d_s, ns);
+        ops_conv1d_silu_backward(d_dx0, d_dw0, d_dout, d_x, d_p, d_w, NULL, B, T, C, K);
+        ops_conv1d_silu_backward(d_dx1, d_dw1, d_dout, d_x, d_p, d_w, d_doc, B, T, C, K);
+        cmp_same_bits("conv1d, one document = doc_start NULL: dx", d_dx0, d_dx, n);
+        cmp_same_bits("conv1d, one document = doc_start NULL: dw (+=)", d_dw0, d_dw1, (size_t)C * K);
+        ops_free(d_o0); ops_free(d_p0); ops_free(d_s0); ops_free(d_dx0); ops_free(d_dx1); ops_free(d_dw0);
+        ops_free(d_dw1);
+    }
+    free(hdoc); ops_free(d_doc);
     free(x); free(w); free(st); free(ro); free(rp); free(rs); free(dout); free(dw); free(rdx);
     ops_free(d_x); ops_free(d_w); ops_free(d_st); ops_free(d_o); ops_free(d_p); ops_free(d_s); ops_free(d_dout);
     ops_free(d_dw); ops_free(d_dx);
 }
+
+static void test_conv1d(int B, int T, int C, int K, int with_state) { test_conv1d_docs(B, T, C, K, with_state, GDN_DOCS_NONE); }
 
 // L2 norm of `heads` heads of n inside rows of ldx (x, dx) and ldy (y, dy) floats
 static void test_l2norm(int N, int heads, int n, int ldx, int ldy) {
@@ -1390,10 +1564,28 @@ int main(int argc, char** argv) {
     test_gdn(2, 100, 2, 4, 16, 24, 0, 0, 0, 1);
     test_gdn(1, 70, 1, 2, 32, 80, 35, 5, 16, 1);
     unsetenv("GATEDGPT_GDN_STATE");
+    // documents (doc_start; gdn_doc_lists' layouts) on the recurrent kernels: decoding's form
+    // (chunk 0) and a chunked shape the chunked kernels do not take (dk = 32, dv = 80; the CPU runs
+    // its chunked form), the state in global memory, a single document = doc_start NULL bit for
+    // bit, each document alone
+    printf(" gated delta rule, recurrent kernels, documents (doc_start)\n");
+    test_gdn_run(2, 150, 2, 4, 16, 24, 0, 0, 0, 1, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD, GDN_DOCS_MIXED);
+    test_gdn_run(2, 150, 1, 2, 32, 80, 35, 5, 64, 1, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD, GDN_DOCS_MIXED);
+    test_gdn_run(2, 150, 1, 2, 16, 24, 0, 0, 0, 1, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD, GDN_DOCS_ONE);
+    setenv("GATEDGPT_GDN_STATE", "global", 1);
+    test_gdn_run(2, 150, 2, 4, 16, 24, 0, 0, 0, 1, GDN_DECAY_MID, TOL_GDN_FWD, TOL_GDN_BWD, GDN_DOCS_MIXED);
+    unsetenv("GATEDGPT_GDN_STATE");
+    test_gdn_doc_alone(150, 1, 2, 16, 24, 0, TOL_GDN_FWD, TOL_GDN_BWD);
     test_gdn_gates(300, 6);
     test_conv1d(2, 37, 50, 4, 0);
     test_conv1d(2, 37, 50, 4, 1);
     test_conv1d(3, 2, 20, 4, 1);    // T < K - 1: state_out reaches into state_in
+    // documents: with and without state_in (the first document's), one document = NULL's bits,
+    // T < K - 1 with a document starting at token 1 (sequence 1: state_out zeros before it)
+    test_conv1d_docs(2, 150, 50, 4, 0, GDN_DOCS_MIXED);
+    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_MIXED);
+    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_ONE);
+    test_conv1d_docs(3, 2, 20, 4, 1, GDN_DOCS_MIXED);
     test_l2norm(70, 3, 20, 70, 64); // strided x and y
     test_l2norm(130, 4, 128, 512, 512);
     for (int act = 0; act <= 2; act++) test_rmsnorm_gated(300, 64, (OpsGateAct)act);

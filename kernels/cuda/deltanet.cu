@@ -21,6 +21,14 @@
 // (the tests' small heads) and decoding (chunk = 0) run the recurrent kernels below: the same
 // function of the inputs, equal up to roundoff (tests/test_deltanet.c measures the chunked CPU
 // form against the recurrent one).
+//
+// Documents (OpsGdnShape.doc_start, [data] doc_mask): the state is zeroed before each later
+// document's first token (t > 0, doc_start[n] == t). The recurrent kernels take it as a decay of
+// 0 at that token (a = 0: Sp = 0 S = 0, as the CPU's zeroed state; the backward's dg there is
+// dg = a (...) = 0 and no dS crosses back, dS = a dSp = 0), the conv as taps that read zeros
+// before the token's document; the chunked kernels mask their decays (deltanet_chunk.cu). Each
+// kernel has its own instantiation for documents (DOC = true, doc_start a separate argument),
+// so that without them (DOC = false) it compiles to what it was, no read and no register more.
 #include "deltanet.h"
 
 // The backward recomputes the states from checkpoints every GDN_CKPT tokens (as the CPU does).
@@ -83,6 +91,13 @@ __global__ static void gdn_reduce_blocks_kernel(float* out, const float* part, i
     out[c] += s;
 }
 
+// the decay a = exp(g) of token n (t of its sequence); under documents (DOC) 0 at the first token
+// of a document after the sequence's first, which zeroes the state before its step (Sp = a S)
+template <bool DOC>
+__device__ __forceinline__ float gdn_decay(float g, const int* doc, size_t n, int t) {
+    return DOC && t > 0 && doc[n] == t ? 0.0f : expf(g);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward: one block per (column slice of GDN_FWD_COLS, value head h, sequence b); one thread per
 // column j of S. The block's slice S[:, j0 : j0 + cols] lives in shared memory (smem[4 dk ..],
@@ -91,9 +106,11 @@ __global__ static void gdn_reduce_blocks_kernel(float* out, const float* part, i
 // per token suffices: the buffer written at token t was last read at token t - 2, and every
 // thread has passed token t - 1's barrier since.
 //   o [N, Hv*dv] (=), state_out [B, Hv, dk, dv] (=, may be NULL), state_in (may be NULL: zeros)
+// DOC: doc [B*T] the document starts (the header's "Documents": a = 0 at a later document's start)
+template <bool DOC>
 __global__ static void gdn_forward_kernel(float* o, float* state_out, const float* q, const float* k,
                                           const float* v, const float* g, const float* beta,
-                                          const float* state_in, float* gstate, GdnDims d) {
+                                          const float* state_in, float* gstate, GdnDims d, const int* doc) {
     extern __shared__ float gdn_smem[];
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (d.Hv / d.Hk), dk = d.dk, dv = d.dv;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;   // this thread's column of S
@@ -117,7 +134,7 @@ __global__ static void gdn_forward_kernel(float* o, float* state_out, const floa
         }
         __syncthreads();
         if (!active) continue;
-        const float a = expf(g[n * d.Hv + h]), bt = beta[n * d.Hv + h];
+        const float a = gdn_decay<DOC>(g[n * d.Hv + h], doc, n, t), bt = beta[n * d.Hv + h];
         // Sp = a S;  u = Sp^T k
         float u = 0.0f;
         for (int i = 0; i < dk; i++) {
@@ -143,6 +160,18 @@ __global__ static void gdn_forward_kernel(float* o, float* state_out, const floa
 // the forward leaves `saved` alone, and the model keeps no buffer for it (ops.h).
 extern "C" int ops_gdn_keeps_saved(void) { return 0; }
 
+// the documents have their own instantiation (DOC = true): without them the kernel is as it was
+template <bool DOC>
+static void gdn_forward_launch(float* o, float* state_out, const float* q, const float* k, const float* v,
+                               const float* g, const float* beta, const float* state_in, float* gstate, GdnDims d,
+                               size_t smem, const int* doc) {
+    const int cols = GDN_FWD_COLS;
+    gdn_smem_optin(gdn_forward_kernel<DOC>, smem);
+    dim3 grid((d.dv + cols - 1) / cols, d.Hv, d.B);
+    gdn_forward_kernel<DOC><<<grid, cols, smem, cuda_stream>>>(o, state_out, q, k, v, g, beta, state_in, gstate, d, doc);
+    CUDA_LAUNCH_CHECK("gdn_forward_kernel");
+}
+
 extern "C" void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, const float* k, const float* v,
                                 const float* g, const float* beta, const float* state_in, const OpsGdnShape* s) {
     (void)saved;
@@ -159,7 +188,6 @@ extern "C" void ops_gdn_forward(float* o, float* state_out, float* saved, const 
     }
     // s->chunk > 0 with dk, dv in {64, 128}: the chunked kernels; otherwise the recurrent one
     if (cuda_gdn_chunk_forward(o, state_out, q, k, v, g, beta, state_in, s)) return;
-    const int cols = GDN_FWD_COLS;
     const size_t smem_state = cuda_gdn_fwd_smem_state((size_t)d.dk);   // kernels/scratch.h: 4 dk + dk x cols
     size_t smem = smem_state;
     float* gstate = NULL;
@@ -170,10 +198,8 @@ extern "C" void ops_gdn_forward(float* o, float* state_out, float* saved, const 
     if (smem > cuda_smem_optin())
         cuda_fail(__FILE__, __LINE__, "gated delta rule forward: q and k of a token do not fit in shared memory",
                   "linear_k_head_dim is too large for this GPU");
-    gdn_smem_optin(gdn_forward_kernel, smem);
-    dim3 grid((d.dv + cols - 1) / cols, d.Hv, d.B);
-    gdn_forward_kernel<<<grid, cols, smem, cuda_stream>>>(o, state_out, q, k, v, g, beta, state_in, gstate, d);
-    CUDA_LAUNCH_CHECK("gdn_forward_kernel");
+    if (s->doc_start) gdn_forward_launch<true>(o, state_out, q, k, v, g, beta, state_in, gstate, d, smem, s->doc_start);
+    else gdn_forward_launch<false>(o, state_out, q, k, v, g, beta, state_in, gstate, d, smem, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -211,7 +237,9 @@ __device__ __forceinline__ void gdn_column_step(float* W, size_t ld, const float
     for (int i = 0; i < dk; i++) W[i * ld] += kt[i] * dj;
 }
 
-__global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int smem_state, GdnDims d) {
+// DOC: doc [B*T] the document starts (a = 0 at a later document's start: the header's "Documents")
+template <bool DOC>
+__global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int smem_state, GdnDims d, const int* doc) {
     extern __shared__ float gdn_smem[];
     __shared__ float red[32];
     const int b = blockIdx.y, kh = blockIdx.x, dk = d.dk, dv = d.dv, rep = d.Hv / d.Hk;
@@ -247,7 +275,7 @@ __global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int sme
             float* kt = kb + (t & 1) * dk;
             for (int i = tid; i < dk; i += nt) kt[i] = p.k[n * d.ldqk + (size_t)kh * dk + i];
             __syncthreads();
-            const float a = expf(p.g[n * d.Hv + h]), bt = p.beta[n * d.Hv + h];
+            const float a = gdn_decay<DOC>(p.g[n * d.Hv + h], doc, n, t), bt = p.beta[n * d.Hv + h];
             for (int j = tid; j < dv; j += nt) {
                 if (t % GDN_CKPT == 0)
                     for (int i = 0; i < dk; i++) ck[(size_t)(t / GDN_CKPT) * SS + (size_t)i * dv + j] = Pw[i * ldw + j];
@@ -267,7 +295,7 @@ __global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int sme
                 float* kt = kb + ((t - t0) & 1) * dk;
                 for (int i = tid; i < dk; i += nt) kt[i] = p.k[n * d.ldqk + (size_t)kh * dk + i];
                 __syncthreads();
-                const float a = expf(p.g[n * d.Hv + h]), bt = p.beta[n * d.Hv + h];
+                const float a = gdn_decay<DOC>(p.g[n * d.Hv + h], doc, n, t), bt = p.beta[n * d.Hv + h];
                 for (int j = tid; j < dv; j += nt) {
                     for (int i = 0; i < dk; i++) prev[(size_t)(t - t0) * SS + (size_t)i * dv + j] = Pw[i * ldw + j];
                     if (t + 1 < t1) gdn_column_step(Pw + j, ldw, kt, a, bt, p.v[n * d.ldv + (size_t)h * dv + j], dk);
@@ -276,7 +304,7 @@ __global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int sme
             // the chunk's tokens in reverse
             for (int t = t1 - 1; t >= t0; t--) {
                 const size_t n = (size_t)b * d.T + t;
-                const float a = expf(p.g[n * d.Hv + h]), bt = p.beta[n * d.Hv + h];
+                const float a = gdn_decay<DOC>(p.g[n * d.Hv + h], doc, n, t), bt = p.beta[n * d.Hv + h];
                 const float* Pt = prev + (size_t)(t - t0) * SS;   // the state before t (leading dim dv)
                 const float* P;
                 size_t ldp;
@@ -343,6 +371,15 @@ __global__ static void gdn_backward_kernel(GdnBwdPtrs p, float* scratch, int sme
     }
 }
 
+template <bool DOC>
+static void gdn_backward_launch(GdnBwdPtrs p, float* scratch, int smem_state, GdnDims d, size_t smem, const int* doc) {
+    const int threads = GDN_BWD_THREADS;
+    gdn_smem_optin(gdn_backward_kernel<DOC>, smem);
+    dim3 grid(d.Hk, d.B);
+    gdn_backward_kernel<DOC><<<grid, threads, smem, cuda_stream>>>(p, scratch, smem_state, d, doc);
+    CUDA_LAUNCH_CHECK("gdn_backward_kernel");
+}
+
 extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout,
                                  const float* q, const float* k, const float* v, const float* g,
                                  const float* beta, const float* saved, const OpsGdnShape* s) {
@@ -351,7 +388,6 @@ extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, flo
     const GdnDims d = gdn_dims(s);
     if (d.B <= 0 || d.T <= 0) return;
     if (cuda_gdn_chunk_backward(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s)) return;   // chunked (dk, dv in {64, 128})
-    const int threads = GDN_BWD_THREADS;
     // dynamic shared memory (the kernel's 128 static bytes, red[32], count against the limit)
     const size_t red = cuda_gdn_bwd_smem_red();   // kernels/scratch.h
     const size_t vec = cuda_gdn_bwd_smem_vec((size_t)d.dk, (size_t)d.dv);
@@ -363,10 +399,8 @@ extern "C" void ops_gdn_backward(float* dq, float* dk, float* dv, float* dg, flo
                   "linear_k_head_dim / linear_v_head_dim are too large for this GPU");
     float* scratch = (float*)cuda_scratch(CUDA_SCRATCH_GDN_STATE, cuda_gdn_bwd_state_bytes(s, smem_state));
     GdnBwdPtrs p = {dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta};
-    gdn_smem_optin(gdn_backward_kernel, smem);
-    dim3 grid(d.Hk, d.B);
-    gdn_backward_kernel<<<grid, threads, smem, cuda_stream>>>(p, scratch, smem_state, d);
-    CUDA_LAUNCH_CHECK("gdn_backward_kernel");
+    if (s->doc_start) gdn_backward_launch<true>(p, scratch, smem_state, d, smem, s->doc_start);
+    else gdn_backward_launch<false>(p, scratch, smem_state, d, smem, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,7 +472,10 @@ extern "C" void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bia
 
 // ---------------------------------------------------------------------------------------------
 // Causal depthwise conv1d + SiLU over time: pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c] (before
-// token 0: state_in[b, c, K-1+u], or 0), out = silu(pre). x, pre, out [B*T, C].
+// token 0: state_in[b, c, K-1+u], or 0), out = silu(pre). x, pre, out [B*T, C]. Under documents
+// (DOC: doc [B*T], OpsGdnShape.doc_start's) a tap reading an input u < doc[t] (before t's
+// document) reads 0 (state_in only for u < 0, i.e. the first document); the backward pairs only
+// what the forward read.
 __device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gdn_silu_grad(float x) {
     const float s = cuda_sigmoid(x);
@@ -446,18 +483,20 @@ __device__ __forceinline__ float gdn_silu_grad(float x) {
 }
 
 // one thread per (token, channel): coalesced over channels
+template <bool DOC>
 __global__ static void gdn_conv_forward_kernel(float* out, float* pre, const float* x, const float* w,
-                                               const float* state_in, int B, int T, int C, int K) {
+                                               const float* state_in, int B, int T, int C, int K, const int* doc) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * C) return;
     const int c = (int)(idx % C);
     const size_t n = idx / C;
     const int t = (int)(n % T), b = (int)(n / T);
     const float* st = state_in ? state_in + ((size_t)b * C + c) * (K - 1) : NULL;
+    const int lo = DOC ? doc[n] : 0;   // the first input this token reads
     float acc = 0.0f;
     for (int j = 0; j < K; j++) {
         const int u = t - (K - 1) + j;   // the input this tap reads
-        const float xv = u >= 0 ? x[((size_t)b * T + u) * C + c] : st ? st[K - 1 + u] : 0.0f;
+        const float xv = u >= lo ? x[((size_t)b * T + u) * C + c] : st && (!DOC || u < 0) ? st[K - 1 + u] : 0.0f;
         acc += w[(size_t)c * K + j] * xv;
     }
     if (pre) pre[idx] = acc;
@@ -465,44 +504,57 @@ __global__ static void gdn_conv_forward_kernel(float* out, float* pre, const flo
 }
 
 // state_out[b, c, j] (=): the last K-1 inputs, oldest first (reaching into state_in when T < K-1;
-// state_out must then be another buffer than state_in: the decoder's two, model/kv_cache.c)
+// state_out must then be another buffer than state_in: the decoder's two, model/kv_cache.c); under
+// documents those of the last document, zeros before its first token
+template <bool DOC>
 __global__ static void gdn_conv_state_kernel(float* state_out, const float* x, const float* state_in, int B, int T,
-                                             int C, int K) {
+                                             int C, int K, const int* doc) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * C * (K - 1)) return;
     const int j = (int)(idx % (K - 1));
     const size_t bc = idx / (K - 1);
     const int c = (int)(bc % C), b = (int)(bc / C);
     const int u = T - (K - 1) + j;
-    state_out[idx] = u >= 0 ? x[((size_t)b * T + u) * C + c] : state_in ? state_in[bc * (K - 1) + (K - 1 + u)] : 0.0f;
+    const int lo = DOC && T > 0 ? doc[(size_t)b * T + T - 1] : 0;   // the last document's first token
+    state_out[idx] = u >= lo ? x[((size_t)b * T + u) * C + c]
+                   : state_in && (!DOC || u < 0) ? state_in[bc * (K - 1) + (K - 1 + u)] : 0.0f;
+}
+
+template <bool DOC>
+static void gdn_conv_forward_launch(float* out, float* pre, float* state_out, const float* x, const float* w,
+                                    const float* state_in, const int* doc, int B, int T, int C, int K) {
+    const size_t n = (size_t)B * T * C;
+    if (n > 0) {
+        gdn_conv_forward_kernel<DOC><<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, pre, x, w, state_in, B, T, C, K, doc);
+        CUDA_LAUNCH_CHECK("gdn_conv_forward_kernel");
+    }
+    const size_t ns = (size_t)B * C * (K - 1);
+    if (state_out && ns > 0) {
+        gdn_conv_state_kernel<DOC><<<cuda_blocks(ns, 256), 256, 0, cuda_stream>>>(state_out, x, state_in, B, T, C, K, doc);
+        CUDA_LAUNCH_CHECK("gdn_conv_state_kernel");
+    }
 }
 
 extern "C" void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
                                         const float* state_in, const int* doc_start, int B, int T, int C, int K) {
     CUDA_OP_TIMER("ops_conv1d_silu_forward");
-    const size_t n = (size_t)B * T * C;
-    if (n > 0) {
-        gdn_conv_forward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(out, pre, x, w, state_in, B, T, C, K);
-        CUDA_LAUNCH_CHECK("gdn_conv_forward_kernel");
-    }
-    const size_t ns = (size_t)B * C * (K - 1);
-    if (state_out && ns > 0) {
-        gdn_conv_state_kernel<<<cuda_blocks(ns, 256), 256, 0, cuda_stream>>>(state_out, x, state_in, B, T, C, K);
-        CUDA_LAUNCH_CHECK("gdn_conv_state_kernel");
-    }
+    if (doc_start) gdn_conv_forward_launch<true>(out, pre, state_out, x, w, state_in, doc_start, B, T, C, K);
+    else gdn_conv_forward_launch<false>(out, pre, state_out, x, w, state_in, NULL, B, T, C, K);
 }
 
 // dx[b,u,c] (=) = sum over the outputs t = u .. u+K-1 (< T) it feeds, through tap u - t + K - 1,
-// of dout silu'(pre) w. One thread per (token, channel).
+// of dout silu'(pre) w (under documents those with doc[t] <= u: u's document; doc is
+// non-decreasing, so the first t past it ends the loop). One thread per (token, channel).
+template <bool DOC>
 __global__ static void gdn_conv_backward_dx_kernel(float* dx, const float* dout, const float* pre, const float* w,
-                                                   int B, int T, int C, int K) {
+                                                   int B, int T, int C, int K, const int* doc) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * C) return;
     const int c = (int)(idx % C);
     const size_t n = idx / C;
     const int u = (int)(n % T), b = (int)(n / T);
     float acc = 0.0f;
-    for (int t = u; t < T && t < u + K; t++) {
+    for (int t = u; t < T && t < u + K && (!DOC || doc[(size_t)b * T + t] <= u); t++) {
         const size_t m = ((size_t)b * T + t) * C + c;
         acc += dout[m] * gdn_silu_grad(pre[m]) * w[(size_t)c * K + (u - t + K - 1)];
     }
@@ -511,9 +563,11 @@ __global__ static void gdn_conv_backward_dx_kernel(float* dx, const float* dout,
 
 // part[blk][c K + j] = sum over the tokens n of the 64-token block blk (tokens of all sequences
 // in a row, n = b T + t), in order, of dout silu'(pre) x[b, t-K+1+j, c] (taps before token 0
-// read zeros: state_in taken as zeros). One thread per (block, tap column c K + j).
+// read zeros: state_in taken as zeros; under documents so do those before the token's document).
+// One thread per (block, tap column c K + j).
+template <bool DOC>
 __global__ static void gdn_conv_backward_dw_kernel(float* part, const float* dout, const float* pre, const float* x,
-                                                   int B, int T, int C, int K) {
+                                                   int B, int T, int C, int K, const int* doc) {
     const int col = blockIdx.y * blockDim.x + threadIdx.x, blk = blockIdx.x;
     if (col >= C * K) return;
     const int c = col / K, j = col % K;
@@ -521,11 +575,24 @@ __global__ static void gdn_conv_backward_dw_kernel(float* part, const float* dou
     float s = 0.0f;
     for (int n = n0; n < n1; n++) {
         const int t = n % T, u = t - (K - 1) + j;
-        if (u < 0) continue;
+        if (u < (DOC ? doc[n] : 0)) continue;
         const size_t m = (size_t)n * C + c;
         s += dout[m] * gdn_silu_grad(pre[m]) * x[(size_t)(n - t + u) * C + c];
     }
     part[(size_t)blk * C * K + col] = s;
+}
+
+// dx, and dw's block partials into part
+template <bool DOC>
+static void gdn_conv_backward_launch(float* dx, float* part, const float* dout, const float* x, const float* pre,
+                                     const float* w, const int* doc, int B, int T, int C, int K) {
+    const size_t n = (size_t)B * T * C;
+    gdn_conv_backward_dx_kernel<DOC><<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(dx, dout, pre, w, B, T, C, K, doc);
+    CUDA_LAUNCH_CHECK("gdn_conv_backward_dx_kernel");
+    const int nb = (B * T + GDN_RED_BLOCK - 1) / GDN_RED_BLOCK, CK = C * K;
+    dim3 grid(nb, cuda_blocks((size_t)CK, 128));
+    gdn_conv_backward_dw_kernel<DOC><<<grid, 128, 0, cuda_stream>>>(part, dout, pre, x, B, T, C, K, doc);
+    CUDA_LAUNCH_CHECK("gdn_conv_backward_dw_kernel");
 }
 
 extern "C" void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout, const float* x, const float* pre,
@@ -533,13 +600,10 @@ extern "C" void ops_conv1d_silu_backward(float* dx, float* dw, const float* dout
     CUDA_OP_TIMER("ops_conv1d_silu_backward");
     const size_t n = (size_t)B * T * C;
     if (n == 0) return;
-    gdn_conv_backward_dx_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream>>>(dx, dout, pre, w, B, T, C, K);
-    CUDA_LAUNCH_CHECK("gdn_conv_backward_dx_kernel");
     const int nb = (B * T + GDN_RED_BLOCK - 1) / GDN_RED_BLOCK, CK = C * K;
     float* part = (float*)cuda_scratch(CUDA_SCRATCH_GDN_PART, cuda_gdn_part_bytes((size_t)B * T, (size_t)CK));
-    dim3 grid(nb, cuda_blocks((size_t)CK, 128));
-    gdn_conv_backward_dw_kernel<<<grid, 128, 0, cuda_stream>>>(part, dout, pre, x, B, T, C, K);
-    CUDA_LAUNCH_CHECK("gdn_conv_backward_dw_kernel");
+    if (doc_start) gdn_conv_backward_launch<true>(dx, part, dout, x, pre, w, doc_start, B, T, C, K);
+    else gdn_conv_backward_launch<false>(dx, part, dout, x, pre, w, NULL, B, T, C, K);
     gdn_reduce_blocks_kernel<<<cuda_blocks((size_t)CK, 128), 128, 0, cuda_stream>>>(dw, part, nb, CK, CK);
     CUDA_LAUNCH_CHECK("gdn_reduce_blocks_kernel");
 }

@@ -158,6 +158,35 @@ __device__ __forceinline__ void gc_decays(float* cs, const float* g, int Hv, int
     __syncthreads();
 }
 
+// ---- documents (OpsGdnShape.doc_start; kernels/cpu/deltanet_chunk.c's comment "Documents") ------
+// The state is zeroed before each later document's first token: within a chunk, a mask on the
+// decays. lo_i = doc[n0 + i] - t0 is the first token of row i's document relative to the chunk
+// (< 0: before it; rows past L: -1, no mask: their operands are zeros):
+//   Gamma_ij = 0 where j < lo_i (j before i's document: A, P and Tinv block-diagonal by document);
+//   e^{c_i} = 0 where lo_i >= 0 and t0 + lo_i > 0 (i's document begins in this chunk and is not
+//   the sequence's first, which starts from state_in: the state before the chunk does not reach i);
+//   e^{c_L - c_i} = 0 where i < lo_{L-1} (before the chunk's last document: its writes do not reach
+//   the state after the chunk); e^{c_L} is the last row's masked e^{c_i}.
+// Every kernel, forward and backward, reads these same masked factors wherever it computes one,
+// so the backward's formulas hold as written (the CPU's comment says why). DOC = false: the plain
+// factors (the same code as without documents: no read of doc, no register more).
+template <bool DOC>
+__device__ __forceinline__ int gc_lo(const int* doc, size_t n0, int t0, int i, int L) {
+    return DOC && i < L ? doc[n0 + i] - t0 : -1;
+}
+template <bool DOC>   // Gamma_ij
+__device__ __forceinline__ float gc_gam(const float* cs, int i, int j, int lo_i) {
+    return DOC && j < lo_i ? 0.0f : expf(cs[i] - cs[j]);
+}
+template <bool DOC>   // e^{c_i}; e^{c_L} with i = GC - 1 and lo_i = lo_{L-1}
+__device__ __forceinline__ float gc_ec(const float* cs, int i, int lo_i, int t0) {
+    return DOC && lo_i >= 0 && t0 + lo_i > 0 ? 0.0f : expf(cs[i]);
+}
+template <bool DOC>   // e^{c_L - c_i} (lo_last = lo_{L-1})
+__device__ __forceinline__ float gc_el(const float* cs, int i, int lo_last) {
+    return DOC && i < lo_last ? 0.0f : expf(cs[GC - 1] - cs[i]);
+}
+
 struct GcDims {
     int B, T, Hk, Hv, NC;   // NC = ceil(T / 64) chunks per sequence
     size_t ldqk, ldv;       // row strides of q, k (dq, dk) and v (dv), floats
@@ -199,9 +228,9 @@ template <int DK, int DV> __host__ __device__ constexpr size_t gdn_smem_dwy() {
 // backward).
 //   shared: Ks [64][DK+8] (K, then beta e^c K), Vs [64][DV+8], Ts [64][72] (operands) | Af, Tf
 //   [64][65], cs, bs, ec (fp32)
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_wy_kernel(GcDims d, const float* k, const float* v, const float* g, const float* beta,
-                                    gop_t* W, gop_t* Kc, gop_t* tinv) {
+                                    gop_t* W, gop_t* Kc, gop_t* tinv, const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     gop_t* Ks = (gop_t*)gc_smem;
     gop_t* Vs = Ks + 64 * (DK + 8);
@@ -214,6 +243,7 @@ __global__ void gdn_chunk_wy_kernel(GcDims d, const float* k, const float* v, co
     const int t0 = c * GC, L = min(GC, d.T - t0);
     const size_t n0 = (size_t)b * d.T + t0;
     const float* kr = k + n0 * d.ldqk + (size_t)kh * DK;
+    const int lo0 = gc_lo<DOC>(doc, n0, t0, m0 + g4, L), lo1 = gc_lo<DOC>(doc, n0, t0, m0 + g4 + 8, L);   // the rows' documents
 
     gc_stage<64, DK>(Ks, kr, d.ldqk, L, (const float*)0, 1.0f);
     __syncthreads();
@@ -225,14 +255,14 @@ __global__ void gdn_chunk_wy_kernel(GcDims d, const float* k, const float* v, co
         const size_t cidx = ((size_t)b * d.Hv + h) * d.NC + c;
         if (tid < GC) bs[tid] = tid < L ? beta[(n0 + tid) * d.Hv + h] : 0.0f;
         gc_decays(cs, g, d.Hv, h, n0, L);   // its barriers: K K^T read by every warp, bs visible
-        if (tid < GC) ec[tid] = bs[tid] * expf(cs[tid]);   // beta e^c: Kc's row scale
+        if (tid < GC) ec[tid] = bs[tid] * gc_ec<DOC>(cs, tid, gc_lo<DOC>(doc, n0, t0, tid, L), t0);   // beta e^c: Kc's row scale
         // A_ij = beta_i (k_i . k_j) Gamma_ij, j < i
         #pragma unroll
         for (int j = 0; j < 8; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = m0 + g4 + ((e >> 1) << 3), jj = j * 8 + 2 * t4 + (e & 1);
-                Af[i * 65 + jj] = jj < i ? bs[i] * kk[j][e] * expf(cs[i] - cs[jj]) : 0.0f;
+                Af[i * 65 + jj] = jj < i ? bs[i] * kk[j][e] * gc_gam<DOC>(cs, i, jj, e >> 1 ? lo1 : lo0) : 0.0f;
             }
         gc_stage<64, DV>(Vs, v + n0 * d.ldv + (size_t)h * DV, d.ldv, L, bs, 1.0f);
         __syncthreads();
@@ -284,9 +314,9 @@ __global__ void gdn_chunk_wy_kernel(GcDims d, const float* k, const float* v, co
 // S (rounded) to shared memory and to sh (the state before the chunk), Vn = W - Kc S (to vn),
 // S <- e^{c_L} S + Kd^T Vn. state_in (or zeros) in, state_out (when given) out, fp32.
 //   shared: Kcs [64][DK+8], Kds [64][DK+8], Ss [DK][72], Vns [64][72] | cs, el
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_state_kernel(GcDims d, const float* k, const float* g, const gop_t* W, const gop_t* Kc,
-                                       gop_t* Vn, gop_t* Sh, const float* state_in, float* state_out) {
+                                       gop_t* Vn, gop_t* Sh, const float* state_in, float* state_out, const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     constexpr int MT = DK / 64;
     gop_t* Kcs = (gop_t*)gc_smem;
@@ -323,7 +353,8 @@ __global__ void gdn_chunk_state_kernel(GcDims d, const float* k, const float* g,
                     act_st(&shc[(size_t)r * DV + j0 + cc], S[mt][j][e]);
                 }
         gc_decays(cs, g, d.Hv, h, n0, L);
-        if (tid < GC) el[tid] = expf(cs[GC - 1] - cs[tid]);
+        const int lol = gc_lo<DOC>(doc, n0, t0, L - 1, L);   // the chunk's last document
+        if (tid < GC) el[tid] = gc_el<DOC>(cs, tid, lol);
         gc_stage<64, DK>(Kcs, Kc + cidx * GC * DK, DK, GC, (const float*)0, 1.0f);
         __syncthreads();
         gc_stage<64, DK>(Kds, k + n0 * d.ldqk + (size_t)kh * DK, d.ldqk, L, el, 1.0f);   // e^{c_L - c} k
@@ -347,7 +378,7 @@ __global__ void gdn_chunk_state_kernel(GcDims d, const float* k, const float* g,
         }
         __syncthreads();
         // S <- e^{c_L} S + Kd^T Vn  (the inter-chunk decay, then the chunk's writes)
-        const float eL = expf(cs[GC - 1]);
+        const float eL = gc_ec<DOC>(cs, GC - 1, lol, t0);
         #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             #pragma unroll
@@ -374,9 +405,9 @@ __global__ void gdn_chunk_state_kernel(GcDims d, const float* k, const float* g,
 // Output: grid (NC, Hk, B), the key head's value heads in order (Q K^T computed once, kept in
 // registers). Per value head: P = Q K^T o Gamma o causal; O = scale (diag(e^c) Q S + P Vn).
 //   shared: Qs [64][DK+8], KVs [64][max+8] (K, then Vn), Ss [DK][DV+8], Ps [64][72] | cs, ec
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_out_kernel(GcDims d, const float* q, const float* k, const float* g, const gop_t* Vn,
-                                     const gop_t* Sh, float* o) {
+                                     const gop_t* Sh, float* o, const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     constexpr int MX = DK > DV ? DK : DV;
     gop_t* Qs = (gop_t*)gc_smem;
@@ -389,6 +420,7 @@ __global__ void gdn_chunk_out_kernel(GcDims d, const float* q, const float* k, c
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3, m0 = warp * 16;
     const int t0 = c * GC, L = min(GC, d.T - t0);
     const size_t n0 = (size_t)b * d.T + t0;
+    const int lo0 = gc_lo<DOC>(doc, n0, t0, m0 + g4, L), lo1 = gc_lo<DOC>(doc, n0, t0, m0 + g4 + 8, L);   // the rows' documents
 
     gc_stage<64, DK>(Qs, q + n0 * d.ldqk + (size_t)kh * DK, d.ldqk, L, (const float*)0, 1.0f);
     gc_stage<64, DK>(KVs, k + n0 * d.ldqk + (size_t)kh * DK, d.ldqk, L, (const float*)0, 1.0f);
@@ -400,13 +432,13 @@ __global__ void gdn_chunk_out_kernel(GcDims d, const float* q, const float* k, c
         const int h = kh * rep + gi;
         const size_t cidx = ((size_t)b * d.Hv + h) * d.NC + c;
         gc_decays(cs, g, d.Hv, h, n0, L);   // its barriers: K read by every warp
-        if (tid < GC) ec[tid] = expf(cs[tid]);
+        if (tid < GC) ec[tid] = gc_ec<DOC>(cs, tid, gc_lo<DOC>(doc, n0, t0, tid, L), t0);
         #pragma unroll
         for (int j = 0; j < 8; j++)   // P
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = m0 + g4 + ((e >> 1) << 3), jj = j * 8 + 2 * t4 + (e & 1);
-                act_st(&Ps[i * 72 + jj], jj <= i ? qk[j][e] * expf(cs[i] - cs[jj]) : 0.0f);
+                act_st(&Ps[i * 72 + jj], jj <= i ? qk[j][e] * gc_gam<DOC>(cs, i, jj, e >> 1 ? lo1 : lo0) : 0.0f);
             }
         gc_stage<DK, DV>(Ss, Sh + cidx * DK * DV, DV, DK, (const float*)0, 1.0f);
         gc_stage<64, DV>(KVs, Vn + cidx * GC * DV, DV, GC, (const float*)0, 1.0f);
@@ -436,9 +468,9 @@ __global__ void gdn_chunk_out_kernel(GcDims d, const float* q, const float* k, c
 // dsh; P^T; dVn = P^T (scale dO) + Kd dS' (to dvn); dS' <- e^{c_L} dS' + Qd^T (scale dO) - Kc^T dVn.
 //   shared: Qs [64][DK+8] (Q, then Qd), Ks [64][DK+8] (K, Kd, then Kc), PTs, dOs, dVns [64][72],
 //   dSs [DK][72] | cs, ec, el
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_dstate_kernel(GcDims d, const float* q, const float* k, const float* g, const float* dout,
-                                        const gop_t* Kc, gop_t* dVn, gop_t* dSh) {
+                                        const gop_t* Kc, gop_t* dVn, gop_t* dSh, const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     constexpr int MT = DK / 64;
     gop_t* Qs = (gop_t*)gc_smem;
@@ -471,9 +503,10 @@ __global__ void gdn_chunk_dstate_kernel(GcDims d, const float* q, const float* k
                     act_st(&dshc[(size_t)r * DV + j0 + cc], dS[mt][j][e]);
                 }
         gc_decays(cs, g, d.Hv, h, n0, L);
+        const int lol = gc_lo<DOC>(doc, n0, t0, L - 1, L);   // the chunk's last document
         if (tid < GC) {
-            ec[tid] = expf(cs[tid]);
-            el[tid] = expf(cs[GC - 1] - cs[tid]);
+            ec[tid] = gc_ec<DOC>(cs, tid, gc_lo<DOC>(doc, n0, t0, tid, L), t0);
+            el[tid] = gc_el<DOC>(cs, tid, lol);
         }
         gc_stage<64, DK>(Qs, qr, d.ldqk, L, (const float*)0, 1.0f);
         gc_stage<64, DK>(Ks, kr, d.ldqk, L, (const float*)0, 1.0f);
@@ -488,7 +521,7 @@ __global__ void gdn_chunk_dstate_kernel(GcDims d, const float* q, const float* k
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int jk = m0 + g4 + ((e >> 1) << 3), iq = j * 8 + 2 * t4 + (e & 1);
-                    act_st(&PTs[jk * 72 + iq], iq >= jk ? acc[j][e] * expf(cs[iq] - cs[jk]) : 0.0f);
+                    act_st(&PTs[jk * 72 + iq], iq >= jk ? acc[j][e] * gc_gam<DOC>(cs, iq, jk, gc_lo<DOC>(doc, n0, t0, iq, L)) : 0.0f);
                 }
         }
         __syncthreads();
@@ -511,7 +544,7 @@ __global__ void gdn_chunk_dstate_kernel(GcDims d, const float* q, const float* k
                 }
         }
         // dS_prev = e^{c_L} dS' + Qd^T (scale dO) - Kc^T dVn
-        const float eL = expf(cs[GC - 1]);
+        const float eL = gc_ec<DOC>(cs, GC - 1, lol, t0);
         #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             #pragma unroll
@@ -551,10 +584,10 @@ __global__ void gdn_chunk_dstate_kernel(GcDims d, const float* q, const float* k
 //   f. dc_{L-1} += sum r + e^{c_L} <S, dS'>  (to dc)
 //   shared: bufS (S, dS', then Q | K), bufO (scale dO, then the fp32 tile E), bufV (dVn, Vn, then
 //   H) | cs, ec, el, dcs, rs, red[32]
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, const float* g, const float* dout,
                                      const gop_t* Sh, const gop_t* dSh, const gop_t* Vn, const gop_t* dVn, gop_t* dKc,
-                                     float* dcp, float* dq, float* dk) {
+                                     float* dcp, float* dq, float* dk, const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     gop_t* bufS = (gop_t*)gc_smem;
     unsigned char* bufO_raw = gc_smem + gdn_dqk_bufs<DK, DV>();
@@ -574,6 +607,8 @@ __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, c
     const float* kr = k + n0 * d.ldqk + (size_t)kh * DK;
     float* dqr = dq + n0 * d.ldqk + (size_t)kh * DK;
     float* dkr = dk + n0 * d.ldqk + (size_t)kh * DK;
+    const int lo0 = gc_lo<DOC>(doc, n0, t0, m0 + g4, L), lo1 = gc_lo<DOC>(doc, n0, t0, m0 + g4 + 8, L);   // the rows' documents
+    const int lol = gc_lo<DOC>(doc, n0, t0, L - 1, L);                                                    // the last one's
     for (int gi = 0; gi < rep; gi++) {
         const int h = kh * rep + gi, first = gi == 0;
         const size_t cidx = ((size_t)b * d.Hv + h) * d.NC + c;
@@ -581,8 +616,8 @@ __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, c
         if (tid < GC) { dcs[tid] = 0.0f; rs[tid] = 0.0f; }
         gc_decays(cs, g, d.Hv, h, n0, L);
         if (tid < GC) {
-            ec[tid] = expf(cs[tid]);
-            el[tid] = expf(cs[GC - 1] - cs[tid]);
+            ec[tid] = gc_ec<DOC>(cs, tid, gc_lo<DOC>(doc, n0, t0, tid, L), t0);
+            el[tid] = gc_el<DOC>(cs, tid, lol);
         }
         gc_stage<64, DV>(bufO, dout + (n0 * d.Hv + h) * DV, (size_t)d.Hv * DV, L, (const float*)0, d.scale);
         gc_stage<DK, DV>(bufS, Sh + cidx * DK * DV, DV, DK, (const float*)0, 1.0f);
@@ -673,7 +708,7 @@ __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, c
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = m0 + g4 + ((e >> 1) << 3), jj = j * 8 + 2 * t4 + (e & 1);
-                    const float gm = (jj <= i && i < L) ? expf(cs[i] - cs[jj]) : 0.0f;
+                    const float gm = (jj <= i && i < L) ? gc_gam<DOC>(cs, i, jj, e >> 1 ? lo1 : lo0) : 0.0f;
                     act_st(&Hs[i * 72 + jj], ad[j][e] * gm);
                     Ef[i * 65 + jj] = ad[j][e] * (ap[j][e] * gm);
                 }
@@ -708,7 +743,7 @@ __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, c
         if (tid == 0) {
             float sr = 0.0f;
             for (int i = 0; i < L; i++) sr += rs[i];
-            dcs[L - 1] += sr + expf(cs[GC - 1]) * sds;
+            dcs[L - 1] += sr + gc_ec<DOC>(cs, GC - 1, lol, t0) * sds;   // e^{c_L} <S, dS'>
         }
         __syncthreads();
         if (tid < GC) dcp[cidx * GC + tid] = dcs[tid];
@@ -728,10 +763,11 @@ __global__ void gdn_chunk_dqk_kernel(GcDims d, const float* q, const float* k, c
 //   shared: Ks [64][DK+8] (K, all heads), Ts [64][72] (Tinv, then G), bufA [64][DV+8] (dVn, then
 //   dRv), bufB [64][DK+8] (dKc, then dRk), bufWK [64][max+8] (W, then Kc); E (fp32 [64][65])
 //   over bufA..bufB | cs, bs, ec, dcs, dbs
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 __global__ void gdn_chunk_dwy_kernel(GcDims d, const float* k, const float* v, const float* g, const float* beta,
                                      const gop_t* tinv, const gop_t* W, const gop_t* Kc, const gop_t* dVn,
-                                     const gop_t* dKc, const float* dcp, float* dk, float* dv, float* dg, float* dbeta) {
+                                     const gop_t* dKc, const float* dcp, float* dk, float* dv, float* dg, float* dbeta,
+                                     const int* doc) {
     extern __shared__ __align__(128) unsigned char gc_smem[];
     constexpr int MX = DK > DV ? DK : DV;
     gop_t* Ks = (gop_t*)gc_smem;
@@ -748,6 +784,7 @@ __global__ void gdn_chunk_dwy_kernel(GcDims d, const float* k, const float* v, c
     const size_t n0 = (size_t)b * d.T + t0;
     const float* kr = k + n0 * d.ldqk + (size_t)kh * DK;
     float* dkr = dk + n0 * d.ldqk + (size_t)kh * DK;
+    const int lo0 = gc_lo<DOC>(doc, n0, t0, m0 + g4, L), lo1 = gc_lo<DOC>(doc, n0, t0, m0 + g4 + 8, L);   // the rows' documents
     gc_stage<64, DK>(Ks, kr, d.ldqk, L, (const float*)0, 1.0f);
     for (int gi = 0; gi < rep; gi++) {
         const int h = kh * rep + gi;
@@ -759,7 +796,7 @@ __global__ void gdn_chunk_dwy_kernel(GcDims d, const float* k, const float* v, c
             dbs[tid] = 0.0f;
         }
         gc_decays(cs, g, d.Hv, h, n0, L);
-        if (tid < GC) ec[tid] = expf(cs[tid]);
+        if (tid < GC) ec[tid] = gc_ec<DOC>(cs, tid, gc_lo<DOC>(doc, n0, t0, tid, L), t0);
         gc_stage<64, 64>(Ts, tinv + cidx * GC * GC, GC, GC, (const float*)0, 1.0f);
         gc_stage<64, DV>(bufA, dVn + cidx * GC * DV, DV, GC, (const float*)0, 1.0f);
         gc_stage<64, DK>(bufB, dKc + cidx * GC * DK, DK, GC, (const float*)0, 1.0f);
@@ -841,7 +878,7 @@ __global__ void gdn_chunk_dwy_kernel(GcDims d, const float* k, const float* v, c
                     const int i = m0 + g4 + ((e >> 1) << 3), jj = j * 8 + 2 * t4 + (e & 1);
                     float gv = 0.0f, ev = 0.0f;
                     if (jj < i && i < L) {
-                        const float gm = expf(cs[i] - cs[jj]), dA = -aa[j][e];
+                        const float gm = gc_gam<DOC>(cs, i, jj, e >> 1 ? lo1 : lo0), dA = -aa[j][e];
                         const float kg = kk[j][e] * gm;
                         gv = dA * bs[i] * gm;
                         ev = dA * (bs[i] * kg);
@@ -942,73 +979,91 @@ static void gc_check_smem(void) {
                   "make cuda_gdn_chunk_smem compute what deltanet_chunk.cu's gdn_smem_* do");
 }
 
-// W, Kc (and Tinv) per chunk, then the state pass: Vn and the states before each chunk
-template <int DK, int DV>
+// W, Kc (and Tinv) per chunk, then the state pass: Vn and the states before each chunk. DOC: the
+// documents' instantiations (doc = s->doc_start), the plain kernels without them.
+template <int DK, int DV, bool DOC>
 static void gc_wy_state(const GcDims& d, const GcScratch& x, const float* k, const float* v, const float* g,
-                        const float* beta, const float* state_in, float* state_out) {
+                        const float* beta, const float* state_in, float* state_out, const int* doc) {
     gc_check_smem<DK, DV>();
-    gc_optin(gdn_chunk_wy_kernel<DK, DV>, gdn_smem_wy<DK, DV>());
-    gc_optin(gdn_chunk_state_kernel<DK, DV>, gdn_smem_state<DK, DV>());
+    gc_optin(gdn_chunk_wy_kernel<DK, DV, DOC>, gdn_smem_wy<DK, DV>());
+    gc_optin(gdn_chunk_state_kernel<DK, DV, DOC>, gdn_smem_state<DK, DV>());
     dim3 gw(d.NC, d.Hk, d.B);
-    gdn_chunk_wy_kernel<DK, DV><<<gw, GC_THREADS, gdn_smem_wy<DK, DV>(), cuda_stream>>>(d, k, v, g, beta, x.w, x.kc, x.tinv);
+    gdn_chunk_wy_kernel<DK, DV, DOC><<<gw, GC_THREADS, gdn_smem_wy<DK, DV>(), cuda_stream>>>(d, k, v, g, beta, x.w, x.kc,
+                                                                                             x.tinv, doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_wy_kernel");
     dim3 gs(DV / GC_BV, d.Hv, d.B);
-    gdn_chunk_state_kernel<DK, DV><<<gs, GC_THREADS, gdn_smem_state<DK, DV>(), cuda_stream>>>(d, k, g, x.w, x.kc, x.vn, x.sh,
-                                                                                               state_in, state_out);
+    gdn_chunk_state_kernel<DK, DV, DOC><<<gs, GC_THREADS, gdn_smem_state<DK, DV>(), cuda_stream>>>(
+        d, k, g, x.w, x.kc, x.vn, x.sh, state_in, state_out, doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_state_kernel");
 }
 
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 static void gc_forward(float* o, float* state_out, const float* q, const float* k, const float* v, const float* g,
                        const float* beta, const float* state_in, const OpsGdnShape* s) {
     const GcDims d = gc_dims(s);
     const GcScratch x = gc_scratch(s, 0);
-    gc_wy_state<DK, DV>(d, x, k, v, g, beta, state_in, state_out);
-    gc_optin(gdn_chunk_out_kernel<DK, DV>, gdn_smem_out<DK, DV>());
+    const int* doc = s->doc_start;
+    gc_wy_state<DK, DV, DOC>(d, x, k, v, g, beta, state_in, state_out, doc);
+    gc_optin(gdn_chunk_out_kernel<DK, DV, DOC>, gdn_smem_out<DK, DV>());
     dim3 go(d.NC, d.Hk, d.B);
-    gdn_chunk_out_kernel<DK, DV><<<go, GC_THREADS, gdn_smem_out<DK, DV>(), cuda_stream>>>(d, q, k, g, x.vn, x.sh, o);
+    gdn_chunk_out_kernel<DK, DV, DOC><<<go, GC_THREADS, gdn_smem_out<DK, DV>(), cuda_stream>>>(d, q, k, g, x.vn, x.sh, o,
+                                                                                               doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_out_kernel");
 }
 
-template <int DK, int DV>
+template <int DK, int DV, bool DOC>
 static void gc_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout, const float* q,
                         const float* k, const float* v, const float* g, const float* beta, const OpsGdnShape* s) {
     const GcDims d = gc_dims(s);
     const GcScratch x = gc_scratch(s, 1);
-    gc_wy_state<DK, DV>(d, x, k, v, g, beta, NULL, NULL);
-    gc_optin(gdn_chunk_dstate_kernel<DK, DV>, gdn_smem_dstate<DK, DV>());
-    gc_optin(gdn_chunk_dqk_kernel<DK, DV>, gdn_smem_dqk<DK, DV>());
-    gc_optin(gdn_chunk_dwy_kernel<DK, DV>, gdn_smem_dwy<DK, DV>());
+    const int* doc = s->doc_start;
+    gc_wy_state<DK, DV, DOC>(d, x, k, v, g, beta, NULL, NULL, doc);
+    gc_optin(gdn_chunk_dstate_kernel<DK, DV, DOC>, gdn_smem_dstate<DK, DV>());
+    gc_optin(gdn_chunk_dqk_kernel<DK, DV, DOC>, gdn_smem_dqk<DK, DV>());
+    gc_optin(gdn_chunk_dwy_kernel<DK, DV, DOC>, gdn_smem_dwy<DK, DV>());
     dim3 gs(DV / GC_BV, d.Hv, d.B);
-    gdn_chunk_dstate_kernel<DK, DV><<<gs, GC_THREADS, gdn_smem_dstate<DK, DV>(), cuda_stream>>>(d, q, k, g, dout, x.kc,
-                                                                                                 x.dvn, x.dsh);
+    gdn_chunk_dstate_kernel<DK, DV, DOC><<<gs, GC_THREADS, gdn_smem_dstate<DK, DV>(), cuda_stream>>>(
+        d, q, k, g, dout, x.kc, x.dvn, x.dsh, doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_dstate_kernel");
     dim3 gk(d.NC, d.Hk, d.B);
-    gdn_chunk_dqk_kernel<DK, DV><<<gk, GC_THREADS, gdn_smem_dqk<DK, DV>(), cuda_stream>>>(d, q, k, g, dout, x.sh, x.dsh,
-                                                                                           x.vn, x.dvn, x.dkc, x.dc, dq, dk);
+    gdn_chunk_dqk_kernel<DK, DV, DOC><<<gk, GC_THREADS, gdn_smem_dqk<DK, DV>(), cuda_stream>>>(
+        d, q, k, g, dout, x.sh, x.dsh, x.vn, x.dvn, x.dkc, x.dc, dq, dk, doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_dqk_kernel");
-    gdn_chunk_dwy_kernel<DK, DV><<<gk, GC_THREADS, gdn_smem_dwy<DK, DV>(), cuda_stream>>>(d, k, v, g, beta, x.tinv, x.w,
-                                                                                           x.kc, x.dvn, x.dkc, x.dc, dk,
-                                                                                           dv, dg, dbeta);
+    gdn_chunk_dwy_kernel<DK, DV, DOC><<<gk, GC_THREADS, gdn_smem_dwy<DK, DV>(), cuda_stream>>>(
+        d, k, v, g, beta, x.tinv, x.w, x.kc, x.dvn, x.dkc, x.dc, dk, dv, dg, dbeta, doc);
     CUDA_LAUNCH_CHECK("gdn_chunk_dwy_kernel");
+}
+
+template <bool DOC>
+static void gc_forward_dims(float* o, float* state_out, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, const float* state_in, const OpsGdnShape* s) {
+    if (s->dk == 64 && s->dv == 64) gc_forward<64, 64, DOC>(o, state_out, q, k, v, g, beta, state_in, s);
+    else if (s->dk == 64) gc_forward<64, 128, DOC>(o, state_out, q, k, v, g, beta, state_in, s);
+    else if (s->dv == 64) gc_forward<128, 64, DOC>(o, state_out, q, k, v, g, beta, state_in, s);
+    else gc_forward<128, 128, DOC>(o, state_out, q, k, v, g, beta, state_in, s);
+}
+
+template <bool DOC>
+static void gc_backward_dims(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout, const float* q,
+                             const float* k, const float* v, const float* g, const float* beta, const OpsGdnShape* s) {
+    if (s->dk == 64 && s->dv == 64) gc_backward<64, 64, DOC>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+    else if (s->dk == 64) gc_backward<64, 128, DOC>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+    else if (s->dv == 64) gc_backward<128, 64, DOC>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+    else gc_backward<128, 128, DOC>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
 }
 
 int cuda_gdn_chunk_forward(float* o, float* state_out, const float* q, const float* k, const float* v, const float* g,
                            const float* beta, const float* state_in, const OpsGdnShape* s) {
     if (!gc_use(s)) return 0;
-    if (s->dk == 64 && s->dv == 64) gc_forward<64, 64>(o, state_out, q, k, v, g, beta, state_in, s);
-    else if (s->dk == 64) gc_forward<64, 128>(o, state_out, q, k, v, g, beta, state_in, s);
-    else if (s->dv == 64) gc_forward<128, 64>(o, state_out, q, k, v, g, beta, state_in, s);
-    else gc_forward<128, 128>(o, state_out, q, k, v, g, beta, state_in, s);
+    if (s->doc_start) gc_forward_dims<true>(o, state_out, q, k, v, g, beta, state_in, s);
+    else gc_forward_dims<false>(o, state_out, q, k, v, g, beta, state_in, s);
     return 1;
 }
 
 int cuda_gdn_chunk_backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, const float* dout, const float* q,
                             const float* k, const float* v, const float* g, const float* beta, const OpsGdnShape* s) {
     if (!gc_use(s)) return 0;
-    if (s->dk == 64 && s->dv == 64) gc_backward<64, 64>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
-    else if (s->dk == 64) gc_backward<64, 128>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
-    else if (s->dv == 64) gc_backward<128, 64>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
-    else gc_backward<128, 128>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+    if (s->doc_start) gc_backward_dims<true>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
+    else gc_backward_dims<false>(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, s);
     return 1;
 }
