@@ -773,12 +773,30 @@ static void test_gdn_layer(void) {
 // a partial last chunk, one whole chunk, Hv > Hk (2 and 4 value heads a key head), every (dk, dv)
 // pair, strided rows, a passed-in state, the decay regimes of test_gpu_ops (mid, strong: g in
 // [-12, -2], slow: g in [-0.02, 0]); and a rerun (the same bits: no atomics).
+// docs (OpsGdnShape.doc_start; the CPU with the same doc_start): GDN_DOCS_MIXED, test_gpu_ops.c's
+// layout (starts mid-chunk, at and just before chunk boundaries, short and one-token documents,
+// the partial last chunk, another layout per sequence); GDN_DOCS_ONE, one document a sequence,
+// which must also give the bits of doc_start = NULL (forward and backward).
 enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
-static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int with_state,
-                             int decay) {
+enum { GDN_DOCS_NONE, GDN_DOCS_MIXED, GDN_DOCS_ONE };
+static const int gdn_doc_lists[2][12] = {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 1, 2, 63, 140, 149, -1}};
+static void test_gdn_chunked_docs(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int with_state,
+                                  int decay, int docs) {
     const size_t N = (size_t)B * T, ldqk = (size_t)Hk * dk + extra_qk, ldv = (size_t)Hv * dv + extra_v;
     const size_t SN = (size_t)B * Hv * dk * dv, ON = N * Hv * dv;
     OpsGdnShape s = {B, T, Hk, Hv, dk, dv, 64, extra_qk ? (int)ldqk : 0, extra_v ? (int)ldv : 0, NULL};
+    OpsGdnShape sd = s;   // the device's: doc_start in device memory
+    if (docs != GDN_DOCS_NONE) {
+        int* doc = ibuf(N);   // doc[b T + t] (=) the first token of t's document
+        for (int b = 0; b < B; b++)
+            for (int t = 0, start = 0; t < T; t++) {
+                for (int i = 0; docs == GDN_DOCS_MIXED && gdn_doc_lists[b % 2][i] >= 0; i++)
+                    if (gdn_doc_lists[b % 2][i] == t) start = t;
+                doc[(size_t)b * T + t] = start;
+            }
+        s.doc_start = doc;
+        sd.doc_start = up_int(doc, N);
+    }
     float *q = hrand(N * ldqk, 1), *k = hrand(N * ldqk, 1), *v = hrand(N * ldv, 1), *g = hbuf(N * Hv), *beta = hbuf(N * Hv);
     for (size_t n = 0; n < N; n++)   // q, k L2-normalised per head, as the layer does
         for (int j = 0; j < Hk; j++)
@@ -797,21 +815,28 @@ static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int e
     ref_ops_gdn_forward(o, so, NULL, q, k, v, g, beta, st, &s);
     float *d_q = up_f32(q, N * ldqk), *d_k = up_f32(k, N * ldqk), *d_v = up_f32(v, N * ldv), *d_g = up_f32(g, N * Hv);
     float *d_beta = up_f32(beta, N * Hv), *d_o = poison_f32(ON), *d_so = poison_f32(SN);
-    ops_gdn_forward(d_o, d_so, NULL, d_q, d_k, d_v, d_g, d_beta, with_state ? up_f32(st, SN) : NULL, &s);
-    cmp_f32(NM("gdn chunked B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d%s%s: o", B, T, Hk, Hv, dk, dv, extra_qk, extra_v,
-               with_state ? " state_in" : "", decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : ""),
+    float* d_st = with_state ? up_f32(st, SN) : NULL;
+    ops_gdn_forward(d_o, d_so, NULL, d_q, d_k, d_v, d_g, d_beta, d_st, &sd);
+    cmp_f32(NM("gdn chunked B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d ld+%d/+%d%s%s%s: o", B, T, Hk, Hv, dk, dv, extra_qk, extra_v,
+               with_state ? " state_in" : "", decay == GDN_DECAY_STRONG ? " strong decay" : decay == GDN_DECAY_SLOW ? " slow decay" : "",
+               docs == GDN_DOCS_MIXED ? " documents" : docs == GDN_DOCS_ONE ? " one document" : ""),
             d_o, o, ON, TOL_GDN_BF16_FWD);
     cmp_f32("gdn chunked: state_out", d_so, so, SN, TOL_GDN_BF16_FWD);
     // backward (dq, dk, dv compared over whole rows: the gaps of the strided layout start as 0
     // on both sides and must stay 0)
     float *dout = hrand(ON, 1), *dq = hbuf(N * ldqk), *dk_ = hbuf(N * ldqk), *dv_ = hbuf(N * ldv), *dg = hbuf(N * Hv), *db = hbuf(N * Hv);
     ref_ops_gdn_backward(dq, dk_, dv_, dg, db, dout, q, k, v, g, beta, NULL, &s);
-    float *d_dout = up_f32(dout, ON), *d_dq[2], *d_dk[2], *d_dv[2], *d_dg[2], *d_db[2];
-    for (int run = 0; run < 2; run++) {
+    // run 1: a rerun; with one document, run 2: doc_start NULL (the same bits)
+    OpsGdnShape s0 = sd;
+    s0.doc_start = NULL;
+    const int runs = docs == GDN_DOCS_ONE ? 3 : 2;
+    float *d_dout = up_f32(dout, ON), *d_dq[3], *d_dk[3], *d_dv[3], *d_dg[3], *d_db[3];
+    for (int run = 0; run < runs; run++) {
         float* z = hbuf(N * (ldqk > ldv ? ldqk : ldv));
         d_dq[run] = up_f32(z, N * ldqk); d_dk[run] = up_f32(z, N * ldqk); d_dv[run] = up_f32(z, N * ldv);
         d_dg[run] = poison_f32(N * Hv); d_db[run] = poison_f32(N * Hv);
-        ops_gdn_backward(d_dq[run], d_dk[run], d_dv[run], d_dg[run], d_db[run], d_dout, d_q, d_k, d_v, d_g, d_beta, NULL, &s);
+        ops_gdn_backward(d_dq[run], d_dk[run], d_dv[run], d_dg[run], d_db[run], d_dout, d_q, d_k, d_v, d_g, d_beta, NULL,
+                         run == 2 ? &s0 : &sd);
     }
     cmp_f32("gdn chunked backward: dq", d_dq[0], dq, N * ldqk, TOL_GDN_BF16_BWD);
     cmp_f32("gdn chunked backward: dk", d_dk[0], dk_, N * ldqk, TOL_GDN_BF16_BWD);
@@ -829,7 +854,28 @@ static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int e
     }
     TU_CHECK(same, "gdn chunked backward: a rerun gives other bits");
     printf("  %-66s %s\n", "gdn chunked backward: dq, dk, dv, dg, dbeta on a rerun", same ? "same bits" : "DIFFERENT");
+    if (docs == GDN_DOCS_ONE) {   // one document a sequence = doc_start NULL, bit for bit
+        float *d_o0 = poison_f32(ON), *d_so0 = poison_f32(SN);
+        ops_gdn_forward(d_o0, d_so0, NULL, d_q, d_k, d_v, d_g, d_beta, d_st, &s0);
+        const float* pairs[7][2] = {{d_o0, d_o}, {d_so0, d_so}, {d_dq[2], d_dq[0]}, {d_dk[2], d_dk[0]}, {d_dv[2], d_dv[0]},
+                                    {d_dg[2], d_dg[0]}, {d_db[2], d_db[0]}};
+        const size_t np[7] = {ON, SN, N * ldqk, N * ldqk, N * ldv, N * Hv, N * Hv};
+        int same0 = 1;
+        for (int i = 0; i < 7; i++) {
+            float *a = hbuf(np[i]), *b2 = hbuf(np[i]);
+            ops_to_host(a, pairs[i][0], np[i] * sizeof(float));
+            ops_to_host(b2, pairs[i][1], np[i] * sizeof(float));
+            same0 &= memcmp(a, b2, np[i] * sizeof(float)) == 0;
+        }
+        TU_CHECK(same0, "gdn chunked, one document: other bits than doc_start = NULL");
+        printf("  %-66s %s\n", "gdn chunked, one document = doc_start NULL: o, state_out, dq .. dbeta",
+               same0 ? "same bits" : "DIFFERENT");
+    }
     release();
+}
+static void test_gdn_chunked(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int with_state,
+                             int decay) {
+    test_gdn_chunked_docs(B, T, Hk, Hv, dk, dv, extra_qk, extra_v, with_state, decay, GDN_DOCS_NONE);
 }
 
 static void test_gdn_chunked_all(void) {
@@ -839,6 +885,11 @@ static void test_gdn_chunked_all(void) {
     test_gdn_chunked(1, 70, 2, 2, 128, 64, 0, 0, 1, GDN_DECAY_SLOW);
     test_gdn_chunked(1, 129, 1, 1, 64, 128, 0, 0, 0, GDN_DECAY_MID);
     test_gdn_chunked(2, 64, 1, 4, 64, 64, 0, 0, 1, GDN_DECAY_MID);   // one whole chunk, 4 value heads a key head
+    printf(" gated delta rule, chunked kernels (bf16 tensor-core products), documents (doc_start)\n");
+    test_gdn_chunked_docs(2, 150, 1, 2, 64, 64, 5, 3, 1, GDN_DECAY_MID, GDN_DOCS_MIXED);
+    test_gdn_chunked_docs(2, 150, 1, 1, 128, 128, 0, 0, 1, GDN_DECAY_SLOW, GDN_DOCS_MIXED);
+    test_gdn_chunked_docs(2, 150, 2, 2, 64, 128, 0, 0, 0, GDN_DECAY_STRONG, GDN_DOCS_MIXED);
+    test_gdn_chunked_docs(2, 130, 1, 2, 128, 64, 0, 0, 1, GDN_DECAY_MID, GDN_DOCS_ONE);
 }
 
 int main(int argc, char** argv) {
