@@ -48,6 +48,8 @@
 // head are written by one block that walks its value heads in order (dqk, then dwy adds its
 // terms), sums over tokens run in a fixed order. Rows past T in the last chunk are zeros (g = 0
 // there, so c of row 63 is c_L).
+// Documents (s->doc_start, [data] doc_mask): every decay factor above masked (Gamma, e^c,
+// e^{c_L - c}, e^{c_L}; the section "documents" below), in each kernel's DOC = true instantiation.
 //
 // Status: builds, not yet run on a GPU (docs/gpu.md); runs on the CUDA emulator (tests/cudaemu)
 // in test_gpu_ops (fp32 build) and test_gpu_ops_bf16 (bf16 build).
