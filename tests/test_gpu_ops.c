@@ -1044,8 +1044,8 @@ enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
 // Documents (OpsGdnShape.doc_start, the conv's doc_start): the layouts below, by number; layout
 // GDN_DOCS_NONE = doc_start NULL. gdn_doc_starts writes doc[b*T + t] (=) the first token of t's
 // document from a list of document starts per sequence (those < T; each list begins with 0).
-enum { GDN_DOCS_NONE = -1, GDN_DOCS_MIXED, GDN_DOCS_ONE };
-static const int gdn_doc_lists[2][2][12] = {
+enum { GDN_DOCS_NONE = -1, GDN_DOCS_MIXED, GDN_DOCS_ONE, GDN_DOCS_LATE };
+static const int gdn_doc_lists[3][2][12] = {
     // MIXED, sequence 0: a start mid-chunk (30), one exactly at a chunk boundary (64), several
     // short documents inside one chunk (70, 73, 80), a one-token document (90), a document
     // across the boundary of chunk 1 and the partial last chunk (128 inside it, from 100)
@@ -1054,7 +1054,12 @@ static const int gdn_doc_lists[2][2][12] = {
     // boundaries (63 .. 139), a one-token last document at 149 (state_out: that token's writes)
     {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 1, 2, 63, 140, 149, -1}},
     // ONE: a single document per sequence (must give the bits of doc_start = NULL)
-    {{0, -1}, {0, -1}}};
+    {{0, -1}, {0, -1}},
+    // LATE: MIXED without documents starting before token 3 (= K - 1 of the tests' conv), for the
+    // conv's comparisons with the CPU under state_in: the CPU's conv (kernels/cpu/deltanet.c) lets
+    // a later document starting at t < K - 1 read state_in where ops.h says zeros (and the CUDA
+    // conv, and each document alone, read zeros: test_conv1d_doc_alone covers those starts)
+    {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 3, 4, 63, 140, 149, -1}}};
 static int* gdn_doc_starts(int layout, int B, int T) {
     if (layout == GDN_DOCS_NONE) return NULL;
     int* doc = malloc((size_t)B * T * sizeof(int));
@@ -1069,7 +1074,8 @@ static int* gdn_doc_starts(int layout, int B, int T) {
     return doc;
 }
 static const char* gdn_doc_name(int layout) {
-    return layout == GDN_DOCS_MIXED ? " documents" : layout == GDN_DOCS_ONE ? " one document" : "";
+    return layout == GDN_DOCS_MIXED ? " documents" : layout == GDN_DOCS_ONE ? " one document"
+         : layout == GDN_DOCS_LATE ? " documents (none before K-1)" : "";
 }
 
 static void test_gdn_run(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
@@ -1340,6 +1346,56 @@ static void test_conv1d_docs(int B, int T, int C, int K, int with_state, int doc
 
 static void test_conv1d(int B, int T, int C, int K, int with_state) { test_conv1d_docs(B, T, C, K, with_state, GDN_DOCS_NONE); }
 
+// The conv with documents, independent of the CPU: the packed sequences (MIXED layout, B = 2,
+// state_in) against each document alone on the device (doc_start NULL; the sequence's first
+// document with state_in, the others zeros): out, pre, dx of each document's rows, state_out the
+// last document's; dw (+=, from zeros) the sum of the documents' (summed in another grouping:
+// TOL_ELEM; the rest is the same arithmetic per element: tolerance 0)
+static void test_conv1d_doc_alone(int T, int C, int K) {
+    char nm[128];
+    const int B = 2;
+    const size_t N = (size_t)B * T, n = N * C, ns = (size_t)B * C * (K - 1), nw = (size_t)C * K, S1 = (size_t)C * (K - 1);
+    float *x = hrand(n, 2), *w = hrand(nw, 1), *st = hrand(ns, 2), *dout = hrand(n, 1);
+    int* hdoc = gdn_doc_starts(GDN_DOCS_MIXED, B, T);
+    int* d_doc = dcopy_int(hdoc, N);
+    float *d_x = dcopy(x, n), *d_w = dcopy(w, nw), *d_st = dcopy(st, ns), *d_dout = dcopy(dout, n);
+    float* zw = hzeros(nw);
+    float *d_o = dpoison(n), *d_p = dpoison(n), *d_s = dpoison(ns), *d_dx = dpoison(n), *d_dw = dcopy(zw, nw);
+    ops_conv1d_silu_forward(d_o, d_p, d_s, d_x, d_w, d_st, d_doc, B, T, C, K);
+    ops_conv1d_silu_backward(d_dx, d_dw, d_dout, d_x, d_p, d_w, d_doc, B, T, C, K);
+    float *ao = hzeros(n), *ap = hzeros(n), *as = hzeros(ns), *adx = hzeros(n);
+    float* e_dw = dcopy(zw, nw);   // every document's dw added in turn
+    int ndocs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t0 = 0; t0 < T;) {
+            int t1 = t0 + 1;
+            while (t1 < T && hdoc[(size_t)b * T + t1] == t0) t1++;
+            const int L = t1 - t0;
+            const size_t r0 = ((size_t)b * T + t0) * C, m = (size_t)L * C;
+            float *e_x = dcopy(x + r0, m), *e_do = dcopy(dout + r0, m), *e_si = t0 == 0 ? dcopy(st + (size_t)b * S1, S1) : NULL;
+            float *e_o = dpoison(m), *e_p = dpoison(m), *e_s = dpoison(S1), *e_dx = dpoison(m);
+            ops_conv1d_silu_forward(e_o, e_p, e_s, e_x, d_w, e_si, NULL, 1, L, C, K);
+            ops_conv1d_silu_backward(e_dx, e_dw, e_do, e_x, e_p, d_w, NULL, 1, L, C, K);
+            ops_to_host(ao + r0, e_o, m * sizeof(float));
+            ops_to_host(ap + r0, e_p, m * sizeof(float));
+            ops_to_host(adx + r0, e_dx, m * sizeof(float));
+            if (t1 == T) ops_to_host(as + (size_t)b * S1, e_s, S1 * sizeof(float));
+            ops_free(e_x); ops_free(e_do); ops_free(e_si); ops_free(e_o); ops_free(e_p); ops_free(e_s); ops_free(e_dx);
+            ndocs++;
+            t0 = t1;
+        }
+    snprintf(nm, sizeof nm, "conv1d documents = alone: T=%d C=%d K=%d, %d docs: out", T, C, K, ndocs);
+    cmp(nm, d_o, ao, n, 0.0);
+    cmp("conv1d documents = alone: pre", d_p, ap, n, 0.0);
+    cmp("conv1d documents = alone: state_out (the last document's)", d_s, as, ns, 0.0);
+    cmp("conv1d documents = alone: dx", d_dx, adx, n, 0.0);
+    float* hdw = hback(e_dw, nw);
+    cmp("conv1d documents = alone: dw (the documents' sum)", d_dw, hdw, nw, TOL_ELEM);
+    free(x); free(w); free(st); free(dout); free(hdoc); free(ao); free(ap); free(as); free(adx); free(hdw); free(zw);
+    ops_free(d_doc); ops_free(d_x); ops_free(d_w); ops_free(d_st); ops_free(d_dout); ops_free(d_o); ops_free(d_p);
+    ops_free(d_s); ops_free(d_dx); ops_free(d_dw); ops_free(e_dw);
+}
+
 // L2 norm of `heads` heads of n inside rows of ldx (x, dx) and ldy (y, dy) floats
 static void test_l2norm(int N, int heads, int n, int ldx, int ldy) {
     char nm[128];
@@ -1581,11 +1637,14 @@ int main(int argc, char** argv) {
     test_conv1d(2, 37, 50, 4, 1);
     test_conv1d(3, 2, 20, 4, 1);    // T < K - 1: state_out reaches into state_in
     // documents: with and without state_in (the first document's), one document = NULL's bits,
-    // T < K - 1 with a document starting at token 1 (sequence 1: state_out zeros before it)
+    // T < K - 1 with a document starting at token 1 (sequence 1: state_out zeros before it), and
+    // each document alone (with state_in: documents starting at tokens 1 and 2 read zeros)
     test_conv1d_docs(2, 150, 50, 4, 0, GDN_DOCS_MIXED);
-    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_MIXED);
+    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_LATE);
     test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_ONE);
-    test_conv1d_docs(3, 2, 20, 4, 1, GDN_DOCS_MIXED);
+    test_conv1d_docs(3, 2, 20, 4, 0, GDN_DOCS_MIXED);
+    test_conv1d_doc_alone(150, 50, 4);
+    test_conv1d_doc_alone(2, 20, 4);   // T < K - 1: sequence 1's last document starts at token 1 (state_out: zeros, x_1)
     test_l2norm(70, 3, 20, 70, 64); // strided x and y
     test_l2norm(130, 4, 128, 512, 512);
     for (int act = 0; act <= 2; act++) test_rmsnorm_gated(300, 64, (OpsGateAct)act);

@@ -474,8 +474,9 @@ extern "C" void ops_gdn_gates_backward(float* dba, float* dA_log, float* ddt_bia
 // Causal depthwise conv1d + SiLU over time: pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c] (before
 // token 0: state_in[b, c, K-1+u], or 0), out = silu(pre). x, pre, out [B*T, C]. Under documents
 // (DOC: doc [B*T], OpsGdnShape.doc_start's) a tap reading an input u < doc[t] (before t's
-// document) reads 0 (state_in only for u < 0, i.e. the first document); the backward pairs only
-// what the forward read.
+// document) reads 0, state_in only in the sequence's first document (doc[t] = 0: as that
+// document alone; a later one starting at t < K-1 reads zeros before it, not state_in); the
+// backward pairs only what the forward read.
 __device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gdn_silu_grad(float x) {
     const float s = cuda_sigmoid(x);
@@ -496,7 +497,7 @@ __global__ static void gdn_conv_forward_kernel(float* out, float* pre, const flo
     float acc = 0.0f;
     for (int j = 0; j < K; j++) {
         const int u = t - (K - 1) + j;   // the input this tap reads
-        const float xv = u >= lo ? x[((size_t)b * T + u) * C + c] : st && (!DOC || u < 0) ? st[K - 1 + u] : 0.0f;
+        const float xv = u >= lo ? x[((size_t)b * T + u) * C + c] : st && (!DOC || lo == 0) ? st[K - 1 + u] : 0.0f;
         acc += w[(size_t)c * K + j] * xv;
     }
     if (pre) pre[idx] = acc;
@@ -505,7 +506,8 @@ __global__ static void gdn_conv_forward_kernel(float* out, float* pre, const flo
 
 // state_out[b, c, j] (=): the last K-1 inputs, oldest first (reaching into state_in when T < K-1;
 // state_out must then be another buffer than state_in: the decoder's two, model/kv_cache.c); under
-// documents those of the last document, zeros before its first token
+// documents those of the last document, zeros before its first token (state_in only when it is the
+// sequence's first)
 template <bool DOC>
 __global__ static void gdn_conv_state_kernel(float* state_out, const float* x, const float* state_in, int B, int T,
                                              int C, int K, const int* doc) {
@@ -517,7 +519,7 @@ __global__ static void gdn_conv_state_kernel(float* state_out, const float* x, c
     const int u = T - (K - 1) + j;
     const int lo = DOC && T > 0 ? doc[(size_t)b * T + T - 1] : 0;   // the last document's first token
     state_out[idx] = u >= lo ? x[((size_t)b * T + u) * C + c]
-                   : state_in && (!DOC || u < 0) ? state_in[bc * (K - 1) + (K - 1 + u)] : 0.0f;
+                   : state_in && (!DOC || lo == 0) ? state_in[bc * (K - 1) + (K - 1 + u)] : 0.0f;
 }
 
 template <bool DOC>
