@@ -1262,8 +1262,6 @@ static int finalize_data(const Config* c, const FinCtx* fc) {
     if (c->data.doc_mask) {   // attention within documents (model/doc_mask.h)
         if (c->data.tokenizer[0] == '\0')
             return fin_error(fc, "data", "doc_mask", "true but [data] tokenizer is empty: the tokenizer's end-of-text token closes each document (fix: set tokenizer, or doc_mask = false)");
-        if (pattern_has(m, 'L') == 1)
-            return fin_error(fc, "data", "doc_mask", "true with Gated DeltaNet layers (layer_pattern has an L): their state is not reset at document starts yet (fix: doc_mask = false, or a layer_pattern of A only)");
         if (c->train.attn_impl == ATTN_IMPL_CUDNN)
             return fin_error(fc, "data", "doc_mask", "true with [train] attn_impl = cudnn: the cuDNN attention has no document mask here (fix: attn_impl = fused or flash, or doc_mask = false)");
     }

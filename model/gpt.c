@@ -705,10 +705,6 @@ void gpt_layer_recompute(GPT* m, int l) {
 }
 
 void gpt_set_doc_mask(GPT* m, int eot, int restart) {
-    if (eot >= 0 && config_any_linear(&m->cfg)) {
-        fprintf(stderr, "error: [data] doc_mask: the Gated DeltaNet layers do not reset their state at document starts yet: set doc_mask = false or layer_pattern without L\n");
-        exit(1);
-    }
     m->doc_eot = eot;
     m->doc_restart = restart;
 }

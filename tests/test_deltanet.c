@@ -13,7 +13,12 @@
 //    activation, the decay/beta gates) vs finite differences, and the conv decoding a token at a
 //    time with its state;
 // 6. strided rows (q, k, v read from inside wider rows, as the layer reads them from its conv
-//    output; the L2 norm between layouts) give bit for bit the dense results.
+//    output; the L2 norm between layouts) give bit for bit the dense results;
+// 7. documents (OpsGdnShape.doc_start, [data] doc_mask): the state zeroed at each later
+//    document's first token, forward against the float64 recurrence doing the same, backward
+//    (recurrent, chunked) against its central differences, each document of the packed sequence
+//    equal to that document run alone, one document equal to no documents bit for bit; the conv
+//    likewise (each document alone bit for bit, finite differences, the decoding state).
 #include "../kernels/ops.h"
 #include "test_util.h"
 #include <string.h>
@@ -24,6 +29,10 @@ enum { B = 2, T = 70, HK = 2, HV = 4, DK = 8, DV = 6, N = B * T };
 // cpu_gdn_chunk_saved_floats, which the test does not include: an independent count)
 enum { SAVED = N * HV * DV + B * HV * ((T + 15) / 16) * DK * DV };
 
+// documents for the reference (section 7): when ref_docs, the state is zeroed before token t > 0
+// of sequence b where ref_ds[b*T + t] == t (the first token of a later document)
+static int ref_docs, ref_ds[N];
+
 // float64 reference: the same recurrence as transformers' torch_recurrent_gated_delta_rule
 static void ref_forward(double* o, const double* q, const double* k, const double* v, const double* g,
                         const double* beta) {
@@ -33,6 +42,7 @@ static void ref_forward(double* o, const double* q, const double* k, const doubl
             double S[DK][DV] = {{0}};
             for (int t = 0; t < T; t++) {
                 int n = b * T + t;
+                if (ref_docs && t > 0 && ref_ds[n] == t) memset(S, 0, sizeof S);
                 const double *qt = q + (n * HK + h / rep) * DK, *kt = k + (n * HK + h / rep) * DK, *vt = v + (n * HV + h) * DV;
                 double a = exp(g[n * HV + h]), u[DV] = {0};
                 for (int i = 0; i < DK; i++)
@@ -188,9 +198,10 @@ static float fx[FB * FT * FC], fw[FC * FK], fz[FR * FN], fg[FR * FN], fwt[FB * F
 static OpsGateAct fact = OPS_ACT_SILU;
 enum { GH = 3 };                                   // gates: FR tokens, GH value heads
 static float gba[FR * 2 * GH], gA[GH], gdt[GH];
+static const int* fds;   // the conv's documents (NULL: none)
 static double conv_loss(void) {
     static float out[FB * FT * FC];
-    ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, NULL, FB, FT, FC, FK);
+    ops_conv1d_silu_forward(out, NULL, NULL, fx, fw, NULL, fds, FB, FT, FC, FK);
     double L = 0;
     for (int i = 0; i < FB * FT * FC; i++) L += (double)out[i] * fwt[i];
     return L;
@@ -257,6 +268,40 @@ static void test_layer_ops(void) {
         TU_CHECK(memcmp(o1, out, sizeof out) == 0, "conv1d: token-by-token with the state differs from the sequence");
         printf("  conv1d+silu decoding a token at a time with its state: bit for bit equal\n");
     }
+    // documents: sequence 0 starts them at 0, 2, 3 (one token) and 7, sequence 1 at 0 and 8 (the
+    // last token). Each document alone (B = 1, its own length) gives its rows of the packed
+    // forward bit for bit (the same taps in the same order; those before it add nothing), and the
+    // decoding state is the last document's alone; the backward vs finite differences (1e-3 as above)
+    {
+        static const int first[FB][5] = {{0, 2, 3, 7, -1}, {0, 8, -1}};
+        static int ds[FB * FT];
+        for (int b = 0; b < FB; b++)
+            for (int t = 0, cur = 0; t < FT; t++) {
+                for (int j = 0; first[b][j] >= 0; j++)
+                    if (first[b][j] == t) cur = t;
+                ds[b * FT + t] = cur;
+            }
+        static float od[FB * FT * FC], pd[FB * FT * FC], sd[FB * FC * (FK - 1)];
+        ops_conv1d_silu_forward(od, pd, sd, fx, fw, NULL, ds, FB, FT, FC, FK);
+        int same = 1;
+        for (int b = 0; b < FB; b++)
+            for (int j = 0; first[b][j] >= 0; j++) {
+                const int t0 = first[b][j], t1 = first[b][j + 1] >= 0 ? first[b][j + 1] : FT;
+                float o1[FT * FC], s1[FC * (FK - 1)];
+                ops_conv1d_silu_forward(o1, NULL, s1, fx + (b * FT + t0) * FC, fw, NULL, NULL, 1, t1 - t0, FC, FK);
+                same &= memcmp(o1, od + (b * FT + t0) * FC, sizeof(float) * (t1 - t0) * FC) == 0;
+                if (t1 == FT) same &= memcmp(s1, sd + b * FC * (FK - 1), sizeof s1) == 0;
+            }
+        TU_CHECK(same, "conv1d: a document of the packed sequence differs from it alone");
+        TU_CHECK(memcmp(od, out, sizeof od) != 0, "conv1d: the documents changed nothing");
+        printf("  conv1d+silu documents: each alone = packed, and the last one's state, bit for bit\n");
+        memset(dw, 0, sizeof dw);
+        ops_conv1d_silu_backward(dx, dw, fwt, fx, pd, fw, ds, FB, FT, FC, FK);
+        fds = ds;
+        fd_compare("conv1d+silu docs dx", fx, FB * FT * FC, dx, conv_loss);
+        fd_compare("conv1d+silu docs dw", fw, FC * FK, dw, conv_loss);
+        fds = NULL;
+    }
     // L2 norm
     static float y[FR * FN], ri[FR * 2], dz[FR * FN], dgz[FR * FN], dwn[FN];
     ops_l2norm_forward(y, ri, fz, FR, 2, FN / 2, FN, FN, 1e-6f);
@@ -303,6 +348,145 @@ static void test_layer_ops(void) {
     fd_compare("gates dba", gba, FR * 2 * GH, dba, gates_loss);
     fd_compare("gates dA_log", gA, GH, dA, gates_loss);
     fd_compare("gates ddt_bias", gdt, GH, ddt, gates_loss);
+}
+
+// ---- 7. documents (OpsGdnShape.doc_start). Sequence 0 holds documents starting at 0, 5, 6 (a
+// one-token document), 16 (a boundary of C = 16), 37, 64 (of C = 64) and 69 (the last token);
+// sequence 1 at 0 and 30 (inside every chunk size's chunk).
+static const int doc_first[2][8] = {{0, 5, 6, 16, 37, 64, 69, -1}, {0, 30, -1}};
+static void doc_fill(int* ds) {
+    for (int b = 0; b < B; b++) {
+        int cur = 0;
+        for (int t = 0; t < T; t++) {
+            for (int j = 0; doc_first[b][j] >= 0; j++)
+                if (doc_first[b][j] == t) cur = t;
+            ds[b * T + t] = cur;
+        }
+    }
+}
+// one document [t0, t1) of sequence b copied out as a sequence of its own (B = 1)
+static void doc_take(float* dst, const float* src, int b, int t0, int t1, int row) {
+    memcpy(dst, src + (size_t)(b * T + t0) * row, sizeof(float) * (size_t)(t1 - t0) * row);
+}
+static double rel_err(const float* a, const float* b, int n) {
+    double e = 0, m = 0;
+    for (int i = 0; i < n; i++) { e = fmax(e, fabs((double)a[i] - b[i])); m = fmax(m, fabs((double)b[i])); }
+    return m > 0 ? e / m : e;
+}
+
+static void check_documents(const OpsGdnShape* s0, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, const float* w, double* xq, double* xk, double* xv, double* xg,
+                            double* xb, const double* xw) {
+    static int ds[N], zeros[N];
+    doc_fill(ds);
+    OpsGdnShape s = *s0;
+    s.doc_start = ds;
+    // forward (recurrent, then chunked C = 16, 64, 128) against the float64 recurrence with resets:
+    // 1e-5 as section 1 (recurrent) and 4 (chunked: the same sums regrouped)
+    static float o[N * HV * DV], oc[N * HV * DV], st[B * HV * DK * DV], stc[B * HV * DK * DV];
+    static double ro[N * HV * DV];
+    memcpy(ref_ds, ds, sizeof ds);
+    ref_docs = 1;
+    ref_forward(ro, xq, xk, xv, xg, xb);
+    ops_gdn_forward(o, st, NULL, q, k, v, g, beta, NULL, &s);
+    double md = 0, mb = 0;
+    for (int i = 0; i < N * HV * DV; i++) { md = fmax(md, fabs(o[i] - ro[i])); mb = fmax(mb, fabs(ro[i])); }
+    TU_CHECK(md / mb < 1e-5, "documents: recurrent forward vs float64: %.3e", md / mb);
+    printf("  documents: recurrent forward vs float64 recurrence with resets: %.3e (tol 1e-5)\n", md / mb);
+    const int chunks[] = {16, 64, 128};
+    for (int ci = 0; ci < 3; ci++) {
+        OpsGdnShape sc = s;
+        sc.chunk = chunks[ci];
+        ops_gdn_forward(oc, stc, NULL, q, k, v, g, beta, NULL, &sc);
+        const double eo = rel_err(oc, o, N * HV * DV), es = rel_err(stc, st, B * HV * DK * DV);
+        TU_CHECK(eo < 1e-5 && es < 1e-5, "documents: chunk %d vs recurrent: outputs %.3e, state %.3e", chunks[ci], eo, es);
+        printf("  documents: chunked (C = %d) vs recurrent: outputs %.3e, final state %.3e (tol 1e-5)\n", chunks[ci], eo, es);
+    }
+    // the mask is not a no-op: the outputs of sequence 0's second document differ from no documents
+    {
+        OpsGdnShape sn = s0[0];
+        static float on[N * HV * DV];
+        ops_gdn_forward(on, NULL, NULL, q, k, v, g, beta, NULL, &sn);
+        TU_CHECK(rel_err(on + 6 * HV * DV, o + 6 * HV * DV, HV * DV) > 1e-3, "documents: token 6 equals the undocumented output");
+    }
+    // backward (recurrent; chunked C = 16 and 64 on the kept Vn and states) against central
+    // differences of the float64 recurrence with resets: 1e-5 as section 2
+    static float dq[N * HK * DK], dk[N * HK * DK], dv[N * HV * DV], dg[N * HV], db[N * HV];
+    ops_gdn_backward(dq, dk, dv, dg, db, w, q, k, v, g, beta, NULL, &s);
+    check_backward_fd("recurrent docs", dq, dk, dv, dg, db, xq, xk, xv, xg, xb, xw);
+    for (int ci = 0; ci < 2; ci++) {
+        OpsGdnShape sc = s;
+        sc.chunk = chunks[ci];
+        static float vn[SAVED];
+        ops_gdn_forward(oc, NULL, vn, q, k, v, g, beta, NULL, &sc);
+        ops_gdn_backward(dq, dk, dv, dg, db, w, q, k, v, g, beta, vn, &sc);
+        char name[32];
+        snprintf(name, sizeof name, "chunk%d docs", sc.chunk);
+        check_backward_fd(name, dq, dk, dv, dg, db, xq, xk, xv, xg, xb, xw);
+    }
+    ref_docs = 0;
+    // each document of the packed sequences equals that document alone (B = 1, T = its length, state
+    // zeros): the recurrent forward bit for bit (the same steps from a zeroed state), the chunked
+    // (C = 16) within 1e-5 (chunks fall elsewhere: the sums regrouped), and the final state is the
+    // last document's
+    {
+        int exact = 1;
+        double worst = 0;
+        static float dq1[T * HK * DK], dk1[T * HK * DK], dv1[T * HV * DV], dg1[T * HV], db1[T * HV];
+        static float oc16[N * HV * DV];
+        OpsGdnShape s16 = s;
+        s16.chunk = 16;
+        ops_gdn_forward(oc16, NULL, NULL, q, k, v, g, beta, NULL, &s16);
+        ops_gdn_backward(dq, dk, dv, dg, db, w, q, k, v, g, beta, NULL, &s16);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; doc_first[b][j] >= 0; j++) {
+                const int t0 = doc_first[b][j], t1 = doc_first[b][j + 1] >= 0 ? doc_first[b][j + 1] : T, L = t1 - t0;
+                static float q1[T * HK * DK], k1[T * HK * DK], v1[T * HV * DV], g1[T * HV], b1[T * HV], w1[T * HV * DV];
+                static float o1[T * HV * DV], s1[HV * DK * DV];
+                doc_take(q1, q, b, t0, t1, HK * DK); doc_take(k1, k, b, t0, t1, HK * DK); doc_take(v1, v, b, t0, t1, HV * DV);
+                doc_take(g1, g, b, t0, t1, HV); doc_take(b1, beta, b, t0, t1, HV); doc_take(w1, w, b, t0, t1, HV * DV);
+                OpsGdnShape one = {1, L, HK, HV, DK, DV, 0, 0, 0, NULL};
+                ops_gdn_forward(o1, s1, NULL, q1, k1, v1, g1, b1, NULL, &one);
+                exact &= memcmp(o1, o + (size_t)(b * T + t0) * HV * DV, sizeof(float) * L * HV * DV) == 0;
+                if (t1 == T) exact &= memcmp(s1, st + (size_t)b * HV * DK * DV, sizeof s1) == 0;
+                worst = fmax(worst, rel_err(oc16 + (size_t)(b * T + t0) * HV * DV, o1, L * HV * DV));
+                // the chunked backward of the packed sequences against each document's own recurrent
+                // backward: 1e-4 of the document's largest gradient, as check_chunked_gates
+                one.chunk = 0;
+                ops_gdn_backward(dq1, dk1, dv1, dg1, db1, w1, q1, k1, v1, g1, b1, NULL, &one);
+                worst = fmax(worst, 0.1 * rel_err(dq + (size_t)(b * T + t0) * HK * DK, dq1, L * HK * DK));
+                worst = fmax(worst, 0.1 * rel_err(dk + (size_t)(b * T + t0) * HK * DK, dk1, L * HK * DK));
+                worst = fmax(worst, 0.1 * rel_err(dv + (size_t)(b * T + t0) * HV * DV, dv1, L * HV * DV));
+                worst = fmax(worst, 0.1 * rel_err(db + (size_t)(b * T + t0) * HV, db1, L * HV));
+                // dg of a document's first token is 0 alone (nothing before it to decay); in the
+                // packed chunked form it is a sum that cancels to roundoff: compared from the second
+                if (L > 1) worst = fmax(worst, 0.1 * rel_err(dg + (size_t)(b * T + t0 + 1) * HV, dg1 + HV, (L - 1) * HV));
+            }
+        TU_CHECK(exact, "documents: the recurrent forward of a document differs from it alone");
+        TU_CHECK(worst < 1e-5, "documents: chunked packed vs each document alone: %.3e", worst);
+        printf("  documents: each alone = packed (recurrent forward and last state bit for bit; chunked C = 16 forward, and backward / 10, %.3e, tol 1e-5)\n", worst);
+    }
+    // one document in each sequence (doc_start all 0) = no documents, bit for bit: forward and
+    // backward, recurrent and chunked (C = 16)
+    {
+        OpsGdnShape sz = *s0, sn = *s0;
+        sz.doc_start = zeros;
+        int same = 1;
+        for (int c = 0; c < 2; c++) {
+            sz.chunk = sn.chunk = c ? 16 : 0;
+            static float oz[N * HV * DV], on[N * HV * DV], sz_[B * HV * DK * DV], sn_[B * HV * DK * DV];
+            static float aq[N * HK * DK], ak[N * HK * DK], av[N * HV * DV], ag[N * HV], ab[N * HV];
+            ops_gdn_forward(oz, sz_, NULL, q, k, v, g, beta, NULL, &sz);
+            ops_gdn_forward(on, sn_, NULL, q, k, v, g, beta, NULL, &sn);
+            same &= memcmp(oz, on, sizeof oz) == 0 && memcmp(sz_, sn_, sizeof sz_) == 0;
+            ops_gdn_backward(aq, ak, av, ag, ab, w, q, k, v, g, beta, NULL, &sz);
+            ops_gdn_backward(dq, dk, dv, dg, db, w, q, k, v, g, beta, NULL, &sn);
+            same &= memcmp(aq, dq, sizeof aq) == 0 && memcmp(ak, dk, sizeof ak) == 0 && memcmp(av, dv, sizeof av) == 0 &&
+                    memcmp(ag, dg, sizeof ag) == 0 && memcmp(ab, db, sizeof ab) == 0;
+        }
+        TU_CHECK(same, "documents: one document per sequence differs from no documents");
+        printf("  documents: one document per sequence = no documents, bit for bit (recurrent and chunked, forward and backward)\n");
+    }
 }
 
 int main(void) {
@@ -473,6 +657,7 @@ int main(void) {
         TU_CHECK(same, "strided q/k/v rows differ from dense rows");
         printf("  strided q, k, v rows (forward and backward, recurrent and chunked): bit for bit the dense results\n");
     }
+    check_documents(&s, q, k, v, g, beta, w, dq_, dk_, dv_, dg_, db_, dw);
     test_layer_ops();
     return tu_finish();
 }

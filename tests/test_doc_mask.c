@@ -8,10 +8,12 @@
 //   3. the mask is not a no-op: on packed sequences the logits of the first document's tokens keep
 //      their bits (they see only their own document either way) and those after it change; and
 //      training on the packed batch with the mask on and off ends at different losses and weights
-// For a Qwen-style model (RoPE, qk-norm, GQA, elementwise sdpa gate) and a GPT-2-style one
-// (learned positions, layernorm, GELU). The masked attention's math is checked elsewhere: finite
-// differences and per-document runs (test_ops_fd), PyTorch goldens (golden_docmask_*), the CUDA
-// kernels against the CPU (cudaemu_ops).
+// For a Qwen-style model (RoPE, qk-norm, GQA, elementwise sdpa gate), a GPT-2-style one
+// (learned positions, layernorm, GELU) and a hybrid one (a Gated DeltaNet layer, chunks of 16,
+// then attention: its conv and state reset at document starts). The masked attention's and delta
+// rule's math is checked elsewhere: finite differences and per-document runs (test_ops_fd,
+// test_deltanet), PyTorch goldens (golden_docmask_*), the CUDA kernels against the CPU
+// (cudaemu_ops).
 #include <string.h>
 #include "test_util.h"
 #include "../model/config.h"
@@ -178,8 +180,13 @@ int main(void) {
     base_config(&g);
     g.model.n_kv_head = 4; g.model.pos = POS_LEARNED; g.model.norm = NORM_LAYERNORM;
     g.model.mlp = MLP_GELU; g.model.tie_embeddings = 1; g.model.attn_gate = GATE_NONE;
-    if (config_finalize(&q, "test") || config_finalize(&g, "test")) return 1;
+    Config h = q;   // hybrid: a Gated DeltaNet layer (chunks of 16: documents start inside them), then attention
+    snprintf(h.model.layer_pattern, sizeof h.model.layer_pattern, "LA");
+    h.model.linear_n_v_head = 4; h.model.linear_n_k_head = 2; h.model.linear_k_head_dim = 8;
+    h.model.linear_v_head_dim = 8; h.model.linear_conv_kernel = 4; h.model.linear_chunk = 16;
+    if (config_finalize(&q, "test") || config_finalize(&g, "test") || config_finalize(&h, "test")) return 1;
     test_model("qwen-style gated", &q);
     test_model("gpt2-style", &g);
+    test_model("hybrid (LA)", &h);
     return tu_finish();
 }

@@ -73,7 +73,7 @@ void ops_gdn_forward(float* o, float* state_out, float* saved, const float* q, c
                 else memset(S, 0, SS * sizeof(float));
                 for (int t = 0; t < T; t++) {
                     size_t n = (size_t)b * T + t;
-                    if (gdn_doc_reset(s->doc_start, n, t)) memset(S, 0, SS * sizeof(float));
+                    if (gdn_doc_reset(s->doc_start, n, t)) memset(S, 0, SS * sizeof(float));   // a later document: from zeros
                     gdn_step(S, work, work + dv, o + (n * Hv + h) * dv, q + n * ldqk + (size_t)(h / rep) * dk,
                              k + n * ldqk + (size_t)(h / rep) * dk, v + n * ldv + (size_t)h * dv, g[n * Hv + h],
                              beta[n * Hv + h], dk, dv, scale);

@@ -111,9 +111,9 @@ def make_inputs(c):
     B, T = c.batch_size, c.seq_len
     tokens = torch.from_numpy(rng.randint(0, c.vocab_size, size=(B, T + 1)).astype(np.int64))
     params32 = M.init_params(c, rng)
-    if c.doc_mask:   # packed documents: end-of-text at 3 places per sequence (drawn after the params)
+    if c.doc_mask:   # packed documents: end-of-text at max(3, T/12) places per sequence (drawn after the params)
         for b in range(B):
-            tokens[b, torch.from_numpy(rng.choice(T, 3, replace=False))] = c.doc_eot
+            tokens[b, torch.from_numpy(rng.choice(T, max(3, T // 12), replace=False))] = c.doc_eot
     return tokens[:, :T].contiguous(), tokens[:, 1:].contiguous(), params32
 
 
@@ -467,13 +467,45 @@ def delta_rule_matrix_form(q, k, v, g, beta):
     return torch.stack(o)
 
 
-def gdn_slow(c, params, p, a):
+def doc_segments(c, idx):
+    """Attention within documents, a third way: the documents of each sequence as (b, t0, t1),
+    found by a loop (the token after an end-of-text token opens one); [(b, 0, T)] per sequence
+    without doc_mask."""
+    B, T = idx.shape
+    segs = []
+    for b in range(B):
+        t0 = 0
+        for t in range(1, T):
+            if c.doc_mask and int(idx[b, t - 1]) == c.doc_eot:
+                segs.append((b, t0, t))
+                t0 = t
+        segs.append((b, t0, T))
+    return segs
+
+
+def per_document(fn, args, segs):
+    """fn (a delta-rule form over [B,T,...] tensors) run on each document as a sequence of its own
+    (B = 1, state zeros), the outputs put back in place: model.py's reset at document starts,
+    written as separate sequences."""
+    out = torch.zeros_like(args[2])                                 # o is shaped as v
+    for b, t0, t1 in segs:
+        out[b:b + 1, t0:t1] = fn(*[x[b:b + 1, t0:t1] for x in args])
+    return out
+
+
+def gdn_slow(c, params, p, a, segs=None):
     """The Gated DeltaNet layer written differently from model.gdn_block: F.linear on row
     slices of w_qkv / w_ba, F.conv1d (groups = channels, padded K-1 each side, the first T
     outputs) for the causal conv, F.silu, rsqrt forms of the norms, softplus written out
     (log1p(exp(x)), x above 20 passed through, as torch's threshold), key heads by explicit
     index h // (Hv/Hk), and the chunked delta rule (chunk = linear_chunk, or 8 when it is 0).
-    Returns the layer's output after w_out."""
+    With documents (segs, doc_segments) each document runs as a sequence of its own (model.py
+    masks the conv's taps and resets the state instead). Returns the layer's output after w_out."""
+    if segs is not None:
+        out = torch.zeros_like(a)
+        for b, t0, t1 in segs:
+            out[b, t0:t1] = gdn_slow(c, params, p, a[b:b + 1, t0:t1])[0]
+        return out
     B, T, d = a.shape
     Hk, Hv, dk, dv = c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim
     Kd, Vd, K = Hk * dk, Hv * dv, c.linear_conv_kernel
@@ -605,7 +637,7 @@ def forward_slow(c, params, idx, tgt, moe_vals=None):
         p = f"h.{l}."
         a = nrm(x, p + "ln1")
         if c.is_linear(l):
-            x = x + gdn_slow(c, params, p, a)
+            x = x + gdn_slow(c, params, p, a, doc_segments(c, idx) if c.doc_mask else None)
         else:
             x = x + attention_slow(a, p)
         m = nrm(x, p + "ln2")
@@ -656,12 +688,15 @@ def check_gdn_forms(c, p64, idx, tgt):
         worst = max(worst, r)
 
     chunks = sorted({1, 5, 16, 64} | ({c.linear_chunk} if c.linear_chunk else set()))
+    # with documents every form runs on each document alone (per_document)
+    segs = doc_segments(c, idx)
     for r in recs:
         args = (r["q"], r["k"], r["v"], r["g"], r["beta"])
-        cmp(M.gated_delta_rule(*args), r["o"], f"h.{r['layer']} recomputed")
+        cmp(per_document(M.gated_delta_rule, args, segs), r["o"], f"h.{r['layer']} recomputed")
         for ch in chunks:
-            cmp(chunked_gated_delta_rule(*args, ch), r["o"], f"h.{r['layer']} chunked C={ch}")
-        cmp(delta_rule_matrix_form(*args), r["o"], f"h.{r['layer']} matrix form")
+            cmp(per_document(lambda *x: chunked_gated_delta_rule(*x, ch), args, segs), r["o"],
+                f"h.{r['layer']} chunked C={ch}")
+        cmp(per_document(delta_rule_matrix_form, args, segs), r["o"], f"h.{r['layer']} matrix form")
     gen = torch.Generator().manual_seed(5)
     B, T, H, dk, dv = 2, 37, 3, 5, 4
     for gscale in (0.05, 3.0):

@@ -575,9 +575,10 @@ def l2norm(x):
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
 
 
-def causal_conv_silu(x, w):
+def causal_conv_silu(x, w, doc=None):
     """x [B,T,C], w [C,K] -> silu(pre), pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c], with
-    zeros before token 0 of each sequence (a causal depthwise conv over time)."""
+    zeros before token 0 of each sequence (a causal depthwise conv over time). doc [B,T]
+    (optional, doc_ids): a tap reads zeros where its input is of another document than t."""
     B, T, C = x.shape
     K = w.shape[1]
     pre = torch.zeros_like(x)
@@ -586,20 +587,27 @@ def causal_conv_silu(x, w):
         if shift >= T:
             continue
         xs = torch.cat([x.new_zeros(B, shift, C), x[:, :T - shift]], dim=1)
+        if doc is not None:                                        # only inputs of t's document
+            same = torch.zeros(B, T, dtype=torch.bool)
+            same[:, shift:] = doc[:, shift:] == doc[:, :T - shift]
+            xs = xs * same[..., None]
         pre = pre + w[:, j] * xs
     return pre * torch.sigmoid(pre)
 
 
-def gated_delta_rule(q, k, v, g, beta):
+def gated_delta_rule(q, k, v, g, beta, doc=None):
     """The gated delta rule as a plain recurrence over time. q, k [B,T,H,dk] (one key head per
     value head already), v [B,T,H,dv], g, beta [B,T,H]. Per sequence and head, S [dk,dv] = 0 at
     t = 0, and for each t:  S = exp(g_t) S;  u = S^T k_t;  S = S + k_t (beta_t (v_t - u))^T;
-    o_t = S^T q_t / sqrt(dk). Returns o [B,T,H,dv]."""
+    o_t = S^T q_t / sqrt(dk). Returns o [B,T,H,dv]. doc [B,T] (optional, doc_ids): S = 0 again
+    where a token's document differs from the token before's."""
     B, T, H, dk = k.shape
     S = q.new_zeros(B, H, dk, v.shape[-1])
     scale = 1.0 / math.sqrt(dk)
     out = []
     for t in range(T):
+        if doc is not None and t > 0:                              # a new document: from zeros
+            S = S * (doc[:, t] == doc[:, t - 1]).to(S.dtype)[:, None, None, None]
         S = S * torch.exp(g[:, t])[..., None, None]
         u = torch.einsum("bhkv,bhk->bhv", S, k[:, t])
         S = S + k[:, t][..., :, None] * (beta[:, t][..., None] * (v[:, t] - u))[..., None, :]
@@ -607,7 +615,7 @@ def gated_delta_rule(q, k, v, g, beta):
     return torch.stack(out, dim=1)
 
 
-def gdn_block(c, a, params, p, rec=None):
+def gdn_block(c, a, params, p, rec=None, doc=None):
     """Gated DeltaNet (Qwen3-Next's linear attention). a = Norm1(x) [B,T,d] -> the output before
     w_out, [B,T,Vd]:
       xqkv = a w_qkv^T (rows [q | k | v]); z = a w_z^T; ba = a w_ba^T (rows [b | a]);
@@ -615,14 +623,15 @@ def gdn_block(c, a, params, p, rec=None):
       beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias);
       o = gated_delta_rule (value head h reads key head h // (Hv/Hk));
       out = rmsnorm over dv (weight norm_w, eps norm_eps) of each head * act(z).
-    rec (a dict) receives the delta rule's inputs and output, detached."""
+    rec (a dict) receives the delta rule's inputs and output, detached. doc [B,T] (optional,
+    doc_ids): the conv and the delta rule within documents."""
     B, T, _ = a.shape
     Hk, Hv, dk, dv = c.linear_n_k_head, c.linear_n_v_head, c.linear_k_head_dim, c.linear_v_head_dim
     Kd, Vd = Hk * dk, Hv * dv
     xqkv = a @ params[p + "gdn.w_qkv"].t()                         # [B,T,2Kd+Vd]
     z = a @ params[p + "gdn.w_z"].t()                              # [B,T,Vd]
     ba = a @ params[p + "gdn.w_ba"].t()                            # [B,T,2Hv]
-    xc = causal_conv_silu(xqkv, params[p + "gdn.conv_w"])
+    xc = causal_conv_silu(xqkv, params[p + "gdn.conv_w"], doc)
     q = l2norm(xc[..., :Kd].reshape(B, T, Hk, dk))
     k = l2norm(xc[..., Kd:2 * Kd].reshape(B, T, Hk, dk))
     v = xc[..., 2 * Kd:].reshape(B, T, Hv, dv)
@@ -631,7 +640,7 @@ def gdn_block(c, a, params, p, rec=None):
     k = k.repeat_interleave(rep, dim=2)
     beta = torch.sigmoid(ba[..., :Hv])
     g = -torch.exp(params[p + "gdn.A_log"]) * torch.nn.functional.softplus(ba[..., Hv:] + params[p + "gdn.dt_bias"])
-    o = gated_delta_rule(q, k, v, g, beta)                         # [B,T,Hv,dv]
+    o = gated_delta_rule(q, k, v, g, beta, doc)                    # [B,T,Hv,dv]
     if rec is not None:
         rec.update(q=q.detach(), k=k.detach(), v=v.detach(), g=g.detach(), beta=beta.detach(),
                    o=o.detach())
@@ -735,7 +744,7 @@ def forward(c, params, idx, targets=None, moe=None, gdn=None, sig=None):
         a = norm(c, x, params, p + "ln1")
         if c.is_linear(l):
             rec = dict(layer=l)
-            x = x + gdn_block(c, a, params, p, rec) @ params[p + "gdn.w_out"].t()
+            x = x + gdn_block(c, a, params, p, rec, docs[0] if docs is not None else None) @ params[p + "gdn.w_out"].t()
             if gdn is not None:
                 gdn.append(rec)
             if sig is not None:
