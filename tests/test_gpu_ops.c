@@ -1044,8 +1044,8 @@ enum { GDN_DECAY_MID, GDN_DECAY_STRONG, GDN_DECAY_SLOW };
 // Documents (OpsGdnShape.doc_start, the conv's doc_start): the layouts below, by number; layout
 // GDN_DOCS_NONE = doc_start NULL. gdn_doc_starts writes doc[b*T + t] (=) the first token of t's
 // document from a list of document starts per sequence (those < T; each list begins with 0).
-enum { GDN_DOCS_NONE = -1, GDN_DOCS_MIXED, GDN_DOCS_ONE, GDN_DOCS_LATE };
-static const int gdn_doc_lists[3][2][12] = {
+enum { GDN_DOCS_NONE = -1, GDN_DOCS_MIXED, GDN_DOCS_ONE };
+static const int gdn_doc_lists[2][2][12] = {
     // MIXED, sequence 0: a start mid-chunk (30), one exactly at a chunk boundary (64), several
     // short documents inside one chunk (70, 73, 80), a one-token document (90), a document
     // across the boundary of chunk 1 and the partial last chunk (128 inside it, from 100)
@@ -1054,12 +1054,7 @@ static const int gdn_doc_lists[3][2][12] = {
     // boundaries (63 .. 139), a one-token last document at 149 (state_out: that token's writes)
     {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 1, 2, 63, 140, 149, -1}},
     // ONE: a single document per sequence (must give the bits of doc_start = NULL)
-    {{0, -1}, {0, -1}},
-    // LATE: MIXED without documents starting before token 3 (= K - 1 of the tests' conv), for the
-    // conv's comparisons with the CPU under state_in: the CPU's conv (kernels/cpu/deltanet.c) lets
-    // a later document starting at t < K - 1 read state_in where ops.h says zeros (and the CUDA
-    // conv, and each document alone, read zeros: test_conv1d_doc_alone covers those starts)
-    {{0, 30, 64, 70, 73, 80, 90, 91, 100, -1}, {0, 3, 4, 63, 140, 149, -1}}};
+    {{0, -1}, {0, -1}}};
 static int* gdn_doc_starts(int layout, int B, int T) {
     if (layout == GDN_DOCS_NONE) return NULL;
     int* doc = malloc((size_t)B * T * sizeof(int));
@@ -1074,8 +1069,7 @@ static int* gdn_doc_starts(int layout, int B, int T) {
     return doc;
 }
 static const char* gdn_doc_name(int layout) {
-    return layout == GDN_DOCS_MIXED ? " documents" : layout == GDN_DOCS_ONE ? " one document"
-         : layout == GDN_DOCS_LATE ? " documents (none before K-1)" : "";
+    return layout == GDN_DOCS_MIXED ? " documents" : layout == GDN_DOCS_ONE ? " one document" : "";
 }
 
 static void test_gdn_run(int B, int T, int Hk, int Hv, int dk, int dv, int extra_qk, int extra_v, int chunk,
@@ -1640,7 +1634,7 @@ int main(int argc, char** argv) {
     // T < K - 1 with a document starting at token 1 (sequence 1: state_out zeros before it), and
     // each document alone (with state_in: documents starting at tokens 1 and 2 read zeros)
     test_conv1d_docs(2, 150, 50, 4, 0, GDN_DOCS_MIXED);
-    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_LATE);
+    test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_MIXED);   // documents at tokens 1 and 2: zeros, not state_in
     test_conv1d_docs(2, 150, 50, 4, 1, GDN_DOCS_ONE);
     test_conv1d_docs(3, 2, 20, 4, 0, GDN_DOCS_MIXED);
     test_conv1d_doc_alone(150, 50, 4);

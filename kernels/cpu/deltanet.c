@@ -220,7 +220,7 @@ static inline float gdn_silu_grad(float x) { float s = 1.0f / (1.0f + cpu_expf(-
 // pre[t] = sum_j w[:, j] x[t-K+1+j], the taps in order (each channel's sum term by term as the
 // per-channel form); rows in parallel. The first K-1 tokens of a sequence read state_in
 // (decoding) or zeros; under doc_start a token's taps before its document's first token read
-// zeros (for the first document that is token 0: the same as without).
+// zeros, state_in only in the sequence's first document (lo == 0: the same as without).
 void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const float* x, const float* w,
                              const float* state_in, const int* doc_start, int B, int T, int C, int K) {
     float* wt = cpu_calloc(cpu_gdn_conv_fwd_floats((size_t)C, (size_t)K), sizeof(float));   // kernels/scratch.h
@@ -244,7 +244,7 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
                         const float* xr = x + ((size_t)b * T + u) * C + c0;
                         #pragma omp simd
                         for (int c = 0; c < cn; c++) acc[c] += wr[c] * xr[c];
-                    } else if (st && u < 0) {        // the first K-1 tokens of a decoded sequence
+                    } else if (st && lo == 0) {      // the first K-1 tokens of a decoded sequence (its first document)
                         for (int c = 0; c < cn; c++) acc[c] += wr[c] * st[(size_t)(c0 + c) * (K - 1) + (K - 1 + u)];
                     }                                // (zeros add nothing)
                 }
@@ -264,7 +264,7 @@ void ops_conv1d_silu_forward(float* out, float* pre, float* state_out, const flo
                     const int u = T - (K - 1) + j;
                     state_out[((size_t)b * C + c) * (K - 1) + j] =
                         u >= lo ? x[((size_t)b * T + u) * C + c]
-                        : state_in && u < 0 ? state_in[((size_t)b * C + c) * (K - 1) + (K - 1 + u)] : 0.0f;
+                        : state_in && lo == 0 ? state_in[((size_t)b * C + c) * (K - 1) + (K - 1 + u)] : 0.0f;
                 }
         }
     }
