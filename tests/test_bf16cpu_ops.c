@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kernels/cpu_bf16/matmul_bf16.h"
 #include "cpu_ref_ops.h"
+#include "kernels/attn_gate.h"
 
 #define U 0x1p-24
 static int exact_mode;   // ONEDNN_MAX_CPU_ISA caps oneDNN below bf16: the emulation's GEMMs, bit for bit
@@ -68,7 +69,7 @@ static void check_act(const char* what, const act_t* got, const float* v, const 
         if (exact_mode) { bad += got[i] != bf16_from_f32(v[i]); continue; }
         float lo = bf16_to_f32(bf16_from_f32((float)(v[i] - b[i]))), hi = bf16_to_f32(bf16_from_f32((float)(v[i] + b[i])));
         float g = bf16_to_f32(got[i]);
-        if (!(g >= lo && g <= hi)) bad++;
+        if (!(g >= lo && g <= hi)) { if (bad < 3 && getenv("DBG")) printf("    %s [%zu]: got %.9g want %.9g bound %.3g\n", what, i, g, v[i], b[i]); bad++; }
     }
     TU_CHECK(bad == 0, "%s: %d of %zu bf16 outputs are not a rounding within the bound of the emulation's value", what,
              bad, n);
@@ -196,6 +197,133 @@ static void test_grouped(int C, int OC) {
     free(got); free(gdi); free(dw0);
 }
 
+// The attention (kernels/cpu_bf16/attention_bf16.c on the fast build): its tiles' products on the
+// bf16 units, P and dS (and with the sdpa gate dy) rounded to bf16 before their products, as the
+// CUDA flash kernel. Against the emulation (the fp32 kernel over the widened inputs), with bounds
+// from the arithmetic, per row t of head h (fp64 stand-ins P, dP, D for the fp32 values, u = 2^-24):
+//   dS_score = 2 (hd + 2) u scale max_u sum_d |q_td k_ud|   (two fp32 orders of the scores)
+//   y_t:  (2^-8 + 2 dS_score + 2 (T + 2) u) sum_u P_tu |v_u|   (P rounded; P's own error e^dS - 1)
+//   lse_t: 2 dS_score + 8 u (|lse| + 1)
+//   dS_tu error <= e1 E_tu, E_tu = scale P_tu (|dP_tu - D_t| + sum_d |dy_td v_ud|),
+//     e1 = 2^-8 (rounded dS) + 2 dS_score + 2 (hd + 4) u (+ 2^-8 with the gate: dy rounded)
+//   dq_t: (e1 + 2 (T + 2) u) sum_u E_tu |k_u|;  dk_u: (e1 + 2 (rep T + 2) u) sum_t E_tu |q_t|
+//   dv_u: (2^-8 + 2 dS_score + 8 u + 2 (rep T + 2) u) sum_t P_tu |dy_t| (+ 2^-8 with the gate)
+// each times 1.01 (the fp64 stand-ins differ from the fp32 values by a few u relative). The gate's
+// logit gradients are the same fp32 expression in the same order: bit for bit.
+static double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
+static void test_attention(int B, int T, int H, int Hkv, int hd, OpsGate gate, int docs) {
+    OpsAttnShape s = {.B = B, .T = T, .H = H, .Hkv = Hkv, .hd = hd, .gate = gate, .gate_pos = OPS_GATEPOS_SDPA,
+                      .gate_act = OPS_ACT_SIGMOID};
+    const int N = B * T, ldq = H * hd, ldk = Hkv * hd, rep = H / Hkv, QKVG = ops_attn_qkv_cols(&s);
+    const int zoff = attn_shape_z_off(&s), sgate = gate != OPS_GATE_NONE;
+    const double scale = 1.0 / sqrt((double)hd), ubf = 0x1p-8;   // bf16's unit roundoff (8 significant bits): |round(x) - x| <= 2^-8 |x|
+    int* ds = NULL;
+    if (docs) {   // documents starting at t = 0, 37, 38 (a one-token document), 150 of each sequence
+        ds = malloc((size_t)N * sizeof(int));
+        for (int b = 0; b < B; b++)
+            for (int t = 0, d = 0; t < T; t++) { if (t == 37 || t == 38 || t == 150) d = t; ds[b * T + t] = d; }
+        s.doc_start = ds;
+    }
+    act_t *q = rand_act((size_t)N * ldq, 2.0), *k = rand_act((size_t)N * ldk, 2.0), *v = rand_act((size_t)N * ldk, 1.0);
+    act_t *qkv = rand_act((size_t)N * QKVG, 2.0), *dyg = rand_act((size_t)N * ldq, 1.0);
+    float *fq = widen_all(q, (size_t)N * ldq), *fk = widen_all(k, (size_t)N * ldk), *fv = widen_all(v, (size_t)N * ldk);
+    float *fqkv = widen_all(qkv, (size_t)N * QKVG), *fdyg = widen_all(dyg, (size_t)N * ldq);
+    const size_t ny = (size_t)N * ldq, nk = (size_t)N * ldk, nl = (size_t)B * H * T;
+    // forward: the emulation's fp32 y, yg, lse; the backend's bf16 y, yg and lse
+    float *wy = malloc(ny * sizeof(float)), *wyg = malloc(ny * sizeof(float)), *wl = malloc(nl * sizeof(float));
+    float* gl = malloc(nl * sizeof(float));
+    act_t *gy = malloc(ny * sizeof(act_t)), *gyg = malloc(ny * sizeof(act_t));
+    ref_ops_attention_forward(wy, wyg, wl, fq, fk, fv, fqkv, &s);
+    ops_attention_forward(gy, gyg, gl, q, k, v, qkv, &s);
+    // backward of both from the same inputs: the backend's y, the emulation's lse
+    float* fy = widen_all(gy, ny);
+    float *wdq = calloc(ny, sizeof(float)), *wdk = calloc(nk, sizeof(float)), *wdv = calloc(nk, sizeof(float));
+    float *wdqkv = widen_all(qkv, (size_t)N * QKVG), *scr = calloc(ny, sizeof(float));
+    act_t *gdq = malloc(ny * sizeof(act_t)), *gdk = malloc(nk * sizeof(act_t)), *gdv = malloc(nk * sizeof(act_t));
+    act_t* gdqkv = malloc((size_t)N * QKVG * sizeof(act_t));
+    memcpy(gdqkv, qkv, (size_t)N * QKVG * sizeof(act_t));   // the columns the op must leave alone
+    ref_ops_attention_backward(wdq, wdk, wdv, wdqkv, scr, fdyg, fq, fk, fv, fy, wl, fqkv, &s);
+    ops_attention_backward(gdq, gdk, gdv, gdqkv, NULL, dyg, q, k, v, gy, wl, qkv, &s);
+
+    // the bounds, in fp64
+    double *by = calloc(ny, sizeof(double)), *byg = calloc(ny, sizeof(double)), *bl = calloc(nl, sizeof(double));
+    double *bq = calloc(ny, sizeof(double)), *bk = calloc(nk, sizeof(double)), *bv = calloc(nk, sizeof(double));
+    double *P = malloc((size_t)T * sizeof(double)), *dP = malloc((size_t)T * sizeof(double)), *Sa = malloc((size_t)T * sizeof(double));
+    double* dy = malloc((size_t)hd * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t n = (size_t)b * T + t, kh = h / rep;
+                const int lo = ds ? ds[n] : 0;
+                const float *qt = fq + n * ldq + h * hd, *yt = fy + n * ldq + h * hd, *z = fqkv + n * QKVG + zoff;
+                double mx = -INFINITY, sum = 0.0, amax = 0.0, D = 0.0;
+                for (int i = 0; i < hd; i++) {
+                    const double a = !sgate ? 1.0 : sigm(z[gate == OPS_GATE_ELEMENTWISE ? h * hd + i : h]);
+                    dy[i] = fdyg[n * ldq + h * hd + i] * a;
+                    D += dy[i] * yt[i];
+                }
+                for (int u = lo; u <= t; u++) {
+                    const float* ku = fk + ((size_t)b * T + u) * ldk + kh * hd;
+                    double sc = 0.0, sa = 0.0;
+                    for (int d = 0; d < hd; d++) { sc += (double)qt[d] * ku[d]; sa += fabs((double)qt[d] * ku[d]); }
+                    P[u] = sc * scale; Sa[u] = sa;
+                    if (P[u] > mx) mx = P[u];
+                    if (sa > amax) amax = sa;
+                }
+                for (int u = lo; u <= t; u++) sum += exp(P[u] - mx);
+                const double lse = mx + log(sum), dsc = 2.0 * (hd + 2) * U * scale * amax;
+                bl[((size_t)b * H + h) * T + t] = 1.01 * (2.0 * dsc + 8.0 * U * (fabs(lse) + 1.0));
+                const double e1 = ubf + 2.0 * dsc + 2.0 * (hd + 4) * U + (sgate ? ubf : 0.0);
+                const double ey = ubf + 2.0 * dsc + 2.0 * (T + 2) * U;
+                const double ev = ubf + 2.0 * dsc + 8.0 * U + 2.0 * ((double)rep * T + 2) * U + (sgate ? ubf : 0.0);
+                for (int u = lo; u <= t; u++) {
+                    const float* vu = fv + ((size_t)b * T + u) * ldk + kh * hd;
+                    const float* ku = fk + ((size_t)b * T + u) * ldk + kh * hd;
+                    double dp = 0.0, dpa = 0.0;
+                    P[u] = exp(P[u] - lse);
+                    for (int d = 0; d < hd; d++) { dp += dy[d] * vu[d]; dpa += fabs(dy[d] * vu[d]); }
+                    dP[u] = dp;
+                    const double E = scale * P[u] * (fabs(dp - D) + dpa);
+                    for (int i = 0; i < hd; i++) {
+                        by[n * ldq + h * hd + i] += 1.01 * ey * P[u] * fabs((double)vu[i]);
+                        bq[n * ldq + h * hd + i] += 1.01 * (e1 + 2.0 * (T + 2) * U) * E * fabs((double)ku[i]);
+                        const size_t ku_i = ((size_t)b * T + u) * ldk + kh * hd + i;
+                        bk[ku_i] += 1.01 * (e1 + 2.0 * ((double)rep * T + 2) * U) * E * fabs((double)qt[i]);
+                        bv[ku_i] += 1.01 * ev * P[u] * fabs(dy[i]);
+                    }
+                }
+                (void)Sa; (void)dP;
+                for (int i = 0; i < hd; i++) {   // yg = y a(z): the same relative bound, plus the product's u
+                    const double a = !sgate ? 1.0 : sigm(z[gate == OPS_GATE_ELEMENTWISE ? h * hd + i : h]);
+                    byg[n * ldq + h * hd + i] = by[n * ldq + h * hd + i] * a + 4.0 * U * fabs((double)wyg[n * ldq + h * hd + i]);
+                }
+            }
+    char what[120];
+    const char* gname = gate == OPS_GATE_NONE ? "no gate" : gate == OPS_GATE_ELEMENTWISE ? "elementwise gate" : "headwise gate";
+    snprintf(what, sizeof what, "attention B%d T%d H%d/%d hd%d %s%s", B, T, H, Hkv, hd, gname, docs ? " docs" : "");
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s: y", what); check_act(w2, gy, wy, by, ny);
+    snprintf(w2, sizeof w2, "%s: yg", what); check_act(w2, gyg, wyg, byg, ny);
+    int bad = 0;
+    for (size_t i = 0; i < nl; i++) bad += exact_mode ? gl[i] != wl[i] : !(fabs((double)gl[i] - wl[i]) <= bl[i]);
+    TU_CHECK(bad == 0, "%s: %d of %zu lse outside the bound", what, bad, nl);
+    snprintf(w2, sizeof w2, "%s: dq", what); check_act(w2, gdq, wdq, bq, ny);
+    snprintf(w2, sizeof w2, "%s: dk", what); check_act(w2, gdk, wdk, bk, nk);
+    snprintf(w2, sizeof w2, "%s: dv", what); check_act(w2, gdv, wdv, bv, nk);
+    bad = 0;   // dqkv: the gate's columns the emulation's bits, the rest untouched
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (int c = 0; c < QKVG; c++) {
+            const size_t i = n * QKVG + c;
+            bad += gdqkv[i] != (sgate && c >= zoff ? bf16_from_f32(wdqkv[i]) : qkv[i]);
+        }
+    TU_CHECK(bad == 0, "%s: %d dqkv entries differ (gate columns: the emulation's bits; others: untouched)", what, bad);
+    printf("  %s: y, yg, lse, dq, dk, dv within the bounds, dqkv's gate columns bit for bit\n", what);
+    free(ds); free(q); free(k); free(v); free(qkv); free(dyg); free(fq); free(fk); free(fv); free(fqkv); free(fdyg);
+    free(wy); free(wyg); free(wl); free(gl); free(gy); free(gyg); free(fy); free(wdq); free(wdk); free(wdv); free(wdqkv);
+    free(scr); free(gdq); free(gdk); free(gdv); free(gdqkv); free(by); free(byg); free(bl); free(bq); free(bk); free(bv);
+    free(P); free(dP); free(Sa); free(dy);
+}
+
 int main(void) {
     ops_init(0);
     const char* cap = getenv("ONEDNN_MAX_CPU_ISA");
@@ -211,6 +339,9 @@ int main(void) {
     test_dense(33, 512, 200);    // K = 512 in the forward, odd rows
     test_dense(256, 48, 1000);   // K = 1000 in dinp, 256 in dw
     test_grouped(72, 40);
+    test_attention(2, 200, 4, 2, 32, OPS_GATE_NONE, 0);         // GQA; T past one tile with a tail
+    test_attention(1, 160, 2, 2, 64, OPS_GATE_ELEMENTWISE, 1);  // documents, the sdpa gate
+    test_attention(2, 130, 4, 1, 16, OPS_GATE_HEADWISE, 1);
     printf("  worst |fast - emulation| / bound: %.3f (the bound: 2 (K + 2) 2^-24 sum |a b|)\n", worst_ratio);
     return tu_finish();
 }

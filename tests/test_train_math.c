@@ -233,6 +233,33 @@ static void test_progress(void) {
     printf("  progress: ETA = steps left x trailing mean + periodic tasks due, 6 cases; durations formatted\n");
 }
 
+// the gradient norm's chunk sums (kernels/cpu/optim.c sums SUMSQ_SIDE chunks side by side) against
+// one chunk at a time in index order: the same bits, for sizes around the groups' boundaries
+static void test_sumsq_chunks(void) {
+    const size_t C = OPS_SUMSQ_CHUNK;
+    const size_t sizes[] = {1, C - 1, C, 8 * C, 8 * C + 1, 17 * C + 123, 40 * C, 41 * C - 7};
+    const size_t nmax = 41 * C;
+    float* x = malloc(nmax * sizeof(float));
+    double* part = malloc((nmax / C + 1) * sizeof(double));
+    unsigned long long r = 12345;
+    for (size_t i = 0; i < nmax; i++) {   // values over many binades, so the order of the sums shows
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * (float)(1 << (r >> 60));
+    }
+    int mism = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const size_t n = sizes[k], nc = (n + C - 1) / C;
+        ops_sumsq_chunks(part, x, n);
+        for (size_t c = 0; c < nc; c++) {
+            double s = 0.0;
+            for (size_t i = c * C; i < n && i < (c + 1) * C; i++) s += (double)x[i] * x[i];
+            if (memcmp(&s, &part[c], sizeof s) != 0) mism++;
+        }
+    }
+    TU_CHECK(mism == 0, "sumsq chunks: %d chunk sums differ from the in-order loop", mism);
+    free(x); free(part);
+}
+
 int main(void) {
     ops_init(0);
     test_schedules();
@@ -240,5 +267,6 @@ int main(void) {
     test_grad_accum();
     test_init();
     test_progress();
+    test_sumsq_chunks();
     return tu_finish();
 }

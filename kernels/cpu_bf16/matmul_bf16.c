@@ -59,6 +59,8 @@ typedef struct {
     int c_bf16, has_bias;   // C bf16 (oneDNN rounds the fp32 sum once), a bf16 bias[N] added before
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bias;   // memory objects without data: the pointers are set per call (fixed sizes)
+    dnnl_memory_t scratch;         // bf16mm_local's entries: the primitive's own scratchpad (NULL: none)
+    void* scratch_buf;
 } Bf16mmEntry;
 
 // fixed-size primitives (the dense layers: a handful of shapes per model); past this many, the
@@ -78,26 +80,19 @@ static void md2(dnnl_memory_desc_t* md, int rows, int cols, int ld, int trans, d
     dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "memory descriptor");
 }
 
-static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda, int ldb, int ldc,
-                                 float beta, int c_bf16, int has_bias) {
-    for (int i = 0; i < n_cached; i++) {
-        Bf16mmEntry* e = &cache[i];
-        if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda &&
-            e->ldb == ldb && e->ldc == ldc && e->beta == beta && e->c_bf16 == c_bf16 &&
-            e->has_bias == has_bias) return e;
-    }
-    if (!engine) {
-        dnnl_check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine");
-        dnnl_check(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags), "stream");
-    }
-    if (n_cached == BF16MM_CACHE) {
-        fprintf(stderr, "error: oneDNN bf16 matmul: more than %d GEMM shapes in one run "
-                "(kernels/cpu_bf16/matmul_bf16.c: raise BF16MM_CACHE)\n", BF16MM_CACHE);
-        exit(1);
-    }
-    Bf16mmEntry* e = &cache[n_cached];
-    *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta,
-                       .c_bf16 = c_bf16, .has_bias = has_bias};
+static int entry_is(const Bf16mmEntry* e, char ta, char tb, int M, int N, int K, int lda, int ldb, int ldc,
+                    float beta, int c_bf16, int has_bias) {
+    return e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda && e->ldb == ldb &&
+           e->ldc == ldc && e->beta == beta && e->c_bf16 == c_bf16 && e->has_bias == has_bias;
+}
+
+// the primitive of *e's shape (its fields set); user_scratch: the primitive gets a scratchpad of
+// its own (bf16mm_local) instead of oneDNN's library-managed one, which threads share
+static void entry_create(Bf16mmEntry* e, int user_scratch) {
+    const char ta = e->ta, tb = e->tb;
+    const int M = e->M, N = e->N, K = e->K, lda = e->lda, ldb = e->ldb, ldc = e->ldc, c_bf16 = e->c_bf16,
+              has_bias = e->has_bias;
+    const float beta = e->beta;
     // src = op(A)[M,K], weights = op(B)[K,N], dst = C[M,N] (f32: the accumulator's type; or bf16:
     // the accumulator plus the bias rounded once), bias[1,N]
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
@@ -116,9 +111,19 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
         dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
         dnnl_post_ops_destroy(po);
     }
+    if (user_scratch) dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
     dnnl_primitive_desc_t pd;
     dnnl_check(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "primitive descriptor");
     dnnl_check(dnnl_primitive_create(&e->prim, pd), "primitive");
+    if (user_scratch) {
+        const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+        if (bytes) {
+            e->scratch_buf = malloc(bytes);
+            if (!e->scratch_buf) { fprintf(stderr, "error: out of memory for a oneDNN scratchpad (%zu bytes)\n", bytes); exit(1); }
+            dnnl_check(dnnl_memory_create(&e->scratch, smd, engine, e->scratch_buf), "memory scratchpad");
+        }
+    }
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_attr_destroy(attr);
     if (M >= 0) {
@@ -127,6 +132,28 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
         dnnl_check(dnnl_memory_create(&e->c, &c_md, engine, DNNL_MEMORY_NONE), "memory C");
         if (has_bias) dnnl_check(dnnl_memory_create(&e->bias, &bias_md, engine, DNNL_MEMORY_NONE), "memory bias");
     }
+}
+
+static void engine_init(void) {
+    if (engine) return;
+    dnnl_check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine");
+    dnnl_check(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags), "stream");
+}
+
+static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda, int ldb, int ldc,
+                                 float beta, int c_bf16, int has_bias) {
+    for (int i = 0; i < n_cached; i++)
+        if (entry_is(&cache[i], ta, tb, M, N, K, lda, ldb, ldc, beta, c_bf16, has_bias)) return &cache[i];
+    engine_init();
+    if (n_cached == BF16MM_CACHE) {
+        fprintf(stderr, "error: oneDNN bf16 matmul: more than %d GEMM shapes in one run "
+                "(kernels/cpu_bf16/matmul_bf16.c: raise BF16MM_CACHE)\n", BF16MM_CACHE);
+        exit(1);
+    }
+    Bf16mmEntry* e = &cache[n_cached];
+    *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta,
+                       .c_bf16 = c_bf16, .has_bias = has_bias};
+    entry_create(e, 0);
     n_cached++;
     return e;
 }
@@ -179,6 +206,73 @@ void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int ld
 void bf16mm_round(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                   int ldb, const uint16_t* bias, uint16_t* C, int ldc) {
     bf16mm_run(0, ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, 1, bias);
+}
+
+// ---- GEMMs inside a parallel region ----------------------------------------------------------------
+// The attention's tiles (attention_bf16.c) are small GEMMs, one task per head on each OpenMP thread.
+// The shared cache above sets its memory objects' pointers per call and serves one caller at a
+// time; these calls go to a cache of the calling thread's own instead: its primitives (created
+// inside the parallel region, so oneDNN plans them for the one thread that runs them), its stream,
+// and each primitive's own scratchpad (oneDNN's library-managed scratchpad is shared between
+// threads unless the library was built for concurrent execution). Full: the oldest primitive of
+// the thread is replaced (the tiles' shapes are a handful per sequence length).
+#define BF16MM_LOCAL_THREADS 256
+#define BF16MM_LOCAL_CACHE 128
+typedef struct {
+    Bf16mmEntry e[BF16MM_LOCAL_CACHE];
+    int n, next;   // entries in use; the next to replace when full
+    dnnl_stream_t stream;
+} Bf16mmLocal;
+static Bf16mmLocal* local_caches[BF16MM_LOCAL_THREADS];
+
+static void entry_destroy(Bf16mmEntry* e) {
+    dnnl_primitive_destroy(e->prim);
+    if (e->a) { dnnl_memory_destroy(e->a); dnnl_memory_destroy(e->b); dnnl_memory_destroy(e->c); }
+    if (e->bias) dnnl_memory_destroy(e->bias);
+    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    free(e->scratch_buf);
+}
+
+void bf16mm_local(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                  float beta, void* C, int ldc, int c_bf16) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { bf16mm_run(1, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, c_bf16, NULL); return; }   // no oneDNN call
+#ifdef _OPENMP
+    const int t = omp_get_thread_num();
+#else
+    const int t = 0;
+#endif
+    if (t >= BF16MM_LOCAL_THREADS) {
+        fprintf(stderr, "error: oneDNN bf16 matmul: thread %d past %d (kernels/cpu_bf16/matmul_bf16.c: raise "
+                "BF16MM_LOCAL_THREADS)\n", t, BF16MM_LOCAL_THREADS);
+        exit(1);
+    }
+    Bf16mmLocal* lc = local_caches[t];
+    if (!lc) {
+        #pragma omp critical(bf16mm_local_init)
+        engine_init();
+        lc = calloc(1, sizeof *lc);
+        if (!lc) { fprintf(stderr, "error: out of memory for the bf16 GEMM cache\n"); exit(1); }
+        dnnl_check(dnnl_stream_create(&lc->stream, engine, dnnl_stream_default_flags), "stream");
+        local_caches[t] = lc;
+    }
+    Bf16mmEntry* e = NULL;
+    for (int i = 0; i < lc->n && !e; i++)
+        if (entry_is(&lc->e[i], ta, tb, M, N, K, lda, ldb, ldc, beta, c_bf16, 0)) e = &lc->e[i];
+    if (!e) {
+        if (lc->n < BF16MM_LOCAL_CACHE) e = &lc->e[lc->n++];
+        else { e = &lc->e[lc->next]; lc->next = (lc->next + 1) % BF16MM_LOCAL_CACHE; entry_destroy(e); }
+        *e = (Bf16mmEntry){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                           .beta = beta, .c_bf16 = c_bf16};
+        entry_create(e, 1);
+    }
+    dnnl_check(dnnl_memory_set_data_handle(e->a, (void*)A), "set A");
+    dnnl_check(dnnl_memory_set_data_handle(e->b, (void*)B), "set B");
+    dnnl_check(dnnl_memory_set_data_handle(e->c, C), "set C");
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
+    dnnl_check(dnnl_primitive_execute(e->prim, lc->stream, e->scratch ? 4 : 3, args), "execute");
+    dnnl_check(dnnl_stream_wait(lc->stream), "stream wait");
 }
 
 // ---- the peak -------------------------------------------------------------------------------------

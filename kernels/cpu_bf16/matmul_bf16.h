@@ -38,6 +38,13 @@ void bf16mm_var(char ta, char tb, int M, int N, int K, const uint16_t* A, int ld
 void bf16mm_round(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                   int ldb, const uint16_t* bias, uint16_t* C, int ldc);
 
+// bf16mm for one thread of an OpenMP parallel region, called by every thread at once (the
+// attention's tiles): C fp32 (c_bf16 0; beta 0 or 1) or bf16 (c_bf16 1, beta 0: the fp32 sum rounded
+// to nearest even once, inside the kernel). The calling thread's own primitives, stream and
+// scratchpad, so no two threads share a oneDNN object.
+void bf16mm_local(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                  float beta, void* C, int ldc, int c_bf16);
+
 // the sustained bf16 GEMM rate of this process on all its threads (FLOP/s; best of 3 timings of a
 // 1024^3 product) and a line saying how it was measured; 0 when bf16mm_isa() is NONE
 double bf16mm_peak_flops(const char** source);

@@ -27,9 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../ops.h"
+#include "../attn_gate.h"
 #include "cpu_ref_ops.h"
 #ifdef GATEDGPT_BF16_FAST
 #include "matmul_bf16.h"
+#include "attention_bf16.h"
 // the bf16 GEMMs are on (bf16 units, decided at ops_init); off: the emulation's GEMMs
 static int fast_gemm;
 #define FAST_GEMM fast_gemm
@@ -41,6 +43,18 @@ static void bf16mm(char ta, char tb, int M, int N, int K, const act_t* A, int ld
     abort();
 }
 #define bf16mm_var bf16mm
+// never called either (FAST_GEMM is 0): the fast build's attention (attention_bf16.c)
+static void bf16_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, const act_t* k, const act_t* v,
+                                   const act_t* qkv, const OpsAttnShape* s) {
+    (void)y; (void)yg; (void)lse; (void)q; (void)k; (void)v; (void)qkv; (void)s;
+    abort();
+}
+static void bf16_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, const act_t* dyg, const act_t* q,
+                                    const act_t* k, const act_t* v, const act_t* y, const float* lse, const act_t* qkv,
+                                    const OpsAttnShape* s) {
+    (void)dq; (void)dk; (void)dv; (void)dqkv; (void)dyg; (void)q; (void)k; (void)v; (void)y; (void)lse; (void)qkv; (void)s;
+    abort();
+}
 static void bf16mm_round(char ta, char tb, int M, int N, int K, const act_t* A, int lda, const act_t* B, int ldb,
                          const act_t* bias, act_t* C, int ldc) {   // never called: FAST_GEMM is 0
     (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)bias; (void)C; (void)ldc;
@@ -374,9 +388,26 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const act_t* dout, con
 // ---- attention ---------------------------------------------------------------------------------
 int ops_attn_gate_cols(const OpsAttnShape* s) { return ref_ops_attn_gate_cols(s); }
 int ops_attn_qkv_cols(const OpsAttnShape* s) { return ref_ops_attn_qkv_cols(s); }
+// Without a qk-norm, RoPE or value gate, q, k, v are qkv's column blocks: the fp32 kernel copies
+// them (and their gradients back), so here the bf16 bits are copied (widening and rounding back is
+// exact: the same bits without the whole-tensor conversion passes)
+static int prep_is_copy(const OpsAttnShape* s) {
+    return !s->qk_norm && !s->rope && !attn_gate_at_value(s->gate, s->gate_pos);
+}
 void ops_attn_prep_forward(act_t* q, act_t* k, act_t* v, float* qk_rstd, const act_t* qkv,
                            const float* qnorm_w, const float* knorm_w, const OpsAttnShape* s) {
     const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
+    if (prep_is_copy(s)) {
+        const size_t QKVG = (size_t)ops_attn_qkv_cols(s), voff = (size_t)attn_v_off(s->H, s->Hkv, s->hd);
+        #pragma omp parallel for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            const act_t* row = qkv + n * QKVG;
+            memcpy(q + n * Hd, row, Hd * sizeof(act_t));
+            memcpy(k + n * KVd, row + Hd, KVd * sizeof(act_t));
+            memcpy(v + n * KVd, row + voff, KVd * sizeof(act_t));
+        }
+        return;
+    }
     float* fqkv = widen(qkv, N * ops_attn_qkv_cols(s));
     float *fq = f32_alloc(N * Hd), *fk = f32_alloc(N * KVd), *fv = f32_alloc(N * KVd);
     ref_ops_attn_prep_forward(fq, fk, fv, qk_rstd, fqkv, qnorm_w, knorm_w, s);
@@ -391,6 +422,17 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
                             const OpsAttnShape* s) {
     const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
     const size_t QKVG = (size_t)ops_attn_qkv_cols(s);
+    if (prep_is_copy(s)) {   // the gradients into their column blocks; the z columns kept
+        const size_t voff = (size_t)attn_v_off(s->H, s->Hkv, s->hd);
+        #pragma omp parallel for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            act_t* row = dqkv + n * QKVG;
+            memcpy(row, dq + n * Hd, Hd * sizeof(act_t));
+            memcpy(row + Hd, dk + n * KVd, KVd * sizeof(act_t));
+            memcpy(row + voff, dv + n * KVd, KVd * sizeof(act_t));
+        }
+        return;
+    }
     float *fdqkv = widen(dqkv, N * QKVG), *fqkv = widen(qkv, N * QKVG);
     float *fdq = widen(dq, N * Hd), *fdk = widen(dk, N * KVd), *fdv = widen(dv, N * KVd);
     ref_ops_attn_prep_backward(fdqkv, dqnorm_w, dknorm_w, fdq, fdk, fdv, fqkv, qk_rstd, qnorm_w, knorm_w, s);
@@ -400,6 +442,8 @@ void ops_attn_prep_backward(act_t* dqkv, float* dqnorm_w, float* dknorm_w, const
 // y and yg rounded once each from fp32 (yg from the unrounded y, as the GPU epilogues do)
 void ops_attention_forward(act_t* y, act_t* yg, float* lse, const act_t* q, const act_t* k,
                            const act_t* v, const act_t* qkv, const OpsAttnShape* s) {
+    // the fast build: the tiles' products on the bf16 units, P rounded to bf16 (attention_bf16.c)
+    if (FAST_GEMM) { bf16_attention_forward(y, yg, lse, q, k, v, qkv, s); return; }
     const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
     float *fq = widen(q, N * Hd), *fk = widen(k, N * KVd), *fv = widen(v, N * KVd);
     float* fqkv = widen(qkv, N * ops_attn_qkv_cols(s));
@@ -415,6 +459,7 @@ void ops_attention_backward(act_t* dq, act_t* dk, act_t* dv, act_t* dqkv, act_t*
                             const act_t* y, const float* lse, const act_t* qkv,
                             const OpsAttnShape* s) {
     (void)scratch;   // the fp32 kernel gets its own
+    if (FAST_GEMM) { bf16_attention_backward(dq, dk, dv, dqkv, dyg, q, k, v, y, lse, qkv, s); return; }
     const size_t N = (size_t)s->B * s->T, Hd = (size_t)s->H * s->hd, KVd = (size_t)s->Hkv * s->hd;
     const size_t QKVG = (size_t)ops_attn_qkv_cols(s);
     float *fdyg = widen(dyg, N * Hd), *fq = widen(q, N * Hd), *fk = widen(k, N * KVd), *fv = widen(v, N * KVd);
