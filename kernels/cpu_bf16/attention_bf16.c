@@ -178,12 +178,13 @@ void bf16_attention_backward(uint16_t* dq, uint16_t* dk, uint16_t* dv, uint16_t*
                             float* ds = dS + (size_t)r * w;
                             uint16_t* pb = Pb + (size_t)r * w;
                             uint16_t* dsb = dSb + (size_t)r * w;
+                            const float Lr = L[r], sc = scale;
+                            // one pass per operation, so that each vectorizes (P's exp is most of it)
+                            for (int u = first; u <= last; u++) p[u] = cpu_expf(p[u] * sc - Lr);
+                            for (int u = first; u <= last; u++) ds[u] = p[u] * (ds[u] - Dr) * sc;
                             for (int u = 0; u < first; u++) { pb[u] = 0; dsb[u] = 0; }
-                            for (int u = first; u <= last; u++) {
-                                const float pu = cpu_expf(p[u] * scale - L[r]);
-                                pb[u] = bf16_from_f32(pu);
-                                dsb[u] = bf16_from_f32(pu * (ds[u] - Dr) * scale);
-                            }
+                            for (int u = first; u <= last; u++) pb[u] = bf16_from_f32(p[u]);
+                            for (int u = first; u <= last; u++) dsb[u] = bf16_from_f32(ds[u]);
                             for (int u = last + 1; u < w; u++) { pb[u] = 0; dsb[u] = 0; }
                         }
                         bf16mm_local('N', 'N', rows, hd, w, dSb, w, Kb, ldk, 0.0f, dq + ((size_t)b * T + t0) * ldq + (size_t)h * hd,
