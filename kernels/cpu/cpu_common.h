@@ -54,10 +54,11 @@ void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* 
 static inline float cpu_expf(float x) {
     float xc = x < -87.33654f ? -87.33654f : x;
     xc = xc > 88.72283f ? 88.72283f : xc;
-    // nearest-even (rintf: one vrndscaleps), not roundf: roundf's ties-away has no vector
-    // instruction, and with it GCC kept every loop over this function scalar (measured: the
+    // nearest-even (rintf: one vroundps / vrndscaleps), not roundf: roundf's ties-away has no
+    // vector instruction, and with it GCC kept every loop over this function scalar (measured: the
     // cross-entropy's, the softmax's, GELU's). The two differ only where x log2(e) is exactly
-    // k + 1/2, and then both reductions stay within |r| <= ln2/2 + ulp: the same accuracy.
+    // k + 1/2, and then both reductions stay within |r| <= ln2/2 + ulp: the same accuracy. On AVX2
+    // (no mask registers) the selects below also need -fno-trapping-math (CMakeLists.txt).
     float n = __builtin_rintf(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
