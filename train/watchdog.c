@@ -33,7 +33,13 @@ static double now_s(void) {
 static void* watchdog_main(void* arg) {
     (void)arg;
     unsigned long seen = atomic_load_explicit(&g_progress, memory_order_relaxed);
-    double since = now_s();
+    // waited: the time without progress that counts. Each wake adds the time since the last one,
+    // but at most late_cap_s: a wake much later than its poll interval means this process did not
+    // run (SIGSTOP, a suspended VM), and that time is not time it waited for the others. Without
+    // the cap, a rank stopped and then continued (Open MPI sends SIGCONT before SIGTERM when it
+    // tears a job down) would blame itself at once for the others' timeout.
+    double waited = 0.0, last = now_s();
+    const double late_cap_s = W.poll_s + 1.0;
     pthread_mutex_lock(&W.mu);
     while (!W.stop) {
         // sleep one poll interval (CLOCK_REALTIME for the condition's deadline), or until stopped
@@ -46,15 +52,18 @@ static void* watchdog_main(void* arg) {
         if (W.stop) break;
         unsigned long p = atomic_load_explicit(&g_progress, memory_order_relaxed);
         const double now = now_s();
+        const double dt = now - last;
+        last = now;
         const char* phase = atomic_load_explicit(&g_phase, memory_order_relaxed);
-        if (p != seen || !phase) { seen = p; since = now; continue; }
-        if (now - since < W.timeout_s) continue;
+        if (p != seen || !phase) { seen = p; waited = 0.0; continue; }
+        waited += dt < late_cap_s ? dt : late_cap_s;
+        if (waited < W.timeout_s) continue;
         char host[256] = "?";
         if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
         host[sizeof host - 1] = 0;
         char why[768];
         snprintf(why, sizeof why, "no progress for %.0f s at step %d in %s (host %s; [train] hang_timeout_s = %g); "
-                 "ending the job with exit status %d so that it can be restarted with --resume auto%s", now - since,
+                 "ending the job with exit status %d so that it can be restarted with --resume auto%s", waited,
                  atomic_load_explicit(&g_step, memory_order_relaxed), phase, host, W.timeout_s, WATCHDOG_EXIT_STATUS,
                  W.nproc > 1 ? " (a rank that stopped prints no such line)" : "");
         pthread_mutex_unlock(&W.mu);

@@ -15,6 +15,9 @@
 // Which ranks are at fault: a rank blocked in a collective only knows that it waits. The rank
 // that stopped prints nothing (its watchdog thread is stopped with it); every waiting rank prints
 // its own line with its step and phase, so the stopped rank is the one missing from the lines.
+// A rank continued after a stop (Open MPI sends SIGCONT before SIGTERM when it ends a job) must
+// not then blame itself: each wake counts at most the poll interval + 1 s, so the time a process
+// did not run counts as at most that much.
 //
 // The watchdog never touches the model's numbers: it reads three atomics and sleeps.
 #pragma once
