@@ -158,9 +158,9 @@ static double norm_loss(void* v) {
     ops_norm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, 1e-5f, c->k);
     return dot(c->out, c->r, (size_t)c->N * c->C);
 }
-static void test_norm(OpsNormKind k) {
+static void test_norm(OpsNormKind k, int C) {
     NormCtx c = {0};
-    c.N = 70; c.C = 16; c.k = k;   // N > one reduction block
+    c.N = 70; c.C = C; c.k = k;   // N > one reduction block; C = 21: the row sums' 8 lanes and a tail of 5
     c.inp = fbuf(c.N * c.C, 2); c.w = fbuf(c.C, 1); c.b = k == OPS_LAYERNORM ? fbuf(c.C, 1) : NULL;
     c.out = fbuf(c.N * c.C, 0); c.mean = fbuf(c.N, 0); c.rstd = fbuf(c.N, 0); c.r = fbuf(c.N * c.C, 1);
     norm_loss(&c);
@@ -168,7 +168,8 @@ static void test_norm(OpsNormKind k) {
     float* dw = fbuf(c.C, 0);
     float* db = k == OPS_LAYERNORM ? fbuf(c.C, 0) : NULL;
     ops_norm_backward(dinp, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, c.N, c.C, k);
-    const char* nm = k == OPS_LAYERNORM ? "layernorm" : "rmsnorm";
+    char nm[32];
+    snprintf(nm, sizeof nm, "%s C=%d", k == OPS_LAYERNORM ? "layernorm" : "rmsnorm", C);
     char s[64];
     snprintf(s, sizeof s, "%s dinp", nm); fd_check(s, c.inp, c.N * c.C, dinp, norm_loss, &c);
     snprintf(s, sizeof s, "%s dw", nm); fd_check(s, c.w, c.C, dw, norm_loss, &c);
@@ -413,8 +414,10 @@ int main(void) {
     test_matmul_bias(0);
     test_matmul_bias(1);
     test_embedding();
-    test_norm(OPS_RMSNORM);
-    test_norm(OPS_LAYERNORM);
+    test_norm(OPS_RMSNORM, 16);
+    test_norm(OPS_LAYERNORM, 16);
+    test_norm(OPS_RMSNORM, 21);
+    test_norm(OPS_LAYERNORM, 21);
     test_act(1);
     test_act(0);
     test_xent();

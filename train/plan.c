@@ -234,10 +234,14 @@ int plan_build(const Config* cfg, int B, const PlanOptions* o, Plan* p) {
             // copies of its bf16 tensors (the cross-entropy's logits, N x Vp): an estimate
             const size_t wide = (size_t)(mc->d_ff > 4 * mc->d_model ? mc->d_ff : 4 * mc->d_model);
             const size_t conv = (2 * N * (size_t)mc->padded_vocab + N * wide) * sizeof(float);
-            p->bytes[PLAN_SCRATCH] += conv;
+            // and the one buffer its GEMMs pack B into (kernels/cpu_bf16/matmul_bf16.c): the largest
+            // B, the LM head's Vp x d_model in bf16 or a layer's 2 d_ff x d_model (SwiGLU's gate and up)
+            const size_t bmax = (size_t)mc->d_model * ((size_t)mc->padded_vocab > 2 * wide ? (size_t)mc->padded_vocab : 2 * wide);
+            const size_t pack = bmax * 2;
+            p->bytes[PLAN_SCRATCH] += conv + pack;
             size_t used = strlen(p->what[PLAN_SCRATCH]);
-            snprintf(p->what[PLAN_SCRATCH] + used, sizeof p->what[0] - used, " + the bf16 backend's fp32 copies (%.2f MiB: "
-                     "2 x logits + N x %zu, an estimate)", mib(conv), wide);
+            snprintf(p->what[PLAN_SCRATCH] + used, sizeof p->what[0] - used, " + bf16: fp32 copies %.2f MiB (2 x logits + N x %zu, "
+                     "est.), packed B %.2f MiB", mib(conv), wide, mib(pack));
         }
     } else {
         size_t slots = 0;

@@ -2,20 +2,40 @@
 #include "../ops.h"
 #include "cpu_common.h"
 
+// The row sums run in CPU_LANES fixed lanes (cpu_common.h: lane j takes c = j, j + 8, ..., the
+// tail, then the lanes, added in order): 8 independent chains that vectorise without -ffast-math,
+// the same bits on every run and thread count. One serial chain per sum held every norm at the
+// adder's latency (measured: 65 ms of the bf16 GPT-2 124M B=8 T=256 step on Zen 4).
+static inline float norm_lane_sum(const float* x, int C) {
+    float acc[CPU_LANES] = {0};
+    int c = 0;
+    for (; c + CPU_LANES <= C; c += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++) acc[j] += x[c + j];
+    float s = 0.0f;
+    for (; c < C; c++) s += x[c];
+    for (int j = 0; j < CPU_LANES; j++) s += acc[j];
+    return s;
+}
+// sum_c (x[c] - m)^2, in the same lanes
+static inline float norm_lane_sumsq(const float* x, float m, int C) {
+    float acc[CPU_LANES] = {0};
+    int c = 0;
+    for (; c + CPU_LANES <= C; c += CPU_LANES)
+        for (int j = 0; j < CPU_LANES; j++) { float d = x[c + j] - m; acc[j] += d * d; }
+    float s = 0.0f;
+    for (; c < C; c++) { float d = x[c] - m; s += d * d; }
+    for (int j = 0; j < CPU_LANES; j++) s += acc[j];
+    return s;
+}
+
 void ops_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                       const float* b, int N, int C, float eps, OpsNormKind kind) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* o = out + (size_t)n * C;
-        float m = 0.0f;
-        if (kind == OPS_LAYERNORM) {
-            for (int c = 0; c < C; c++) m += x[c];
-            m /= C;
-        }
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
-        float r = 1.0f / sqrtf(v / C + eps);
+        const float m = (kind == OPS_LAYERNORM) ? norm_lane_sum(x, C) / C : 0.0f;
+        const float r = 1.0f / sqrtf(norm_lane_sumsq(x, m, C) / C + eps);
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
         if (mean) mean[n] = m;
         rstd[n] = r;
@@ -42,19 +62,29 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, con
             const float* d = dout + (size_t)n * C;
             float* dx = dinp + (size_t)n * C;
             float m = (kind == OPS_LAYERNORM) ? mean[n] : 0.0f, r = rstd[n];
-            float sum_g = 0.0f, sum_gx = 0.0f;
-            for (int c = 0; c < C; c++) {
+            // sum_c g and sum_c g xhat in the forward's lanes; then dw, db and dx (no sums: they vectorise)
+            float ag[CPU_LANES] = {0}, agx[CPU_LANES] = {0}, sum_g = 0.0f, sum_gx = 0.0f;
+            int c = 0;
+            for (; c + CPU_LANES <= C; c += CPU_LANES)
+                for (int j = 0; j < CPU_LANES; j++) {
+                    float xh = (x[c + j] - m) * r, g = d[c + j] * w[c + j];
+                    ag[j] += g;
+                    agx[j] += g * xh;
+                }
+            for (; c < C; c++) {
                 float xh = (x[c] - m) * r, g = d[c] * w[c];
                 sum_g += g;
                 sum_gx += g * xh;
-                bdw[c] += d[c] * xh;
-                if (bdb) bdb[c] += d[c];
             }
+            for (int j = 0; j < CPU_LANES; j++) { sum_g += ag[j]; sum_gx += agx[j]; }
             float mg = (kind == OPS_LAYERNORM) ? sum_g / C : 0.0f, mgx = sum_gx / C;
-            for (int c = 0; c < C; c++) {
+            for (c = 0; c < C; c++) {
                 float xh = (x[c] - m) * r, g = d[c] * w[c];
+                bdw[c] += d[c] * xh;
                 dx[c] += r * (g - mg - xh * mgx);
             }
+            if (bdb)
+                for (c = 0; c < C; c++) bdb[c] += d[c];
         }
     }
     cpu_reduce_blocks(dw, pdw, nb, C);

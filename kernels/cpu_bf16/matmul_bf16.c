@@ -61,6 +61,10 @@ typedef struct {
     dnnl_memory_t a, b, c, bias;   // memory objects without data: the pointers are set per call (fixed sizes)
     dnnl_memory_t scratch;         // bf16mm_local's entries: the primitive's own scratchpad (NULL: none)
     void* scratch_buf;
+    // the shared cache's fixed-size entries: B packed before each call (NULL: B read as it is)
+    dnnl_primitive_t pack;         // reorder: B (e->b, row-major) -> the layout the kernel reads (e->bp)
+    dnnl_memory_t bp;              // its memory object on the shared pack buffer (pack_buf)
+    size_t bp_bytes;
 } Bf16mmEntry;
 
 // fixed-size primitives (the dense layers: a handful of shapes per model); past this many, the
@@ -71,6 +75,20 @@ static Bf16mmEntry cache[BF16MM_CACHE];
 static int n_cached;
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
+
+// B packed: oneDNN's bf16 kernels read B in a blocked layout (pairs of K interleaved per column
+// block: vdpbf16ps and AMX tiles take two K at a time). Given B row-major, the matmul copies its
+// blocks itself inside the call, per thread; given B already in the layout it chose (format "any"),
+// it reads it directly. Packing B once per call with oneDNN's reorder (parallel over the whole
+// matrix) and handing the matmul the packed copy is faster, and gives the same bits (the kernel,
+// its blocking and its order of sums are the same; tests/test_bf16cpu_ops.c checks the bits): the GPT-2
+// 124M B=8 T=256 step measured with and without it in docs/performance.md ("CPU bf16"). Every
+// call repacks (the weights change every step, and a copy kept between calls would have to know
+// when they do); the packed copies of the shared cache's entries share one buffer, since that
+// cache serves one call at a time. GATEDGPT_BF16MM_PLAIN=1 turns packing off (a measurement switch).
+static void* pack_buf;
+static size_t pack_cap;
+static int pack_off = -1;   // -1: GATEDGPT_BF16MM_PLAIN not read yet
 
 // a 2-D bf16/f32 descriptor of rows x cols, row-major with leading dimension ld, or its transpose
 // (rows or cols -1: a run-time size)
@@ -100,8 +118,17 @@ static void entry_create(Bf16mmEntry* e, int user_scratch) {
     md2(&b_md, K, N, ldb, tb == 'T', dnnl_bf16);
     md2(&c_md, M, N, ldc, 0, c_bf16 ? dnnl_bf16 : dnnl_f32);
     if (has_bias) md2(&bias_md, 1, N, N, 0, dnnl_bf16);
+    // the shared cache's fixed sizes: the kernel chooses B's layout ("any"), packed per call
+    if (pack_off < 0) { const char* v = getenv("GATEDGPT_BF16MM_PLAIN"); pack_off = v && strcmp(v, "1") == 0; }
+    const int packed = !user_scratch && M >= 0 && !pack_off;
+    dnnl_memory_desc_t bany_md;
+    if (packed) {
+        dnnl_dims_t dims = {K, N};
+        dnnl_check(dnnl_memory_desc_init_by_tag(&bany_md, 2, dims, dnnl_bf16, dnnl_format_tag_any), "memory descriptor");
+    }
     dnnl_matmul_desc_t desc;
-    dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, has_bias ? &bias_md : NULL, &c_md), "matmul descriptor");
+    dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, packed ? &bany_md : &b_md, has_bias ? &bias_md : NULL, &c_md),
+               "matmul descriptor");
     dnnl_primitive_attr_t attr;
     dnnl_check(dnnl_primitive_attr_create(&attr), "attributes");
     if (beta != 0.0f) {   // C += A B: a sum post-op (the product added to C in fp32)
@@ -122,6 +149,19 @@ static void entry_create(Bf16mmEntry* e, int user_scratch) {
             e->scratch_buf = malloc(bytes);
             if (!e->scratch_buf) { fprintf(stderr, "error: out of memory for a oneDNN scratchpad (%zu bytes)\n", bytes); exit(1); }
             dnnl_check(dnnl_memory_create(&e->scratch, smd, engine, e->scratch_buf), "memory scratchpad");
+        }
+    }
+    if (packed) {   // the reorder from row-major B to the layout the kernel chose (none if they are the same)
+        const dnnl_memory_desc_t* wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (!dnnl_memory_desc_equal(wmd, &b_md)) {
+            dnnl_primitive_desc_t rpd;
+            dnnl_check(dnnl_reorder_primitive_desc_create(&rpd, &b_md, engine, wmd, engine, NULL), "reorder descriptor");
+            dnnl_check(dnnl_primitive_create(&e->pack, rpd), "reorder");
+            dnnl_primitive_desc_destroy(rpd);
+            e->bp_bytes = dnnl_memory_desc_get_size(wmd);
+            dnnl_check(dnnl_memory_create(&e->bp, wmd, engine, DNNL_MEMORY_NONE), "memory packed B");
+        } else {
+            b_md = *wmd;
         }
     }
     dnnl_primitive_desc_destroy(pd);
@@ -188,6 +228,18 @@ static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uin
         dnnl_check(dnnl_memory_set_data_handle(b, (void*)B), "set B");
         dnnl_check(dnnl_memory_set_data_handle(c, C), "set C");
         if (bias) dnnl_check(dnnl_memory_set_data_handle(e->bias, (void*)bias), "set bias");
+        if (e->pack) {   // B packed into the shared buffer, which the matmul then reads
+            if (e->bp_bytes > pack_cap) {
+                free(pack_buf);
+                pack_cap = (e->bp_bytes + 4095) / 4096 * 4096;
+                pack_buf = aligned_alloc(4096, pack_cap);
+                if (!pack_buf) { fprintf(stderr, "error: out of memory for the packed bf16 weights (%zu bytes)\n", pack_cap); exit(1); }
+            }
+            dnnl_check(dnnl_memory_set_data_handle(e->bp, pack_buf), "set packed B");
+            dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, b}, {DNNL_ARG_TO, e->bp}};
+            dnnl_check(dnnl_primitive_execute(e->pack, stream, 2, rargs), "reorder B");
+            b = e->bp;
+        }
     }
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_BIAS, e->bias}};
     dnnl_check(dnnl_primitive_execute(e->prim, stream, bias ? 4 : 3, args), "execute");
@@ -231,6 +283,7 @@ static void entry_destroy(Bf16mmEntry* e) {
     if (e->bias) dnnl_memory_destroy(e->bias);
     if (e->scratch) dnnl_memory_destroy(e->scratch);
     free(e->scratch_buf);
+    if (e->pack) { dnnl_primitive_destroy(e->pack); dnnl_memory_destroy(e->bp); }
 }
 
 void bf16mm_local(char ta, char tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
