@@ -2,8 +2,9 @@
 // (attention_bf16.h): kernels/cpu/attention.c's query tiles with their products on the bf16 units.
 //
 // The fp32 kernel's tiles, one task per (b, h) forward and per (b, kv head) backward, each tile a
-// few small GEMMs on the calling thread. Here those GEMMs read the bf16 q, k, v, dy directly
-// (bf16mm_local: oneDNN's bf16 matmul, fp32 accumulation), and the two tile operands the fp32
+// few small GEMMs on the calling thread. Here those GEMMs read bf16 q, k, v, dy (bf16mm_local:
+// oneDNN's bf16 matmul, fp32 accumulation) from dense per-head copies (head_copy: the strided head
+// slices would send them to oneDNN's gemm:jit instead of its brgemm kernels), and the two tile operands the fp32
 // kernel keeps in fp32 are rounded to bf16 before their products, as the CUDA flash kernel
 // rounds them for its tensor cores (kernels/cuda/attention_flash.cu): the probabilities P
 // (before P V and P^T dY) and the scores' gradient dS (before dS K and dS^T Q); with the sdpa
@@ -34,6 +35,13 @@ static inline int key_lo(const OpsAttnShape* s, int b, int t) { return s->doc_st
 static inline float gate_act(OpsGateAct act, float z) { return attn_gate_act_sg(act, z, cpu_sigmoid(z)); }
 static inline float gate_act_grad(OpsGateAct act, float z) { return attn_gate_act_grad_sg(act, z, cpu_sigmoid(z)); }
 
+// one head's rows [T, hd] of a strided [N, ld] tensor into a dense [T, hd] copy: oneDNN 2.6's brgemm
+// matmul (its AVX512-BF16 and AMX kernels) takes only dense operands, and gives strided ones to its
+// older gemm:jit kernel, which has no AMX path (docs/performance.md, "Packed B and the norms' lanes")
+static void head_copy(uint16_t* dst, const uint16_t* src, int ld, int T, int hd) {
+    for (int t = 0; t < T; t++) memcpy(dst + (size_t)t * hd, src + (size_t)t * ld, (size_t)hd * sizeof(uint16_t));
+}
+
 static void* oom_check(void* p) {
     if (!p) { fprintf(stderr, "error: out of host memory in the bf16 attention\n"); exit(1); }
     return p;
@@ -49,19 +57,22 @@ void bf16_attention_forward(uint16_t* y, uint16_t* yg, float* lse, const uint16_
     const float scale = 1.0f / sqrtf((float)hd);
     #pragma omp parallel
     {
-        // per thread: S / P fp32 [TILE, T], P bf16 [TILE, T], the tile's output fp32 [TILE, hd]
+        // per thread: S / P fp32 [TILE, T], P bf16 [TILE, T], the tile's output fp32 [TILE, hd], and
+        // the head's q, k, v dense [T, hd] (head_copy)
         float* S = oom_check(malloc((size_t)TILE * T * sizeof(float)));
         uint16_t* Pb = oom_check(malloc((size_t)TILE * T * sizeof(uint16_t)));
         float* Yf = oom_check(malloc((size_t)TILE * hd * sizeof(float)));
+        uint16_t* Qd = oom_check(malloc((size_t)3 * T * hd * sizeof(uint16_t)));
+        uint16_t *Kd = Qd + (size_t)T * hd, *Vd = Kd + (size_t)T * hd;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                const uint16_t* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
-                const uint16_t* Kb = k + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
-                const uint16_t* Vb = v + (size_t)b * T * ldk + (size_t)(h / rep) * hd;
+                head_copy(Qd, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, T, hd);
+                head_copy(Kd, k + (size_t)b * T * ldk + (size_t)(h / rep) * hd, ldk, T, hd);
+                head_copy(Vd, v + (size_t)b * T * ldk + (size_t)(h / rep) * hd, ldk, T, hd);
                 for (int t0 = 0; t0 < T; t0 += TILE) {
                     const int t1 = tile_end(t0, T), rows = t1 - t0, w = t1;
-                    bf16mm_local('N', 'T', rows, w, hd, Qbh + (size_t)t0 * ldq, ldq, Kb, ldk, 0.0f, S, w, 0);
+                    bf16mm_local('N', 'T', rows, w, hd, Qd + (size_t)t0 * hd, hd, Kd, hd, 0.0f, S, w, 0);
                     float* L = lse + ((size_t)b * H + h) * T + t0;
                     for (int r = 0; r < rows; r++) {   // the fp32 kernel's causal softmax (att_scores)
                         float* row = S + (size_t)r * w;
@@ -76,7 +87,7 @@ void bf16_attention_forward(uint16_t* y, uint16_t* yg, float* lse, const uint16_
                         for (int u = last + 1; u < w; u++) pb[u] = 0;
                         L[r] = mx + logf(sum);
                     }
-                    bf16mm_local('N', 'N', rows, hd, w, Pb, w, Vb, ldk, 0.0f, Yf, hd, 0);
+                    bf16mm_local('N', 'N', rows, hd, w, Pb, w, Vd, hd, 0.0f, Yf, hd, 0);
                     for (int r = 0; r < rows; r++) {   // y, and yg = y * a(z) from the unrounded y
                         const size_t n = (size_t)b * T + t0 + r;
                         const float* yr = Yf + (size_t)r * hd;
@@ -92,7 +103,7 @@ void bf16_attention_forward(uint16_t* y, uint16_t* yg, float* lse, const uint16_
                     }
                 }
             }
-        free(S); free(Pb); free(Yf);
+        free(S); free(Pb); free(Yf); free(Qd);
     }
 }
 
@@ -155,22 +166,26 @@ void bf16_attention_backward(uint16_t* dq, uint16_t* dk, uint16_t* dv, uint16_t*
         uint16_t* dSb = Pb + (size_t)TILE * T;
         float* dKf = oom_check(malloc((size_t)2 * T * hd * sizeof(float)));
         float* dVf = dKf + (size_t)T * hd;
+        // the head's q, dy, k, v dense [T, hd] (head_copy), and the tile's dq bf16 [TILE, hd]
+        uint16_t* Qd = oom_check(malloc(((size_t)4 * T + TILE) * hd * sizeof(uint16_t)));
+        uint16_t *dYd = Qd + (size_t)T * hd, *Kd = dYd + (size_t)T * hd, *Vd = Kd + (size_t)T * hd;
+        uint16_t* dQd = Vd + (size_t)T * hd;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
-                const uint16_t* Kb = k + (size_t)b * T * ldk + (size_t)kh * hd;
-                const uint16_t* Vb = v + (size_t)b * T * ldk + (size_t)kh * hd;
+                head_copy(Kd, k + (size_t)b * T * ldk + (size_t)kh * hd, ldk, T, hd);
+                head_copy(Vd, v + (size_t)b * T * ldk + (size_t)kh * hd, ldk, T, hd);
                 memset(dKf, 0, (size_t)2 * T * hd * sizeof(float));
                 for (int h = kh * rep; h < (kh + 1) * rep; h++) {
-                    const uint16_t* Qbh = q + (size_t)b * T * ldq + (size_t)h * hd;
-                    const uint16_t* dYbh = dy + (size_t)b * T * ldq + (size_t)h * hd;
+                    head_copy(Qd, q + (size_t)b * T * ldq + (size_t)h * hd, ldq, T, hd);
+                    head_copy(dYd, dy + (size_t)b * T * ldq + (size_t)h * hd, ldq, T, hd);
                     for (int t0 = 0; t0 < T; t0 += TILE) {
                         const int t1 = tile_end(t0, T), rows = t1 - t0, w = t1;
-                        const uint16_t* Qt = Qbh + (size_t)t0 * ldq;
-                        const uint16_t* dYt = dYbh + (size_t)t0 * ldq;
+                        const uint16_t* Qt = Qd + (size_t)t0 * hd;
+                        const uint16_t* dYt = dYd + (size_t)t0 * hd;
                         const float* L = lse + ((size_t)b * H + h) * T + t0;
-                        bf16mm_local('N', 'T', rows, w, hd, Qt, ldq, Kb, ldk, 0.0f, P, w, 0);
-                        bf16mm_local('N', 'T', rows, w, hd, dYt, ldq, Vb, ldk, 0.0f, dS, w, 0);
+                        bf16mm_local('N', 'T', rows, w, hd, Qt, hd, Kd, hd, 0.0f, P, w, 0);
+                        bf16mm_local('N', 'T', rows, w, hd, dYt, hd, Vd, hd, 0.0f, dS, w, 0);
                         for (int r = 0; r < rows; r++) {
                             const int first = key_lo(s, b, t0 + r), last = t0 + r;
                             const float Dr = D[((size_t)b * T + t0 + r) * H + h];
@@ -187,10 +202,11 @@ void bf16_attention_backward(uint16_t* dq, uint16_t* dk, uint16_t* dv, uint16_t*
                             for (int u = first; u <= last; u++) dsb[u] = bf16_from_f32(ds[u]);
                             for (int u = last + 1; u < w; u++) { pb[u] = 0; dsb[u] = 0; }
                         }
-                        bf16mm_local('N', 'N', rows, hd, w, dSb, w, Kb, ldk, 0.0f, dq + ((size_t)b * T + t0) * ldq + (size_t)h * hd,
-                                     ldq, 1);
-                        bf16mm_local('T', 'N', w, hd, rows, dSb, w, Qt, ldq, 1.0f, dKf, hd, 0);
-                        bf16mm_local('T', 'N', w, hd, rows, Pb, w, dYt, ldq, 1.0f, dVf, hd, 0);
+                        bf16mm_local('N', 'N', rows, hd, w, dSb, w, Kd, hd, 0.0f, dQd, hd, 1);
+                        for (int r = 0; r < rows; r++)
+                            memcpy(dq + ((size_t)b * T + t0 + r) * ldq + (size_t)h * hd, dQd + (size_t)r * hd, hd * sizeof(uint16_t));
+                        bf16mm_local('T', 'N', w, hd, rows, dSb, w, Qt, hd, 1.0f, dKf, hd, 0);
+                        bf16mm_local('T', 'N', w, hd, rows, Pb, w, dYt, hd, 1.0f, dVf, hd, 0);
                     }
                 }
                 for (int u = 0; u < T; u++) {
@@ -202,7 +218,7 @@ void bf16_attention_backward(uint16_t* dq, uint16_t* dk, uint16_t* dv, uint16_t*
                     }
                 }
             }
-        free(P); free(Pb); free(dKf);
+        free(P); free(Pb); free(dKf); free(Qd);
     }
     free(D); free(dyb);
 }
