@@ -4,8 +4,8 @@
 
 // The row sums run in CPU_LANES fixed lanes (cpu_common.h: lane j takes c = j, j + 8, ..., the
 // tail, then the lanes, added in order): 8 independent chains that vectorise without -ffast-math,
-// the same bits on every run and thread count. One serial chain per sum held every norm at the
-// adder's latency (measured: 65 ms of the bf16 GPT-2 124M B=8 T=256 step on Zen 4).
+// the same bits on every run and thread count. One serial chain per sum held the forward at the
+// adder's latency (25 LayerNorms at N = 2048, C = 768, 2 threads, Zen 4: 36 -> 18 ms).
 static inline float norm_lane_sum(const float* x, int C) {
     float acc[CPU_LANES] = {0};
     int c = 0;

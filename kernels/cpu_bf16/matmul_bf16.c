@@ -79,10 +79,12 @@ static dnnl_stream_t stream;
 // B packed: oneDNN's bf16 kernels read B in a blocked layout (pairs of K interleaved per column
 // block: vdpbf16ps and AMX tiles take two K at a time). Given B row-major, the matmul copies its
 // blocks itself inside the call, per thread; given B already in the layout it chose (format "any"),
-// it reads it directly. Packing B once per call with oneDNN's reorder (parallel over the whole
-// matrix) and handing the matmul the packed copy is faster, and gives the same bits (the kernel,
-// its blocking and its order of sums are the same; tests/test_bf16cpu_ops.c checks the bits): the GPT-2
-// 124M B=8 T=256 step measured with and without it in docs/performance.md ("CPU bf16"). Every
+// it reads it directly. Here B is packed once per call with oneDNN's reorder (parallel over the
+// whole matrix) and the matmul gets the packed copy: on avx512_bf16 the same bits (the kernel, its
+// blocking and its order of sums are the same; tests/test_bf16cpu_train.sh compares 20 training
+// losses), and oneDNN's own time for a GPT-2 124M B=8 T=256 step's GEMMs 4.7-7.3% lower, reorders
+// included (the step itself gained within the host's noise: docs/performance.md, "Packed B and the
+// norms' lanes"; bench/bench_bf16_pack.sh). Every
 // call repacks (the weights change every step, and a copy kept between calls would have to know
 // when they do); the packed copies of the shared cache's entries share one buffer, since that
 // cache serves one call at a time. GATEDGPT_BF16MM_PLAIN=1 turns packing off (a measurement switch).
