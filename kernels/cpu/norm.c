@@ -46,6 +46,10 @@ void ops_norm_forward(float* out, float* mean, float* rstd, const float* inp, co
 // dw += sum_n dout * xhat, db += sum_n dout
 // layernorm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w
 // rmsnorm:   dx = rstd * (g - xhat * mean(g * xhat))
+// The sums stay one serial chain each here: 8 lanes (with dw and db in the same pass, or in passes of
+// their own) ran no faster (25 LayerNorms at N = 2048, C = 768, 2 threads: 25 ms serial, 31-43 ms in
+// lanes, measured with -march=native on Zen 4 and with -march=haswell), since the pass is bound by
+// the memory it streams, not by the adds.
 void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                        const float* w, const float* mean, const float* rstd, int N, int C,
                        OpsNormKind kind) {
@@ -62,29 +66,19 @@ void ops_norm_backward(float* dinp, float* dw, float* db, const float* dout, con
             const float* d = dout + (size_t)n * C;
             float* dx = dinp + (size_t)n * C;
             float m = (kind == OPS_LAYERNORM) ? mean[n] : 0.0f, r = rstd[n];
-            // sum_c g and sum_c g xhat in the forward's lanes; then dw, db and dx (no sums: they vectorise)
-            float ag[CPU_LANES] = {0}, agx[CPU_LANES] = {0}, sum_g = 0.0f, sum_gx = 0.0f;
-            int c = 0;
-            for (; c + CPU_LANES <= C; c += CPU_LANES)
-                for (int j = 0; j < CPU_LANES; j++) {
-                    float xh = (x[c + j] - m) * r, g = d[c + j] * w[c + j];
-                    ag[j] += g;
-                    agx[j] += g * xh;
-                }
-            for (; c < C; c++) {
+            float sum_g = 0.0f, sum_gx = 0.0f;
+            for (int c = 0; c < C; c++) {
                 float xh = (x[c] - m) * r, g = d[c] * w[c];
                 sum_g += g;
                 sum_gx += g * xh;
-            }
-            for (int j = 0; j < CPU_LANES; j++) { sum_g += ag[j]; sum_gx += agx[j]; }
-            float mg = (kind == OPS_LAYERNORM) ? sum_g / C : 0.0f, mgx = sum_gx / C;
-            for (c = 0; c < C; c++) {
-                float xh = (x[c] - m) * r, g = d[c] * w[c];
                 bdw[c] += d[c] * xh;
+                if (bdb) bdb[c] += d[c];
+            }
+            float mg = (kind == OPS_LAYERNORM) ? sum_g / C : 0.0f, mgx = sum_gx / C;
+            for (int c = 0; c < C; c++) {
+                float xh = (x[c] - m) * r, g = d[c] * w[c];
                 dx[c] += r * (g - mg - xh * mgx);
             }
-            if (bdb)
-                for (c = 0; c < C; c++) bdb[c] += d[c];
         }
     }
     cpu_reduce_blocks(dw, pdw, nb, C);
