@@ -92,6 +92,38 @@ static void* pack_buf;
 static size_t pack_cap;
 static int pack_off = -1;   // -1: GATEDGPT_BF16MM_PLAIN not read yet
 
+// A transposed ('T': the weight gradients' X^T, whose reduction runs down X's rows): the matmul
+// copies A's blocks itself inside the call, per thread (oneDNN's transposed copy-A kernel).
+// GATEDGPT_BF16MM_TRANSPOSE_A=1 transposes A once per call instead, with oneDNN's reorder, into
+// one dense [M, K] buffer, and runs the plain-A primitive on it. A measurement switch for hosts
+// where the in-call copy may weigh more (AMX: the products ~4x faster than avx512_bf16's); off by
+// default: on an avx512_bf16 host the step measured no faster with it (docs/performance.md).
+static void* trans_buf;
+static size_t trans_cap;
+static int trans_on = -1;   // -1: GATEDGPT_BF16MM_TRANSPOSE_A not read yet
+typedef struct {
+    int M, K, lda;
+    dnnl_primitive_t prim;
+    dnnl_memory_t src, dst;   // without data: the pointers are set per call
+} Bf16mmTrans;
+#define BF16MM_TRANS_CACHE 64
+static Bf16mmTrans trans_cache[BF16MM_TRANS_CACHE];
+static int n_trans;
+
+static int env_is_1(const char* name) {
+    const char* v = getenv(name);
+    return v && strcmp(v, "1") == 0;
+}
+
+// *buf holds at least bytes (4 KiB aligned), its contents not kept
+static void buf_reserve(void** buf, size_t* cap, size_t bytes, const char* what) {
+    if (bytes <= *cap) return;
+    free(*buf);
+    *cap = (bytes + 4095) / 4096 * 4096;
+    *buf = aligned_alloc(4096, *cap);
+    if (!*buf) { fprintf(stderr, "error: out of memory for %s (%zu bytes)\n", what, *cap); exit(1); }
+}
+
 // a 2-D bf16/f32 descriptor of rows x cols, row-major with leading dimension ld, or its transpose
 // (rows or cols -1: a run-time size)
 static void md2(dnnl_memory_desc_t* md, int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
@@ -121,7 +153,7 @@ static void entry_create(Bf16mmEntry* e, int user_scratch) {
     md2(&c_md, M, N, ldc, 0, c_bf16 ? dnnl_bf16 : dnnl_f32);
     if (has_bias) md2(&bias_md, 1, N, N, 0, dnnl_bf16);
     // the shared cache's fixed sizes: the kernel chooses B's layout ("any"), packed per call
-    if (pack_off < 0) { const char* v = getenv("GATEDGPT_BF16MM_PLAIN"); pack_off = v && strcmp(v, "1") == 0; }
+    if (pack_off < 0) pack_off = env_is_1("GATEDGPT_BF16MM_PLAIN");
     const int packed = !user_scratch && M >= 0 && !pack_off;
     dnnl_memory_desc_t bany_md;
     if (packed) {
@@ -200,6 +232,37 @@ static Bf16mmEntry* bf16mm_entry(char ta, char tb, int M, int N, int K, int lda,
     return e;
 }
 
+// A^T (A stored [K, M] with leading dimension lda) as a dense row-major [M, K] copy in trans_buf
+static const uint16_t* transpose_a(int M, int K, const uint16_t* A, int lda) {
+    Bf16mmTrans* t = NULL;
+    for (int i = 0; i < n_trans && !t; i++)
+        if (trans_cache[i].M == M && trans_cache[i].K == K && trans_cache[i].lda == lda) t = &trans_cache[i];
+    if (!t) {
+        if (n_trans == BF16MM_TRANS_CACHE) {
+            fprintf(stderr, "error: oneDNN bf16 matmul: more than %d transposed-A shapes in one run "
+                    "(kernels/cpu_bf16/matmul_bf16.c: raise BF16MM_TRANS_CACHE)\n", BF16MM_TRANS_CACHE);
+            exit(1);
+        }
+        t = &trans_cache[n_trans++];
+        *t = (Bf16mmTrans){.M = M, .K = K, .lda = lda};
+        dnnl_memory_desc_t s_md, d_md;
+        md2(&s_md, M, K, lda, 1, dnnl_bf16);
+        md2(&d_md, M, K, K, 0, dnnl_bf16);
+        dnnl_primitive_desc_t rpd;
+        dnnl_check(dnnl_reorder_primitive_desc_create(&rpd, &s_md, engine, &d_md, engine, NULL), "reorder descriptor");
+        dnnl_check(dnnl_primitive_create(&t->prim, rpd), "reorder");
+        dnnl_primitive_desc_destroy(rpd);
+        dnnl_check(dnnl_memory_create(&t->src, &s_md, engine, DNNL_MEMORY_NONE), "memory A");
+        dnnl_check(dnnl_memory_create(&t->dst, &d_md, engine, DNNL_MEMORY_NONE), "memory A transposed");
+    }
+    buf_reserve(&trans_buf, &trans_cap, (size_t)M * K * sizeof(uint16_t), "the transposed bf16 A");
+    dnnl_check(dnnl_memory_set_data_handle(t->src, (void*)A), "set A");
+    dnnl_check(dnnl_memory_set_data_handle(t->dst, trans_buf), "set A transposed");
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, t->src}, {DNNL_ARG_TO, t->dst}};
+    dnnl_check(dnnl_primitive_execute(t->prim, stream, 2, args), "reorder A");
+    return trans_buf;
+}
+
 // C is fp32 (c_bf16 0) or bf16 bits (c_bf16 1, beta 0); bias NULL or bf16[N] (fixed sizes only)
 static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uint16_t* A, int lda,
                        const uint16_t* B, int ldb, float beta, void* C, int ldc, int c_bf16,
@@ -213,6 +276,13 @@ static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uin
                 *c = beta == 0.0f ? 0.0f : beta * *c;
             }
         return;
+    }
+    if (trans_on < 0) trans_on = env_is_1("GATEDGPT_BF16MM_TRANSPOSE_A");
+    if (!var && ta == 'T' && trans_on) {
+        engine_init();
+        A = transpose_a(M, K, A, lda);
+        ta = 'N';
+        lda = K;
     }
     Bf16mmEntry* e = var ? bf16mm_entry(ta, tb, -1, -1, -1, lda, ldb, ldc, beta, c_bf16, bias != NULL)
                          : bf16mm_entry(ta, tb, M, N, K, lda, ldb, ldc, beta, c_bf16, bias != NULL);
@@ -231,12 +301,7 @@ static void bf16mm_run(int var, char ta, char tb, int M, int N, int K, const uin
         dnnl_check(dnnl_memory_set_data_handle(c, C), "set C");
         if (bias) dnnl_check(dnnl_memory_set_data_handle(e->bias, (void*)bias), "set bias");
         if (e->pack) {   // B packed into the shared buffer, which the matmul then reads
-            if (e->bp_bytes > pack_cap) {
-                free(pack_buf);
-                pack_cap = (e->bp_bytes + 4095) / 4096 * 4096;
-                pack_buf = aligned_alloc(4096, pack_cap);
-                if (!pack_buf) { fprintf(stderr, "error: out of memory for the packed bf16 weights (%zu bytes)\n", pack_cap); exit(1); }
-            }
+            buf_reserve(&pack_buf, &pack_cap, e->bp_bytes, "the packed bf16 weights");
             dnnl_check(dnnl_memory_set_data_handle(e->bp, pack_buf), "set packed B");
             dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, b}, {DNNL_ARG_TO, e->bp}};
             dnnl_check(dnnl_primitive_execute(e->pack, stream, 2, rargs), "reorder B");
