@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "cpu_math.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -44,44 +45,7 @@ static inline void* cpu_calloc(size_t n, size_t size) {
 void cpu_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float* A, int lda,
                const float* B, int ldb, float beta, float* C, int ldc);
 
-// exp(x) for float32, written so that GCC vectorises loops that call it (libm's expf is a
-// scalar call that blocks vectorisation; in the training step it ran ~12M times per
-// cross-entropy pass). Range reduction x = n ln2 + r with |r| <= ln2/2 (ln2 split in two
-// constants so n*ln2 is exact), then a degree-6 polynomial for exp(r) (Cephes expf's
-// coefficients), then the exponent n put into the float's bits. Max error ~2 ulp for
-// x in [-87, 88]; below -87.3 it returns 0 (exp would be denormal), above 88.7 +inf, and NaN in
-// gives NaN out (the non-finite guard relies on that).
-static inline float cpu_expf(float x) {
-    float xc = x < -87.33654f ? -87.33654f : x;
-    xc = xc > 88.72283f ? 88.72283f : xc;
-    // nearest-even (rintf: one vroundps / vrndscaleps), not roundf: roundf's ties-away has no
-    // vector instruction, and with it GCC kept every loop over this function scalar (measured: the
-    // cross-entropy's, the softmax's, GELU's). The two differ only where x log2(e) is exactly
-    // k + 1/2, and then both reductions stay within |r| <= ln2/2 + ulp: the same accuracy. On AVX2
-    // (no mask registers) the selects below also need -fno-trapping-math (CMakeLists.txt).
-    float n = __builtin_rintf(xc * 1.44269504088896341f);
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int i; float f; } e;
-    e.i = ((int)n + 127) << 23;
-    float y = p * e.f;
-    y = x < -87.33654f ? 0.0f : y;
-    y = x > 88.72283f ? INFINITY : y;
-    return x != x ? x : y;
-}
-
-// tanh(x) = 1 - 2 / (exp(2x) + 1): absolute error ~1e-7 (relative error grows near 0, where
-// tanh(x) ~ x; callers use it in 1 + tanh or 1 - tanh^2, where absolute error is what counts).
-static inline float cpu_tanhf(float x) { return 1.0f - 2.0f / (cpu_expf(2.0f * x) + 1.0f); }
-
-static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
+// cpu_expf, cpu_tanhf, cpu_sigmoid, cpu_gelu: kernels/cpu/cpu_math.h (the bf16 backend uses them too)
 
 // Row reductions in 8 fixed lanes (lane j takes elements j, j+8, ...; lanes combined in order):
 // vectorisable without -ffast-math, and the same bits on every run and thread count.

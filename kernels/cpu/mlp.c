@@ -30,25 +30,14 @@ void ops_swiglu_backward(float* dgu, const float* dh, const float* gu, int N, in
     }
 }
 
-#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
 void ops_gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + cpu_tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = cpu_gelu(inp[i]);
 }
 
 void ops_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = cpu_tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
-    }
+    for (size_t i = 0; i < n; i++) dinp[i] = cpu_gelu_grad(inp[i]) * dout[i];
 }
 
 // The fused GEMM + GELU ops of ops.h, composed from the two ops they fuse (on the CPU the GELU

@@ -28,6 +28,7 @@
 #include <string.h>
 #include "../ops.h"
 #include "../attn_gate.h"
+#include "../cpu/cpu_math.h"
 #include "cpu_ref_ops.h"
 #ifdef GATEDGPT_BF16_FAST
 #include "matmul_bf16.h"
@@ -158,24 +159,27 @@ static float* fast_out(int slot, size_t n) { (void)slot; (void)n; abort(); }   /
 // Each chunk runs the same fp32 kernel on the same values, elementwise, so the bits are those of
 // the whole-tensor passes (the threads split the tensors differently too, and change no bit).
 #define FUSE_CHUNK 2048
-// pre = round(fp), act = round(gelu(fp)) for fp32 products fp[n]
+// pre = round(fp), act = round(gelu(fp)) for fp32 products fp[n]. The fp32 kernel's GELU
+// (cpu_gelu, the same inline function, so the same bits) on each chunk, called in the loop: not
+// through ref_ops_gelu_forward, whose parallel region, nested here once per chunk of 2048, cost
+// ~0.4 us per chunk (3072 chunks per layer at GPT-2 124M B=8 T=256; docs/performance.md)
 static void gelu_round(act_t* pre, act_t* act, const float* fp, size_t n) {
     #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t c = 0; c < n; c += FUSE_CHUNK) {
         const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
         float fa[FUSE_CHUNK];
-        ref_ops_gelu_forward(fa, fp + c, m);   // a nested parallel region: one thread
+        for (size_t i = 0; i < m; i++) fa[i] = cpu_gelu(fp[c + i]);
         for (size_t i = 0; i < m; i++) { pre[c + i] = bf16_from_f32(fp[c + i]); act[c + i] = bf16_from_f32(fa[i]); }
     }
 }
-// dpre = round(gelu'(pre) dact) for fp32 dact[n] (overwritten)
+// dpre = round(gelu'(pre) dact) for fp32 dact[n] (overwritten); cpu_gelu_grad as gelu_round
 static void gelu_backward_round(act_t* dpre, float* dact, const act_t* pre, size_t n) {
     #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t c = 0; c < n; c += FUSE_CHUNK) {
         const size_t m = n - c < FUSE_CHUNK ? n - c : FUSE_CHUNK;
         float fp[FUSE_CHUNK];
         for (size_t i = 0; i < m; i++) fp[i] = bf16_to_f32(pre[c + i]);
-        ref_ops_gelu_backward(dact + c, dact + c, fp, m);
+        for (size_t i = 0; i < m; i++) dact[c + i] = cpu_gelu_grad(fp[i]) * dact[c + i];
         for (size_t i = 0; i < m; i++) dpre[c + i] = bf16_from_f32(dact[c + i]);
     }
 }
