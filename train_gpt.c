@@ -1016,14 +1016,15 @@ static int train_step(Run* r, int step, StepStats* s) {
         watchdog_phase(step + 1, "forward");
         if ((r->have_mix ? mixture_next(&r->mix, r->in, r->tg) : dataloader_next(&r->train_dl, r->in, r->tg)) != 0) return 1;
         test_slow(r->comm);
-        loss += gpt_forward(m, r->in, r->tg) / grad_accum;
+        const float dloss = 1.0f / (grad_accum * P);   // the sum over ranks is the mean
+        loss += gpt_forward_train(m, r->in, r->tg, dloss) / grad_accum;
         // the last micro-step finishes each layer's gradients: reduce them while the rest of
         // the backward runs (dist.overlap: NCCL, or GATEDGPT_DIST_OVERLAP=1)
         const int last = micro == grad_accum - 1 && P > 1 && r->dist.overlap;
         watchdog_phase(step + 1, last ? "backward (gradients reduced layer by layer)" : "backward");
         m->grads_ready = last ? grads_ready : NULL;
         m->grads_ready_ctx = &gr;
-        gpt_backward(m, 1.0f / (grad_accum * P));   // the sum over ranks is the mean
+        gpt_backward(m, dloss);
         m->grads_ready = NULL;
     }
     s->compute_s = (progress_now() - tc0) - (r->comm->seconds - cc0);

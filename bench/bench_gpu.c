@@ -125,7 +125,7 @@ static void run_config(Result* r, const Shape* s, int gate, int warmup, int step
         cuda_sync();
         double a = now_s();
         gpt_zero_grad(&m);
-        float loss = gpt_forward(&m, in, tg);
+        float loss = gpt_forward_train(&m, in, tg, 1.0f);   // the trainer's step (train_gpt.c)
         gpt_backward(&m, 1.0f);
         float norm = optim_grad_norm(&m);
         optim_step(&opt, &m, tc, tc->lr, norm);

@@ -76,7 +76,7 @@ static void worker_main(const Config* cfg, int threads, int cmd_fd, int out_fd) 
         if (read_full(cmd_fd, &cmd, 1) != 0 || cmd != 'S') break;
         double s0 = now_s();
         gpt_zero_grad(&m);
-        float loss = gpt_forward(&m, in, tg);
+        float loss = gpt_forward_train(&m, in, tg, 1.0f);   // the trainer's step (train_gpt.c)
         gpt_backward(&m, 1.0f);
         float norm = optim_grad_norm(&m);
         optim_step(&opt, &m, tc, tc->lr, norm);

@@ -385,6 +385,12 @@ void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int*
 // lse; 0 in padded columns. dlogits may alias logits.
 void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
                        float dloss, int N, int V, int Vp);
+// Both in one pass over each row, for training (the trainer knows dloss before the forward; the
+// logits are read from memory once instead of twice, and each exp is taken once): losses and lse
+// as ops_xent_forward (the same bits), dlogits as ops_xent_backward up to roundoff: exp(l - max)
+// * (dloss / sum) instead of exp(l - lse) * dloss. dlogits may alias logits (the model's use).
+void ops_xent_forward_backward(float* losses, float* lse, act_t* dlogits, const act_t* logits,
+                               const int* targets, float dloss, int N, int V, int Vp);
 
 // ---------------------------------------------------------------------------------------------
 // optimizer (fp32: master weights, gradients, AdamW state)

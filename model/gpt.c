@@ -726,7 +726,8 @@ static const int* gpt_doc_starts(GPT* m, const int* idx) {
     return m->doc_start;
 }
 
-float gpt_forward(GPT* m, const int* idx, const int* targets) {
+// fuse: the cross-entropy also writes dlogits for dloss (gpt_forward_train)
+static float gpt_forward_impl(GPT* m, const int* idx, const int* targets, int fuse, float dloss) {
     const ModelConfig* c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, d = c->d_model;
     const OpsNormKind nk = norm_kind(c);
@@ -748,15 +749,33 @@ float gpt_forward(GPT* m, const int* idx, const int* targets) {
     ops_norm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[c->n_layer], m->w.lnf_w, m->w.lnf_b, N, d, eps, nk);
     ops_matmul_forward(m->logits, m->lnf, gpt_act_w(m, m->w.lm_head), N, d, c->padded_vocab);
     if (m->kv) kv_cache_end(m->kv, T);
+    m->dlogits_ready = 0;
     if (!targets) return 0.0f;
 
-    ops_xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
+    if (fuse) {   // dlogits over the logits in place, as gpt_backward's ops_xent_backward writes them
+        ops_xent_forward_backward(m->losses, m->lse, m->logits, m->logits, m->targets, dloss / N, N,
+                                  c->vocab_size, c->padded_vocab);
+        m->dlogits_ready = 1;
+        m->dlogits_dloss = dloss;
+    } else {
+        ops_xent_forward(m->losses, m->lse, m->logits, m->targets, N, c->vocab_size, c->padded_vocab);
+    }
     float* host = malloc((size_t)N * sizeof(float));
     ops_to_host(host, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += host[i];
     free(host);
     return (float)(sum / N);
+}
+
+float gpt_forward(GPT* m, const int* idx, const int* targets) { return gpt_forward_impl(m, idx, targets, 0, 0.0f); }
+
+float gpt_forward_train(GPT* m, const int* idx, const int* targets, float dloss) {
+    if (!targets) {
+        fprintf(stderr, "error: gpt_forward_train needs targets (the logits' gradient is of the loss)\n");
+        exit(1);
+    }
+    return gpt_forward_impl(m, idx, targets, 1, dloss);
 }
 
 void gpt_backward(GPT* m, float dloss) {
@@ -767,8 +786,16 @@ void gpt_backward(GPT* m, float dloss) {
     const OpsNormKind nk = norm_kind(c);
 #define AW(w) gpt_act_w(m, (w))
 
-    // loss -> logits -> final norm. dlogits overwrite the logits in place.
-    ops_xent_backward(m->logits, m->logits, m->lse, m->targets, dloss / N, N, c->vocab_size, Vp);
+    // loss -> logits -> final norm. dlogits overwrite the logits in place (gpt_forward_train's
+    // cross-entropy wrote them already, for its dloss)
+    if (!m->dlogits_ready) {
+        ops_xent_backward(m->logits, m->logits, m->lse, m->targets, dloss / N, N, c->vocab_size, Vp);
+    } else if (dloss != m->dlogits_dloss) {
+        fprintf(stderr, "error: gpt_backward(dloss %g) after gpt_forward_train(dloss %g): the logits' gradient "
+                "was written for the forward's dloss (pass the same)\n", dloss, m->dlogits_dloss);
+        exit(1);
+    }
+    m->dlogits_ready = 0;
     ops_matmul_backward(m->dnorm, m->g.lm_head, m->logits, m->lnf, AW(m->w.lm_head), N, d, Vp);
     ops_zero(m->dres, (size_t)N * d);
     ops_norm_backward(m->dres, m->g.lnf_w, m->g.lnf_b, m->dnorm, m->res[c->n_layer], m->w.lnf_w,

@@ -168,6 +168,10 @@ typedef struct GPT {
     // sequences whose earlier tokens are in this cache (model/kv_cache.h), at positions
     // kv->pos .. kv->pos + T - 1. NULL in training (gpt_backward needs the uncached forward).
     KVCache* kv;
+    // gpt_forward_train wrote the logits' gradient (for dlogits_dloss) over the logits: the next
+    // gpt_backward starts from them instead of running the cross-entropy backward
+    int dlogits_ready;
+    float dlogits_dloss;
     // Attention within documents ([data] doc_mask; model/doc_mask.h): doc_eot >= 0 turns it on
     // for the uncached forwards (training, evaluation, probes; never with kv), which compute each
     // token's document start (doc_start [doc_n] ints in backend memory, grown as needed) from
@@ -218,6 +222,10 @@ void gpt_set_doc_mask(GPT* m, int eot, int restart);
 // loss, else 0 and only the logits are computed. An MoE model also sets m->moe_loss and its
 // routing statistics (m->moe_stats).
 float gpt_forward(GPT* m, const int* idx, const int* targets);
+// The training forward: gpt_forward with targets, whose cross-entropy also writes the logits'
+// gradient for gpt_backward(m, dloss) (ops_xent_forward_backward: the logits read once and each
+// exp taken once instead of twice), so the gpt_backward that follows must get the same dloss.
+float gpt_forward_train(GPT* m, const int* idx, const int* targets, float dloss);
 // Backward of the last forward (which must have had targets); accumulates into m->grads the
 // gradient of dloss * (mean loss + moe_loss). dloss = the weight of this micro-batch in the
 // objective (1/grad_accum_steps).

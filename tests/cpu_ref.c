@@ -37,6 +37,7 @@ const OpsTable cpu_ref = {
     .gelu_backward = ops_gelu_backward,
     .xent_forward = ops_xent_forward,
     .xent_backward = ops_xent_backward,
+    .xent_forward_backward = ops_xent_forward_backward,
     .sumsq = ops_sumsq,
     .sumsq_chunks = ops_sumsq_chunks,
     .adamw = ops_adamw,

@@ -43,6 +43,7 @@ typedef struct {
     __typeof__(ops_gelu_backward)* gelu_backward;
     __typeof__(ops_xent_forward)* xent_forward;
     __typeof__(ops_xent_backward)* xent_backward;
+    __typeof__(ops_xent_forward_backward)* xent_forward_backward;
     __typeof__(ops_sumsq)* sumsq;
     __typeof__(ops_sumsq_chunks)* sumsq_chunks;
     __typeof__(ops_adamw)* adamw;

@@ -725,6 +725,14 @@ static void test_xent(int N, int V, int Vp) {
     int padzero = 1;
     for (int n = 0; n < N; n++) for (int i = V; i < Vp; i++) if (h[(size_t)n * Vp + i] != 0.0f) padzero = 0;
     TU_CHECK(padzero, "cross-entropy: padded columns have a non-zero gradient");
+    // the training forward's op, in place as the model calls it, against the CPU's
+    cpu_ref.xent_forward_backward(rloss, rlse, rd, logits, tg, 0.25f, N, V, Vp);
+    ops_free(d_logits);
+    d_logits = dcopy(logits, (size_t)N * Vp);
+    ops_xent_forward_backward(d_loss, d_lse, d_logits, d_logits, d_tg, 0.25f, N, V, Vp);
+    snprintf(nm, sizeof nm, "cross-entropy forward_backward losses"); cmp(nm, d_loss, rloss, N, TOL_ELEM);
+    snprintf(nm, sizeof nm, "cross-entropy forward_backward lse"); cmp(nm, d_lse, rlse, N, TOL_ELEM);
+    snprintf(nm, sizeof nm, "cross-entropy forward_backward dlogits (in place)"); cmp(nm, d_logits, rd, (size_t)N * Vp, TOL_ELEM);
     free(h); free(logits); free(tg); free(rloss); free(rlse); free(rd);
     ops_free(d_logits); ops_free(d_loss); ops_free(d_lse); ops_free(d_d); ops_free(d_tg);
 }

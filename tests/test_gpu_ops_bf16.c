@@ -582,6 +582,14 @@ static void test_xent(int N, int V, int Vp) {
     int padzero = 1;
     for (int r = 0; r < N; r++) for (int i = V; i < Vp; i++) if (bf16_to_f32(h[(size_t)r * Vp + i]) != 0.0f) padzero = 0;
     TU_CHECK(padzero, "cross-entropy: padded columns have a non-zero gradient");
+    // the training forward's op, in place as the model calls it, against the CPU's fp32 one
+    ref_ops_xent_forward_backward(rloss, rlse, rd, logits, tg, 0.25f, N, V, Vp);
+    round_bf(rd, n);
+    act_t* d_l2 = up_act(logits, n);
+    ops_xent_forward_backward(d_loss, d_lse, d_l2, d_l2, d_tg, 0.25f, N, V, Vp);
+    cmp_f32("cross-entropy forward_backward losses (fp32)", d_loss, rloss, N, TOL_F32);
+    cmp_f32("cross-entropy forward_backward lse (fp32)", d_lse, rlse, N, TOL_F32);
+    cmp_act("cross-entropy forward_backward dlogits (in place)", d_l2, rd, n, TOL_ACT);
     release();
 }
 

@@ -373,6 +373,29 @@ static void test_xent(void) {
     int padzero = 1;
     for (int n = 0; n < c.N; n++) for (int i = c.V; i < c.Vp; i++) if (d[n * c.Vp + i] != 0.0f) padzero = 0;
     TU_CHECK(padzero, "xent: padded columns have non-zero gradient");
+
+    // the training forward's one-pass op (ops_xent_forward_backward): losses and lse the
+    // forward's bits; dlogits exp(l - max) * (dloss / sum) against the backward's
+    // exp(l - lse) * dloss: each has ~2 ulp of exp, a rounding of the scale, and lse's rounding
+    // (|lse| <= ~5 here) moves exp(l - lse) by ~|lse| u: under 10 u ~ 6e-7 relative, so
+    // 2e-6 x dloss absolute (each |dlogit| <= dloss; the target's has the - dloss cancelled)
+    float *d2 = fbuf(c.N * c.Vp, 0), *losses2 = fbuf(c.N, 0), *lse2 = fbuf(c.N, 0);
+    ops_xent_forward_backward(losses2, lse2, d2, c.logits, c.tg, 0.5f, c.N, c.V, c.Vp);
+    int same = 1;
+    for (int n = 0; n < c.N; n++) same &= losses2[n] == c.losses[n] && lse2[n] == c.lse[n];
+    TU_CHECK(same, "xent forward_backward: losses and lse are not the forward's bit for bit");
+    double worst = 0;
+    for (int i = 0; i < c.N * c.Vp; i++) worst = fmax(worst, fabs((double)d2[i] - d[i]));
+    TU_CHECK(worst <= 2e-6 * 0.5, "xent forward_backward: dlogits %.3g from the backward's (bound 1e-6)", worst);
+    printf("  %-48s %.2e (bound 1e-6: 2e-6 x dloss)\n", "xent forward_backward dlogits vs backward", worst);
+    fd_check("softmax cross-entropy forward_backward", c.logits, c.N * c.Vp, d2, xent_loss, &c);
+    // in place, as the model calls it (dlogits over the logits): the same bits
+    float* inplace = fbuf(c.N * c.Vp, 0);
+    memcpy(inplace, c.logits, (size_t)c.N * c.Vp * sizeof(float));
+    ops_xent_forward_backward(losses2, lse2, inplace, inplace, c.tg, 0.5f, c.N, c.V, c.Vp);
+    TU_CHECK(memcmp(inplace, d2, (size_t)c.N * c.Vp * sizeof(float)) == 0,
+             "xent forward_backward in place: not the bits of the separate output");
+    ops_free(d2); ops_free(losses2); ops_free(lse2); ops_free(inplace);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,7 +419,7 @@ static void test_model(const char* name, ModelConfig mc) {
     for (int i = 0; i < N; i++) { idx[i] = (int)((tu_rand() * 0.5 + 0.5) * mc.vocab_size) % mc.vocab_size; tg[i] = (i * 7 + 3) % mc.vocab_size; }
     ModelCtx c = {&m, idx, tg};
     gpt_zero_grad(&m);
-    gpt_forward(&m, idx, tg);
+    gpt_forward_train(&m, idx, tg, 1.0f);   // the trainer's forward (its cross-entropy also writes dlogits)
     gpt_backward(&m, 1.0f);
     for (int i = 0; i < m.table.n; i++) {
         const ParamInfo* p = &m.table.p[i];

@@ -84,7 +84,7 @@ static dnnl_stream_t stream;
 // blocking and its order of sums are the same; tests/test_bf16cpu_train.sh compares 20 training
 // losses), and oneDNN's own time for a GPT-2 124M B=8 T=256 step's GEMMs 4.7-7.3% lower, reorders
 // included (the step itself gained within the host's noise: docs/performance.md, "Packed B and the
-// norms' lanes"; bench/bench_bf16_pack.sh). Every
+// norms' lanes"; bench/bench_bf16_ab.sh). Every
 // call repacks (the weights change every step, and a copy kept between calls would have to know
 // when they do); the packed copies of the shared cache's entries share one buffer, since that
 // cache serves one call at a time. GATEDGPT_BF16MM_PLAIN=1 turns packing off (a measurement switch).

@@ -741,6 +741,20 @@ void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, co
     }
     f32_put(rows);
 }
+void ops_xent_forward_backward(float* losses, float* lse, act_t* dlogits, const act_t* logits,
+                               const int* targets, float dloss, int N, int V, int Vp) {
+    float* rows = f32_get((size_t)xent_threads() * Vp);   // row by row, as the forward
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* fl = rows + (size_t)xent_thread() * Vp;
+        const act_t* l = logits + (size_t)n * Vp;
+        act_t* d = dlogits + (size_t)n * Vp;
+        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
+        ref_ops_xent_forward_backward(losses + n, lse + n, fl, fl, targets + n, dloss, 1, V, Vp);   // in place
+        for (int i = 0; i < Vp; i++) d[i] = bf16_from_f32(fl[i]);
+    }
+    f32_put(rows);
+}
 
 // ---- optimizer (fp32) -----------------------------------------------------------------------
 double ops_sumsq(const float* x, size_t n) { return ref_ops_sumsq(x, n); }
