@@ -727,8 +727,8 @@ static void test_xent(int N, int V, int Vp) {
     TU_CHECK(padzero, "cross-entropy: padded columns have a non-zero gradient");
     // the training forward's op, in place as the model calls it, against the CPU's
     cpu_ref.xent_forward_backward(rloss, rlse, rd, logits, tg, 0.25f, N, V, Vp);
-    ops_free(d_logits);
-    d_logits = dcopy(logits, (size_t)N * Vp);
+    ops_free(d_logits); ops_free(d_loss); ops_free(d_lse);
+    d_logits = dcopy(logits, (size_t)N * Vp); d_loss = dpoison(N); d_lse = dpoison(N);
     ops_xent_forward_backward(d_loss, d_lse, d_logits, d_logits, d_tg, 0.25f, N, V, Vp);
     snprintf(nm, sizeof nm, "cross-entropy forward_backward losses"); cmp(nm, d_loss, rloss, N, TOL_ELEM);
     snprintf(nm, sizeof nm, "cross-entropy forward_backward lse"); cmp(nm, d_lse, rlse, N, TOL_ELEM);

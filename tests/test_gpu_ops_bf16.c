@@ -586,6 +586,7 @@ static void test_xent(int N, int V, int Vp) {
     ref_ops_xent_forward_backward(rloss, rlse, rd, logits, tg, 0.25f, N, V, Vp);
     round_bf(rd, n);
     act_t* d_l2 = up_act(logits, n);
+    d_loss = poison_f32(N); d_lse = poison_f32(N);
     ops_xent_forward_backward(d_loss, d_lse, d_l2, d_l2, d_tg, 0.25f, N, V, Vp);
     cmp_f32("cross-entropy forward_backward losses (fp32)", d_loss, rloss, N, TOL_F32);
     cmp_f32("cross-entropy forward_backward lse (fp32)", d_lse, rlse, N, TOL_F32);
