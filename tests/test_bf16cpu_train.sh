@@ -60,38 +60,32 @@ for variant in dense moe; do
     check "$variant: bf16 changes the losses ($bitsame of 20 bit-equal to fp32)" '[ "$bitsame" -lt 10 ]'
 done
 
-# the GEMMs' packed B (kernels/cpu_bf16/matmul_bf16.c) against B read as it is (GATEDGPT_BF16MM_PLAIN=1):
-# on avx512_bf16 the kernel, its blocking and its order of sums are the same, so every loss is the same
-# bit for bit (measured); on AMX they may differ, so there the bound is the bf16 runs' own (0.5%)
+# the GEMM switches of kernels/cpu_bf16/matmul_bf16.c against the default dense bf16 run above (B packed
+# per call, a transposed A copied inside the call): B read as it is (GATEDGPT_BF16MM_PLAIN=1), and a
+# transposed A (the weight gradients) transposed once per call by oneDNN's reorder
+# (GATEDGPT_BF16MM_TRANSPOSE_A=1). On avx512_bf16 the kernel, its blocking and its order of sums are the
+# same, so every loss is the same bit for bit (measured); on AMX they may differ, so there the bound is
+# the bf16 runs' own (0.5%)
 isa=$(grep -m1 '^backend:' "$tmp/bf16_dense.out" | sed -n 's/.*oneDNN bf16 matmul \([a-z0-9_]*\),.*/\1/p')
+switch_run() {   # NAME VAR=VALUE WHAT
+    local name=$1 setting=$2 what=$3 w
+    env "$setting" "$build/train_gpt" "${M[@]}" --train.precision=bf16 --log.run_dir="$tmp/$name" > "$tmp/$name.out" 2>&1 \
+        || { echo "FAIL: $what run"; cat "$tmp/$name.out"; exit 1; }
+    w=$(worst "$tmp/$name/log.jsonl" "$tmp/bf16_dense/log.jsonl")
+    echo "$what vs the default ($isa): worst relative loss distance $w over $(losses "$tmp/$name/log.jsonl" | wc -l) steps"
+    if [ "$isa" = avx512_bf16 ]; then
+        check "$what: the 20 losses bit for bit the default's (avx512_bf16)" \
+            'diff <(losses "$tmp/$name/log.jsonl") <(losses "$tmp/bf16_dense/log.jsonl") > /dev/null && [ "$(losses "$tmp/$name/log.jsonl" | wc -l)" = 20 ]'
+    else
+        check "$what: the 20 losses within 0.5% of the default's ($isa, worst $w)" \
+            'awk -v w="$w" "BEGIN { exit !(w <= 0.005) }" && [ "$(losses "$tmp/$name/log.jsonl" | wc -l)" = 20 ]'
+    fi
+}
 if [ -n "$isa" ]; then
-    GATEDGPT_BF16MM_PLAIN=1 "$build/train_gpt" "${M[@]}" --train.precision=bf16 --log.run_dir="$tmp/plain_dense" > "$tmp/plain_dense.out" 2>&1 \
-        || { echo "FAIL: plain-B run"; cat "$tmp/plain_dense.out"; exit 1; }
-    w_plain=$(worst "$tmp/plain_dense/log.jsonl" "$tmp/bf16_dense/log.jsonl")
-    echo "packed B vs B as it is ($isa): worst relative loss distance $w_plain over $(losses "$tmp/plain_dense/log.jsonl" | wc -l) steps"
-    if [ "$isa" = avx512_bf16 ]; then
-        check "packed B: the 20 losses bit for bit those of B as it is (avx512_bf16)" \
-            'diff <(losses "$tmp/plain_dense/log.jsonl") <(losses "$tmp/bf16_dense/log.jsonl") > /dev/null && [ "$(losses "$tmp/plain_dense/log.jsonl" | wc -l)" = 20 ]'
-    else
-        check "packed B: the 20 losses within 0.5% of those of B as it is ($isa, worst $w_plain)" \
-            'awk -v w="$w_plain" "BEGIN { exit !(w <= 0.005) }" && [ "$(losses "$tmp/plain_dense/log.jsonl" | wc -l)" = 20 ]'
-    fi
-    # a transposed A (the weight gradients) transposed once per call by oneDNN's reorder
-    # (GATEDGPT_BF16MM_TRANSPOSE_A=1, a measurement switch) instead of the matmul's in-call copy: on
-    # avx512_bf16 the same kernel and order of sums, so the same bits (measured); elsewhere the 0.5%
-    GATEDGPT_BF16MM_TRANSPOSE_A=1 "$build/train_gpt" "${M[@]}" --train.precision=bf16 --log.run_dir="$tmp/transa_dense" > "$tmp/transa_dense.out" 2>&1 \
-        || { echo "FAIL: transposed-A run"; cat "$tmp/transa_dense.out"; exit 1; }
-    w_ta=$(worst "$tmp/transa_dense/log.jsonl" "$tmp/bf16_dense/log.jsonl")
-    echo "A transposed first vs in the call ($isa): worst relative loss distance $w_ta over $(losses "$tmp/transa_dense/log.jsonl" | wc -l) steps"
-    if [ "$isa" = avx512_bf16 ]; then
-        check "transposed A: the 20 losses bit for bit those of the in-call copy (avx512_bf16)" \
-            'diff <(losses "$tmp/transa_dense/log.jsonl") <(losses "$tmp/bf16_dense/log.jsonl") > /dev/null && [ "$(losses "$tmp/transa_dense/log.jsonl" | wc -l)" = 20 ]'
-    else
-        check "transposed A: the 20 losses within 0.5% of the in-call copy's ($isa, worst $w_ta)" \
-            'awk -v w="$w_ta" "BEGIN { exit !(w <= 0.005) }" && [ "$(losses "$tmp/transa_dense/log.jsonl" | wc -l)" = 20 ]'
-    fi
+    switch_run plain_dense GATEDGPT_BF16MM_PLAIN=1 "B read as it is (not packed)"
+    switch_run transa_dense GATEDGPT_BF16MM_TRANSPOSE_A=1 "a transposed A transposed first"
 else
-    echo "packed B, transposed A: skipped (no bf16 units: the emulation's GEMMs run)"
+    echo "GEMM switches: skipped (no bf16 units: the emulation's GEMMs run)"
 fi
 
 # the planner knows the bf16 layout: train_gpt --check with precision = bf16 plans "cpu bf16", and

@@ -727,33 +727,31 @@ void ops_xent_forward(float* losses, float* lse, const act_t* logits, const int*
     }
     f32_put(rows);
 }
-void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
-                       float dloss, int N, int V, int Vp) {
-    float* rows = f32_get((size_t)xent_threads() * Vp);   // row by row, as the forward
+// the backward (lse_in: the forward's lse) or the one-pass op (lse_in NULL: losses and lse written),
+// row by row as the forward: each row widened, the fp32 kernel on it in place, rounded out (dlogits
+// may alias logits: the row is read before it is written)
+static void xent_rows(float* losses, float* lse, const float* lse_in, act_t* dlogits, const act_t* logits,
+                      const int* targets, float dloss, int N, int V, int Vp) {
+    float* rows = f32_get((size_t)xent_threads() * Vp);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* fl = rows + (size_t)xent_thread() * Vp;
         const act_t* l = logits + (size_t)n * Vp;
         act_t* d = dlogits + (size_t)n * Vp;
         for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
-        ref_ops_xent_backward(fl, fl, lse + n, targets + n, dloss, 1, V, Vp);   // in place, as ops.h allows
+        if (lse_in) ref_ops_xent_backward(fl, fl, lse_in + n, targets + n, dloss, 1, V, Vp);
+        else ref_ops_xent_forward_backward(losses + n, lse + n, fl, fl, targets + n, dloss, 1, V, Vp);
         for (int i = 0; i < Vp; i++) d[i] = bf16_from_f32(fl[i]);
     }
     f32_put(rows);
 }
+void ops_xent_backward(act_t* dlogits, const act_t* logits, const float* lse, const int* targets,
+                       float dloss, int N, int V, int Vp) {
+    xent_rows(NULL, NULL, lse, dlogits, logits, targets, dloss, N, V, Vp);
+}
 void ops_xent_forward_backward(float* losses, float* lse, act_t* dlogits, const act_t* logits,
                                const int* targets, float dloss, int N, int V, int Vp) {
-    float* rows = f32_get((size_t)xent_threads() * Vp);   // row by row, as the forward
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* fl = rows + (size_t)xent_thread() * Vp;
-        const act_t* l = logits + (size_t)n * Vp;
-        act_t* d = dlogits + (size_t)n * Vp;
-        for (int i = 0; i < Vp; i++) fl[i] = bf16_to_f32(l[i]);
-        ref_ops_xent_forward_backward(losses + n, lse + n, fl, fl, targets + n, dloss, 1, V, Vp);   // in place
-        for (int i = 0; i < Vp; i++) d[i] = bf16_from_f32(fl[i]);
-    }
-    f32_put(rows);
+    xent_rows(losses, lse, NULL, dlogits, logits, targets, dloss, N, V, Vp);
 }
 
 // ---- optimizer (fp32) -----------------------------------------------------------------------
